@@ -1,0 +1,24 @@
+-- run_claim_expired: claim up to limit held, expired leases, the longest-expired first.
+-- KEYS[1]  P.."leases"
+-- ARGV[1]  key prefix           ARGV[2] owner             ARGV[3] ttl ms
+-- ARGV[4]  limit
+-- Reply    {0, {claimed run ids, in claim order}}
+local owner, limit = ARGV[2], tonumber(ARGV[4])
+local now = now_ms()
+local exp = now + tonumber(ARGV[3])
+local out = {}
+while #out < limit do
+  local runs = redis.call('ZRANGEBYSCORE', LEASES, '-inf', int(now), 'LIMIT', 0, limit - #out)
+  if #runs == 0 then break end
+  for _, run in ipairs(runs) do
+    local k = run_key(run)
+    if redis.call('HEXISTS', k, 'own') == 1 then
+      take(k, run, owner, exp)
+      out[#out + 1] = run
+    else
+      -- An index entry without a lease behind it must not be claimed again and again.
+      redis.call('ZREM', LEASES, run)
+    end
+  end
+end
+return {0, out}

@@ -1,0 +1,106 @@
+"""One error hierarchy for every store: a caller matches on these classes.
+
+Infrastructure failures of any kind surface as :class:`Unavailable`; the pure helpers at
+the bottom turn redis-py's exceptions into it, so the sync and async shells share them.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .runs import Holder
+
+
+class StoreError(Exception):
+    """Base of every error a store raises for a refused or failed operation."""
+
+
+class NotFound(StoreError):
+    """The run does not exist."""
+
+    def __init__(self, run: str = "") -> None:
+        super().__init__(f"run not found: {run!r}" if run else "run not found")
+        self.run = run
+
+
+class AlreadyExists(StoreError):
+    """``insert`` of a run that already exists; nothing was written."""
+
+    def __init__(self, run: str = "") -> None:
+        super().__init__(f"run already exists: {run!r}" if run else "run already exists")
+        self.run = run
+
+
+class Conflict(StoreError):
+    """``compare_and_set`` with a stale revision; ``current`` is the stored one."""
+
+    def __init__(self, current: int) -> None:
+        super().__init__(f"revision conflict: stored revision is {current}")
+        self.current = current
+
+
+class LeaseRefused(StoreError):
+    """The lease condition was refused; ``holder`` is who holds the lease now."""
+
+    def __init__(self, holder: Holder) -> None:
+        super().__init__(f"lease refused: held as {holder!r}")
+        self.holder = holder
+
+
+class Unavailable(StoreError):
+    """The backend could not answer. For a write, its outcome is unknown.
+
+    After an ``Unavailable`` write, read the run back (see
+    :func:`redisstore.confirm_write`) before deciding whether it happened.
+    """
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class ConcurrentUpdate(StoreError):
+    """Repository ``save`` whose ``rec_version`` does not match the stored one."""
+
+    def __init__(self, id: str, expected: int, stored: int) -> None:
+        super().__init__(
+            f"concurrent update of {id!r}: expected rec_version {expected}, stored {stored}"
+        )
+        self.id = id
+        self.expected = expected
+        self.stored = stored
+
+
+class UnknownGroup(StoreError):
+    """Repository ``save`` with a group that was never registered."""
+
+    def __init__(self, group: str) -> None:
+        super().__init__(f"unknown engine group: {group!r}; call register_group first")
+        self.group = group
+
+
+# Server error prefixes that mean "the server could not run this now". They all become
+# Unavailable; anything else from a script is a bug or a broken script, also Unavailable.
+# The first group is refused before a script writes anything (a script that hits READONLY
+# fails at its first write); for the second the outcome of a write is unknown.
+_REFUSED = ("READONLY", "LOADING", "BUSY", "CLUSTERDOWN", "TRYAGAIN", "MASTERDOWN", "MOVED",
+            "ASK")
+_TRANSIENT = (*_REFUSED, "OOM", "NOREPLICAS", "NOTBUSY", "UNKILLABLE")
+
+
+def unavailable(exc: BaseException, *, write: bool) -> Unavailable:
+    """Translate a redis-py (or socket) exception into :class:`Unavailable`.
+
+    ``write`` says whether the failed command could have changed data, so the reason tells
+    the caller whether the outcome is unknown or simply that nothing was read.
+    """
+    text = str(exc) or type(exc).__name__
+    kind = text.split(" ", 1)[0]
+    if kind in _REFUSED:
+        return Unavailable(f"server refused ({kind}): {text}; nothing was applied")
+    if kind in _TRANSIENT:
+        return Unavailable(f"server error ({kind}): {text}" + (
+            "; the write's outcome is unknown" if write else ""))
+    outcome = "; the write's outcome is unknown" if write else ""
+    return Unavailable(f"{type(exc).__name__}: {text}{outcome}")

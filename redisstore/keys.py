@@ -1,0 +1,49 @@
+"""Key names of a namespace. Every key shares the hash tag ``{namespace}``, so every script
+runs in one cluster slot. The Lua scripts build the same names from the prefix (see
+``lua/_lib.lua``); keep the two in step."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+def check_namespace(namespace: object) -> str:
+    """A namespace: a non-empty str without braces (they would break the hash tag)."""
+    if not isinstance(namespace, str):
+        raise TypeError(f"namespace must be a str, not {type(namespace).__name__}")
+    if not namespace or "{" in namespace or "}" in namespace:
+        raise ValueError(f"namespace must be non-empty and without braces, got {namespace!r}")
+    return namespace
+
+
+@dataclass(frozen=True, slots=True)
+class Keyspace:
+    """The keys of one namespace."""
+
+    namespace: str
+
+    def __post_init__(self) -> None:
+        check_namespace(self.namespace)
+
+    @property
+    def prefix(self) -> str:
+        """What every key of the namespace starts with; scripts get it as ARGV[1]."""
+        return "{" + self.namespace + "}:"
+
+    def run(self, run: str) -> str:
+        """The hash of one run: record, revision, lease, claim info, wait metadata."""
+        return f"{self.prefix}r:{run}"
+
+    @property
+    def leases(self) -> str:
+        """Sorted set: held run -> lease expiry (backend ms)."""
+        return self.prefix + "leases"
+
+    @property
+    def ready(self) -> str:
+        """Sorted set: free run with a fresh wait -> time it is eligible from (backend ms)."""
+        return self.prefix + "ready"
+
+    def dependents(self, dependency: str) -> str:
+        """Set of runs whose wait is ``Changed(dependency)``."""
+        return f"{self.prefix}d:{dependency}"

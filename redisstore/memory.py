@@ -1,0 +1,284 @@
+"""``MemoryRunStore``: the in-process reference of the leased run backend.
+
+It follows the Lua scripts step by step (same eligibility times, same orders, ties broken by
+run id), so a model-based test can compare the two answer for answer. Its clock is
+injectable; by default it is this process's UTC clock, which here *is* the backend's.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
+
+from .errors import AlreadyExists, Conflict, LeaseRefused, NotFound
+from .runs import (
+    At,
+    Changed,
+    Claim,
+    ClaimInfo,
+    Current,
+    Discover,
+    Free,
+    Held,
+    Hold,
+    Holder,
+    Lease,
+    Poll,
+    Release,
+    Seize,
+    Wait,
+    check_lease,
+    check_limit,
+    check_owner,
+    check_projection_version,
+    check_record,
+    check_revision,
+    check_run,
+    check_runs,
+    check_ttl,
+    check_wait,
+)
+
+
+def system_clock() -> int:
+    """This process's UTC clock in Unix milliseconds."""
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(slots=True)
+class _Run:
+    rev: int
+    rec: bytes
+    own: str | None = None
+    exp: int = 0
+    claim: ClaimInfo | None = None
+    wait: Wait | None = None
+    wrev: int = 0
+    wpv: int = 0
+    poll_time: int | None = None  # last ready-claim time of the current Poll key
+
+
+class MemoryRunStore:
+    """The leased run backend (SPEC §1) kept in this process: the reference for tests.
+
+    ``clock`` returns the backend time in UTC ms (inject one to control time in tests).
+    ``discover`` and ``projection_version`` work as on :class:`redisstore.RedisRunStore`.
+    Thread-safe; state is not shared across processes.
+    """
+
+    def __init__(self, *, clock: Callable[[], int] | None = None,
+                 discover: Discover | None = None, projection_version: int = 1) -> None:
+        if discover is not None and not callable(discover):
+            raise TypeError("discover must be a callable taking record bytes, or None")
+        self._clock = clock or system_clock
+        self._discover = discover
+        self._pv = check_projection_version(projection_version)
+        self._runs: dict[str, _Run] = {}
+        self._ready: dict[str, int] = {}
+        self._dependents: dict[str, set[str]] = {}
+        self._lock = threading.RLock()
+
+    # ------------------------------------------------------------------ reads
+
+    def now(self) -> int:
+        """The backend clock, UTC Unix milliseconds."""
+        return self._clock()
+
+    def get(self, run: str) -> Current:
+        """The run's latest record, revision and holder; raises ``NotFound``."""
+        run = check_run(run)
+        with self._lock:
+            state = self._runs.get(run)
+            if state is None:
+                raise NotFound(run)
+            return Current(state.rev, state.rec, self._holder(state, self._clock()), state.claim)
+
+    # ------------------------------------------------------------------ writes
+
+    def insert(self, run: str, record: bytes, lease: Lease) -> None:
+        """Create ``run`` at revision 1; raises ``AlreadyExists`` if it exists."""
+        run, record, lease = check_run(run), check_record(record), check_lease(lease)
+        wait = self._derive(record)
+        with self._lock:
+            if run in self._runs:
+                raise AlreadyExists(run)
+            now = self._clock()
+            state = self._runs[run] = _Run(rev=1, rec=record)
+            if isinstance(lease, Claim | Seize):
+                self._take(run, state, lease.owner, now + lease.ttl)
+            self._after_write(run, state, wait, now)
+
+    def compare_and_set(self, run: str, expected: int, record: bytes, lease: Lease) -> None:
+        """Write revision ``expected + 1`` if ``expected`` is current and the lease allows."""
+        run, expected = check_run(run), check_revision(expected)
+        record, lease = check_record(record), check_lease(lease)
+        wait = self._derive(record)
+        with self._lock:
+            state = self._runs.get(run)
+            if state is None:
+                raise NotFound(run)
+            if state.rev != expected:
+                raise Conflict(state.rev)
+            now = self._clock()
+            holder = self._holder(state, now)
+            if isinstance(lease, Hold):
+                allowed = isinstance(holder, Held) and holder.owner == lease.owner
+            elif isinstance(lease, Claim):
+                allowed = (not isinstance(holder, Held) or holder.owner == lease.owner
+                           or not holder.live)
+            else:
+                allowed = True
+            if not allowed:
+                raise LeaseRefused(holder)
+            state.rev += 1
+            state.rec = record
+            if isinstance(lease, Claim | Seize):
+                self._take(run, state, lease.owner, now + lease.ttl)
+            elif isinstance(lease, Release):
+                state.own, state.exp, state.claim = None, 0, None
+            self._after_write(run, state, wait, now)
+
+    def renew(self, owner: str, runs: Iterable[str], ttl: int) -> list[str]:
+        """Extend each lease ``owner`` holds live among ``runs`` to ``ttl`` ms from now."""
+        owner, ttl, names = check_owner(owner), check_ttl(ttl), check_runs(runs)
+        with self._lock:
+            now = self._clock()
+            renewed = []
+            for run in names:
+                state = self._runs.get(run)
+                if state is not None and state.own == owner and state.exp > now:
+                    state.exp = now + ttl
+                    renewed.append(run)
+            return renewed
+
+    def claim_expired(self, owner: str, ttl: int, limit: int) -> list[str]:
+        """Claim up to ``limit`` held, expired leases, the longest-expired first."""
+        owner, ttl, limit = check_owner(owner), check_ttl(ttl), check_limit(limit)
+        with self._lock:
+            now = self._clock()
+            expired = sorted((s.exp, run) for run, s in self._runs.items()
+                             if s.own is not None and s.exp <= now)
+            claimed = [run for _, run in expired[:limit]]
+            for run in claimed:
+                self._take(run, self._runs[run], owner, now + ttl)
+            return claimed
+
+    def claim_ready(self, owner: str, ttl: int, limit: int) -> list[str]:
+        """Claim up to ``limit`` free runs whose wait is eligible, the earliest first."""
+        owner, ttl, limit = check_owner(owner), check_ttl(ttl), check_limit(limit)
+        with self._lock:
+            now = self._clock()
+            claimed: list[str] = []
+            while len(claimed) < limit:
+                due = sorted((t, run) for run, t in self._ready.items() if t <= now)
+                if not due:
+                    break
+                for _, run in due[: limit - len(claimed)]:
+                    state = self._runs[run]
+                    at = self._eligible_at(state, now)
+                    if at is not None and at <= now:
+                        self._claim_ready(run, state, owner, now, ttl)
+                        claimed.append(run)
+                    elif at is None:
+                        del self._ready[run]
+                    else:
+                        self._ready[run] = at
+            return claimed
+
+    def refresh(self, run: str) -> bool:
+        """Re-derive the run's wait from its current record; True if it now has one."""
+        run = check_run(run)
+        with self._lock:
+            state = self._runs.get(run)
+            if state is None:
+                raise NotFound(run)
+            wait = self._derive(state.rec)
+            self._set_wait(run, state, wait)
+            self._reindex(run, state, self._clock(), dependency_write=False)
+            return wait is not None
+
+    # ------------------------------------------------------------------ the scripts' steps
+
+    def _derive(self, record: bytes) -> Wait | None:
+        return None if self._discover is None else check_wait(self._discover(record))
+
+    @staticmethod
+    def _holder(state: _Run, now: int) -> Holder:
+        if state.own is None:
+            return Free()
+        return Held(state.own, state.exp > now)
+
+    def _take(self, run: str, state: _Run, owner: str, exp: int) -> None:
+        if state.own != owner:
+            state.claim = None
+        state.own, state.exp = owner, exp
+        self._ready.pop(run, None)
+
+    def _claim_ready(self, run: str, state: _Run, owner: str, now: int, ttl: int) -> None:
+        wait = state.wait
+        key: str | None = None
+        dep_rev: int | None = None
+        if isinstance(wait, Changed):
+            key, dep_rev = wait.dependency, self._revision(wait.dependency)
+        elif isinstance(wait, Poll):
+            key, state.poll_time = wait.key, now
+        self._take(run, state, owner, now + ttl)
+        state.claim = ClaimInfo(key, dep_rev, now)
+
+    def _revision(self, run: str) -> int:
+        state = self._runs.get(run)
+        return 0 if state is None else state.rev
+
+    def _eligible_at(self, state: _Run, now: int) -> int | None:
+        wait = state.wait
+        if state.own is not None or wait is None or state.wrev != state.rev or state.wpv < self._pv:
+            return None
+        at: int | None = None
+        deadline: int | None = None
+        if isinstance(wait, At):
+            at = wait.due
+        elif isinstance(wait, Poll):
+            at = now if state.poll_time is None else state.poll_time + wait.interval
+            deadline = wait.deadline
+        else:
+            if wait.seen is None or self._revision(wait.dependency) != wait.seen:
+                at = now
+            deadline = wait.deadline
+        if deadline is not None and (at is None or deadline < at):
+            at = deadline
+        return at
+
+    def _reindex(self, run: str, state: _Run, now: int, *, dependency_write: bool) -> None:
+        at = self._eligible_at(state, now)
+        if at is None:
+            self._ready.pop(run, None)
+            return
+        if dependency_write and at == now:
+            old = self._ready.get(run)
+            if old is not None and old <= now:
+                return
+        self._ready[run] = at
+
+    def _set_wait(self, run: str, state: _Run, wait: Wait | None) -> None:
+        old = state.wait
+        if isinstance(old, Changed) and (
+                not isinstance(wait, Changed) or wait.dependency != old.dependency):
+            self._dependents.get(old.dependency, set()).discard(run)
+        if isinstance(wait, Changed):
+            self._dependents.setdefault(wait.dependency, set()).add(run)
+        if not (isinstance(wait, Poll) and isinstance(old, Poll) and old.key == wait.key):
+            state.poll_time = None
+        state.wait, state.wrev, state.wpv = wait, state.rev, self._pv
+
+    def _after_write(self, run: str, state: _Run, wait: Wait | None, now: int) -> None:
+        self._set_wait(run, state, wait)
+        self._reindex(run, state, now, dependency_write=False)
+        for waiter in sorted(self._dependents.get(run, ())):
+            self._reindex(waiter, self._runs[waiter], now, dependency_write=True)
+
+    def _snapshot(self) -> dict[str, _Run]:
+        """A copy of every run's state (for tests and debugging)."""
+        with self._lock:
+            return {run: replace(state) for run, state in self._runs.items()}

@@ -1,0 +1,271 @@
+"""The leased run backend port (SPEC §1): its values, its interface and argument checks.
+
+Values are immutable and hashable. Constructors check their own fields, so a bad lease or
+wait is refused where it is made, before any store sees it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Protocol, TypeAlias, runtime_checkable
+
+from .errors import NotFound
+
+# A ttl, an interval or a timestamp must stay exact in a Lua double (2^53) once added to the
+# backend clock; 2^47 ms is about 4,400 years, far beyond any sensible lease.
+MAX_MS = 2**47
+
+
+def _check_text(name: str, value: object) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str, not {type(value).__name__}")
+    if not value:
+        raise ValueError(f"{name} must not be empty")
+    return value
+
+
+def _check_int(name: str, value: object, *, minimum: int, maximum: int = MAX_MS) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+    if not minimum <= value <= maximum:
+        raise ValueError(f"{name} must be between {minimum} and {maximum}, got {value}")
+    return value
+
+
+def _check_optional_int(name: str, value: object, *, minimum: int) -> int | None:
+    return None if value is None else _check_int(name, value, minimum=minimum)
+
+
+# ---------------------------------------------------------------------------- holders
+
+
+@dataclass(frozen=True, slots=True)
+class Free:
+    """Nobody holds the lease."""
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """``owner`` holds the lease; ``live`` while its expiry is ahead of the backend clock."""
+
+    owner: str
+    live: bool
+
+
+Holder: TypeAlias = Free | Held
+
+# ---------------------------------------------------------------------------- leases
+
+
+@dataclass(frozen=True, slots=True)
+class Hold:
+    """Write only while ``owner`` holds the lease (live or expired); leave the lease as is."""
+
+    owner: str
+
+    def __post_init__(self) -> None:
+        _check_text("owner", self.owner)
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """Write while the lease is free, held by ``owner`` or expired; then hold it ``ttl`` ms."""
+
+    owner: str
+    ttl: int
+
+    def __post_init__(self) -> None:
+        _check_text("owner", self.owner)
+        _check_int("ttl", self.ttl, minimum=1)
+
+
+@dataclass(frozen=True, slots=True)
+class Seize:
+    """Write whoever holds the lease; then ``owner`` holds it ``ttl`` ms."""
+
+    owner: str
+    ttl: int
+
+    def __post_init__(self) -> None:
+        _check_text("owner", self.owner)
+        _check_int("ttl", self.ttl, minimum=1)
+
+
+@dataclass(frozen=True, slots=True)
+class Release:
+    """Write whoever holds the lease; then it is free."""
+
+
+Lease: TypeAlias = Hold | Claim | Seize | Release
+
+# ---------------------------------------------------------------------------- reads
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimInfo:
+    """What a ``claim_ready`` saw when it claimed the run.
+
+    ``key`` is the Poll key or the dependency id (None for an ``At`` wait),
+    ``dependency_revision`` the dependency's revision it saw (None unless ``Changed``),
+    ``claimed_at`` the backend time of the claim (UTC ms).
+    """
+
+    key: str | None
+    dependency_revision: int | None
+    claimed_at: int
+
+
+@dataclass(frozen=True, slots=True)
+class Current:
+    """A run as stored: its revision, record bytes, lease holder and ready-claim info."""
+
+    revision: int
+    record: bytes
+    holder: Holder
+    claim: ClaimInfo | None = None
+
+
+# ---------------------------------------------------------------------------- readiness
+
+
+@dataclass(frozen=True, slots=True)
+class Changed:
+    """Wait for ``dependency`` to reach a revision other than ``seen`` (None: never seen).
+
+    An absent dependency counts as revision 0. ``deadline`` (backend UTC ms) makes the run
+    eligible on its own once reached.
+    """
+
+    dependency: str
+    seen: int | None = None
+    deadline: int | None = None
+
+    def __post_init__(self) -> None:
+        _check_text("dependency", self.dependency)
+        _check_optional_int("seen", self.seen, minimum=0)
+        _check_optional_int("deadline", self.deadline, minimum=0)
+
+
+@dataclass(frozen=True, slots=True)
+class Poll:
+    """Observe ``key`` every ``interval`` ms: due at once the first time, then ``interval``
+    after each ready claim. ``deadline`` (backend UTC ms) makes it eligible on its own."""
+
+    key: str
+    interval: int
+    deadline: int | None = None
+
+    def __post_init__(self) -> None:
+        _check_text("key", self.key)
+        _check_int("interval", self.interval, minimum=1)
+        _check_optional_int("deadline", self.deadline, minimum=0)
+
+
+@dataclass(frozen=True, slots=True)
+class At:
+    """Eligible from backend UTC ms ``due`` on; a claim does not consume it."""
+
+    due: int
+
+    def __post_init__(self) -> None:
+        _check_int("due", self.due, minimum=0)
+
+
+Wait: TypeAlias = Changed | Poll | At
+Discover: TypeAlias = Callable[[bytes], Wait | None]
+
+# ---------------------------------------------------------------------------- checks
+
+
+def check_run(run: object) -> str:
+    """A run id: a non-empty str."""
+    return _check_text("run", run)
+
+
+def check_owner(owner: object) -> str:
+    """A lease owner: a non-empty str."""
+    return _check_text("owner", owner)
+
+
+def check_ttl(ttl: object) -> int:
+    """A lease ttl in ms: an int > 0."""
+    return _check_int("ttl", ttl, minimum=1)
+
+
+def check_limit(limit: object) -> int:
+    """A claim limit: an int >= 0."""
+    return _check_int("limit", limit, minimum=0, maximum=1_000_000)
+
+
+def check_revision(expected: object) -> int:
+    """An expected revision: an int >= 0."""
+    return _check_int("expected", expected, minimum=0, maximum=2**53)
+
+
+def check_record(record: object) -> bytes:
+    """Record bytes: exactly ``bytes`` (a copy is not needed: bytes are immutable)."""
+    if not isinstance(record, bytes):
+        raise TypeError(f"record must be bytes, not {type(record).__name__}")
+    return record
+
+
+def check_lease(lease: object) -> Lease:
+    """One of Hold, Claim, Seize, Release."""
+    if not isinstance(lease, Hold | Claim | Seize | Release):
+        raise TypeError(
+            f"lease must be Hold, Claim, Seize or Release, not {type(lease).__name__}")
+    return lease
+
+
+def check_runs(runs: object) -> list[str]:
+    """Runs to renew: an iterable of run ids (not a single str), de-duplicated in order."""
+    if isinstance(runs, str | bytes) or not isinstance(runs, Iterable):
+        raise TypeError("runs must be an iterable of run ids, not a single value")
+    return list(dict.fromkeys(check_run(run) for run in runs))
+
+
+def check_wait(wait: object) -> Wait | None:
+    """What a discover function returned: a Wait or None."""
+    if wait is not None and not isinstance(wait, Changed | Poll | At):
+        raise TypeError(f"discover must return Changed, Poll, At or None, not {wait!r}")
+    return wait
+
+
+def check_projection_version(version: object) -> int:
+    """A projection version: an int >= 0."""
+    return _check_int("projection_version", version, minimum=0, maximum=2**31)
+
+
+# ---------------------------------------------------------------------------- the port
+
+
+@runtime_checkable
+class RunStore(Protocol):
+    """The leased run backend port (SPEC §1), as the sync stores implement it."""
+
+    def now(self) -> int: ...
+    def get(self, run: str) -> Current: ...
+    def insert(self, run: str, record: bytes, lease: Lease) -> None: ...
+    def compare_and_set(self, run: str, expected: int, record: bytes, lease: Lease) -> None: ...
+    def renew(self, owner: str, runs: Iterable[str], ttl: int) -> list[str]: ...
+    def claim_expired(self, owner: str, ttl: int, limit: int) -> list[str]: ...
+    def claim_ready(self, owner: str, ttl: int, limit: int) -> list[str]: ...
+    def refresh(self, run: str) -> bool: ...
+
+
+def confirm_write(store: RunStore, run: str, revision: int, record: bytes) -> bool:
+    """After an ``Unavailable`` insert or compare_and_set, tell whether it is the one stored.
+
+    True: the run is at ``revision`` with exactly ``record`` (the revision an insert writes is
+    1; a compare_and_set writes ``expected + 1``). Because every record the engine writes
+    carries a fresh token, nobody else can have written those bytes. False: not (or no longer)
+    visible; the outcome stays unknown, but the revision fence keeps it harmless: a late
+    apply of the lost write would make the caller's next compare_and_set see a Conflict.
+    Raises ``Unavailable`` when the store still cannot answer.
+    """
+    try:
+        current = store.get(run)
+    except NotFound:
+        return False
+    return current.revision == revision and current.record == record

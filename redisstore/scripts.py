@@ -1,0 +1,50 @@
+"""The Lua scripts, one per operation, read from the ``lua/`` folder.
+
+In a wheel the folder ships as ``redisstore/lua``; in a source checkout it is the top-level
+``lua/``. Each script is sent with the shared fragments of ``_lib.lua`` in front, and is
+called by its SHA1 (EVALSHA); the shells load it only after a NOSCRIPT.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from importlib import resources
+from importlib.abc import Traversable
+from pathlib import Path
+
+
+def lua_dir() -> Traversable:
+    """Where the scripts are: inside the installed package, else the checkout's ``lua/``."""
+    packaged = resources.files(__package__) / "lua"
+    if packaged.is_dir():
+        return packaged
+    return Path(__file__).resolve().parent.parent / "lua"
+
+
+@dataclass(frozen=True, slots=True)
+class Script:
+    """One operation's script: its name, full source and the SHA1 that EVALSHA names."""
+
+    name: str
+    source: bytes = field(repr=False)
+    sha: str
+
+
+def load(name: str, lib: str = "_lib") -> Script:
+    """Read ``lua/<name>.lua`` with the shared fragments ``lua/<lib>.lua`` in front."""
+    folder = lua_dir()
+    source = (folder / f"{lib}.lua").read_bytes() + b"\n" + (folder / f"{name}.lua").read_bytes()
+    return Script(name, source, hashlib.sha1(source).hexdigest())
+
+
+RUN_GET = load("run_get")
+RUN_INSERT = load("run_insert")
+RUN_COMPARE_AND_SET = load("run_compare_and_set")
+RUN_RENEW = load("run_renew")
+RUN_CLAIM_EXPIRED = load("run_claim_expired")
+RUN_CLAIM_READY = load("run_claim_ready")
+RUN_REFRESH = load("run_refresh")
+
+RUN_SCRIPTS = (RUN_GET, RUN_INSERT, RUN_COMPARE_AND_SET, RUN_RENEW, RUN_CLAIM_EXPIRED,
+               RUN_CLAIM_READY, RUN_REFRESH)
