@@ -1,12 +1,4 @@
-"""Conformance suites: one truth, N backends (SPEC §3).
-
-Subclass a suite in a pytest test module and say how to make a fresh, isolated store::
-
-    from redisstore.conformance import RunStoreConformance
-
-    class TestMyRunStore(RunStoreConformance):
-        def make_store(self, *, discover=None):
-            return RedisRunStore(client, namespace=unique_name(), discover=discover)
+"""The leased run backend's conformance suite (SPEC §1).
 
 A backend whose clock the test controls overrides :meth:`RunStoreConformance.advance` and
 sets ``clock_is_controlled = True``; the suite then checks exact boundaries (a lease whose
@@ -22,8 +14,8 @@ from typing import Any, ClassVar
 
 import pytest
 
-from .errors import AlreadyExists, Conflict, LeaseRefused, NotFound
-from .runs import (
+from ..errors import AlreadyExists, Conflict, LeaseRefused, NotFound
+from ..runs import (
     At,
     Changed,
     Claim,
