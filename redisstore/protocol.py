@@ -16,7 +16,6 @@ from . import scripts
 from .errors import AlreadyExists, Conflict, LeaseRefused, NotFound, StoreError, Unavailable
 from .keys import Keyspace
 from .runs import (
-    At,
     Changed,
     Claim,
     ClaimInfo,
@@ -28,7 +27,6 @@ from .runs import (
     Holder,
     Lease,
     Poll,
-    Release,
     Seize,
     Wait,
     check_lease,
@@ -183,7 +181,8 @@ class RunOps:
 
     def now(self) -> Operation[int]:
         """Backend clock, UTC ms."""
-        return (yield Call(None, (), ("TIME",), parse_time, write=False))  # type: ignore[misc]
+        now: int = yield Call(None, (), ("TIME",), parse_time, write=False)
+        return now
 
     def get(self, run: str) -> Operation[Current]:
         """The run's record, revision, holder and claim info."""

@@ -6,11 +6,10 @@ from collections.abc import Iterator
 from types import SimpleNamespace
 
 import fakeredis
+import fakeredis.commands_mixins.server_mixin as fake_server_mixin
 import pytest
 import redis
 from servers import Server, drop_namespace, missing, redis_binary, start, valkey_binary
-
-import fakeredis.commands_mixins.server_mixin as fake_server_mixin
 
 
 class Clock:

@@ -19,7 +19,6 @@ from ..runs import (
     At,
     Changed,
     Claim,
-    ClaimInfo,
     Discover,
     Free,
     Held,
@@ -30,7 +29,6 @@ from ..runs import (
     Release,
     RunStore,
     Seize,
-    Wait,
 )
 
 ME, OTHER = "node-a", "node-b"
@@ -424,7 +422,7 @@ class RunStoreConformance:
 
     @pytest.mark.parametrize("make", [
         lambda: Claim("", 10), lambda: Claim("me", 0), lambda: Seize("me", -1),
-        lambda: Hold(""), lambda: Claim("me", True), lambda: Claim("me", 1.0),
+        lambda: Hold(""), lambda: Claim("me", True), lambda: Claim("me", 1.0),  # type: ignore[arg-type]
         lambda: Poll("k", 0), lambda: Changed(""), lambda: At(-1),
     ])
     def test_bad_values_are_refused_where_made(self, make: Callable[[], Any]) -> None:

@@ -1,0 +1,68 @@
+"""The project itself: the wheel carries the scripts, the compose file's flags are real."""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+import redis
+from servers import Server, redis_binary, start, valkey_binary
+
+import redisstore
+from redisstore import scripts
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _compose_flags(service: str) -> tuple[str, ...]:
+    text = (ROOT / "docker-compose.yml").read_text()
+    block = text.split(f"  {service}:\n", 1)[1]
+    command = block.split("command: >-\n", 1)[1].split("    ports:", 1)[0]
+    words = shlex.split(" ".join(line.strip() for line in command.splitlines()))
+    return tuple(words[1:])  # without the binary's name
+
+
+@pytest.mark.server
+@pytest.mark.parametrize(("service", "find"), [("redis", redis_binary), ("valkey", valkey_binary)])
+def test_compose_flags_are_accepted_by_the_local_server(
+        service: str, find: object, tmp_path: Path) -> None:
+    flags = _compose_flags(service)
+    assert "--maxmemory-policy" in flags and "--appendonly" in flags
+    server: Server = start(find(), service, tmp_path, args=flags)  # type: ignore[operator]
+    try:
+        config = server.client().config_get("*")
+        assert config["appendonly"] == "yes"
+        assert config["appendfsync"] in ("everysec", "always")
+        assert config["maxmemory-policy"] == "noeviction"
+        assert isinstance(server.client().ping(), bool)
+    finally:
+        server.stop()
+
+
+def test_scripts_are_shipped_in_the_wheel(tmp_path: Path) -> None:
+    subprocess.run([sys.executable, "-m", "build", "--wheel", "--outdir", str(tmp_path), str(ROOT)],
+                   check=True, capture_output=True)
+    wheel = next(tmp_path.glob("redisstore-*.whl"))
+    names = set(zipfile.ZipFile(wheel).namelist())
+    lua = sorted(p.name for p in (ROOT / "lua").glob("*.lua"))
+    assert lua, "no scripts in lua/"
+    for name in lua:
+        assert f"redisstore/lua/{name}" in names
+    assert "redisstore/conformance/runs.py" in names
+
+
+def test_scripts_load_from_the_checkout_or_the_package() -> None:
+    folder = scripts.lua_dir()
+    for script in scripts.RUN_SCRIPTS:
+        assert (folder / f"{script.name}.lua").is_file()
+    assert Path(redisstore.__file__).parent.parent == ROOT or "site-packages" in str(folder)
+
+
+def test_scripts_parse_on_a_real_server(redis7: Server) -> None:
+    client: redis.Redis = redis7.client()
+    for script in scripts.RUN_SCRIPTS:
+        assert client.script_load(script.source) == script.sha
