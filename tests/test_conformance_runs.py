@@ -3,6 +3,8 @@ Valkey 8.1 and the machine's own Redis at 127.0.0.1:6379 (in throwaway namespace
 
 from __future__ import annotations
 
+from typing import Any
+
 import fakeredis
 import pytest
 import redis
@@ -24,11 +26,31 @@ class TestMemoryRunStore(RunStoreConformance):
     def make_store(self, *, discover: Discover | None = None) -> RunStore:
         return MemoryRunStore(clock=self.clock, discover=discover)
 
+    def reopen(self, store: RunStore, *, discover: Discover | None,
+               projection_version: int) -> RunStore:
+        assert isinstance(store, MemoryRunStore)
+        return store.sharing(discover=discover, projection_version=projection_version)
+
     def advance(self, store: RunStore, ms: int) -> None:
         self.clock.advance(ms)
 
 
-class TestFakeRedisRunStore(RunStoreConformance):
+class RedisSuite(RunStoreConformance):
+    """The suite on a redis-py client of some server."""
+
+    client: Any
+
+    def make_store(self, *, discover: Discover | None = None) -> RunStore:
+        return RedisRunStore(self.client, namespace=unique_namespace(), discover=discover)
+
+    def reopen(self, store: RunStore, *, discover: Discover | None,
+               projection_version: int) -> RunStore:
+        assert isinstance(store, RedisRunStore)
+        return RedisRunStore(self.client, namespace=store.namespace, discover=discover,
+                             projection_version=projection_version)
+
+
+class TestFakeRedisRunStore(RedisSuite):
     clock_is_controlled = True
 
     @pytest.fixture(autouse=True)
@@ -36,38 +58,33 @@ class TestFakeRedisRunStore(RunStoreConformance):
         self.clock = fake_clock
         self.client = fakeredis.FakeRedis()
 
-    def make_store(self, *, discover: Discover | None = None) -> RunStore:
-        return RedisRunStore(self.client, namespace=unique_namespace(), discover=discover)
-
     def advance(self, store: RunStore, ms: int) -> None:
         self.clock.advance(ms)
 
 
 @pytest.mark.server
-class TestRedis7RunStore(RunStoreConformance):
+class TestRedis7RunStore(RedisSuite):
     @pytest.fixture(autouse=True)
     def _backend(self, redis7: Server) -> None:
         self.client = redis7.client()
 
-    def make_store(self, *, discover: Discover | None = None) -> RunStore:
-        return RedisRunStore(self.client, namespace=unique_namespace(), discover=discover)
-
 
 @pytest.mark.server
-class TestValkey8RunStore(TestRedis7RunStore):
+class TestValkey8RunStore(RedisSuite):
     @pytest.fixture(autouse=True)
-    def _backend(self, valkey8: Server) -> None:  # type: ignore[override]
+    def _backend(self, valkey8: Server) -> None:
         self.client = valkey8.client()
 
 
 @pytest.mark.server
-class TestSharedRedisRunStore(RunStoreConformance):
+class TestSharedRedisRunStore(RedisSuite):
     @pytest.fixture(autouse=True)
     def _backend(self, shared_redis: redis.Redis, namespaces: list[str]) -> None:
         self.client = shared_redis
         self.namespaces = namespaces
 
     def make_store(self, *, discover: Discover | None = None) -> RunStore:
-        namespace = unique_namespace()
-        self.namespaces.append(namespace)
-        return RedisRunStore(self.client, namespace=namespace, discover=discover)
+        store = super().make_store(discover=discover)
+        assert isinstance(store, RedisRunStore)
+        self.namespaces.append(store.namespace)
+        return store

@@ -8,9 +8,8 @@ with margins. Needs pytest (the ``test`` extra).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import Any
 
 import pytest
 
@@ -19,82 +18,20 @@ from ..runs import (
     At,
     Changed,
     Claim,
-    Discover,
     Free,
     Held,
     Hold,
     Holder,
-    Lease,
     Poll,
     Release,
-    RunStore,
     Seize,
 )
-
-ME, OTHER = "node-a", "node-b"
-LONG = 600_000  # a lease that cannot expire during a test
-
-# The holder states a lease condition is checked against.
-STATES = ("free", "mine-live", "mine-expired", "other-live", "other-expired")
-
-# (lease kind, holder state) -> accepted?  SPEC §1.1.
-ACCEPTS: dict[tuple[str, str], bool] = {
-    **{("hold", s): s.startswith("mine") for s in STATES},
-    **{("claim", s): s != "other-live" for s in STATES},
-    **{("seize", s): True for s in STATES},
-    **{("release", s): True for s in STATES},
-}
+from .base import ACCEPTS, LONG, ME, OTHER, STATES, RunSuite, lease_of
+from .readiness import ReadinessRules
 
 
-def _lease(kind: str, owner: str, ttl: int) -> Lease:
-    if kind == "hold":
-        return Hold(owner)
-    if kind == "claim":
-        return Claim(owner, ttl)
-    if kind == "seize":
-        return Seize(owner, ttl)
-    return Release()
-
-
-class RunStoreConformance:
-    """The leased run backend contract (SPEC §1) as pytest tests.
-
-    Implement :meth:`make_store`. Override :meth:`advance` (and set ``clock_is_controlled``)
-    when the backend's clock can be moved by the test.
-    """
-
-    clock_is_controlled: ClassVar[bool] = False
-    #: On a real clock: the ttl of leases a test lets expire, and the sleep margin after it.
-    short_ttl: ClassVar[int] = 40
-    margin: ClassVar[int] = 25
-
-    # ------------------------------------------------------------------ hooks
-
-    def make_store(self, *, discover: Discover | None = None) -> RunStore:
-        """A fresh, isolated store (nothing in it, no other test sees it)."""
-        raise NotImplementedError
-
-    def advance(self, store: RunStore, ms: int) -> None:
-        """Let ``ms`` of backend time pass. On a real clock: sleep a little longer."""
-        time.sleep((ms + self.margin) / 1000)
-
-    # ------------------------------------------------------------------ helpers
-
-    def expire(self, store: RunStore) -> None:
-        """Let every lease of ``short_ttl`` taken before now expire (exactly, if controlled)."""
-        self.advance(store, self.short_ttl)
-
-    def given(self, store: RunStore, run: str, state: str, record: bytes = b"r1") -> None:
-        """Create ``run`` at revision 1 with its lease in ``state`` (one of STATES)."""
-        if state == "free":
-            store.insert(run, record, Release())
-            return
-        owner = ME if state.startswith("mine") else OTHER
-        ttl = self.short_ttl if state.endswith("expired") else LONG
-        store.insert(run, record, Claim(owner, ttl))
-
-    def held(self, store: RunStore, run: str) -> Holder:
-        return store.get(run).holder
+class LeaseRules(RunSuite):
+    """SPEC §1.1 and §1.2's argument rules: records, revisions, leases, renew, claim_expired."""
 
     # ------------------------------------------------------------------ get / now
 
@@ -120,7 +57,7 @@ class RunStoreConformance:
     @pytest.mark.parametrize("kind", ["hold", "claim", "seize", "release"])
     def test_insert_creates_revision_one(self, kind: str) -> None:
         store = self.make_store()
-        store.insert("run", b"first", _lease(kind, ME, LONG))
+        store.insert("run", b"first", lease_of(kind, ME, LONG))
         current = store.get("run")
         assert current.revision == 1
         assert current.record == b"first"
@@ -165,7 +102,7 @@ class RunStoreConformance:
         assert caught.value.current == 1
         assert store.get("run") == before
 
-    def test_compare_and_set_checks_revision_before_lease(self) -> None:
+    def test_compare_and_set_checks_revision_beforelease_of(self) -> None:
         store = self.make_store()
         store.insert("run", b"r1", Claim(OTHER, LONG))
         with pytest.raises(Conflict):
@@ -187,7 +124,7 @@ class RunStoreConformance:
         if state.endswith("expired"):
             self.expire(store)
         before = store.get("run")
-        lease = _lease(kind, ME, LONG)
+        lease = lease_of(kind, ME, LONG)
         if not ACCEPTS[(kind, state)]:
             with pytest.raises(LeaseRefused) as caught:
                 store.compare_and_set("run", 1, b"r2", lease)
@@ -204,7 +141,7 @@ class RunStoreConformance:
         else:
             assert after.holder == Held(ME, True)
 
-    def test_hold_does_not_extend_the_lease(self) -> None:
+    def test_hold_does_not_extend_thelease_of(self) -> None:
         store = self.make_store()
         store.insert("run", b"r1", Claim(ME, self.short_ttl))
         store.compare_and_set("run", 1, b"r2", Hold(ME))
@@ -218,7 +155,7 @@ class RunStoreConformance:
         store = self.make_store()
         store.insert("run", b"r1", Claim(OTHER, self.short_ttl))
         self.expire(store)
-        store.compare_and_set("run", 1, b"r2", _lease(kind, ME, self.short_ttl))
+        store.compare_and_set("run", 1, b"r2", lease_of(kind, ME, self.short_ttl))
         assert self.held(store, "run") == Held(ME, True)
         self.expire(store)
         assert self.held(store, "run") == Held(ME, False)
@@ -285,7 +222,7 @@ class RunStoreConformance:
         self.expire(store)
         assert self.held(store, "run") == Held(ME, False)
 
-    def test_renew_never_revives_an_expired_lease(self) -> None:
+    def test_renew_never_revives_an_expiredlease_of(self) -> None:
         store = self.make_store()
         store.insert("run", b"r", Claim(ME, self.short_ttl))
         self.expire(store)
@@ -428,3 +365,12 @@ class RunStoreConformance:
     def test_bad_values_are_refused_where_made(self, make: Callable[[], Any]) -> None:
         with pytest.raises((ValueError, TypeError)):
             make()
+
+
+class RunStoreConformance(LeaseRules, ReadinessRules):
+    """The whole leased run backend contract (SPEC §1) as pytest tests.
+
+    Implement :meth:`make_store` (and :meth:`reopen`, for the projection-version rules).
+    Override :meth:`advance` and set ``clock_is_controlled`` when the test drives the
+    backend's clock.
+    """
