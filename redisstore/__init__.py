@@ -8,12 +8,14 @@ from .errors import (
     ConcurrentUpdate,
     Conflict,
     LeaseRefused,
+    Misconfigured,
     NotFound,
     StoreError,
     Unavailable,
     UnknownGroup,
 )
-from .memory import MemoryRunStore
+from .memory import MemoryRepository, MemoryRunStore
+from .repository import InstanceLease, InstanceRecord, Repository, Status
 from .runs import (
     At,
     Changed,
@@ -33,7 +35,7 @@ from .runs import (
     Wait,
     confirm_write,
 )
-from .store import RedisRunStore
+from .store import RedisRepository, RedisRunStore
 
 __all__ = [
     "AlreadyExists",
@@ -49,15 +51,22 @@ __all__ = [
     "Held",
     "Hold",
     "Holder",
+    "InstanceLease",
+    "InstanceRecord",
     "Lease",
     "LeaseRefused",
+    "MemoryRepository",
     "MemoryRunStore",
+    "Misconfigured",
     "NotFound",
     "Poll",
+    "RedisRepository",
     "RedisRunStore",
     "Release",
+    "Repository",
     "RunStore",
     "Seize",
+    "Status",
     "StoreError",
     "Unavailable",
     "UnknownGroup",

@@ -104,3 +104,12 @@ def unavailable(exc: BaseException, *, write: bool) -> Unavailable:
             "; the write's outcome is unknown" if write else ""))
     outcome = "; the write's outcome is unknown" if write else ""
     return Unavailable(f"{type(exc).__name__}: {text}{outcome}")
+
+
+class Misconfigured(StoreError):
+    """The server is set up so that the store cannot keep its promises (raised by ``migrate``).
+
+    For instance an eviction policy that may drop the store's keys under memory pressure, or
+    a namespace laid out by a newer version of the library. The message names the setting
+    and the fix.
+    """

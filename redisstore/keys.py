@@ -47,3 +47,36 @@ class Keyspace:
     def dependents(self, dependency: str) -> str:
         """Set of runs whose wait is ``Changed(dependency)``."""
         return f"{self.prefix}d:{dependency}"
+
+    # ------------------------------------------------------------------ instance repository
+    # Names chosen apart from the run store's (r:, leases, ready, d:), so a run store and a
+    # repository can share a namespace.
+
+    def instance(self, id: str) -> str:
+        """The hash of one instance record: payload, group, tenant, lease, version, status."""
+        return f"{self.prefix}inst:{id}"
+
+    def inflight(self, group: str) -> str:
+        """Sorted set: the group's claimable in-flight instance -> lease expiry (µs since
+        the epoch; ``-inf`` without one). Suspended and terminal records are not in it."""
+        return f"{self.prefix}inflight:{group}"
+
+    @property
+    def groups(self) -> str:
+        """Set: the registered engine groups."""
+        return self.prefix + "groups"
+
+    @property
+    def terminal(self) -> str:
+        """Sorted set: terminal instance -> the sequence number of when it became terminal."""
+        return self.prefix + "terminal"
+
+    @property
+    def terminal_seq(self) -> str:
+        """Counter that numbers terminal transitions, for the order of :attr:`terminal`."""
+        return self.prefix + "terminal-seq"
+
+    @property
+    def layout(self) -> str:
+        """The repository layout version ``migrate`` recorded."""
+        return self.prefix + "repo-layout"

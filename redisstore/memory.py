@@ -11,8 +11,11 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 
-from .errors import AlreadyExists, Conflict, LeaseRefused, NotFound
+from . import repository as repo
+from .errors import AlreadyExists, ConcurrentUpdate, Conflict, LeaseRefused, NotFound, UnknownGroup
+from .repository import InstanceRecord, Logger
 from .runs import (
     At,
     Changed,
@@ -282,3 +285,96 @@ class MemoryRunStore:
         """A copy of every run's state (for tests and debugging)."""
         with self._lock:
             return {run: replace(state) for run, state in self._runs.items()}
+
+
+class MemoryRepository:
+    """The instance repository (SPEC §2) kept in this process: the reference for tests.
+
+    Records are stored and returned as copies (values are immutable and payloads are
+    ``bytes``). Terminal records are capped at ``max_terminal``, the oldest to become
+    terminal evicted first with a warning to ``logger``; other records are kept
+    unconditionally. ``now=None`` in :meth:`list_in_flight` is this process's UTC clock,
+    which here *is* the backend's. Thread-safe; state is not shared across processes.
+    """
+
+    def __init__(self, *, max_terminal: int = 1024, logger: Logger | None = None) -> None:
+        self._max_terminal = repo.check_max_terminal(max_terminal)
+        self._logger: Logger = logger if logger is not None else repo.log
+        self._records: dict[str, InstanceRecord] = {}
+        self._groups: set[str] = set()
+        # id -> when it became terminal; dicts keep insertion order, so the first is oldest.
+        self._terminal: dict[str, int] = {}
+        self._terminal_seq = 0
+        self._lock = threading.RLock()
+
+    def save(self, rec: InstanceRecord) -> int:
+        """Store ``rec`` iff ``rec.rec_version`` is the stored version (0 creates)."""
+        rec = repo.check_record(rec)
+        with self._lock:
+            if rec.group not in self._groups:
+                raise UnknownGroup(rec.group)
+            old = self._records.get(rec.id)
+            stored = 0 if old is None else old.rec_version
+            if rec.rec_version != stored:
+                raise ConcurrentUpdate(rec.id, rec.rec_version, stored)
+            self._records[rec.id] = replace(rec, payload=bytes(rec.payload),
+                                            rec_version=stored + 1)
+            if not repo.is_terminal(rec.status):
+                self._terminal.pop(rec.id, None)
+            elif rec.id not in self._terminal:
+                self._terminal_seq += 1
+                self._terminal[rec.id] = self._terminal_seq
+            while len(self._terminal) > self._max_terminal:
+                evicted = next(iter(self._terminal))
+                del self._terminal[evicted]
+                del self._records[evicted]
+                self._logger.warning(
+                    "redisstore: evicted terminal instance %r: more than max_terminal=%d "
+                    "terminal records are kept (the oldest go first)", evicted,
+                    self._max_terminal)
+            return stored + 1
+
+    def load(self, id: str) -> InstanceRecord | None:
+        """The record stored under ``id``, or None."""
+        id = repo.check_id(id)
+        with self._lock:
+            return self._records.get(id)
+
+    def delete(self, id: str) -> None:
+        """Remove the record for ``id``; a no-op when there is none."""
+        id = repo.check_id(id)
+        with self._lock:
+            self._records.pop(id, None)
+            self._terminal.pop(id, None)
+
+    def list_in_flight(self, group: str, now: datetime | None = None) -> list[str]:
+        """Ids of ``group``'s records that are not terminal, not suspended, and whose lease
+        is expired or absent at ``now`` (None: this process's clock), in the Redis order."""
+        group, when = repo.check_group(group), repo.check_now(now)
+        at = datetime.now(UTC) if when is None else when
+        with self._lock:
+            listed = [(rec.lease.expiry, id) for id, rec in self._records.items()
+                      if rec.group == group and repo.record_class(rec.status) == "c"
+                      and rec.lease.expired(at)]
+        # The Redis index's order: no lease first, then by expiry, ties by id.
+        listed.sort(key=lambda e: (e[0] is not None, 0 if e[0] is None else repo.to_us(e[0]), e[1]))
+        return [id for _, id in listed]
+
+    def register_group(self, group: str) -> None:
+        """Establish ``group`` (idempotent)."""
+        group = repo.check_group(group)
+        with self._lock:
+            self._groups.add(group)
+
+    def group_exists(self, group: str) -> bool:
+        """Whether ``group`` is registered."""
+        group = repo.check_group(group)
+        with self._lock:
+            return group in self._groups
+
+    def migrate(self) -> None:
+        """Nothing to prepare in memory; idempotent by nature."""
+
+    def cluster_compatibility(self) -> tuple[bool, str]:
+        """``(False, reason)``: the state lives in this process only."""
+        return False, "in-memory; state is not shared across nodes"

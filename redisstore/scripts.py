@@ -48,3 +48,15 @@ RUN_REFRESH = load("run_refresh")
 
 RUN_SCRIPTS = (RUN_GET, RUN_INSERT, RUN_COMPARE_AND_SET, RUN_RENEW, RUN_CLAIM_EXPIRED,
                RUN_CLAIM_READY, RUN_REFRESH)
+
+# The instance repository's scripts, with their own fragments (lua/_repo_lib.lua).
+REPO_SAVE = load("repo_save", lib="_repo_lib")
+REPO_LOAD = load("repo_load", lib="_repo_lib")
+REPO_DELETE = load("repo_delete", lib="_repo_lib")
+REPO_LIST_IN_FLIGHT = load("repo_list_in_flight", lib="_repo_lib")
+REPO_REGISTER_GROUP = load("repo_register_group", lib="_repo_lib")
+REPO_GROUP_EXISTS = load("repo_group_exists", lib="_repo_lib")
+REPO_MIGRATE = load("repo_migrate", lib="_repo_lib")
+
+REPO_SCRIPTS = (REPO_SAVE, REPO_LOAD, REPO_DELETE, REPO_LIST_IN_FLIGHT, REPO_REGISTER_GROUP,
+                REPO_GROUP_EXISTS, REPO_MIGRATE)

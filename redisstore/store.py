@@ -1,11 +1,14 @@
-"""``RedisRunStore``: the leased run backend on Redis, Valkey or fakeredis (sync)."""
+"""``RedisRunStore`` and ``RedisRepository``: the run backend and the instance repository on
+Redis, Valkey or fakeredis (sync)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import datetime
 from typing import Any
 
 from .protocol import RunOps
+from .repository import InstanceRecord, Logger, RepositoryOps
 from .runs import Current, Discover, Lease
 from .transport import Transport
 
@@ -68,3 +71,72 @@ class RedisRunStore:
     def refresh(self, run: str) -> bool:
         """Re-derive the run's wait from its current record; True if it now has one."""
         return self._io.drive(self._ops.refresh(run))
+
+
+class RedisRepository:
+    """The instance repository (SPEC §2) on a ``redis.Redis``-compatible client.
+
+    Every method is one server-side Lua script, one round trip. ``save`` is a
+    compare-and-set on ``rec_version`` that keeps, in the same atomic step, the indexes
+    right: a per-group sorted set of claimable in-flight records scored by lease expiry
+    (``list_in_flight`` is a range query), the terminal records in the order they became
+    terminal (capped at ``max_terminal``, oldest evicted first, a warning to ``logger``),
+    and the group registry. ``namespace`` isolates repositories sharing a server; all of
+    its keys share the hash tag ``{namespace}``.
+
+    Failures that are not an answer of the contract raise ``Unavailable``; a ``save`` or
+    ``delete`` whose reply was lost is never re-sent (load the record to find out).
+    """
+
+    def __init__(self, client: Any, *, namespace: str = "redisstore", max_terminal: int = 1024,
+                 logger: Logger | None = None) -> None:
+        self._ops = RepositoryOps(namespace, max_terminal, logger)
+        self._io = Transport(client)
+
+    @property
+    def namespace(self) -> str:
+        """The namespace this repository's keys live in."""
+        return self._ops.keys.namespace
+
+    def save(self, rec: InstanceRecord) -> int:
+        """Store ``rec`` iff ``rec.rec_version`` is the stored version (0 creates).
+
+        Returns the new stored version. Raises ``ConcurrentUpdate`` on a mismatch,
+        ``UnknownGroup`` for an unregistered group (nothing written), ``ValueError`` /
+        ``TypeError`` for a bad record (nothing sent).
+        """
+        return self._io.drive(self._ops.save(rec))
+
+    def load(self, id: str) -> InstanceRecord | None:
+        """The record stored under ``id`` (a fresh copy), or None."""
+        return self._io.drive(self._ops.load(id))
+
+    def delete(self, id: str) -> None:
+        """Remove the record for ``id``; a no-op when there is none."""
+        self._io.drive(self._ops.delete(id))
+
+    def list_in_flight(self, group: str, now: datetime | None = None) -> list[str]:
+        """Ids of ``group``'s records that are not terminal, not suspended, and whose lease
+        is expired or absent at ``now`` (None: the server's clock). Unregistered: ``[]``."""
+        return self._io.drive(self._ops.list_in_flight(group, now))
+
+    def register_group(self, group: str) -> None:
+        """Establish ``group`` in the registry (idempotent)."""
+        self._io.drive(self._ops.register_group(group))
+
+    def group_exists(self, group: str) -> bool:
+        """Whether ``group`` is registered."""
+        return self._io.drive(self._ops.group_exists(group))
+
+    def migrate(self) -> None:
+        """Prepare the server, idempotently: load the scripts, record the layout version,
+        and check the settings. Raises ``Misconfigured`` when the server may evict keys
+        (``maxmemory-policy allkeys-*``); warns when nothing is persisted, or when
+        ``CONFIG GET`` is not allowed (managed services), and goes on."""
+        self._io.drive(self._ops.migrate())
+
+    def cluster_compatibility(self) -> tuple[bool, str]:
+        """``(True, reason)``: the state lives in the server, shared by every node."""
+        return True, (f"state lives in Redis, shared by every engine; all keys of namespace "
+                      f"{self.namespace!r} share the hash tag {{{self.namespace}}}, so each "
+                      "operation is one atomic script in one cluster slot")

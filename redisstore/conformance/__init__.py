@@ -12,6 +12,7 @@ A green run is the definition of "implements the contract". Needs pytest (the ``
 extra).
 """
 
+from .repository import RepositoryConformance
 from .runs import RunStoreConformance
 
-__all__ = ["RunStoreConformance"]
+__all__ = ["RepositoryConformance", "RunStoreConformance"]

@@ -1,0 +1,429 @@
+"""The instance repository port (SPEC §2): its values, its interface, argument checks and the
+sans-I/O operations of the Redis repository.
+
+The values are plain data, as in the Go seed: building an :class:`InstanceRecord` with an
+empty group or a naive datetime is allowed, and a repository refuses it when it is saved
+(``ValueError`` / ``TypeError``, before anything is sent). Only the payload is normalised
+on construction: a ``bytearray`` or ``memoryview`` is copied into ``bytes``, so a record
+never aliases a buffer its caller may mutate.
+
+:class:`RepositoryOps` holds the operations as generators of :class:`~redisstore.protocol.Call`
+(exactly like :class:`~redisstore.protocol.RunOps`); the shells only send them. Nothing here
+does I/O.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta, timezone
+from typing import Any, ClassVar, Protocol, runtime_checkable
+
+from . import scripts
+from .errors import ConcurrentUpdate, Misconfigured, StoreError, Unavailable, UnknownGroup
+from .keys import Keyspace
+from .protocol import Call, Operation, text
+
+#: Version of the repository's key layout; ``migrate`` records it in the namespace.
+LAYOUT_VERSION = 1
+
+# rec_version is incremented inside Lua, where numbers are doubles: keep it exact.
+MAX_VERSION = 2**53 - 1
+# The incarnation is stored as text and never computed with; bound it like Go's int64.
+MIN_INT64, MAX_INT64 = -(2**63), 2**63 - 1
+
+_EPOCH = datetime(1970, 1, 1)  # naive: wall-clock arithmetic in _from_us stays in range
+_EPOCH_UTC = _EPOCH.replace(tzinfo=UTC)
+_US = timedelta(microseconds=1)
+
+log = logging.getLogger("redisstore.repository")
+
+
+class Logger(Protocol):
+    """What a repository needs of a logger: ``logging.Logger`` (or an adapter) fits."""
+
+    def warning(self, msg: str, /, *args: Any) -> None:
+        """Record a warning, ``msg % args``."""
+
+
+# ---------------------------------------------------------------------------- values
+
+
+class Status(str):
+    """An instance status. The vocabulary is open: any non-empty string is a status.
+
+    Only ``COMPLETED`` and ``TERMINATED`` are terminal; ``SUSPENDED`` is in flight but not
+    claimable. A status a repository has never heard of counts as in flight and claimable,
+    so the vocabulary can grow without touching the stores. Compares equal to its text.
+    """
+
+    __slots__ = ()
+
+    ACTIVE: ClassVar[Status]
+    SUSPENDED: ClassVar[Status]
+    COMPLETED: ClassVar[Status]
+    TERMINATED: ClassVar[Status]
+
+    def is_terminal(self) -> bool:
+        """True for ``COMPLETED`` and ``TERMINATED``."""
+        return is_terminal(self)
+
+    def __repr__(self) -> str:
+        return f"Status({str.__repr__(self)})"
+
+
+Status.ACTIVE = Status("active")
+Status.SUSPENDED = Status("suspended")
+Status.COMPLETED = Status("completed")
+Status.TERMINATED = Status("terminated")
+
+_TERMINAL = frozenset((Status.COMPLETED, Status.TERMINATED))
+
+
+def is_terminal(status: str) -> bool:
+    """Whether ``status`` (any string) is terminal: completed or terminated."""
+    return status in _TERMINAL
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceLease:
+    """The ownership claim on an instance: who runs it, its fencing incarnation, until when.
+
+    The zero lease (``InstanceLease()``) means unowned. ``expiry`` is a timezone-aware
+    datetime, or None for no expiry at all (an absent lease is always expired).
+    """
+
+    expiry: datetime | None = None
+    owner: str = ""
+    incarnation: int = 0
+
+    def expired(self, now: datetime) -> bool:
+        """True when there is no expiry or ``now >= expiry`` (the boundary is expired)."""
+        now = check_datetime("now", now)
+        if self.expiry is None:
+            return True
+        return now >= check_datetime("lease expiry", self.expiry)
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceRecord:
+    """The durable record of one instance: the engine's checkpoint and its bookkeeping.
+
+    ``payload`` is opaque bytes (a ``bytearray`` or ``memoryview`` is copied into bytes).
+    ``group`` is the creator engine's group and must not be empty when saved; ``tenant``
+    ``""`` is the group's default tenant. ``rec_version`` is the compare-and-set version:
+    0 for a record not stored yet.
+    """
+
+    id: str
+    payload: bytes = field(repr=False)
+    group: str
+    tenant: str = ""
+    lease: InstanceLease = field(default_factory=InstanceLease)
+    rec_version: int = 0
+    status: str = Status.ACTIVE
+
+    def __post_init__(self) -> None:
+        # Copy mutable buffers: the record must not change when the caller's buffer does.
+        if isinstance(self.payload, bytearray | memoryview):
+            object.__setattr__(self, "payload", bytes(self.payload))
+        if isinstance(self.status, str) and not isinstance(self.status, Status):
+            object.__setattr__(self, "status", Status(self.status))
+
+
+@runtime_checkable
+class Repository(Protocol):
+    """The instance repository port (SPEC §2), as the sync repositories implement it.
+
+    ``migrate()`` and ``cluster_compatibility()`` are optional capabilities (the seed's
+    ``Migrator`` and ``ClusterAware``); both bundled repositories have them.
+    """
+
+    def save(self, rec: InstanceRecord) -> int: ...
+    def load(self, id: str) -> InstanceRecord | None: ...
+    def delete(self, id: str) -> None: ...
+    def list_in_flight(self, group: str, now: datetime | None = None) -> list[str]: ...
+    def register_group(self, group: str) -> None: ...
+    def group_exists(self, group: str) -> bool: ...
+
+
+# ---------------------------------------------------------------------------- checks
+
+
+def _check_text(name: str, value: object, *, empty: bool = False) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str, not {type(value).__name__}")
+    if not value and not empty:
+        raise ValueError(f"{name} must not be empty")
+    return value
+
+
+def _check_int(name: str, value: object, minimum: int, maximum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+    if not minimum <= value <= maximum:
+        raise ValueError(f"{name} must be between {minimum} and {maximum}, got {value}")
+    return value
+
+
+def check_id(id: object) -> str:
+    """An instance id: a non-empty str."""
+    return _check_text("id", id)
+
+
+def check_group(group: object) -> str:
+    """An engine group: a non-empty str (an ungrouped engine is a group of its own)."""
+    return _check_text("group", group)
+
+
+def check_datetime(name: str, value: object) -> datetime:
+    """A timezone-aware datetime (a naive one has no defined instant: ValueError)."""
+    if not isinstance(value, datetime):
+        raise TypeError(f"{name} must be a datetime, not {type(value).__name__}")
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ValueError(f"{name} must be timezone-aware, got the naive {value!r}")
+    return value
+
+
+def check_now(now: object) -> datetime | None:
+    """``list_in_flight``'s ``now``: None (the backend clock) or an aware datetime."""
+    return None if now is None else check_datetime("now", now)
+
+
+def check_max_terminal(max_terminal: object) -> int:
+    """The terminal cap: an int >= 0 (0 keeps no terminal record)."""
+    return _check_int("max_terminal", max_terminal, 0, MAX_VERSION)
+
+
+def check_lease(lease: object) -> InstanceLease:
+    """An InstanceLease with an aware (or no) expiry, a str owner, an int64 incarnation."""
+    if not isinstance(lease, InstanceLease):
+        raise TypeError(f"lease must be an InstanceLease, not {type(lease).__name__}")
+    if lease.expiry is not None:
+        check_datetime("lease expiry", lease.expiry)
+    _check_text("lease owner", lease.owner, empty=True)
+    _check_int("lease incarnation", lease.incarnation, MIN_INT64, MAX_INT64)
+    return lease
+
+
+def check_record(rec: object) -> InstanceRecord:
+    """A record fit to be saved; raises ValueError / TypeError naming the bad field."""
+    if not isinstance(rec, InstanceRecord):
+        raise TypeError(f"save takes an InstanceRecord, not {type(rec).__name__}")
+    check_id(rec.id)
+    if not isinstance(rec.payload, bytes):
+        raise TypeError(f"payload must be bytes, not {type(rec.payload).__name__}")
+    check_group(rec.group)
+    _check_text("tenant", rec.tenant, empty=True)
+    check_lease(rec.lease)
+    _check_int("rec_version", rec.rec_version, 0, MAX_VERSION - 1)
+    _check_text("status", rec.status)
+    return rec
+
+
+# ---------------------------------------------------------------------------- encodings
+
+
+def to_us(value: datetime) -> int:
+    """An aware datetime as integer microseconds since the Unix epoch (exact)."""
+    return (value - _EPOCH_UTC) // _US
+
+
+def offset_us(value: datetime) -> int:
+    """The datetime's UTC offset in microseconds, kept so it loads back in its own offset."""
+    offset = value.utcoffset()
+    assert offset is not None
+    return offset // _US
+
+
+def from_us(us: int, offset: int = 0) -> datetime:
+    """The datetime ``us`` microseconds after the epoch, in a fixed ``offset`` (µs) zone."""
+    tz = UTC if offset == 0 else timezone(timedelta(microseconds=offset))
+    # Compute the local wall time directly: going through UTC could leave datetime's range
+    # for an instant near datetime.min/max that is representable in its own offset.
+    return (_EPOCH + timedelta(microseconds=us + offset)).replace(tzinfo=tz)
+
+
+def record_class(status: str) -> str:
+    """How a status is indexed: 't' terminal, 's' suspended, 'c' claimable when expired."""
+    if is_terminal(status):
+        return "t"
+    if status == Status.SUSPENDED:
+        return "s"
+    return "c"
+
+
+def parse_record(id: str, reply: list[Any]) -> InstanceRecord:
+    """repo_load's reply as an InstanceRecord."""
+    _, version, payload, group, tenant, expiry, offset, owner, incarnation, status = reply
+    expiry_text = text(expiry) if expiry is not None else ""
+    lease = InstanceLease(
+        expiry=from_us(int(expiry_text), int(offset or 0)) if expiry_text else None,
+        owner=text(owner or b""),
+        incarnation=int(incarnation or 0),
+    )
+    return InstanceRecord(id=id, payload=bytes(payload), group=text(group),
+                          tenant=text(tenant or b""), lease=lease, rec_version=int(version),
+                          status=Status(text(status)))
+
+
+def _reply(reply: Any) -> list[Any]:
+    if not isinstance(reply, list) or not reply:
+        raise Unavailable(f"unexpected script reply: {reply!r}")
+    return reply
+
+
+def _server_error(exc: StoreError) -> bool:
+    """Whether a failed call got an error reply (the server answered), not a lost link."""
+    return isinstance(exc, Unavailable) and exc.reason.startswith("ResponseError")
+
+
+# Eviction policies that may drop keys without a TTL, i.e. ours. volatile-* only evicts
+# keys with an expiry, which the repository never sets.
+_EVICTING = ("allkeys-lru", "allkeys-lfu", "allkeys-random")
+
+
+# ---------------------------------------------------------------------------- operations
+
+
+class RepositoryOps:
+    """The repository's operations over one namespace, as pure generators of calls."""
+
+    def __init__(self, namespace: str, max_terminal: int = 1024,
+                 logger: Logger | None = None) -> None:
+        self.keys = Keyspace(namespace)
+        self.max_terminal = check_max_terminal(max_terminal)
+        self.logger: Logger = logger if logger is not None else log
+
+    def save(self, rec: InstanceRecord) -> Operation[int]:
+        """Compare-and-set on ``rec_version``; returns the new stored version."""
+        rec = check_record(rec)
+        lease = rec.lease
+        expiry = "" if lease.expiry is None else str(to_us(lease.expiry))
+        offset = 0 if lease.expiry is None else offset_us(lease.expiry)
+        args = (self.keys.prefix, rec.id, rec.rec_version, rec.payload, rec.group, rec.tenant,
+                expiry, offset, lease.owner, lease.incarnation, str(rec.status),
+                record_class(rec.status), self.max_terminal)
+        keys = (self.keys.instance(rec.id), self.keys.groups, self.keys.inflight(rec.group),
+                self.keys.terminal, self.keys.terminal_seq)
+
+        def parse(raw: Any) -> int:
+            reply = _reply(raw)
+            if reply[0] == 3:
+                raise ConcurrentUpdate(rec.id, rec.rec_version, int(reply[1]))
+            if reply[0] == 5:
+                raise UnknownGroup(rec.group)
+            if reply[0] != 0:
+                raise Unavailable(f"unexpected script reply: {reply!r}")
+            for evicted in reply[2:]:
+                self.warn_evicted(text(evicted))
+            return int(reply[1])
+
+        return (yield Call(scripts.REPO_SAVE, keys, args, parse))  # type: ignore[no-any-return]
+
+    def warn_evicted(self, id: str) -> None:
+        """The warning for one evicted terminal record."""
+        self.logger.warning(
+            "redisstore: evicted terminal instance %r: more than max_terminal=%d terminal "
+            "records are kept (the oldest go first)", id, self.max_terminal)
+
+    def load(self, id: str) -> Operation[InstanceRecord | None]:
+        """The record stored under ``id``, or None."""
+        id = check_id(id)
+        reply = yield Call(scripts.REPO_LOAD, (self.keys.instance(id),), (self.keys.prefix,),
+                           _reply, write=False)
+        if reply[0] == 1:
+            return None
+        if reply[0] != 0:
+            raise Unavailable(f"unexpected script reply: {reply!r}")
+        return parse_record(id, reply)
+
+    def delete(self, id: str) -> Operation[None]:
+        """Remove the record and its index entries; a no-op when absent."""
+        id = check_id(id)
+        yield Call(scripts.REPO_DELETE, (self.keys.instance(id), self.keys.terminal),
+                   (self.keys.prefix, id), _reply)
+
+    def list_in_flight(self, group: str, now: datetime | None = None) -> Operation[list[str]]:
+        """Claimable ids of ``group`` at ``now`` (None: the server's clock)."""
+        group, when = check_group(group), check_now(now)
+        at = "" if when is None else str(to_us(when))
+        reply = yield Call(scripts.REPO_LIST_IN_FLIGHT, (self.keys.inflight(group),),
+                           (self.keys.prefix, at), _reply, write=False)
+        return [text(id) for id in reply[1:]]
+
+    def register_group(self, group: str) -> Operation[None]:
+        """Add ``group`` to the registry (idempotent)."""
+        group = check_group(group)
+        yield Call(scripts.REPO_REGISTER_GROUP, (self.keys.groups,), (self.keys.prefix, group),
+                   _reply)
+
+    def group_exists(self, group: str) -> Operation[bool]:
+        """Whether ``group`` is registered."""
+        group = check_group(group)
+        reply = yield Call(scripts.REPO_GROUP_EXISTS, (self.keys.groups,),
+                           (self.keys.prefix, group), _reply, write=False)
+        return bool(reply[1])
+
+    # ------------------------------------------------------------------ migrate
+
+    def load_scripts(self) -> Operation[None]:
+        """SCRIPT LOAD every repository script (a replica or a restarted server has none)."""
+        for script in scripts.REPO_SCRIPTS:
+            yield Call(None, (), ("SCRIPT", "LOAD", script.source), lambda r: r, write=False)
+
+    def record_layout(self) -> Operation[int]:
+        """Record this library's layout version; returns the one found (0: none)."""
+
+        def parse(raw: Any) -> int:
+            reply = _reply(raw)
+            if reply[0] == 6:
+                raise Misconfigured(
+                    f"namespace {self.keys.namespace!r} has repository layout version "
+                    f"{int(reply[1])}, newer than this library's {LAYOUT_VERSION}: "
+                    "upgrade redisstore on this node")
+            return int(reply[1])
+
+        return (yield Call(scripts.REPO_MIGRATE, (self.keys.layout,),  # type: ignore[no-any-return]
+                           (self.keys.prefix, LAYOUT_VERSION), parse))
+
+    def config_get(self, name: str) -> Operation[str | None]:
+        """One CONFIG GET value (None when the server does not know the setting)."""
+        reply = yield Call(None, (), ("CONFIG", "GET", name), lambda r: r, write=False)
+        if isinstance(reply, dict):  # RESP3
+            values = {text(k): v for k, v in reply.items()}
+        else:
+            values = {text(reply[i]): reply[i + 1] for i in range(0, len(reply) - 1, 2)}
+        value = values.get(name)
+        return None if value is None else text(value)
+
+    def migrate(self) -> Operation[None]:
+        """Load the scripts, record the layout version, and inspect the server's settings.
+
+        Raises :class:`Misconfigured` when the server may evict our keys; warns when it
+        persists nothing; warns and goes on when ``CONFIG GET`` is refused.
+        """
+        yield from self.load_scripts()
+        yield from self.record_layout()
+        try:
+            policy = yield from self.config_get("maxmemory-policy")
+            save = yield from self.config_get("save")
+            appendonly = yield from self.config_get("appendonly")
+        except StoreError as exc:
+            if not _server_error(exc):
+                raise
+            self.logger.warning(
+                "redisstore: CONFIG GET is not allowed on this server (%s); cannot check "
+                "maxmemory-policy or persistence. Make sure the server never evicts keys "
+                "(maxmemory-policy noeviction) and persists them (AOF or RDB)", exc)
+            return
+        if policy in _EVICTING:
+            raise Misconfigured(
+                f"maxmemory-policy is {policy}: under memory pressure the server may evict "
+                "the repository's records and indexes. Fix: CONFIG SET maxmemory-policy "
+                "noeviction (and set it in redis.conf so it survives a restart)")
+        if (save or "") == "" and appendonly != "yes":
+            self.logger.warning(
+                "redisstore: this server persists nothing (save \"\" and appendonly no): "
+                "every instance record is lost when it restarts. Enable AOF "
+                "(CONFIG SET appendonly yes) or RDB snapshots")
