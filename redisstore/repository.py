@@ -274,8 +274,12 @@ def _reply(reply: Any) -> list[Any]:
 
 
 def _server_error(exc: StoreError) -> bool:
-    """Whether a failed call got an error reply (the server answered), not a lost link."""
-    return isinstance(exc, Unavailable) and exc.reason.startswith("ResponseError")
+    """Whether a failed call got an error reply (the server answered: NOPERM, unknown
+    command...), not a lost link. The shells chain the client's exception as the cause; its
+    class is matched by name so this module needs no client library."""
+    cause = exc.__cause__
+    return cause is not None and any(
+        cls.__name__ == "ResponseError" for cls in type(cause).__mro__)
 
 
 # Eviction policies that may drop keys without a TTL, i.e. ours. volatile-* only evicts

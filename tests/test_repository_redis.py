@@ -1,0 +1,408 @@
+"""What only the Redis repository has: migrate(), cluster compatibility, the key layout and
+its indexes, clients, failures."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import fakeredis
+import pytest
+import redis
+from faultproxy import FaultProxy
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+from servers import EPHEMERAL, Server, free_port, redis_binary, start, unique_namespace
+
+from redisstore import (
+    ConcurrentUpdate,
+    InstanceLease,
+    InstanceRecord,
+    Misconfigured,
+    RedisRepository,
+    RedisRunStore,
+    Release,
+    Status,
+    Unavailable,
+    scripts,
+)
+from redisstore.conformance.repository import RecordingLogger
+from redisstore.keys import Keyspace
+from redisstore.protocol import Call
+from redisstore.repository import LAYOUT_VERSION, RepositoryOps, record_class
+from redisstore.transport import Transport
+
+G = "engines"
+T0 = datetime(2031, 5, 6, 7, 8, 9, 123456, tzinfo=UTC)
+
+
+def rec(id: str, group: str = G, **fields: object) -> InstanceRecord:
+    fields.setdefault("payload", f"doc {id}".encode())
+    return InstanceRecord(id=id, group=group, **fields)  # type: ignore[arg-type]
+
+
+@pytest.fixture(params=["fakeredis", "redis7", "valkey8"])
+def client(request: pytest.FixtureRequest) -> redis.Redis:
+    if request.param == "fakeredis":
+        return fakeredis.FakeRedis()
+    server: Server = request.getfixturevalue(request.param)
+    return server.client()
+
+
+@pytest.fixture(scope="module")
+def private(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """A Redis 7 of our own whose settings the tests change (started evicting, on purpose)."""
+    server = start(redis_binary(), "redis-server (Redis 7)", tmp_path_factory.mktemp("private"),
+                   args=(*EPHEMERAL, "--maxmemory-policy", "allkeys-lru"))
+    yield server
+    server.stop()
+
+
+def _keys(client: redis.Redis, namespace: str) -> set[str]:
+    return {k.decode() for k in client.scan_iter(match="{" + namespace + "}:*")}
+
+
+# ---------------------------------------------------------------------------- migrate
+
+
+@pytest.mark.server
+def test_migrate_is_idempotent_and_records_the_layout_version(redis7: Server) -> None:
+    client = redis7.client()
+    namespace = unique_namespace()
+    repo = RedisRepository(client, namespace=namespace, logger=RecordingLogger())
+    repo.migrate()
+    layout = Keyspace(namespace).layout
+    assert client.get(layout) == str(LAYOUT_VERSION).encode()
+    repo.register_group(G)
+    repo.save(rec("i1"))
+    before = _keys(client, namespace)
+    repo.migrate()
+    repo.migrate()
+    assert _keys(client, namespace) == before
+    assert client.get(layout) == str(LAYOUT_VERSION).encode()
+    assert repo.load("i1") == rec("i1", rec_version=1)
+
+
+@pytest.mark.server
+def test_migrate_loads_every_script(redis7: Server) -> None:
+    client = redis7.client()
+    client.script_flush()
+    RedisRepository(client, namespace=unique_namespace(), logger=RecordingLogger()).migrate()
+    assert all(client.script_exists(*(s.sha for s in scripts.REPO_SCRIPTS)))
+
+
+@pytest.mark.server
+def test_migrate_refuses_a_newer_layout(redis7: Server) -> None:
+    client = redis7.client()
+    namespace = unique_namespace()
+    client.set(Keyspace(namespace).layout, LAYOUT_VERSION + 1)
+    repo = RedisRepository(client, namespace=namespace, logger=RecordingLogger())
+    with pytest.raises(Misconfigured, match="upgrade"):
+        repo.migrate()
+    assert client.get(Keyspace(namespace).layout) == str(LAYOUT_VERSION + 1).encode()
+
+
+@pytest.mark.server
+@pytest.mark.parametrize("policy", ["allkeys-lru", "allkeys-lfu", "allkeys-random"])
+def test_migrate_refuses_an_evicting_policy(private: Server, policy: str) -> None:
+    client = private.client()
+    client.config_set("maxmemory-policy", policy)
+    try:
+        repo = RedisRepository(client, namespace=unique_namespace(), logger=RecordingLogger())
+        with pytest.raises(Misconfigured) as caught:
+            repo.migrate()
+        message = str(caught.value)
+        assert "maxmemory-policy" in message and policy in message
+        assert "CONFIG SET maxmemory-policy noeviction" in message
+    finally:
+        client.config_set("maxmemory-policy", "allkeys-lru")
+
+
+@pytest.mark.server
+def test_the_server_started_evicting(private: Server) -> None:
+    # The refusal above is against a server started with the setting, not only a CONFIG SET.
+    assert private.client().config_get("maxmemory-policy") == {
+        "maxmemory-policy": "allkeys-lru"}
+
+
+@pytest.mark.server
+@pytest.mark.parametrize("policy", ["noeviction", "volatile-lru", "volatile-ttl"])
+def test_migrate_accepts_policies_that_never_evict_our_keys(private: Server, policy: str) -> None:
+    client = private.client()
+    client.config_set("maxmemory-policy", policy)
+    try:
+        RedisRepository(client, namespace=unique_namespace(), logger=RecordingLogger()).migrate()
+    finally:
+        client.config_set("maxmemory-policy", "allkeys-lru")
+
+
+@pytest.mark.server
+def test_migrate_warns_when_nothing_is_persisted(private: Server) -> None:
+    client = private.client()
+    client.config_set("maxmemory-policy", "noeviction")
+    try:
+        logger = RecordingLogger()
+        RedisRepository(client, namespace=unique_namespace(), logger=logger).migrate()
+        assert len(logger.warnings) == 1
+        assert "persists nothing" in logger.warnings[0]
+        client.config_set("save", "3600 1")
+        quiet = RecordingLogger()
+        RedisRepository(client, namespace=unique_namespace(), logger=quiet).migrate()
+        assert quiet.warnings == []
+    finally:
+        client.config_set("save", "")
+        client.config_set("maxmemory-policy", "allkeys-lru")
+
+
+@pytest.mark.server
+def test_migrate_with_aof_only_does_not_warn(tmp_path: Path) -> None:
+    server = start(redis_binary(), "redis-server (Redis 7)", tmp_path,
+                   args=("--save", "", "--appendonly", "yes"))
+    try:
+        logger = RecordingLogger()
+        RedisRepository(server.client(), namespace=unique_namespace(), logger=logger).migrate()
+        assert logger.warnings == []
+    finally:
+        server.stop()
+
+
+@pytest.mark.server
+def test_migrate_without_config_permission_says_so_and_goes_on(private: Server) -> None:
+    admin = private.client()
+    user = f"app-{unique_namespace()}"
+    admin.execute_command("ACL", "SETUSER", user, "on", ">secret", "~*", "&*", "+@all",
+                          "-config")
+    try:
+        client = private.client(username=user, password="secret")
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            client.config_get("maxmemory-policy")
+        namespace = unique_namespace()
+        logger = RecordingLogger()
+        repo = RedisRepository(client, namespace=namespace, logger=logger)
+        repo.migrate()  # the server is evicting, but we cannot know: warn and go on
+        assert len(logger.warnings) == 1
+        assert "CONFIG GET is not allowed" in logger.warnings[0]
+        assert "noeviction" in logger.warnings[0]
+        assert admin.get(Keyspace(namespace).layout) == str(LAYOUT_VERSION).encode()
+        repo.register_group(G)
+        assert repo.save(rec("i1")) == 1
+    finally:
+        admin.execute_command("ACL", "DELUSER", user)
+
+
+def test_migrate_on_fakeredis_says_config_is_not_allowed() -> None:
+    logger = RecordingLogger()
+    RedisRepository(fakeredis.FakeRedis(), namespace=unique_namespace(), logger=logger).migrate()
+    assert len(logger.warnings) == 1 and "CONFIG GET is not allowed" in logger.warnings[0]
+
+
+def test_migrate_on_an_unreachable_server_is_unavailable() -> None:
+    client = redis.Redis(host="127.0.0.1", port=free_port(), socket_timeout=1,
+                         retry=Retry(NoBackoff(), 1))
+    logger = RecordingLogger()
+    with pytest.raises(Unavailable):
+        RedisRepository(client, namespace=unique_namespace(), logger=logger).migrate()
+    assert logger.warnings == []
+
+
+# ---------------------------------------------------------------------------- capabilities
+
+
+def test_cluster_compatibility() -> None:
+    repo = RedisRepository(fakeredis.FakeRedis(), namespace="ns-1")
+    ok, reason = repo.cluster_compatibility()
+    assert ok is True
+    assert "{ns-1}" in reason
+
+
+# ---------------------------------------------------------------------------- layout
+
+
+def test_every_key_shares_the_hash_tag_and_leaves_the_run_store_alone(
+        client: redis.Redis) -> None:
+    namespace = unique_namespace()
+    repo = RedisRepository(client, namespace=namespace)
+    runs = RedisRunStore(client, namespace=namespace)
+    repo.register_group(G)
+    for id in ("x", "a:b{c}", "leases", "r:x"):
+        runs.insert(id, b"run " + id.encode(), Release())
+        repo.save(rec(id, lease=InstanceLease(T0, "n", 1)))
+        repo.save(rec(f"done {id}", status=Status.COMPLETED))
+    keys = _keys(client, namespace)
+    assert all(k.startswith("{" + namespace + "}:") for k in keys)
+    space = Keyspace(namespace)
+    run_keys = {space.run(id) for id in ("x", "a:b{c}", "leases", "r:x")}
+    assert run_keys <= keys
+    for id in ("x", "a:b{c}", "leases", "r:x"):
+        assert runs.get(id).record == b"run " + id.encode()
+        loaded = repo.load(id)
+        assert loaded is not None and loaded.payload == f"doc {id}".encode()
+    assert sorted(repo.list_in_flight(G, T0)) == sorted(["x", "a:b{c}", "leases", "r:x"])
+
+
+def test_indexes_follow_status_and_delete(client: redis.Redis) -> None:
+    namespace = unique_namespace()
+    space = Keyspace(namespace)
+    repo = RedisRepository(client, namespace=namespace)
+    repo.register_group(G)
+    repo.register_group("other")
+
+    def where() -> tuple[bool, bool, bool]:
+        return (client.zscore(space.inflight(G), "i1") is not None,
+                client.zscore(space.inflight("other"), "i1") is not None,
+                client.zscore(space.terminal, "i1") is not None)
+
+    repo.save(rec("i1"))
+    assert where() == (True, False, False)
+    assert client.zscore(space.inflight(G), "i1") == float("-inf")
+    repo.save(rec("i1", status=Status.SUSPENDED, rec_version=1))
+    assert where() == (False, False, False)
+    repo.save(rec("i1", group="other", lease=InstanceLease(T0, "n", 1), rec_version=2))
+    assert where() == (False, True, False)
+    assert client.zscore(space.inflight("other"), "i1") == (T0 - datetime(
+        1970, 1, 1, tzinfo=UTC)) // timedelta(microseconds=1)
+    repo.save(rec("i1", group="other", status=Status.TERMINATED, rec_version=3))
+    assert where() == (False, False, True)
+    repo.delete("i1")
+    assert where() == (False, False, False)
+    assert not client.exists(space.instance("i1"))
+
+
+def test_status_classes() -> None:
+    assert [record_class(s) for s in ("active", "suspended", "completed", "terminated",
+                                      "new-one")] == ["c", "s", "t", "t", "c"]
+
+
+def test_list_in_flight_is_a_range_query_over_the_group_alone(client: redis.Redis) -> None:
+    """A large population of other groups and terminal records changes nothing in the
+    result, and stays out of the group's index (the timing is in the benchmark)."""
+    namespace = unique_namespace()
+    space = Keyspace(namespace)
+    repo = RedisRepository(client, namespace=namespace, max_terminal=10**6)
+    ops = RepositoryOps(namespace, max_terminal=10**6)
+    for group in (G, "crowd-1", "crowd-2"):
+        repo.register_group(group)
+    expected = set()
+    for i in range(200):
+        lease = InstanceLease(T0 + timedelta(seconds=i - 100), "n", 1)
+        status = (Status.ACTIVE, Status.SUSPENDED, "custom", Status.COMPLETED)[i % 4]
+        repo.save(rec(f"mine-{i}", lease=lease, status=status))
+        if i <= 100 and i % 4 in (0, 2):
+            expected.add(f"mine-{i}")
+    # The crowd: claimable records of other groups and terminal ones, pipelined.
+    crowd = 3_000 if isinstance(client, fakeredis.FakeRedis) else 30_000  # fakeredis is slow
+    pipe = client.pipeline(transaction=False)
+    for i in range(crowd):
+        group = ("crowd-1", "crowd-2", G)[i % 3]
+        status = Status.COMPLETED if group == G else Status.ACTIVE
+        call = next(ops.save(rec(f"crowd-{i}", group=group, status=status)))
+        pipe.execute_command(*call.command())
+        if i % 2000 == 1999:
+            pipe.execute()
+    pipe.execute()
+    assert set(repo.list_in_flight(G, T0)) == expected
+    assert len(repo.list_in_flight(G, T0)) == len(expected)
+    assert client.zcard(space.inflight(G)) == 100  # active + custom of mine only
+    assert client.zcard(space.inflight("crowd-1")) == crowd // 3
+    assert len(repo.list_in_flight("crowd-2", T0)) == crowd // 3
+    assert client.zcard(space.terminal) == crowd // 3 + 50
+
+
+# ---------------------------------------------------------------------------- clients
+
+
+def test_script_flush_is_reloaded_transparently(client: redis.Redis) -> None:
+    repo = RedisRepository(client, namespace=unique_namespace())
+    repo.register_group(G)
+    client.script_flush()
+    assert repo.save(rec("i1")) == 1
+    client.script_flush()
+    assert repo.list_in_flight(G, T0) == ["i1"]
+
+
+@pytest.mark.server
+def test_decoding_clients_still_get_bytes(redis7: Server) -> None:
+    repo = RedisRepository(redis7.client(decode_responses=True), namespace=unique_namespace())
+    repo.register_group(G)
+    payload = bytes(range(256))
+    repo.save(rec("ünï", payload=payload, tenant="tënant"))
+    loaded = repo.load("ünï")
+    assert loaded is not None and loaded.payload == payload and loaded.tenant == "tënant"
+    assert repo.list_in_flight(G, T0) == ["ünï"]
+    assert repo.group_exists(G) is True
+
+
+def test_every_repository_script_is_headed_by_keys_argv_and_reply() -> None:
+    folder = scripts.lua_dir()
+    for script in scripts.REPO_SCRIPTS:
+        body = (folder / f"{script.name}.lua").read_text()
+        head = body.split("\n\n")[0]
+        assert head.startswith(f"-- {script.name}:"), script.name
+        assert "-- KEYS[1]" in head and "-- ARGV[1]" in head and "-- Reply" in head
+        for n in {int(n) for n in re.findall(r"ARGV\[(\d+)\]", body)}:
+            assert re.search(rf"ARGV\[{n}\]", head), (script.name, n)
+        for n in {int(n) for n in re.findall(r"KEYS\[(\d+)\]", body)}:
+            assert re.search(rf"KEYS\[{n}\]", head), (script.name, n)
+
+
+# ---------------------------------------------------------------------------- failures
+
+
+def test_refused_connection_is_unavailable() -> None:
+    # Reads may retry; one quick retry keeps the test short (writes never retry anyway).
+    client = redis.Redis(host="127.0.0.1", port=free_port(), socket_timeout=1,
+                         retry=Retry(NoBackoff(), 1))
+    repo = RedisRepository(client, namespace=unique_namespace())
+    with pytest.raises(Unavailable) as caught:
+        repo.save(rec("i1"))
+    assert "unknown" in caught.value.reason
+    with pytest.raises(Unavailable) as caught:
+        repo.delete("i1")
+    assert "unknown" in caught.value.reason
+    for read in (lambda: repo.load("i1"), lambda: repo.list_in_flight(G),
+                 lambda: repo.group_exists(G), lambda: repo.register_group(G)):
+        with pytest.raises(Unavailable):
+            read()
+
+
+@pytest.fixture
+def proxy(redis7: Server) -> Iterator[FaultProxy]:
+    with FaultProxy(redis7.port) as p:
+        yield p
+
+
+@pytest.mark.server
+def test_lost_reply_of_a_save_is_unavailable_and_applied_once(proxy: FaultProxy,
+                                                              redis7: Server) -> None:
+    """The client keeps redis-py's default retry: the repository must not let it replay."""
+    namespace = unique_namespace()
+    direct = RedisRepository(redis7.client(), namespace=namespace)
+    direct.register_group(G)
+    client = redis.Redis(host=proxy.host, port=proxy.port, socket_timeout=0.5)
+    client.ping()
+    for script in scripts.REPO_SCRIPTS:  # the dropped reply must be the save's own
+        client.script_load(script.source)
+    repo = RedisRepository(client, namespace=namespace)
+    proxy.drop_replies(1)
+    with pytest.raises(Unavailable) as caught:
+        repo.save(rec("i1", payload=b"token-1"))
+    assert "unknown" in caught.value.reason
+    loaded = direct.load("i1")
+    assert loaded is not None and (loaded.rec_version, loaded.payload) == (1, b"token-1")
+    with pytest.raises(ConcurrentUpdate):  # the caller's blind retry is fenced
+        repo.save(rec("i1", payload=b"token-1"))
+
+
+def test_a_script_error_is_unavailable() -> None:
+    client = fakeredis.FakeRedis()
+    namespace = unique_namespace()
+    repo = RedisRepository(client, namespace=namespace)
+    repo.register_group(G)
+    client.set(Keyspace(namespace).inflight(G), "not a sorted set")
+    with pytest.raises(Unavailable):
+        repo.save(rec("i1"))
+    transport = Transport(client)
+    with pytest.raises(Unavailable):
+        transport.run(Call(None, (), ("NO-SUCH-COMMAND",), lambda r: r, write=False))
