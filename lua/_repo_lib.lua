@@ -17,7 +17,7 @@
 -- Per-instance hash P.."inst:"..id:
 --   v   rec_version          pl  payload bytes           g   group        t  tenant
 --   x   lease expiry (µs, '' none)   xo  its UTC offset (µs)   o  lease owner   n  incarnation
---   s   status
+--   s   status           k   its class: 'c' claimable once expired, 's' suspended, 't' terminal
 -- Indexes: P.."inflight:"..group (zset id -> lease expiry µs, '-inf' without one; only
 -- records that are neither terminal nor suspended), P.."terminal" (zset id -> sequence of
 -- the transition to terminal, from the counter P.."terminal-seq"), P.."groups" (set).

@@ -298,6 +298,9 @@ class RepositoryOps:
         self.keys = Keyspace(namespace)
         self.max_terminal = check_max_terminal(max_terminal)
         self.logger: Logger = logger if logger is not None else log
+        # save is the hot path (one per engine checkpoint): name its fixed keys once.
+        self._prefix = self.keys.prefix
+        self._save_keys = (self.keys.groups, self.keys.terminal, self.keys.terminal_seq)
 
     def save(self, rec: InstanceRecord) -> Operation[int]:
         """Compare-and-set on ``rec_version``; returns the new stored version."""
@@ -305,11 +308,14 @@ class RepositoryOps:
         lease = rec.lease
         expiry = "" if lease.expiry is None else str(to_us(lease.expiry))
         offset = 0 if lease.expiry is None else offset_us(lease.expiry)
-        args = (self.keys.prefix, rec.id, rec.rec_version, rec.payload, rec.group, rec.tenant,
+        prefix = self._prefix
+        groups, terminal, terminal_seq = self._save_keys
+        args = (prefix, rec.id, rec.rec_version, rec.payload, rec.group, rec.tenant,
                 expiry, offset, lease.owner, lease.incarnation, str(rec.status),
                 record_class(rec.status), self.max_terminal)
-        keys = (self.keys.instance(rec.id), self.keys.groups, self.keys.inflight(rec.group),
-                self.keys.terminal, self.keys.terminal_seq)
+        # The same names as Keyspace.instance / Keyspace.inflight, without the calls.
+        keys = (f"{prefix}inst:{rec.id}", groups, f"{prefix}inflight:{rec.group}", terminal,
+                terminal_seq)
 
         def parse(raw: Any) -> int:
             reply = _reply(raw)
