@@ -1,4 +1,6 @@
--- _lib.lua: shared fragments, prepended to every script by redisstore.scripts.
+-- _lib.lua: shared fragments. redisstore.scripts sends each script with the fragments it
+-- uses (a fragment is one top-level `local` definition, up to the next one), so a script
+-- pays only for what it calls.
 --
 -- Conventions for every script:
 --   ARGV[1] is the namespace's key prefix "{ns}:" (one hash tag: one cluster slot), so a
@@ -20,11 +22,16 @@
 --   wrev, wpv           revision and projection version the wait was derived from
 --   pk, pt              the poll key whose last ready claim time pt is saved
 -- Indexes: P.."leases" (zset run -> lease expiry, held runs only), P.."ready" (zset run ->
--- backend time the run is eligible from, free runs with a fresh wait only), P.."d:"..dep
--- (set of runs whose wait is Changed(dep)).
+-- backend time the run is eligible from; free runs with a wait only), P.."d:"..dep (set of
+-- runs whose wait is Changed(dep)).
+--
+-- A run's fields are read once into a state table s (false or nil where absent), changed
+-- there, and written back with one HSET and at most one HDEL.
 
 local P = ARGV[1]
+
 local LEASES = P .. 'leases'
+
 local READY = P .. 'ready'
 
 local function now_ms()
@@ -45,6 +52,16 @@ local function run_key(run)
   return P .. 'r:' .. run
 end
 
+local FIELDS = {'rev', 'own', 'exp', 'wk', 'wa', 'wn', 'wdl', 'wrev', 'wpv', 'pk', 'pt'}
+
+-- The run's lease and wait fields in one call.
+local function load(k)
+  local v = redis.call('HMGET', k, unpack(FIELDS))
+  local s = {}
+  for i = 1, #FIELDS do s[FIELDS[i]] = v[i] end
+  return s
+end
+
 -- Lease holder as the reply shape {owner|false, live 0|1}. Expiry == now is expired.
 local function holder(own, exp, now)
   if not own then return false, 0 end
@@ -52,46 +69,43 @@ local function holder(own, exp, now)
   return own, 0
 end
 
--- The lease passes to owner until exp. Claim info belongs to the previous owner's claim.
-local function take(k, run, owner, exp)
-  if redis.call('HGET', k, 'own') ~= owner then
-    redis.call('HDEL', k, 'ck', 'cdr', 'cat')
-  end
-  redis.call('HSET', k, 'own', owner, 'exp', int(exp))
-  redis.call('ZADD', LEASES, int(exp), run)
-  redis.call('ZREM', READY, run)
+-- READY may hold a run only while it is free and has a wait.
+local function indexable(s)
+  return (not s.own) and s.wk
 end
 
--- Backend time from which the run at hash k is eligible for claim_ready, or nil when it is
--- not (held, no wait, stale metadata, or waiting for a dependency to change).
--- Immediate triggers (an unseen or changed dependency, a poll key seen for the first time)
--- count from now.
-local function eligible_at(k, now, pv)
-  local f = redis.call('HMGET', k, 'rev', 'own', 'wk', 'wa', 'wn', 'wdl', 'wrev', 'wpv', 'pt')
-  local rev, own, wk, wa, wn = f[1], f[2], f[3], f[4], f[5]
-  if not rev or own or not wk or f[7] ~= rev or tonumber(f[8]) < pv then return nil end
-  local t = nil
-  if wk == 'a' then
-    t = tonumber(wn)
-  elseif wk == 'p' then
-    local pt = opt(f[9])
-    if pt then t = pt + tonumber(wn) else t = now end
-  elseif wk == 'c' then
-    local seen = opt(wn)
-    local drev = tonumber(redis.call('HGET', run_key(wa), 'rev') or '0')
-    if seen == nil or drev ~= seen then t = now end
+-- Backend time from which the run in state s is eligible for claim_ready, or nil when it is
+-- not (held, no wait, stale metadata, or waiting for a dependency to change). Immediate
+-- triggers (an unseen or changed dependency, a poll key seen for the first time) count
+-- from now.
+local function eligible_at(s, now, pv)
+  if not s.rev or s.own or not s.wk or s.wrev ~= s.rev or tonumber(s.wpv) < pv then
+    return nil
   end
-  local deadline = opt(f[6])
+  local t = nil
+  if s.wk == 'a' then
+    t = tonumber(s.wn)
+  elseif s.wk == 'p' then
+    local pt = opt(s.pt)
+    if pt then t = pt + tonumber(s.wn) else t = now end
+  else
+    local seen = opt(s.wn)
+    if seen == nil or tonumber(redis.call('HGET', run_key(s.wa), 'rev') or '0') ~= seen then
+      t = now
+    end
+  end
+  local deadline = opt(s.wdl)
   if deadline and (t == nil or deadline < t) then t = deadline end
   return t
 end
 
--- Put run where it belongs in READY. After a dependency write (dep_write = true) a run that
--- was already eligible keeps its earlier time, so the wait is ordered by when it began.
-local function reindex(k, run, now, pv, dep_write)
-  local t = eligible_at(k, now, pv)
+-- Put run where it belongs in READY after a write of its own (its time is recomputed) or of
+-- its dependency (dep_write: a run already eligible keeps its earlier time, so runs are
+-- ordered by when their wait became due).
+local function place(run, s, was_indexed, now, pv, dep_write)
+  local t = eligible_at(s, now, pv)
   if t == nil then
-    redis.call('ZREM', READY, run)
+    if was_indexed then redis.call('ZREM', READY, run) end
     return
   end
   if dep_write and t == now then
@@ -101,40 +115,77 @@ local function reindex(k, run, now, pv, dep_write)
   redis.call('ZADD', READY, int(t), run)
 end
 
--- Save the discovered wait (wk == '' for none), derived from revision rev at version pv.
--- A poll key's saved claim time survives while the key stays the same.
-local function set_wait(k, run, wk, wa, wn, wdl, rev, pv)
-  local old = redis.call('HMGET', k, 'wk', 'wa', 'pk')
-  if old[1] == 'c' and (wk ~= 'c' or old[2] ~= wa) then
-    redis.call('SREM', P .. 'd:' .. old[2], run)
+-- Queue field writes: set and del are flat lists for one HSET and one HDEL.
+local function flush(k, set, del)
+  if #del > 0 then redis.call('HDEL', k, unpack(del)) end
+  if #set > 0 then redis.call('HSET', k, unpack(set)) end
+end
+
+local function push(list, ...)
+  for _, v in ipairs({...}) do list[#list + 1] = v end
+end
+
+-- The lease condition's effect on s: 'c'/'s' hand it to owner until exp, 'r' frees it,
+-- 'h' leaves it. Claim info belongs to the owner whose ready claim made it.
+local function apply_lease(run, s, kind, owner, exp, set, del)
+  if kind == 'c' or kind == 's' then
+    if s.own and s.own ~= owner then push(del, 'ck', 'cdr', 'cat') end
+    push(set, 'own', owner, 'exp', int(exp))
+    redis.call('ZADD', LEASES, int(exp), run)
+    s.own, s.exp = owner, int(exp)
+  elseif kind == 'r' and s.own then
+    push(del, 'own', 'exp', 'ck', 'cdr', 'cat')
+    redis.call('ZREM', LEASES, run)
+    s.own, s.exp = false, false
+  end
+end
+
+-- Save the discovered wait (wk == '' for none) as derived from s.rev at version pv. A
+-- poll key's saved claim time survives while the key stays the same.
+local function apply_wait(run, s, wk, wa, wn, wdl, pv, set, del)
+  local was_dep = s.wk == 'c' and s.wa
+  if was_dep and (wk ~= 'c' or was_dep ~= wa) then
+    redis.call('SREM', P .. 'd:' .. was_dep, run)
   end
   if wk == '' then
-    redis.call('HDEL', k, 'wk', 'wa', 'wn', 'wdl', 'pk', 'pt')
+    if s.wk then push(del, 'wk', 'wa', 'wn', 'wdl') end
+    if s.pk then push(del, 'pk', 'pt') end
+    s.wk, s.pk, s.pt = false, false, false
   else
-    redis.call('HSET', k, 'wk', wk, 'wa', wa, 'wn', wn, 'wdl', wdl)
-    if wk == 'c' then redis.call('SADD', P .. 'd:' .. wa, run) end
+    push(set, 'wk', wk, 'wa', wa, 'wn', wn, 'wdl', wdl)
+    if wk == 'c' and was_dep ~= wa then redis.call('SADD', P .. 'd:' .. wa, run) end
     if wk ~= 'p' then
-      redis.call('HDEL', k, 'pk', 'pt')
-    elseif old[3] ~= wa then
-      redis.call('HSET', k, 'pk', wa)
-      redis.call('HDEL', k, 'pt')
+      if s.pk then push(del, 'pk', 'pt') end
+      s.pk, s.pt = false, false
+    elseif s.pk ~= wa then
+      push(set, 'pk', wa)
+      if s.pt then push(del, 'pt') end
+      s.pk, s.pt = wa, false
     end
+    s.wk, s.wa, s.wn, s.wdl = wk, wa, wn, wdl
   end
-  redis.call('HSET', k, 'wrev', int(rev), 'wpv', int(pv))
+  push(set, 'wrev', s.rev, 'wpv', int(pv))
+  s.wrev, s.wpv = s.rev, int(pv)
 end
 
--- run was written: every run waiting for it to change may now be eligible.
+-- run was written: each run waiting for it to change may now be eligible.
 local function notify_dependents(run, now, pv)
-  local waiters = redis.call('SMEMBERS', P .. 'd:' .. run)
-  for _, w in ipairs(waiters) do
-    reindex(run_key(w), w, now, pv, true)
+  for _, w in ipairs(redis.call('SMEMBERS', P .. 'd:' .. run)) do
+    local ws = load(run_key(w))
+    place(w, ws, indexable(ws), now, pv, true)
   end
 end
 
--- The end of every record write: wait metadata, its index, and the runs waiting on this one.
-local function after_write(k, run, rev, now, wk, wa, wn, wdl, pv)
-  set_wait(k, run, wk, wa, wn, wdl, rev, pv)
-  reindex(k, run, now, pv, false)
+-- The common end of insert and compare_and_set: lease, wait, one write, indexes.
+-- A is the ARGV index of the lease kind; owner, ttl and the wait follow it.
+local function write(k, run, s, rev, record, A, now)
+  local was_indexed = indexable(s)
+  local pv = tonumber(ARGV[A + 7])
+  local set, del = {'rec', record, 'rev', int(rev)}, {}
+  s.rev = int(rev)
+  apply_lease(run, s, ARGV[A], ARGV[A + 1], now + tonumber(ARGV[A + 2]), set, del)
+  apply_wait(run, s, ARGV[A + 3], ARGV[A + 4], ARGV[A + 5], ARGV[A + 6], pv, set, del)
+  flush(k, set, del)
+  place(run, s, was_indexed, now, pv, false)
   notify_dependents(run, now, pv)
 end
-

@@ -5,27 +5,28 @@
 -- Reply    {0, {claimed run ids, in claim order}}
 local owner, limit, pv = ARGV[2], tonumber(ARGV[4]), tonumber(ARGV[5])
 local now = now_ms()
-local exp = now + tonumber(ARGV[3])
+local exp = int(now + tonumber(ARGV[3]))
 local out = {}
 while #out < limit do
   local runs = redis.call('ZRANGEBYSCORE', READY, '-inf', int(now), 'LIMIT', 0, limit - #out)
   if #runs == 0 then break end
   for _, run in ipairs(runs) do
     local k = run_key(run)
+    local s = load(k)
     -- The index is a hint; the hash decides (stale metadata, a lower projection version).
-    local t = eligible_at(k, now, pv)
+    local t = eligible_at(s, now, pv)
     if t ~= nil and t <= now then
-      local f = redis.call('HMGET', k, 'wk', 'wa')
       local ck, cdr = '', ''
-      if f[1] == 'c' then
-        ck = f[2]
-        cdr = redis.call('HGET', run_key(f[2]), 'rev') or '0'
-      elseif f[1] == 'p' then
-        ck = f[2]
+      if s.wk == 'c' then
+        ck = s.wa
+        cdr = redis.call('HGET', run_key(s.wa), 'rev') or '0'
+      elseif s.wk == 'p' then
+        ck = s.wa
         redis.call('HSET', k, 'pt', int(now))
       end
-      take(k, run, owner, exp)
-      redis.call('HSET', k, 'ck', ck, 'cdr', cdr, 'cat', int(now))
+      redis.call('HSET', k, 'own', owner, 'exp', exp, 'ck', ck, 'cdr', cdr, 'cat', int(now))
+      redis.call('ZADD', LEASES, exp, run)
+      redis.call('ZREM', READY, run)
       out[#out + 1] = run
     elseif t == nil then
       redis.call('ZREM', READY, run)

@@ -6,12 +6,8 @@
 -- ARGV[7..10] wait: kind ('' none, 'c', 'p', 'a'), dependency/key, seen/interval/due, deadline
 -- ARGV[11] projection version
 -- Reply    {0} ok | {2} already exists (nothing written)
-local k, run, kind = KEYS[1], ARGV[2], ARGV[4]
-if redis.call('EXISTS', k) == 1 then return {2} end
-local now = now_ms()
-redis.call('HSET', k, 'rec', ARGV[3], 'rev', '1')
-if kind == 'c' or kind == 's' then
-  take(k, run, ARGV[5], now + tonumber(ARGV[6]))
-end
-after_write(k, run, 1, now, ARGV[7], ARGV[8], ARGV[9], ARGV[10], tonumber(ARGV[11]))
+local k = KEYS[1]
+-- HSETNX both checks and starts the write: one call instead of EXISTS + HSET.
+if redis.call('HSETNX', k, 'rev', '1') == 0 then return {2} end
+write(k, ARGV[2], {}, 1, ARGV[3], 4, now_ms())
 return {0}

@@ -6,12 +6,14 @@
 -- ARGV[8]  projection version
 -- Reply    {0, indexed 0|1} | {1} not found | {3, current} the record moved on meanwhile
 local k, run = KEYS[1], ARGV[2]
-local rev = redis.call('HGET', k, 'rev')
-if not rev then return {1} end
-if tonumber(rev) ~= tonumber(ARGV[3]) then return {3, tonumber(rev)} end
-local now = now_ms()
+local s = load(k)
+if not s.rev then return {1} end
+if tonumber(s.rev) ~= tonumber(ARGV[3]) then return {3, tonumber(s.rev)} end
 local pv = tonumber(ARGV[8])
-set_wait(k, run, ARGV[4], ARGV[5], ARGV[6], ARGV[7], tonumber(rev), pv)
-reindex(k, run, now, pv, false)
+local was_indexed = indexable(s)
+local set, del = {}, {}
+apply_wait(run, s, ARGV[4], ARGV[5], ARGV[6], ARGV[7], pv, set, del)
+flush(k, set, del)
+place(run, s, was_indexed, now_ms(), pv, false)
 if ARGV[4] == '' then return {0, 0} end
 return {0, 1}

@@ -83,6 +83,17 @@ class MemoryRunStore:
         self._dependents: dict[str, set[str]] = {}
         self._lock = threading.RLock()
 
+    def sharing(self, *, discover: Discover | None = None,
+                projection_version: int = 1) -> MemoryRunStore:
+        """Another store over the same runs and clock, with its own ``discover`` and
+        ``projection_version``: what a second process (or a newer version of the software)
+        sharing a server would be. Used by the conformance suite's staleness rules."""
+        other = MemoryRunStore(clock=self._clock, discover=discover,
+                               projection_version=projection_version)
+        other._runs, other._ready, other._dependents = self._runs, self._ready, self._dependents
+        other._lock = self._lock
+        return other
+
     # ------------------------------------------------------------------ reads
 
     def now(self) -> int:

@@ -8,6 +8,7 @@ called by its SHA1 (EVALSHA); the shells load it only after a NOSCRIPT.
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass, field
 from importlib import resources
 from importlib.abc import Traversable
@@ -31,10 +32,49 @@ class Script:
     sha: str
 
 
+# A fragment is one top-level `local` definition of a lib file, up to the next one.
+_FRAGMENT = re.compile(rb"^local (?:function )?([A-Za-z_]\w*)", re.M)
+_WORD = re.compile(rb"[A-Za-z_]\w*")
+_COMMENT = re.compile(rb"--[^\n]*")
+
+
+def _words(source: bytes) -> set[bytes]:
+    return set(_WORD.findall(_COMMENT.sub(b"", source)))
+
+
+def fragments(lib: bytes) -> list[tuple[bytes, bytes]]:
+    """A lib file's fragments as (name, source), in file order (its header is dropped)."""
+    starts = list(_FRAGMENT.finditer(lib))
+    ends = [m.start() for m in starts[1:]] + [len(lib)]
+    return [(m.group(1), lib[m.start():end].rstrip() + b"\n") for m, end in zip(starts, ends,
+                                                                                strict=True)]
+
+
+def used_fragments(lib: bytes, body: bytes) -> bytes:
+    """The fragments of ``lib`` that ``body`` uses, directly or through another fragment.
+
+    Every fragment a script sends is code the server runs on each call (it defines the
+    functions anew), so a script carries only what it calls.
+    """
+    parts = fragments(lib)
+    needed: set[bytes] = set()
+    words = _words(body)
+    while True:
+        more = {name for name, _ in parts if name in words} - needed
+        if not more:
+            break
+        needed |= more
+        for name, source in parts:
+            if name in more:
+                words |= _words(source)
+    return b"".join(source for name, source in parts if name in needed)
+
+
 def load(name: str, lib: str = "_lib") -> Script:
-    """Read ``lua/<name>.lua`` with the shared fragments ``lua/<lib>.lua`` in front."""
+    """Read ``lua/<name>.lua`` with the fragments of ``lua/<lib>.lua`` that it uses in front."""
     folder = lua_dir()
-    source = (folder / f"{lib}.lua").read_bytes() + b"\n" + (folder / f"{name}.lua").read_bytes()
+    body = (folder / f"{name}.lua").read_bytes()
+    source = used_fragments((folder / f"{lib}.lua").read_bytes(), body) + b"\n" + body
     return Script(name, source, hashlib.sha1(source).hexdigest())
 
 

@@ -13,11 +13,11 @@ from typing import Any
 from unittest import mock
 
 import fakeredis
+import fakeredis.commands_mixins.server_mixin as fake_server_mixin
 import hypothesis.strategies as st
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-import fakeredis.commands_mixins.server_mixin as fake_server_mixin
 from redisstore import (
     Claim,
     Hold,
