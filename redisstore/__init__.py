@@ -15,6 +15,7 @@ from .errors import (
     UnknownGroup,
 )
 from .memory import MemoryRepository, MemoryRunStore
+from .protocol import Durability
 from .repository import InstanceLease, InstanceRecord, Repository, Status
 from .runs import (
     At,
@@ -47,6 +48,7 @@ __all__ = [
     "Conflict",
     "Current",
     "Discover",
+    "Durability",
     "Free",
     "Held",
     "Hold",

@@ -68,6 +68,52 @@ class Call(Generic[T]):
 
 Operation: TypeAlias = Generator[Call[Any], Any, T]
 
+
+@dataclass(frozen=True, slots=True)
+class Durability:
+    """Confirm each write before it counts: ``WAIT replicas timeout`` and, with ``aof``,
+    ``WAITAOF 1 replicas timeout`` (the primary and ``replicas`` replicas fsynced it; Redis
+    >= 7.2, Valkey >= 8). The confirmation is pipelined with the write: still one round trip.
+
+    A write not confirmed within ``timeout`` ms raises ``Unavailable``: it is applied on the
+    primary but may be lost if the primary fails now, so treat it as of unknown outcome.
+    """
+
+    replicas: int = 0
+    timeout: int = 1000
+    aof: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("replicas", "timeout"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"{name} must be an int >= 0, got {value!r}")
+        if not isinstance(self.aof, bool):
+            raise TypeError("aof must be a bool")
+        if self.timeout == 0:
+            raise ValueError("timeout 0 would make WAIT block forever; give milliseconds")
+
+    def command(self) -> tuple[Arg, ...]:
+        """The command sent right after each write, on the same connection."""
+        if self.aof:
+            return ("WAITAOF", 1, self.replicas, self.timeout)
+        return ("WAIT", self.replicas, self.timeout)
+
+    def check(self, reply: Any) -> None:
+        """Raise ``Unavailable`` unless the reply confirms the write."""
+        if isinstance(reply, Exception):
+            raise Unavailable(f"write not confirmed: {reply}; it may be lost on failover")
+        if self.aof:
+            local, replicas = int(reply[0]), int(reply[1])
+            if local < 1 or replicas < self.replicas:
+                raise Unavailable(
+                    f"write not confirmed in {self.timeout} ms: fsynced locally {local}, by "
+                    f"{replicas} of {self.replicas} replicas; it may be lost on failover")
+        elif int(reply) < self.replicas:
+            raise Unavailable(
+                f"write not confirmed in {self.timeout} ms: {int(reply)} of {self.replicas} "
+                "replicas acknowledged it; it may be lost on failover")
+
 # ---------------------------------------------------------------------------- replies
 
 

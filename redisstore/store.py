@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
-from .protocol import RunOps
+from .protocol import Durability, RunOps
 from .repository import InstanceRecord, Logger, RepositoryOps
 from .runs import Current, Discover, Lease
 from .transport import Transport
@@ -23,13 +23,15 @@ class RedisRunStore:
     marks metadata derived by an older ``discover`` as stale.
 
     Failures that are not an answer of the contract raise ``Unavailable``; a write whose
-    reply was lost is never re-sent (see :func:`redisstore.confirm_write`).
+    reply was lost is never re-sent (see :func:`redisstore.confirm_write`). With
+    ``durability``, each write is confirmed by ``WAIT`` / ``WAITAOF`` before it counts.
     """
 
     def __init__(self, client: Any, *, namespace: str = "redisstore",
-                 discover: Discover | None = None, projection_version: int = 1) -> None:
+                 discover: Discover | None = None, projection_version: int = 1,
+                 durability: Durability | None = None) -> None:
         self._ops = RunOps(namespace, discover, projection_version)
-        self._io = Transport(client)
+        self._io = Transport(client, durability)
 
     @property
     def namespace(self) -> str:
@@ -89,9 +91,9 @@ class RedisRepository:
     """
 
     def __init__(self, client: Any, *, namespace: str = "redisstore", max_terminal: int = 1024,
-                 logger: Logger | None = None) -> None:
+                 logger: Logger | None = None, durability: Durability | None = None) -> None:
         self._ops = RepositoryOps(namespace, max_terminal, logger)
-        self._io = Transport(client)
+        self._io = Transport(client, durability)
 
     @property
     def namespace(self) -> str:

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 from redis.exceptions import NoScriptError, RedisError, ResponseError
 
 from .errors import StoreError, unavailable
-from .protocol import Call, Operation
+from .protocol import Call, Durability, Operation
 
 T = TypeVar("T")
 
@@ -26,8 +26,9 @@ _RAW = {"NEVER_DECODE": True}
 class Transport:
     """Runs calls on a ``redis.Redis`` (or fakeredis, or ``RedisCluster``) client."""
 
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: Any, durability: Durability | None = None) -> None:
         self.client = client
+        self.durability = durability
 
     def drive(self, op: Operation[T]) -> T:
         """Run an operation to its end, feeding each call's reply (or error) back into it."""
@@ -62,21 +63,36 @@ class Transport:
         command = call.command()
         if not call.write:
             return self.client.execute_command(*command, **_RAW)
-        if hasattr(self.client, "get_node_from_key"):
+        client = self.client
+        if hasattr(client, "get_node_from_key"):
             # RedisCluster: every key of a namespace is in one slot; talk to its node.
-            node = self.client.get_node_from_key(call.keys[0] if call.keys else "")
-            return _send_once(self.client.get_redis_connection(node), command)
-        return _send_once(self.client, command)
+            client = client.get_redis_connection(
+                client.get_node_from_key(call.keys[0] if call.keys else ""))
+        if self.durability is None:
+            return _send_once(client, command)
+        reply, confirmation = _send_once(client, command, self.durability.command())
+        if isinstance(reply, ResponseError):
+            raise reply
+        self.durability.check(confirmation)
+        return reply
 
 
-def _send_once(client: Any, command: tuple[Any, ...]) -> Any:
-    """Send a command exactly once on one connection, bypassing the client's retry."""
+def _send_once(client: Any, command: tuple[Any, ...], then: tuple[Any, ...] = ()) -> Any:
+    """Send a command exactly once on one connection, bypassing the client's retry.
+
+    With ``then``, that command is pipelined right behind it and both replies are returned
+    (error replies as exception values, so the second reply is always read).
+    """
     pool = client.connection_pool
     shared = client.connection  # a single_connection_client keeps one connection
     conn = shared or pool.get_connection()
     try:
-        conn.send_command(*command)
-        return conn.read_response(disable_decoding=True)
+        if not then:
+            conn.send_command(*command)
+            return conn.read_response(disable_decoding=True)
+        conn.send_packed_command(conn.pack_commands([command, then]))
+        first = _reply_or_error(conn)
+        return first, _reply_or_error(conn)
     except ResponseError:
         raise
     except BaseException:
@@ -86,3 +102,10 @@ def _send_once(client: Any, command: tuple[Any, ...]) -> Any:
     finally:
         if shared is None:
             pool.release(conn)
+
+
+def _reply_or_error(conn: Any) -> Any:
+    try:
+        return conn.read_response(disable_decoding=True)
+    except ResponseError as exc:
+        return exc

@@ -1,0 +1,115 @@
+"""The durability option: each write confirmed by WAIT / WAITAOF, with a real primary and
+replica started by fixtures."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from servers import Server, redis_binary, start, unique_namespace, valkey_binary
+
+from redisstore import (
+    Claim,
+    Durability,
+    Hold,
+    RedisRunStore,
+    Release,
+    Unavailable,
+    confirm_write,
+)
+
+pytestmark = pytest.mark.server
+LONG = 600_000
+
+
+def _replicate(replica: Server, primary: Server) -> None:
+    replica.client().replicaof("127.0.0.1", primary.port)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if replica.client().info("replication").get("master_link_status") == "up":
+            return
+        time.sleep(0.05)
+    raise RuntimeError("replica did not sync")
+
+
+@pytest.fixture(params=["redis", "valkey"])
+def pair(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Server, Server]]:
+    binary = redis_binary() if request.param == "redis" else valkey_binary()
+    # Both keep an AOF (WAITAOF counts replicas that fsynced it); no delay before the
+    # first full sync, so a test does not wait the default 5 s for its replica.
+    args = ("--save", "", "--appendonly", "yes", "--appendfsync", "everysec",
+            "--repl-diskless-sync-delay", "0", "--shutdown-timeout", "0")
+    primary = start(binary, request.param, tmp_path / "primary", args)
+    replica = start(binary, request.param, tmp_path / "replica", args)
+    try:
+        _replicate(replica, primary)
+        yield primary, replica
+    finally:
+        # kill -9: a primary with a replica attached may spend its shutdown-timeout on it.
+        replica.kill()
+        primary.kill()
+
+
+def test_confirmed_writes_are_on_the_replica(pair: tuple[Server, Server]) -> None:
+    primary, replica = pair
+    namespace = unique_namespace()
+    store = RedisRunStore(primary.client(), namespace=namespace,
+                          durability=Durability(replicas=1, timeout=2000))
+    store.insert("run", b"r1", Claim("n", LONG))
+    store.compare_and_set("run", 1, b"r2", Hold("n"))
+    assert store.renew("n", ["run"], LONG) == ["run"]
+    # Confirmed means the replica has it now, not eventually.
+    on_replica = RedisRunStore(replica.client(), namespace=namespace)
+    assert (on_replica.get("run").revision, on_replica.get("run").record) == (2, b"r2")
+
+
+def test_an_unconfirmed_write_is_unavailable(pair: tuple[Server, Server]) -> None:
+    primary, replica = pair
+    store = RedisRunStore(primary.client(), namespace=unique_namespace(),
+                          durability=Durability(replicas=1, timeout=200))
+    store.insert("run", b"r1", Release())
+    replica.kill()
+    with pytest.raises(Unavailable) as caught:
+        store.compare_and_set("run", 1, b"r2-token", Release())
+    assert "not confirmed" in caught.value.reason
+    # Applied on the primary, which is why the caller must treat it as unknown:
+    assert confirm_write(store, "run", 2, b"r2-token")
+
+
+def test_refusals_are_answers_not_unavailable(pair: tuple[Server, Server]) -> None:
+    primary, replica = pair
+    store = RedisRunStore(primary.client(), namespace=unique_namespace(),
+                          durability=Durability(replicas=1, timeout=2000))
+    store.insert("run", b"r1", Claim("other", LONG))
+    from redisstore import Conflict, LeaseRefused
+    with pytest.raises(Conflict):
+        store.compare_and_set("run", 7, b"r2", Hold("me"))
+    with pytest.raises(LeaseRefused):
+        store.compare_and_set("run", 1, b"r2", Hold("me"))
+
+
+def test_waitaof_where_the_server_has_it(pair: tuple[Server, Server]) -> None:
+    primary, _ = pair
+    store = RedisRunStore(primary.client(), namespace=unique_namespace(),
+                          durability=Durability(replicas=1, timeout=2000, aof=True))
+    version = tuple(int(x) for x in primary.version().split(".")[:2])
+    is_valkey = "valkey" in primary.binary
+    if is_valkey or version >= (7, 2):
+        store.insert("run", b"r1", Release())
+        assert store.get("run").revision == 1
+    else:
+        # Redis 7.0 has no WAITAOF: every write is refused as unconfirmed, never silently
+        # accepted without the fsync the caller asked for.
+        with pytest.raises(Unavailable) as caught:
+            store.insert("run", b"r1", Release())
+        assert "WAITAOF" in caught.value.reason or "unknown command" in caught.value.reason
+
+
+@pytest.mark.parametrize("bad", [
+    {"replicas": -1}, {"timeout": 0}, {"replicas": True}, {"aof": "yes"},
+])
+def test_bad_durability_is_refused(bad: dict[str, object]) -> None:
+    with pytest.raises((ValueError, TypeError)):
+        Durability(**bad)  # type: ignore[arg-type]
