@@ -80,13 +80,34 @@ class UnknownGroup(StoreError):
         self.group = group
 
 
-# Server error prefixes that mean "the server could not run this now". They all become
+# Server error codes that mean "the server could not run this now". They all become
 # Unavailable; anything else from a script is a bug or a broken script, also Unavailable.
-# The first group is refused before a script writes anything (a script that hits READONLY
-# fails at its first write); for the second the outcome of a write is unknown.
+# The first group turns a command away before a script writes anything: a script that hits
+# READONLY, OOM or NOREPLICAS fails at its first write, which the server refuses. For the
+# rest the outcome of a write is unknown.
 _REFUSED = ("READONLY", "LOADING", "BUSY", "CLUSTERDOWN", "TRYAGAIN", "MASTERDOWN", "MOVED",
-            "ASK")
-_TRANSIENT = (*_REFUSED, "OOM", "NOREPLICAS", "NOTBUSY", "UNKILLABLE")
+            "ASK", "OOM", "NOREPLICAS")
+_TRANSIENT = (*_REFUSED, "NOTBUSY", "UNKILLABLE")
+
+# redis-py turns some codes into classes and strips the code from the message; older
+# versions keep no ``status_code``, so the class name says it.
+_CODES_BY_CLASS = {
+    "ReadOnlyError": "READONLY", "BusyLoadingError": "LOADING", "OutOfMemoryError": "OOM",
+    "ClusterDownError": "CLUSTERDOWN", "TryAgainError": "TRYAGAIN",
+    "MasterDownError": "MASTERDOWN", "MovedError": "MOVED", "AskError": "ASK",
+}
+
+
+def error_code(exc: BaseException) -> str:
+    """The server's error code of a reply error (``READONLY``, ``OOM``...), or ''."""
+    code = getattr(exc, "status_code", None)
+    if isinstance(code, str) and code:
+        return code
+    for cls in type(exc).__mro__:
+        if cls.__name__ in _CODES_BY_CLASS:
+            return _CODES_BY_CLASS[cls.__name__]
+    first = str(exc).split(" ", 1)[0]
+    return first if first.isupper() else ""
 
 
 def unavailable(exc: BaseException, *, write: bool) -> Unavailable:
@@ -96,14 +117,21 @@ def unavailable(exc: BaseException, *, write: bool) -> Unavailable:
     the caller whether the outcome is unknown or simply that nothing was read.
     """
     text = str(exc) or type(exc).__name__
-    kind = text.split(" ", 1)[0]
+    kind = error_code(exc)
+    outcome = "; the write's outcome is unknown" if write else ""
     if kind in _REFUSED:
         return Unavailable(f"server refused ({kind}): {text}; nothing was applied")
     if kind in _TRANSIENT:
-        return Unavailable(f"server error ({kind}): {text}" + (
-            "; the write's outcome is unknown" if write else ""))
-    outcome = "; the write's outcome is unknown" if write else ""
+        return Unavailable(f"server error ({kind}): {text}{outcome}")
     return Unavailable(f"{type(exc).__name__}: {text}{outcome}")
+
+
+def is_noscript(reply: object) -> bool:
+    """Whether a reply is the server's NOSCRIPT error (the script is not loaded: nothing
+    ran). Matched by class name, so this module needs no client library: redis-py and
+    valkey-py both raise a ``NoScriptError``."""
+    return isinstance(reply, BaseException) and any(
+        cls.__name__ == "NoScriptError" for cls in type(reply).__mro__)
 
 
 class Misconfigured(StoreError):

@@ -59,6 +59,26 @@ def _quiet_close(sock: socket.socket | None) -> None:
         sock.close()
 
 
+def count_commands(data: bytes) -> int:
+    """How many RESP commands (arrays of bulk strings, or inline lines) a chunk holds."""
+    count, i = 0, 0
+    while i < len(data):
+        if data[i:i + 1] != b"*":
+            end = data.find(b"\r\n", i)
+            i = len(data) if end < 0 else end + 2
+            count += 1
+            continue
+        end = data.find(b"\r\n", i)
+        items = int(data[i + 1:end])
+        i = end + 2
+        for _ in range(items):
+            end = data.find(b"\r\n", i)
+            length = int(data[i + 1:end])
+            i = end + 2 + length + 2
+        count += 1
+    return max(count, 1)
+
+
 class _Connection:
     """One proxied client connection and its upstream counterpart.
 
@@ -142,6 +162,12 @@ class _Connection:
                 if self.hung.is_set():
                     # Black-holed link: the server must not see anything more.
                     continue
+                error = self._proxy._take_answer()
+                if error is not None:
+                    # The server never sees this request: answer each command in it with
+                    # the error, as a server that refuses it would.
+                    self._client.sendall((b"-" + error + b"\r\n") * count_commands(data))
+                    continue
                 upstream.sendall(data)
         except OSError:
             pass
@@ -209,6 +235,9 @@ class FaultProxy:
         self._replies_dropped = 0
         self._connections_cut = 0
         self._connections_refused = 0
+        self._answer = b""
+        self._answers_left = 0
+        self._answered = 0
 
     # -- lifecycle -------------------------------------------------------
 
@@ -337,6 +366,22 @@ class FaultProxy:
             self._drops_left = count
             self._drop_hang = hang
 
+    def answer_errors(self, error: str, count: int = 1) -> None:
+        """Arm: the next ``count`` requests are not forwarded; the proxy answers each
+        command in them with the error reply ``-<error>`` (e.g. ``"LOADING Redis is loading
+        the dataset in memory"``), as a server that turns them away would."""
+        if count < 0:
+            raise ValueError("count must be >= 0")
+        with self._lock:
+            self._answer = error.encode()
+            self._answers_left = count
+
+    @property
+    def errors_answered(self) -> int:
+        """How many requests the proxy answered with an armed error."""
+        with self._lock:
+            return self._answered
+
     # -- observation -----------------------------------------------------
 
     @property
@@ -382,6 +427,14 @@ class FaultProxy:
                 self._connections_cut += 1
             self._dropped_cond.notify_all()
         return "hang" if hang else "close"
+
+    def _take_answer(self) -> bytes | None:
+        with self._lock:
+            if self._answers_left <= 0:
+                return None
+            self._answers_left -= 1
+            self._answered += 1
+            return self._answer
 
     def _current_delay(self) -> float:
         with self._lock:

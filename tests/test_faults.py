@@ -1,0 +1,311 @@
+"""Faults on real servers, for both ports: lost replies of every write, server errors, and
+scripts flushed under load. (Crashes, failover and the torture test live elsewhere.)"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from faultproxy import FaultProxy
+from servers import Server, redis_binary, start, unique_namespace, valkey_binary
+
+from redisstore import (
+    Claim,
+    ConcurrentUpdate,
+    Conflict,
+    Held,
+    Hold,
+    InstanceRecord,
+    RedisRepository,
+    RedisRunStore,
+    Release,
+    Unavailable,
+    confirm_write,
+    scripts,
+)
+from redisstore.discovery import json_wait
+
+pytestmark = pytest.mark.server
+LONG = 600_000
+SHORT = 800  # ms: a claim whose reply is lost stays held this long
+
+
+@pytest.fixture(params=["redis", "valkey"])
+def server(request: pytest.FixtureRequest) -> Server:
+    fixture: Server = request.getfixturevalue("redis7" if request.param == "redis"
+                                              else "valkey8")
+    return fixture
+
+
+@pytest.fixture
+def proxy(server: Server) -> Iterator[FaultProxy]:
+    with FaultProxy(server.port) as p:
+        yield p
+
+
+def through(proxy: FaultProxy, **options: Any) -> redis.Redis:
+    """A client whose handshake and script loads are done, so the next reply a test drops or
+    replaces is the operation's own."""
+    options.setdefault("socket_timeout", 0.3)
+    client = redis.Redis(host=proxy.host, port=proxy.port, **options)
+    client.ping()
+    for script in (*scripts.RUN_SCRIPTS, *scripts.REPO_SCRIPTS):
+        client.script_load(script.source)
+    return client
+
+
+# ---------------------------------------------------------------------------- lost replies
+
+
+@dataclass
+class Case:
+    """One write: how to set it up, make it, and tell afterwards that it applied once."""
+
+    setup: Callable[[RedisRunStore, RedisRepository], None]
+    write: Callable[[RedisRunStore, RedisRepository], object]
+    applied_once: Callable[[RedisRunStore, RedisRepository], None]
+
+
+def _set_up_runs(runs: RedisRunStore, repo: RedisRepository) -> None:
+    runs.insert("existing", b'{"wait": {"at": 0}}', Claim("me", SHORT))
+    runs.insert("crashed", b"r", Claim("dead", 1))
+    runs.insert("ready", b'{"wait": {"at": 0}}', Release())
+    repo.register_group("g")
+    repo.save(InstanceRecord("inst", b"v1", "g"))
+    time.sleep(0.01)
+
+
+def _insert_once(runs: RedisRunStore, repo: RedisRepository) -> None:
+    assert confirm_write(runs, "new", 1, b"token-1")
+    with pytest.raises(Exception, match="exists"):
+        runs.insert("new", b"token-1", Release())
+
+
+def _cas_once(runs: RedisRunStore, repo: RedisRepository) -> None:
+    assert confirm_write(runs, "existing", 2, b"token-2")
+    with pytest.raises(Conflict):
+        runs.compare_and_set("existing", 1, b"token-2", Hold("me"))
+
+
+def _renewed(runs: RedisRunStore, repo: RedisRepository) -> None:
+    time.sleep(SHORT / 1000 + 0.05)
+    assert runs.get("existing").holder == Held("me", True)  # the lost renewal did extend it
+
+
+def _claimed_expired(runs: RedisRunStore, repo: RedisRepository) -> None:
+    assert runs.get("crashed").holder == Held("me", True)
+    assert runs.claim_expired("other", LONG, 10) == []  # nobody else gets it meanwhile
+    time.sleep(SHORT / 1000 + 0.05)
+    assert "crashed" in runs.claim_expired("other", LONG, 10)  # ... until the ttl ran out
+
+
+def _claimed_ready(runs: RedisRunStore, repo: RedisRepository) -> None:
+    assert runs.get("ready").holder == Held("me", True)
+    assert runs.claim_ready("other", LONG, 10) == []
+    time.sleep(SHORT / 1000 + 0.05)
+    assert "ready" in runs.claim_expired("other", LONG, 10)
+
+
+def _saved_once(runs: RedisRunStore, repo: RedisRepository) -> None:
+    stored = repo.load("inst")
+    assert stored is not None and (stored.rec_version, stored.payload) == (2, b"v2-token")
+    with pytest.raises(ConcurrentUpdate):
+        repo.save(InstanceRecord("inst", b"v2-token", "g", rec_version=1))
+
+
+def _deleted(runs: RedisRunStore, repo: RedisRepository) -> None:
+    assert repo.load("inst") is None
+
+
+CASES = {
+    "insert": Case(_set_up_runs, lambda r, _: r.insert("new", b"token-1", Release()),
+                   _insert_once),
+    "compare_and_set": Case(_set_up_runs, lambda r, _: r.compare_and_set(
+        "existing", 1, b"token-2", Hold("me")), _cas_once),
+    "renew": Case(_set_up_runs, lambda r, _: r.renew("me", ["existing"], LONG), _renewed),
+    "claim_expired": Case(_set_up_runs, lambda r, _: r.claim_expired("me", SHORT, 10),
+                          _claimed_expired),
+    "claim_ready": Case(_set_up_runs, lambda r, _: r.claim_ready("me", SHORT, 10),
+                        _claimed_ready),
+    "save": Case(_set_up_runs, lambda _, repo: repo.save(
+        InstanceRecord("inst", b"v2-token", "g", rec_version=1)), _saved_once),
+    "delete": Case(_set_up_runs, lambda _, repo: repo.delete("inst"), _deleted),
+}
+
+
+@pytest.mark.parametrize("hang", [False, True], ids=["closed", "timed-out"])
+@pytest.mark.parametrize("name", list(CASES))
+def test_a_lost_reply_is_unavailable_and_the_write_applied_once(
+        name: str, hang: bool, server: Server, proxy: FaultProxy) -> None:
+    case = CASES[name]
+    namespace = unique_namespace()
+    direct_runs = RedisRunStore(server.client(), namespace=namespace, discover=json_wait)
+    direct_repo = RedisRepository(server.client(), namespace=namespace)
+    case.setup(direct_runs, direct_repo)
+    client = through(proxy)  # redis-py's default retry stays on: the store must not use it
+    runs = RedisRunStore(client, namespace=namespace, discover=json_wait)
+    repo = RedisRepository(client, namespace=namespace)
+    proxy.drop_replies(1, hang=hang)
+    with pytest.raises(Unavailable) as caught:
+        case.write(runs, repo)
+    assert "unknown" in caught.value.reason
+    assert proxy.replies_dropped == 1
+    case.applied_once(direct_runs, direct_repo)
+
+
+# ---------------------------------------------------------------------------- server errors
+
+REFUSALS = [
+    "LOADING Redis is loading the dataset in memory",
+    "CLUSTERDOWN The cluster is down",
+    "TRYAGAIN Multiple keys request during rehashing of slot",
+    "MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'.",
+    "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.",
+]
+
+
+@pytest.mark.parametrize("error", REFUSALS, ids=lambda e: e.split()[0])
+def test_refusing_servers_are_unavailable_and_nothing_is_applied(
+        error: str, server: Server, proxy: FaultProxy) -> None:
+    namespace = unique_namespace()
+    direct = RedisRunStore(server.client(), namespace=namespace)
+    direct.insert("run", b"r1", Claim("me", LONG))
+    client = through(proxy)
+    store = RedisRunStore(client, namespace=namespace)
+    kind = error.split()[0]
+    for call, write in ((lambda: store.compare_and_set("run", 1, b"r2", Hold("me")), True),
+                        (lambda: store.insert("other", b"r", Release()), True),
+                        (lambda: store.get("run"), False)):
+        client.ping()  # connected before the errors are armed: a handshake is not counted
+        before = proxy.errors_answered
+        proxy.answer_errors(error, count=100)
+        with pytest.raises(Unavailable) as caught:
+            call()
+        proxy.answer_errors(error, count=0)
+        assert kind in caught.value.reason
+        assert "nothing was applied" in caught.value.reason
+        sent = proxy.errors_answered - before
+        if write:
+            assert sent == 1  # a write is never re-sent, whatever the error
+        else:
+            assert sent >= 1  # a read may be retried by the client's policy
+    assert direct.get("run").revision == 1
+    assert not confirm_write(direct, "other", 1, b"r")
+    store.compare_and_set("run", 1, b"r2", Hold("me"))  # and it works again afterwards
+
+
+@pytest.fixture(params=["redis", "valkey"])
+def replica(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Server, Server]]:
+    binary = redis_binary() if request.param == "redis" else valkey_binary()
+    args = ("--save", "", "--appendonly", "no", "--repl-diskless-sync-delay", "0")
+    primary = start(binary, request.param, tmp_path / "primary", args)
+    copy = start(binary, request.param, tmp_path / "replica", args)
+    try:
+        copy.client().replicaof("127.0.0.1", primary.port)
+        deadline = time.monotonic() + 10
+        while copy.client().info("replication").get("master_link_status") != "up":
+            assert time.monotonic() < deadline, "replica did not sync"
+            time.sleep(0.05)
+        yield primary, copy
+    finally:
+        copy.kill()
+        primary.kill()
+
+
+def test_writing_to_a_replica_is_readonly_unavailable(replica: tuple[Server, Server]) -> None:
+    primary, copy = replica
+    namespace = unique_namespace()
+    RedisRunStore(primary.client(), namespace=namespace).insert("run", b"r1", Claim("me", LONG))
+    time.sleep(0.2)
+    store = RedisRunStore(copy.client(), namespace=namespace)
+    assert store.get("run").revision == 1  # reads are fine on a replica
+    with pytest.raises(Unavailable) as caught:
+        store.compare_and_set("run", 1, b"r2", Hold("me"))
+    assert "READONLY" in caught.value.reason and "nothing was applied" in caught.value.reason
+    with pytest.raises(Unavailable, match="READONLY"):
+        RedisRepository(copy.client(), namespace=namespace).register_group("g")
+    assert store.get("run").revision == 1
+
+
+def test_a_long_script_on_the_server_is_busy_unavailable(tmp_path: Path) -> None:
+    server = start(redis_binary(), "redis-server", tmp_path,
+                   ("--save", "", "--appendonly", "no", "--busy-reply-threshold", "50"))
+    try:
+        namespace = unique_namespace()
+        store = RedisRunStore(server.client(), namespace=namespace)
+        store.insert("run", b"r1", Claim("me", LONG))
+        hog = threading.Thread(target=_spin, args=(server,), daemon=True)
+        hog.start()
+        time.sleep(0.3)
+        with pytest.raises(Unavailable) as caught:
+            store.compare_and_set("run", 1, b"r2", Hold("me"))
+        assert "BUSY" in caught.value.reason
+        server.client().script_kill()
+        hog.join(10)
+        store.compare_and_set("run", 1, b"r2", Hold("me"))
+        assert store.get("run").revision == 2
+    finally:
+        server.kill()
+
+
+def _spin(server: Server) -> None:
+    try:
+        server.client(socket_timeout=30).eval("local i = 0 while true do i = i + 1 end", 0)
+    except redis.RedisError:
+        pass  # killed by SCRIPT KILL, as intended
+
+
+def test_out_of_memory_is_unavailable(tmp_path: Path) -> None:
+    server = start(redis_binary(), "redis-server", tmp_path,
+                   ("--save", "", "--appendonly", "no", "--maxmemory", "3mb",
+                    "--maxmemory-policy", "noeviction"))
+    try:
+        store = RedisRunStore(server.client(), namespace=unique_namespace())
+        with pytest.raises(Unavailable) as caught:
+            for i in range(10_000):
+                store.insert(f"run-{i}", b"x" * 2048, Release())
+        assert "OOM" in caught.value.reason
+        assert i > 10  # some writes went in before memory ran out
+        assert "nothing was applied" in caught.value.reason
+        with pytest.raises(Exception, match="not found"):
+            store.get(f"run-{i}")  # the refused insert left nothing behind
+        assert store.get("run-0").record == b"x" * 2048  # reads still answer
+    finally:
+        server.kill()
+
+
+def test_script_flush_under_write_load_is_invisible(server: Server) -> None:
+    namespace = unique_namespace()
+    errors: list[BaseException] = []
+    done = threading.Event()
+
+    def load() -> None:
+        store = RedisRunStore(server.client(), namespace=namespace)
+        try:
+            for i in range(400):
+                store.insert(f"run-{i}", b"r1", Claim("me", LONG))
+                store.compare_and_set(f"run-{i}", 1, b"r2", Hold("me"))
+                store.renew("me", [f"run-{i}"], LONG)
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            done.set()
+
+    writer = threading.Thread(target=load)
+    writer.start()
+    flushes = 0
+    while not done.is_set():
+        server.client().script_flush()
+        flushes += 1
+        time.sleep(0.005)
+    writer.join()
+    assert errors == []
+    assert flushes > 5
+    store = RedisRunStore(server.client(), namespace=namespace)
+    assert all(store.get(f"run-{i}").revision == 2 for i in range(0, 400, 37))
