@@ -3,6 +3,7 @@
 The public names of SPEC.md are importable from here.
 """
 
+from .aio import AsyncRedisRepository, AsyncRedisRunStore
 from .errors import (
     AlreadyExists,
     ConcurrentUpdate,
@@ -34,12 +35,15 @@ from .runs import (
     RunStore,
     Seize,
     Wait,
+    aconfirm_write,
     confirm_write,
 )
 from .store import RedisRepository, RedisRunStore
 
 __all__ = [
     "AlreadyExists",
+    "AsyncRedisRepository",
+    "AsyncRedisRunStore",
     "At",
     "Changed",
     "Claim",
@@ -73,5 +77,6 @@ __all__ = [
     "Unavailable",
     "UnknownGroup",
     "Wait",
+    "aconfirm_write",
     "confirm_write",
 ]

@@ -8,12 +8,21 @@ every operation exists once. Nothing here does I/O.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Iterable
+from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeAlias, TypeVar
+from typing import Any, Generic, Protocol, TypeAlias, TypeVar
 
 from . import scripts
-from .errors import AlreadyExists, Conflict, LeaseRefused, NotFound, StoreError, Unavailable
+from .errors import (
+    AlreadyExists,
+    Conflict,
+    LeaseRefused,
+    NotFound,
+    StoreError,
+    Unavailable,
+    is_noscript,
+    unavailable,
+)
 from .keys import Keyspace
 from .runs import (
     Changed,
@@ -114,6 +123,122 @@ class Durability:
                 f"write not confirmed in {self.timeout} ms: {int(reply)} of {self.replicas} "
                 "replicas acknowledged it; it may be lost on failover")
 
+# ---------------------------------------------------------------------------- the wire
+
+# redis-py's option that keeps a reply undecoded whatever the client's decode_responses
+# says: records are bytes. Both shells pass it on the reads they send through the client.
+UNDECODED: dict[str, Any] = {"NEVER_DECODE": True}
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """What a shell sends in one round trip: ``commands`` pipelined on one connection.
+
+    A ``write`` batch is sent exactly once, on a connection taken from the pool, bypassing
+    the client's retry; a read goes through the client. ``keys`` name the slot (a cluster
+    client sends the batch to that slot's node).
+    """
+
+    commands: tuple[tuple[Arg, ...], ...]
+    write: bool
+    keys: tuple[str, ...] = ()
+
+
+#: What a shell hands back for a batch: one reply per command, error replies as exception
+#: values (so every reply of the pipeline is read), or the exception that lost the batch
+#: (connection refused or lost, timeout): then the outcome of a write is unknown.
+Outcome: TypeAlias = list[Any] | BaseException
+
+
+def single(call: Call[T]) -> Operation[T]:
+    """An operation of one call."""
+    return (yield call)  # type: ignore[no-any-return]
+
+
+def _first(outcome: Outcome) -> Any:
+    return outcome if isinstance(outcome, BaseException) else outcome[0]
+
+
+def settle(call: Call[T], durability: Durability | None, outcome: Outcome) -> T:
+    """The call's value from what its batch got back, or the StoreError it stands for."""
+    reply = _first(outcome)
+    if isinstance(reply, BaseException):
+        # Chained: RedisRepository.migrate tells an error reply from a lost link by it.
+        raise unavailable(reply, write=call.write) from reply
+    if call.write and durability is not None:
+        assert isinstance(outcome, list)
+        durability.check(outcome[1])
+    return call.parse(reply)
+
+
+def exchange(call: Call[T], durability: Durability | None) -> Generator[Batch, Outcome, T]:
+    """One call as round trips: its batch (the write, then the durability confirmation) and,
+    after NOSCRIPT, a SCRIPT LOAD and the batch again, the one safe replay: nothing ran."""
+    commands: tuple[tuple[Arg, ...], ...] = (call.command(),)
+    if call.write and durability is not None:
+        commands += (durability.command(),)
+    batch = Batch(commands, call.write, call.keys)
+    outcome = yield batch
+    if call.script is not None and is_noscript(_first(outcome)):
+        # SCRIPT LOAD is idempotent: it goes through the client (and its retry) as a read.
+        loaded = _first((yield Batch((("SCRIPT", "LOAD", call.script.source),), False)))
+        if isinstance(loaded, BaseException):
+            raise unavailable(loaded, write=call.write) from loaded
+        outcome = yield batch
+    return settle(call, durability, outcome)
+
+
+def _batches(op: Operation[T], durability: Durability | None) -> Generator[Batch, Outcome, T]:
+    value: Any = None
+    error: StoreError | None = None
+    while True:
+        try:
+            call = op.throw(error) if error is not None else op.send(value)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+        try:
+            value, error = (yield from exchange(call, durability)), None
+        except StoreError as exc:
+            value, error = None, exc
+
+
+class Conversation(Generic[T]):
+    """An operation as the batches a shell sends, one after the other.
+
+    A shell iterates over the batches, sends each and hands its outcome to :meth:`reply`;
+    when the iteration ends, :attr:`result` holds the operation's value (or the iteration
+    raised its error)::
+
+        conversation = Conversation(op, durability)
+        for batch in conversation:
+            conversation.reply(send(batch))
+        return conversation.result
+    """
+
+    def __init__(self, op: Operation[T], durability: Durability | None = None) -> None:
+        self._steps = _batches(op, durability)
+        self._outcome: Outcome | None = None
+        self.result: T
+
+    def __iter__(self) -> Iterator[Batch]:
+        outcome: Any = None
+        while True:
+            try:
+                batch = self._steps.send(outcome)
+            except StopIteration as stop:
+                self.result = stop.value
+                return
+            self._outcome = None
+            yield batch
+            outcome = self._outcome
+            if outcome is None:
+                raise RuntimeError("a shell sent a batch without replying to it")
+
+    def reply(self, outcome: Outcome) -> None:
+        """What the batch just sent got back."""
+        self._outcome = outcome
+
+
 # ---------------------------------------------------------------------------- replies
 
 
@@ -209,6 +334,25 @@ def wait_args(wait: Wait | None) -> tuple[Arg, Arg, Arg, Arg]:
 
 
 # ---------------------------------------------------------------------------- operations
+
+
+class _Ops(Protocol):
+    keys: Keyspace
+
+
+OpsT = TypeVar("OpsT", bound=_Ops)
+
+
+class Shell(Generic[OpsT]):
+    """Base of the store classes, sync and async: each holds its operations (``_ops``, a
+    :class:`RunOps` or a ``RepositoryOps``) and a transport that sends them."""
+
+    _ops: OpsT
+
+    @property
+    def namespace(self) -> str:
+        """The namespace the store's keys live in (they share the hash tag ``{namespace}``)."""
+        return self._ops.keys.namespace
 
 
 class RunOps:

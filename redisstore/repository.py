@@ -337,6 +337,13 @@ class RepositoryOps:
             "redisstore: evicted terminal instance %r: more than max_terminal=%d terminal "
             "records are kept (the oldest go first)", id, self.max_terminal)
 
+    def cluster_compatibility(self) -> tuple[bool, str]:
+        """``(True, reason)``: the state lives in the server, shared by every node."""
+        namespace = self.keys.namespace
+        return True, (f"state lives in Redis, shared by every engine; all keys of namespace "
+                      f"{namespace!r} share the hash tag {{{namespace}}}, so each "
+                      "operation is one atomic script in one cluster slot")
+
     def load(self, id: str) -> Operation[InstanceRecord | None]:
         """The record stored under ``id``, or None."""
         id = check_id(id)

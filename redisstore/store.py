@@ -7,13 +7,13 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
-from .protocol import Durability, RunOps
+from .protocol import Durability, RunOps, Shell
 from .repository import InstanceRecord, Logger, RepositoryOps
 from .runs import Current, Discover, Lease
 from .transport import Transport
 
 
-class RedisRunStore:
+class RedisRunStore(Shell[RunOps]):
     """The leased run backend (SPEC §1) on a ``redis.Redis``-compatible client.
 
     Every method is one server-side Lua script, one round trip (``refresh`` reads, then
@@ -32,11 +32,6 @@ class RedisRunStore:
                  durability: Durability | None = None) -> None:
         self._ops = RunOps(namespace, discover, projection_version)
         self._io = Transport(client, durability)
-
-    @property
-    def namespace(self) -> str:
-        """The namespace this store's keys live in."""
-        return self._ops.keys.namespace
 
     def now(self) -> int:
         """The backend clock (Redis ``TIME``), UTC Unix milliseconds."""
@@ -75,7 +70,7 @@ class RedisRunStore:
         return self._io.drive(self._ops.refresh(run))
 
 
-class RedisRepository:
+class RedisRepository(Shell[RepositoryOps]):
     """The instance repository (SPEC §2) on a ``redis.Redis``-compatible client.
 
     Every method is one server-side Lua script, one round trip. ``save`` is a
@@ -94,11 +89,6 @@ class RedisRepository:
                  logger: Logger | None = None, durability: Durability | None = None) -> None:
         self._ops = RepositoryOps(namespace, max_terminal, logger)
         self._io = Transport(client, durability)
-
-    @property
-    def namespace(self) -> str:
-        """The namespace this repository's keys live in."""
-        return self._ops.keys.namespace
 
     def save(self, rec: InstanceRecord) -> int:
         """Store ``rec`` iff ``rec.rec_version`` is the stored version (0 creates).
@@ -139,6 +129,4 @@ class RedisRepository:
 
     def cluster_compatibility(self) -> tuple[bool, str]:
         """``(True, reason)``: the state lives in the server, shared by every node."""
-        return True, (f"state lives in Redis, shared by every engine; all keys of namespace "
-                      f"{self.namespace!r} share the hash tag {{{self.namespace}}}, so each "
-                      "operation is one atomic script in one cluster slot")
+        return self._ops.cluster_compatibility()
