@@ -79,7 +79,7 @@ def test_an_unconfirmed_write_is_unavailable(pair: tuple[Server, Server]) -> Non
 
 
 def test_refusals_are_answers_not_unavailable(pair: tuple[Server, Server]) -> None:
-    primary, replica = pair
+    primary, _ = pair
     store = RedisRunStore(primary.client(), namespace=unique_namespace(),
                           durability=Durability(replicas=1, timeout=2000))
     store.insert("run", b"r1", Claim("other", LONG))
