@@ -17,6 +17,7 @@ write: one script is atomic, so it was applied entirely or not at all, and
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable
 from datetime import datetime
 from typing import Any, TypeVar
@@ -53,21 +54,47 @@ class AsyncTransport:
         return conversation.result
 
     async def _send(self, batch: Batch) -> Outcome:
+        cancels = _Cancels()
         try:
             if batch.write:
-                return await _send_once(self.client.connection_pool, batch.commands)
-            return [await self.client.execute_command(*command, **UNDECODED)
-                    for command in batch.commands]
+                return await _send_once(self.client.connection_pool, batch.commands, cancels)
+            replies = [await self.client.execute_command(*command, **UNDECODED)
+                       for command in batch.commands]
+            cancels.deliver()
+            return replies
         except (RedisError, OSError) as exc:
             return exc
 
 
-async def _send_once(pool: Any, commands: tuple[tuple[Any, ...], ...]) -> list[Any]:
+class _Cancels:
+    """Delivers a cancellation that redis-py swallowed.
+
+    With a ``socket_timeout``, redis-py sends through ``asyncio.wait_for``, which on Python
+    3.11 returns the inner result when a cancel arrives as the send completes (CPython
+    gh-86296; 3.12 rewrote ``wait_for``): the cancel is lost, and a caller's
+    ``asyncio.timeout`` would wait for the whole round trip. ``Task.cancelling()`` still
+    counts that cancel, so it can be raised where it would have landed.
+    """
+
+    def __init__(self) -> None:
+        self.task = asyncio.current_task()
+        self.before = self.task.cancelling() if self.task is not None else 0
+
+    def deliver(self) -> None:
+        """Raise CancelledError if the task was cancelled since this object was made."""
+        if self.task is not None and self.task.cancelling() > self.before:
+            raise asyncio.CancelledError
+
+
+async def _send_once(pool: Any, commands: tuple[tuple[Any, ...], ...],
+                     cancels: _Cancels) -> list[Any]:
     """Send commands exactly once, pipelined on one pooled connection, bypassing the
     client's retry; every reply is read (error replies as exception values)."""
     conn = await pool.get_connection()
     try:
+        cancels.deliver()  # before anything is sent: the write is surely not applied
         await conn.send_packed_command(conn.pack_commands(commands))
+        cancels.deliver()  # sent: from here on a cancel leaves the outcome unknown
         return [await _reply_or_error(conn) for _ in commands]
     except BaseException:
         # Cancelled, timed out or cut: the connection may still receive this write's reply,

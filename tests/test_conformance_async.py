@@ -1,0 +1,177 @@
+"""Both conformance suites on the asyncio stores: fakeredis (``FakeAsyncRedis``), Redis 7.0
+and Valkey 8.1.
+
+The rules are written once, as sync suites. A small adapter drives an async store from
+them: an event loop runs in a background thread and each method call is one
+``asyncio.run_coroutine_threadsafe(...).result()``. So no async memory reference is needed
+(the memory references already pass the same suites directly)."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import threading
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
+from typing import Any, TypeVar, cast
+
+import fakeredis
+import pytest
+import redis.asyncio
+from conftest import Clock
+from servers import Server, unique_namespace
+
+from redisstore import AsyncRedisRepository, AsyncRedisRunStore, Repository, RunStore
+from redisstore.conformance import RepositoryConformance, RunStoreConformance
+from redisstore.runs import Discover
+
+T = TypeVar("T")
+
+
+class LoopThread:
+    """An event loop running forever in a daemon thread."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="async-stores",
+                                       daemon=True)
+        self.thread.start()
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run ``coro`` on the loop and wait for its result (or exception) in this thread."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout=60)
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+        self.loop.close()
+
+
+class Synced:
+    """A sync view of an async store: coroutine methods run on the loop; the rest (such as
+    ``namespace``) passes through. Threads may call it concurrently, as the suites do."""
+
+    def __init__(self, store: Any, loop: LoopThread) -> None:
+        self.store = store
+        self._loop = loop
+
+    def __getattr__(self, name: str) -> Any:
+        attribute = getattr(self.store, name)
+        if not inspect.iscoroutinefunction(attribute):
+            return attribute
+        method = cast(Callable[..., Awaitable[Any]], attribute)
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            return self._loop.run(_awaited(method(*args, **kwargs)))
+
+        return call
+
+
+async def _awaited(awaitable: Awaitable[T]) -> T:
+    return await awaitable
+
+
+@pytest.fixture(scope="module")
+def loop_thread() -> Iterator[LoopThread]:
+    loop = LoopThread()
+    yield loop
+    loop.stop()
+
+
+class AsyncBackend:
+    """Makes one async client per test on the loop thread, closes it afterwards."""
+
+    loop: LoopThread
+    client: Any
+
+    def connect(self, loop: LoopThread, make: Callable[[], Any]) -> Iterator[None]:
+        self.loop = loop
+
+        async def create() -> Any:  # clients are made on the loop that will use them
+            return make()
+
+        self.client = loop.run(create())
+        yield
+        loop.run(self.client.aclose())
+
+
+# ---------------------------------------------------------------------------- run store
+
+
+class AsyncRunSuite(RunStoreConformance, AsyncBackend):
+    def make_store(self, *, discover: Discover | None = None) -> RunStore:
+        store = AsyncRedisRunStore(self.client, namespace=unique_namespace(), discover=discover)
+        return cast(RunStore, Synced(store, self.loop))
+
+    def reopen(self, store: RunStore, *, discover: Discover | None,
+               projection_version: int) -> RunStore:
+        assert isinstance(store, Synced)
+        other = AsyncRedisRunStore(self.client, namespace=store.namespace, discover=discover,
+                                   projection_version=projection_version)
+        return cast(RunStore, Synced(other, self.loop))
+
+
+class TestFakeRedisAsyncRunStore(AsyncRunSuite):
+    clock_is_controlled = True
+
+    @pytest.fixture(autouse=True)
+    def _backend(self, loop_thread: LoopThread, fake_clock: Clock) -> Iterator[None]:
+        self.clock = fake_clock
+        yield from self.connect(loop_thread, fakeredis.FakeAsyncRedis)
+
+    def advance(self, store: RunStore, ms: int) -> None:
+        self.clock.advance(ms)
+
+    def test_the_fake_clock_drives_the_async_fake(self) -> None:
+        """The fake_clock fixture patches what fakeredis answers TIME with: the async fake too."""
+        store = self.make_store()
+        assert store.now() == self.clock.ms
+        self.clock.advance(1234)
+        assert store.now() == self.clock.ms
+
+
+@pytest.mark.server
+class TestRedis7AsyncRunStore(AsyncRunSuite):
+    @pytest.fixture(autouse=True)
+    def _backend(self, loop_thread: LoopThread, redis7: Server) -> Iterator[None]:
+        yield from self.connect(
+            loop_thread, lambda: redis.asyncio.Redis(host="127.0.0.1", port=redis7.port))
+
+
+@pytest.mark.server
+class TestValkey8AsyncRunStore(AsyncRunSuite):
+    @pytest.fixture(autouse=True)
+    def _backend(self, loop_thread: LoopThread, valkey8: Server) -> Iterator[None]:
+        yield from self.connect(
+            loop_thread, lambda: redis.asyncio.Redis(host="127.0.0.1", port=valkey8.port))
+
+
+# ---------------------------------------------------------------------------- repository
+
+
+class AsyncRepositorySuite(RepositoryConformance, AsyncBackend):
+    def make_repository(self, *, max_terminal: int = 1024, logger: Any = None) -> Repository:
+        repo = AsyncRedisRepository(self.client, namespace=unique_namespace(),
+                                    max_terminal=max_terminal, logger=logger)
+        return cast(Repository, Synced(repo, self.loop))
+
+
+class TestFakeRedisAsyncRepository(AsyncRepositorySuite):
+    @pytest.fixture(autouse=True)
+    def _backend(self, loop_thread: LoopThread) -> Iterator[None]:
+        yield from self.connect(loop_thread, fakeredis.FakeAsyncRedis)
+
+
+@pytest.mark.server
+class TestRedis7AsyncRepository(AsyncRepositorySuite):
+    @pytest.fixture(autouse=True)
+    def _backend(self, loop_thread: LoopThread, redis7: Server) -> Iterator[None]:
+        yield from self.connect(
+            loop_thread, lambda: redis.asyncio.Redis(host="127.0.0.1", port=redis7.port))
+
+
+@pytest.mark.server
+class TestValkey8AsyncRepository(AsyncRepositorySuite):
+    @pytest.fixture(autouse=True)
+    def _backend(self, loop_thread: LoopThread, valkey8: Server) -> Iterator[None]:
+        yield from self.connect(
+            loop_thread, lambda: redis.asyncio.Redis(host="127.0.0.1", port=valkey8.port))
