@@ -144,6 +144,14 @@ def proxy(redis7: Server) -> Iterator[FaultProxy]:
         yield p
 
 
+@pytest.fixture
+def direct(redis7: Server) -> RedisRunStore:
+    """A sync store on Redis 7 (not through the proxy), with "run" at revision 1 held by n."""
+    store = RedisRunStore(redis7.client(), namespace=unique_namespace())
+    store.insert("run", b"r1", Claim("n", LONG))
+    return store
+
+
 async def _through(proxy: FaultProxy, **options: Any) -> redis.asyncio.Redis:
     client = redis.asyncio.Redis(host=proxy.host, port=proxy.port, **options)
     await client.ping()  # the handshake must not be what a test delays or drops
@@ -155,10 +163,8 @@ async def _through(proxy: FaultProxy, **options: Any) -> redis.asyncio.Redis:
 @pytest.mark.server
 @pytest.mark.parametrize("cancel_after", [0.0, 0.01, 0.3])
 def test_a_write_cancelled_in_flight_leaves_the_pool_usable_and_is_applied_or_not(
-        proxy: FaultProxy, redis7: Server, cancel_after: float) -> None:
-    namespace = unique_namespace()
-    direct = RedisRunStore(redis7.client(), namespace=namespace)
-    direct.insert("run", b"r1", Claim("n", LONG))
+        proxy: FaultProxy, direct: RedisRunStore, cancel_after: float) -> None:
+    namespace = direct.namespace
 
     async def main() -> bool:
         client = await _through(proxy, socket_timeout=10)
@@ -198,13 +204,11 @@ def test_a_write_cancelled_in_flight_leaves_the_pool_usable_and_is_applied_or_no
 
 @pytest.mark.server
 def test_a_timeout_around_a_write_in_flight_fires_on_time(proxy: FaultProxy,
-                                                          redis7: Server) -> None:
+                                                          direct: RedisRunStore) -> None:
     """asyncio.timeout cancels the call; the cancel is not lost in redis-py's send (whose
     asyncio.wait_for swallows a cancel on Python 3.11) and the caller waits no longer. Each
     cancelled write is applied once or not at all: the revision moved at most that often."""
-    namespace = unique_namespace()
-    direct = RedisRunStore(redis7.client(), namespace=namespace)
-    direct.insert("run", b"r1", Claim("n", LONG))
+    namespace = direct.namespace
 
     async def main() -> None:
         client = await _through(proxy, socket_timeout=10)
@@ -239,11 +243,9 @@ def test_a_timeout_around_a_write_in_flight_fires_on_time(proxy: FaultProxy,
 @pytest.mark.server
 @pytest.mark.parametrize("hang", [False, True])
 def test_lost_reply_of_a_committed_write_is_unavailable_and_applied_once(
-        proxy: FaultProxy, redis7: Server, hang: bool) -> None:
+        proxy: FaultProxy, direct: RedisRunStore, hang: bool) -> None:
     """The async client keeps redis-py's default retry: the store must not let it replay."""
-    namespace = unique_namespace()
-    direct = RedisRunStore(redis7.client(), namespace=namespace)
-    direct.insert("run", b"r1", Claim("n", LONG))
+    namespace = direct.namespace
 
     async def main() -> None:
         client = await _through(proxy, socket_timeout=0.5)
