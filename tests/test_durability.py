@@ -25,10 +25,15 @@ LONG = 600_000
 
 
 def _replicate(replica: Server, primary: Server) -> None:
+    """Attach the replica and wait until WAIT counts it: right after the sync the primary
+    answers WAIT with 0 for up to a second, until the replica's first acknowledgement."""
     replica.client().replicaof("127.0.0.1", primary.port)
-    deadline = time.monotonic() + 10
+    client = primary.client()
+    deadline = time.monotonic() + 15
     while time.monotonic() < deadline:
-        if replica.client().info("replication").get("master_link_status") == "up":
+        client.set("{probe}:wait", "1")
+        if client.wait(1, 100) >= 1:
+            client.delete("{probe}:wait")
             return
         time.sleep(0.05)
     raise RuntimeError("replica did not sync")
