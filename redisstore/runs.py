@@ -37,6 +37,12 @@ def _check_optional_int(name: str, value: object, *, minimum: int) -> int | None
     return None if value is None else _check_int(name, value, minimum=minimum)
 
 
+def _check_taking(owner: object, ttl: object) -> None:
+    """A lease that is taken: a non-empty owner, a ttl in ms > 0."""
+    _check_text("owner", owner)
+    _check_int("ttl", ttl, minimum=1)
+
+
 # ---------------------------------------------------------------------------- holders
 
 
@@ -76,8 +82,7 @@ class Claim:
     ttl: int
 
     def __post_init__(self) -> None:
-        _check_text("owner", self.owner)
-        _check_int("ttl", self.ttl, minimum=1)
+        _check_taking(self.owner, self.ttl)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,8 +93,7 @@ class Seize:
     ttl: int
 
     def __post_init__(self) -> None:
-        _check_text("owner", self.owner)
-        _check_int("ttl", self.ttl, minimum=1)
+        _check_taking(self.owner, self.ttl)
 
 
 @dataclass(frozen=True, slots=True)

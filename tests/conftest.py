@@ -47,6 +47,15 @@ def fake_client() -> fakeredis.FakeRedis:
     return fakeredis.FakeRedis()
 
 
+@pytest.fixture(params=["fakeredis", "redis7", "valkey8"])
+def client(request: pytest.FixtureRequest) -> redis.Redis:
+    """A client of each kind of backend: fakeredis, Redis 7.0, Valkey 8.1."""
+    if request.param == "fakeredis":
+        return fakeredis.FakeRedis()
+    server: Server = request.getfixturevalue(request.param)
+    return server.client()
+
+
 @pytest.fixture(scope="session")
 def redis7(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     server = start(redis_binary(), "redis-server (Redis 7)", tmp_path_factory.mktemp("redis7"))

@@ -112,6 +112,22 @@ def start(binary: str | None, name: str, folder: Path, args: tuple[str, ...] = E
     return Server(binary, folder, args).start()
 
 
+def replicate(replica: Server, primary: Server, timeout: float = 15.0) -> None:
+    """Make ``replica`` a replica of ``primary`` and wait until WAIT counts it: right after
+    the sync the primary answers WAIT with 0 for up to a second, until the replica's first
+    acknowledgement."""
+    replica.client().replicaof("127.0.0.1", primary.port)
+    client = primary.client()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        client.set("{probe}:wait", "1")
+        if client.wait(1, 100) >= 1:
+            client.delete("{probe}:wait")
+            return
+        time.sleep(0.05)
+    raise RuntimeError(f"replica on {replica.port} did not sync with {primary.port}")
+
+
 def unique_namespace(prefix: str = "rstest") -> str:
     return f"{prefix}-{uuid.uuid4().hex[:12]}"
 

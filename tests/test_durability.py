@@ -3,12 +3,11 @@ replica started by fixtures."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from servers import Server, redis_binary, start, unique_namespace, valkey_binary
+from servers import Server, redis_binary, replicate, start, unique_namespace, valkey_binary
 
 from redisstore import (
     Claim,
@@ -24,21 +23,6 @@ pytestmark = pytest.mark.server
 LONG = 600_000
 
 
-def _replicate(replica: Server, primary: Server) -> None:
-    """Attach the replica and wait until WAIT counts it: right after the sync the primary
-    answers WAIT with 0 for up to a second, until the replica's first acknowledgement."""
-    replica.client().replicaof("127.0.0.1", primary.port)
-    client = primary.client()
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
-        client.set("{probe}:wait", "1")
-        if client.wait(1, 100) >= 1:
-            client.delete("{probe}:wait")
-            return
-        time.sleep(0.05)
-    raise RuntimeError("replica did not sync")
-
-
 @pytest.fixture(params=["redis", "valkey"])
 def pair(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Server, Server]]:
     binary = redis_binary() if request.param == "redis" else valkey_binary()
@@ -49,7 +33,7 @@ def pair(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Serve
     primary = start(binary, request.param, tmp_path / "primary", args)
     replica = start(binary, request.param, tmp_path / "replica", args)
     try:
-        _replicate(replica, primary)
+        replicate(replica, primary)
         yield primary, replica
     finally:
         # kill -9: a primary with a replica attached may spend its shutdown-timeout on it.

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import shutil
 import socket
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import redis
@@ -16,15 +13,9 @@ import redis.backoff
 import redis.exceptions
 import redis.retry
 from faultproxy import FaultProxy
+from servers import Server, free_port
 
 pytestmark = pytest.mark.server
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def _client(port: int, timeout: float = 2.0) -> redis.Redis:
@@ -40,58 +31,16 @@ def _client(port: int, timeout: float = 2.0) -> redis.Redis:
 
 
 @pytest.fixture(scope="module")
-def upstream_port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
-    """A private redis-server on a free loopback port (never the shared 6379)."""
-    exe = shutil.which("redis-server")
-    if exe is None:
-        pytest.skip("redis-server not on PATH")
-    port = _free_port()
-    workdir: Path = tmp_path_factory.mktemp("faultproxy-redis")
-    proc = subprocess.Popen(
-        [
-            exe,
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            str(workdir),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        probe = _client(port, timeout=0.5)
-        deadline = time.monotonic() + 10.0
-        while True:
-            try:
-                if probe.ping():
-                    break
-            except redis.exceptions.ConnectionError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"redis-server on port {port} did not start")
-            time.sleep(0.05)
-        probe.close()
-        yield port
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+def upstream_port(redis7: Server) -> int:
+    """The tests' private redis-server (never the shared 6379)."""
+    return redis7.port
 
 
 @pytest.fixture
 def direct(upstream_port: int) -> Iterator[redis.Redis]:
     """A client talking straight to the upstream, bypassing the proxy."""
     client = _client(upstream_port)
-    client.flushall()
+    client.delete("k", "big")  # the keys these tests use, on a server other tests share
     yield client
     client.close()
 
@@ -299,7 +248,7 @@ def test_wait_dropped_times_out(proxy: FaultProxy) -> None:
 
 
 def test_upstream_connect_failure_closes_client() -> None:
-    dead_port = _free_port()  # nothing listens here
+    dead_port = free_port()  # nothing listens here
     with FaultProxy(dead_port) as p, pytest.raises(redis.exceptions.ConnectionError):
         _client(p.port).ping()
 

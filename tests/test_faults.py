@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import redis
 from faultproxy import FaultProxy
-from servers import Server, redis_binary, start, unique_namespace, valkey_binary
+from servers import Server, redis_binary, replicate, start, unique_namespace, valkey_binary
 
 from redisstore import (
     Claim,
@@ -208,11 +208,7 @@ def replica(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Se
     primary = start(binary, request.param, tmp_path / "primary", args)
     copy = start(binary, request.param, tmp_path / "replica", args)
     try:
-        copy.client().replicaof("127.0.0.1", primary.port)
-        deadline = time.monotonic() + 10
-        while copy.client().info("replication").get("master_link_status") != "up":
-            assert time.monotonic() < deadline, "replica did not sync"
-            time.sleep(0.05)
+        replicate(copy, primary)
         yield primary, copy
     finally:
         copy.kill()

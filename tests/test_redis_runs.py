@@ -28,14 +28,6 @@ from redisstore.keys import Keyspace
 LONG = 600_000
 
 
-@pytest.fixture(params=["fakeredis", "redis7", "valkey8"])
-def client(request: pytest.FixtureRequest) -> redis.Redis:
-    if request.param == "fakeredis":
-        return fakeredis.FakeRedis()
-    server: Server = request.getfixturevalue(request.param)
-    return server.client()
-
-
 def test_namespaces_never_see_each_other(client: redis.Redis) -> None:
     a = RedisRunStore(client, namespace=unique_namespace())
     b = RedisRunStore(client, namespace=unique_namespace())

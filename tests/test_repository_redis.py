@@ -43,14 +43,6 @@ def rec(id: str, group: str = G, **fields: object) -> InstanceRecord:
     return InstanceRecord(id=id, group=group, **fields)  # type: ignore[arg-type]
 
 
-@pytest.fixture(params=["fakeredis", "redis7", "valkey8"])
-def client(request: pytest.FixtureRequest) -> redis.Redis:
-    if request.param == "fakeredis":
-        return fakeredis.FakeRedis()
-    server: Server = request.getfixturevalue(request.param)
-    return server.client()
-
-
 @pytest.fixture(scope="module")
 def private(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """A Redis 7 of our own whose settings the tests change (started evicting, on purpose)."""
