@@ -4,7 +4,7 @@ runs in one cluster slot. The Lua scripts build the same names from the prefix (
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 def check_namespace(namespace: object) -> str:
@@ -21,28 +21,24 @@ class Keyspace:
     """The keys of one namespace."""
 
     namespace: str
+    #: What every key of the namespace starts with; scripts get it as ARGV[1].
+    prefix: str = field(init=False)
+    #: Sorted set: held run -> lease expiry (backend ms).
+    leases: str = field(init=False)
+    #: Sorted set: free run with a fresh wait -> time it is eligible from (backend ms).
+    ready: str = field(init=False)
 
     def __post_init__(self) -> None:
         check_namespace(self.namespace)
-
-    @property
-    def prefix(self) -> str:
-        """What every key of the namespace starts with; scripts get it as ARGV[1]."""
-        return "{" + self.namespace + "}:"
+        # Computed once: every call of every operation names these keys.
+        prefix = "{" + self.namespace + "}:"
+        object.__setattr__(self, "prefix", prefix)
+        object.__setattr__(self, "leases", prefix + "leases")
+        object.__setattr__(self, "ready", prefix + "ready")
 
     def run(self, run: str) -> str:
         """The hash of one run: record, revision, lease, claim info, wait metadata."""
-        return f"{self.prefix}r:{run}"
-
-    @property
-    def leases(self) -> str:
-        """Sorted set: held run -> lease expiry (backend ms)."""
-        return self.prefix + "leases"
-
-    @property
-    def ready(self) -> str:
-        """Sorted set: free run with a fresh wait -> time it is eligible from (backend ms)."""
-        return self.prefix + "ready"
+        return self.prefix + "r:" + run
 
     def dependents(self, dependency: str) -> str:
         """Set of runs whose wait is ``Changed(dependency)``."""
