@@ -281,11 +281,6 @@ def ok(run: str = "") -> Callable[[Any], Any]:
     return parse
 
 
-def parse_time(reply: Any) -> int:
-    """TIME's [seconds, microseconds] as UTC milliseconds, as the scripts compute it."""
-    return int(reply[0]) * 1000 + int(reply[1]) // 1000
-
-
 def parse_names(reply: Any) -> list[str]:
     """A list of run ids."""
     return [text(name) for name in reply]
@@ -370,9 +365,10 @@ class RunOps:
         return (*wait_args(wait), self.projection_version)
 
     def now(self) -> Operation[int]:
-        """Backend clock, UTC ms."""
-        now: int = yield Call(None, (), ("TIME",), parse_time, write=False)
-        return now
+        """Backend clock, UTC ms, read by the server (or cluster node) holding the namespace."""
+        now: int = yield Call(scripts.RUN_NOW, (self.keys.leases,), (self.keys.prefix,), ok(),
+                              write=False)
+        return int(now)
 
     def get(self, run: str) -> Operation[Current]:
         """The run's record, revision, holder and claim info."""

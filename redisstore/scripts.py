@@ -78,6 +78,7 @@ def load(name: str, lib: str = "_lib") -> Script:
     return Script(name, source, hashlib.sha1(source).hexdigest())
 
 
+RUN_NOW = load("run_now")
 RUN_GET = load("run_get")
 RUN_INSERT = load("run_insert")
 RUN_COMPARE_AND_SET = load("run_compare_and_set")
@@ -86,7 +87,7 @@ RUN_CLAIM_EXPIRED = load("run_claim_expired")
 RUN_CLAIM_READY = load("run_claim_ready")
 RUN_REFRESH = load("run_refresh")
 
-RUN_SCRIPTS = (RUN_GET, RUN_INSERT, RUN_COMPARE_AND_SET, RUN_RENEW, RUN_CLAIM_EXPIRED,
+RUN_SCRIPTS = (RUN_NOW, RUN_GET, RUN_INSERT, RUN_COMPARE_AND_SET, RUN_RENEW, RUN_CLAIM_EXPIRED,
                RUN_CLAIM_READY, RUN_REFRESH)
 
 # The instance repository's scripts, with their own fragments (lua/_repo_lib.lua).

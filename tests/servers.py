@@ -128,6 +128,46 @@ def replicate(replica: Server, primary: Server, timeout: float = 15.0) -> None:
     raise RuntimeError(f"replica on {replica.port} did not sync with {primary.port}")
 
 
+def cluster_ports(count: int) -> list[int]:
+    """Free ports whose cluster bus ports (port + 10000) are free too."""
+    ports: list[int] = []
+    while len(ports) < count:
+        port = free_port()
+        if port + 10000 < 65536 and port not in ports:
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                try:
+                    s.bind(("127.0.0.1", port + 10000))
+                except OSError:
+                    continue
+            ports.append(port)
+    return ports
+
+
+def start_cluster(binary: str | None, folder: Path, nodes: int = 3) -> list[Server]:
+    """A Redis Cluster of ``nodes`` primaries on loopback, every slot assigned and ok."""
+    if binary is None:
+        missing("no redis-server binary on this machine")
+    assert binary is not None
+    cli = shutil.which("redis-cli")
+    if cli is None:
+        missing("no redis-cli on this machine (it creates the cluster)")
+    assert cli is not None
+    servers = [Server(binary, folder / str(port),
+                      (*EPHEMERAL, "--cluster-enabled", "yes", "--cluster-config-file",
+                       "nodes.conf", "--cluster-node-timeout", "2000"), port).start()
+               for port in cluster_ports(nodes)]
+    subprocess.run([cli, "--cluster", "create", *[f"127.0.0.1:{s.port}" for s in servers],
+                    "--cluster-replicas", "0", "--cluster-yes"],
+                   check=True, capture_output=True, timeout=60)
+    deadline = time.monotonic() + 30
+    while not all(b"cluster_state:ok" in s.client().execute_command("CLUSTER", "INFO")
+                  for s in servers):
+        if time.monotonic() > deadline:
+            raise RuntimeError("the cluster did not reach cluster_state:ok")
+        time.sleep(0.1)
+    return servers
+
+
 def unique_namespace(prefix: str = "rstest") -> str:
     return f"{prefix}-{uuid.uuid4().hex[:12]}"
 

@@ -1,0 +1,6 @@
+-- run_now: the backend clock, from the server that holds the namespace (in a cluster, the
+-- node whose clock judges the namespace's leases; plain TIME could go to any node).
+-- KEYS[1]  P.."leases" (names the slot; not read)
+-- ARGV[1]  key prefix
+-- Reply    {0, UTC Unix milliseconds}
+return {0, now_ms()}

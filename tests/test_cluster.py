@@ -1,0 +1,81 @@
+"""Both ports on a real Redis Cluster (three primaries started by a fixture) through
+``redis.cluster.RedisCluster``: each namespace lives in one slot, on one node, and its
+scripts, clock and indexes are that node's."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from redis.cluster import RedisCluster
+from servers import Server, redis_binary, start_cluster, unique_namespace
+
+from redisstore import (
+    Claim,
+    Hold,
+    RedisRepository,
+    RedisRunStore,
+    Repository,
+    RunStore,
+)
+from redisstore.conformance import RepositoryConformance, RunStoreConformance
+from redisstore.keys import Keyspace
+from redisstore.runs import Discover
+
+pytestmark = pytest.mark.server
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Server]]:
+    servers = start_cluster(redis_binary(), tmp_path_factory.mktemp("cluster"))
+    yield servers
+    for server in servers:
+        server.kill()
+
+
+@pytest.fixture
+def cluster_client(cluster: list[Server]) -> RedisCluster:
+    return RedisCluster(host="127.0.0.1", port=cluster[0].port, socket_timeout=10)
+
+
+class TestClusterRunStore(RunStoreConformance):
+    @pytest.fixture(autouse=True)
+    def _backend(self, cluster_client: RedisCluster) -> None:
+        self.client = cluster_client
+
+    def make_store(self, *, discover: Discover | None = None) -> RunStore:
+        return RedisRunStore(self.client, namespace=unique_namespace(), discover=discover)
+
+    def reopen(self, store: RunStore, *, discover: Discover | None,
+               projection_version: int) -> RunStore:
+        assert isinstance(store, RedisRunStore)
+        return RedisRunStore(self.client, namespace=store.namespace, discover=discover,
+                             projection_version=projection_version)
+
+
+class TestClusterRepository(RepositoryConformance):
+    @pytest.fixture(autouse=True)
+    def _backend(self, cluster_client: RedisCluster) -> None:
+        self.client = cluster_client
+
+    def make_repository(self, *, max_terminal: int = 1024, logger: Any = None) -> Repository:
+        return RedisRepository(self.client, namespace=unique_namespace(),
+                               max_terminal=max_terminal, logger=logger)
+
+
+def test_namespaces_spread_over_the_nodes_and_keep_to_their_slot(
+        cluster: list[Server], cluster_client: RedisCluster) -> None:
+    holders: set[int] = set()
+    for i in range(12):
+        namespace = f"spread-{i}"
+        store = RedisRunStore(cluster_client, namespace=namespace)
+        store.insert("run", b"r1", Claim("me", 60_000))
+        store.compare_and_set("run", 1, b"r2", Hold("me"))
+        slot = cluster_client.keyslot(Keyspace(namespace).leases)
+        node = cluster_client.get_node_from_key(Keyspace(namespace).leases)
+        holders.add(node.port)
+        # Every key of the namespace is on that node, in that slot.
+        keys = cluster_client.get_redis_connection(node).keys("{" + namespace + "}:*")
+        assert keys and all(cluster_client.keyslot(k) == slot for k in keys)
+    assert len(holders) >= 2  # namespaces did land on different nodes
