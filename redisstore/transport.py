@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 from redis.exceptions import RedisError, ResponseError
 
+from .errors import error_code
 from .protocol import (
     UNDECODED,
     Batch,
@@ -54,12 +55,18 @@ class Transport:
             if not batch.write:
                 return [self.client.execute_command(*command, **UNDECODED)
                         for command in batch.commands]
-            client = self.client
-            if hasattr(client, "get_node_from_key"):
-                # RedisCluster: every key of a namespace is in one slot; talk to its node.
-                client = client.get_redis_connection(
-                    client.get_node_from_key(batch.keys[0] if batch.keys else ""))
-            return _send_once(client, batch.commands)
+            cluster = self.client
+            if not hasattr(cluster, "get_node_from_key"):
+                return _send_once(cluster, batch.commands)
+            # RedisCluster: every key of a namespace is in one slot; talk to its node.
+            node = cluster.get_node_from_key(batch.keys[0] if batch.keys else "")
+            replies = _send_once(cluster.get_redis_connection(node), batch.commands)
+            if any(error_code(reply) in ("MOVED", "ASK") for reply in replies
+                   if isinstance(reply, BaseException)):
+                # The slot moved: nothing ran. Learn the new layout so the caller's next
+                # call goes to the right node; this one is Unavailable (nothing applied).
+                cluster.nodes_manager.initialize()
+            return replies
         except (RedisError, OSError) as exc:
             return exc
 

@@ -18,6 +18,7 @@ from redisstore import (
     RedisRunStore,
     Repository,
     RunStore,
+    Unavailable,
 )
 from redisstore.conformance import RepositoryConformance, RunStoreConformance
 from redisstore.keys import Keyspace
@@ -79,3 +80,22 @@ def test_namespaces_spread_over_the_nodes_and_keep_to_their_slot(
         keys = cluster_client.get_redis_connection(node).keys("{" + namespace + "}:*")
         assert keys and all(cluster_client.keyslot(k) == slot for k in keys)
     assert len(holders) >= 2  # namespaces did land on different nodes
+
+
+def test_a_moved_slot_is_unavailable_once_then_followed(
+        cluster: list[Server], cluster_client: RedisCluster) -> None:
+    namespace = unique_namespace("moving")
+    store = RedisRunStore(cluster_client, namespace=namespace)
+    key = Keyspace(namespace).leases
+    slot = cluster_client.keyslot(key)
+    assert store.now() > 0  # the client knows where the slot is
+    owner = cluster_client.get_node_from_key(key)
+    target = next(s for s in cluster if s.port != owner.port)
+    target_id = target.client().execute_command("CLUSTER", "MYID")
+    for server in cluster:  # the slot is empty: reassigning it moves it
+        server.client().execute_command("CLUSTER", "SETSLOT", slot, "NODE", target_id)
+    with pytest.raises(Unavailable) as caught:
+        store.insert("run", b"r1", Claim("me", 60_000))
+    assert "MOVED" in caught.value.reason and "nothing was applied" in caught.value.reason
+    store.insert("run", b"r1", Claim("me", 60_000))  # the next call goes to the new node
+    assert target.client().exists(Keyspace(namespace).run("run")) == 1
