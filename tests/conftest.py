@@ -4,12 +4,25 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from types import SimpleNamespace
+from typing import Any
 
 import fakeredis
 import fakeredis.commands_mixins.server_mixin as fake_server_mixin
 import pytest
 import redis
-from servers import Server, drop_namespace, missing, redis_binary, start, valkey_binary
+from servers import (
+    Server,
+    drop_namespace,
+    missing,
+    redis_binary,
+    start,
+    unique_namespace,
+    valkey_binary,
+)
+
+from redisstore import RedisRunStore, RunStore
+from redisstore.conformance import RunStoreConformance
+from redisstore.runs import Discover
 
 
 class Clock:
@@ -89,3 +102,18 @@ def namespaces(shared_redis: redis.Redis) -> Iterator[list[str]]:
     yield used
     for namespace in used:
         drop_namespace(shared_redis, namespace)
+
+
+class RedisSuite(RunStoreConformance):
+    """The suite on a redis-py client of some server."""
+
+    client: Any
+
+    def make_store(self, *, discover: Discover | None = None) -> RunStore:
+        return RedisRunStore(self.client, namespace=unique_namespace(), discover=discover)
+
+    def reopen(self, store: RunStore, *, discover: Discover | None,
+               projection_version: int) -> RunStore:
+        assert isinstance(store, RedisRunStore)
+        return RedisRunStore(self.client, namespace=store.namespace, discover=discover,
+                             projection_version=projection_version)

@@ -9,6 +9,8 @@ import socket
 import subprocess
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -126,6 +128,23 @@ def replicate(replica: Server, primary: Server, timeout: float = 15.0) -> None:
             return
         time.sleep(0.05)
     raise RuntimeError(f"replica on {replica.port} did not sync with {primary.port}")
+
+
+@contextmanager
+def replica_pair(binary: str | None, name: str, folder: Path,
+                 args: tuple[str, ...] = EPHEMERAL) -> Iterator[tuple[Server, Server]]:
+    """A primary and a replica WAIT counts, both with ``args``; no delay before the first
+    full sync (the default waits 5 s). Killed afterwards: a primary with a replica attached
+    may spend its shutdown-timeout on it."""
+    args = (*args, "--repl-diskless-sync-delay", "0")
+    primary = start(binary, name, folder / "primary", args)
+    replica = start(binary, name, folder / "replica", args)
+    try:
+        replicate(replica, primary)
+        yield primary, replica
+    finally:
+        replica.kill()
+        primary.kill()
 
 
 def cluster_ports(count: int) -> list[int]:

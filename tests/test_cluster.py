@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from conftest import RedisSuite
 from redis.cluster import RedisCluster
 from servers import Server, redis_binary, start_cluster, unique_namespace
 
@@ -17,12 +18,10 @@ from redisstore import (
     RedisRepository,
     RedisRunStore,
     Repository,
-    RunStore,
     Unavailable,
 )
-from redisstore.conformance import RepositoryConformance, RunStoreConformance
+from redisstore.conformance import RepositoryConformance
 from redisstore.keys import Keyspace
-from redisstore.runs import Discover
 
 pytestmark = pytest.mark.server
 
@@ -40,19 +39,10 @@ def cluster_client(cluster: list[Server]) -> RedisCluster:
     return RedisCluster(host="127.0.0.1", port=cluster[0].port, socket_timeout=10)
 
 
-class TestClusterRunStore(RunStoreConformance):
+class TestClusterRunStore(RedisSuite):
     @pytest.fixture(autouse=True)
     def _backend(self, cluster_client: RedisCluster) -> None:
         self.client = cluster_client
-
-    def make_store(self, *, discover: Discover | None = None) -> RunStore:
-        return RedisRunStore(self.client, namespace=unique_namespace(), discover=discover)
-
-    def reopen(self, store: RunStore, *, discover: Discover | None,
-               projection_version: int) -> RunStore:
-        assert isinstance(store, RedisRunStore)
-        return RedisRunStore(self.client, namespace=store.namespace, discover=discover,
-                             projection_version=projection_version)
 
 
 class TestClusterRepository(RepositoryConformance):

@@ -3,13 +3,11 @@ Valkey 8.1 and the machine's own Redis at 127.0.0.1:6379 (in throwaway namespace
 
 from __future__ import annotations
 
-from typing import Any
-
 import fakeredis
 import pytest
 import redis
-from conftest import Clock
-from servers import Server, unique_namespace
+from conftest import Clock, RedisSuite
+from servers import Server
 
 from redisstore import MemoryRunStore, RedisRunStore, RunStore
 from redisstore.conformance import RunStoreConformance
@@ -33,21 +31,6 @@ class TestMemoryRunStore(RunStoreConformance):
 
     def advance(self, store: RunStore, ms: int) -> None:
         self.clock.advance(ms)
-
-
-class RedisSuite(RunStoreConformance):
-    """The suite on a redis-py client of some server."""
-
-    client: Any
-
-    def make_store(self, *, discover: Discover | None = None) -> RunStore:
-        return RedisRunStore(self.client, namespace=unique_namespace(), discover=discover)
-
-    def reopen(self, store: RunStore, *, discover: Discover | None,
-               projection_version: int) -> RunStore:
-        assert isinstance(store, RedisRunStore)
-        return RedisRunStore(self.client, namespace=store.namespace, discover=discover,
-                             projection_version=projection_version)
 
 
 class TestFakeRedisRunStore(RedisSuite):

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from servers import Server, redis_binary, replicate, start, unique_namespace, valkey_binary
+from servers import Server, redis_binary, replica_pair, unique_namespace, valkey_binary
 
 from redisstore import (
     Claim,
@@ -26,19 +26,10 @@ LONG = 600_000
 @pytest.fixture(params=["redis", "valkey"])
 def pair(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Server, Server]]:
     binary = redis_binary() if request.param == "redis" else valkey_binary()
-    # Both keep an AOF (WAITAOF counts replicas that fsynced it); no delay before the
-    # first full sync, so a test does not wait the default 5 s for its replica.
-    args = ("--save", "", "--appendonly", "yes", "--appendfsync", "everysec",
-            "--repl-diskless-sync-delay", "0", "--shutdown-timeout", "0")
-    primary = start(binary, request.param, tmp_path / "primary", args)
-    replica = start(binary, request.param, tmp_path / "replica", args)
-    try:
-        replicate(replica, primary)
-        yield primary, replica
-    finally:
-        # kill -9: a primary with a replica attached may spend its shutdown-timeout on it.
-        replica.kill()
-        primary.kill()
+    # Both keep an AOF: WAITAOF counts replicas that fsynced it.
+    args = ("--save", "", "--appendonly", "yes", "--appendfsync", "everysec")
+    with replica_pair(binary, request.param, tmp_path, args) as servers:
+        yield servers
 
 
 def test_confirmed_writes_are_on_the_replica(pair: tuple[Server, Server]) -> None:

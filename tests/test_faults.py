@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import redis
 from faultproxy import FaultProxy
-from servers import Server, redis_binary, replicate, start, unique_namespace, valkey_binary
+from servers import Server, redis_binary, replica_pair, start, unique_namespace, valkey_binary
 
 from redisstore import (
     Claim,
@@ -204,15 +204,8 @@ def test_refusing_servers_are_unavailable_and_nothing_is_applied(
 @pytest.fixture(params=["redis", "valkey"])
 def replica(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Server, Server]]:
     binary = redis_binary() if request.param == "redis" else valkey_binary()
-    args = ("--save", "", "--appendonly", "no", "--repl-diskless-sync-delay", "0")
-    primary = start(binary, request.param, tmp_path / "primary", args)
-    copy = start(binary, request.param, tmp_path / "replica", args)
-    try:
-        replicate(copy, primary)
-        yield primary, copy
-    finally:
-        copy.kill()
-        primary.kill()
+    with replica_pair(binary, request.param, tmp_path) as servers:
+        yield servers
 
 
 def test_writing_to_a_replica_is_readonly_unavailable(replica: tuple[Server, Server]) -> None:
