@@ -34,21 +34,15 @@ import sys
 import time
 import uuid
 from dataclasses import dataclass
-from pathlib import Path
 
 # Run from a checkout without installing: ``import redisstore`` finds the repository's.
-REPO = Path(__file__).resolve().parent.parent
-for path in (str(REPO), str(Path(__file__).resolve().parent)):
-    if path not in sys.path:
-        sys.path.insert(0, path)
+import redis
+import redis.asyncio
+from common import own_server
 
-import redis  # noqa: E402
-import redis.asyncio  # noqa: E402
-from bench_runs import own_server  # noqa: E402
-
-from redisstore import AsyncRedisRunStore, RedisRunStore, Release, scripts  # noqa: E402
-from redisstore.keys import Keyspace  # noqa: E402
-from redisstore.protocol import RunOps  # noqa: E402
+from redisstore import AsyncRedisRunStore, RedisRunStore, Release, scripts
+from redisstore.keys import Keyspace
+from redisstore.protocol import RunOps
 
 
 @dataclass
@@ -73,7 +67,7 @@ def fresh_runs(client: redis.Redis, namespace: str, names: list[str], record: by
         pipe = client.pipeline(transaction=False)
         for name in names[start:start + 2000]:
             call = next(ops.insert(name, record, Release()))
-            pipe.execute_command(*call.command())
+            pipe.execute_command(*call.command())  # type: ignore[no-untyped-call]
         pipe.execute()
 
 
