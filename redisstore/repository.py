@@ -23,6 +23,7 @@ from . import scripts
 from .errors import ConcurrentUpdate, Misconfigured, StoreError, Unavailable, UnknownGroup
 from .keys import Keyspace
 from .protocol import Call, Operation, text
+from .runs import check_int, check_text
 
 #: Version of the repository's key layout; ``migrate`` records it in the namespace.
 LAYOUT_VERSION = 1
@@ -139,41 +140,42 @@ class Repository(Protocol):
     ``Migrator`` and ``ClusterAware``); both bundled repositories have them.
     """
 
-    def save(self, rec: InstanceRecord) -> int: ...
-    def load(self, id: str) -> InstanceRecord | None: ...
-    def delete(self, id: str) -> None: ...
-    def list_in_flight(self, group: str, now: datetime | None = None) -> list[str]: ...
-    def register_group(self, group: str) -> None: ...
-    def group_exists(self, group: str) -> bool: ...
+    def save(self, rec: InstanceRecord) -> int:
+        """CAS on ``rec_version`` (0 creates); returns the new stored version."""
+        ...
+
+    def load(self, id: str) -> InstanceRecord | None:
+        """A copy of the stored record, or None."""
+        ...
+
+    def delete(self, id: str) -> None:
+        """Remove the record; a no-op when absent."""
+        ...
+
+    def list_in_flight(self, group: str, now: datetime | None = None) -> list[str]:
+        """Ids of the group's claimable in-flight records at ``now`` (None: backend clock)."""
+        ...
+
+    def register_group(self, group: str) -> None:
+        """Establish the group, idempotently."""
+        ...
+
+    def group_exists(self, group: str) -> bool:
+        """Whether the group is registered."""
+        ...
 
 
 # ---------------------------------------------------------------------------- checks
 
 
-def _check_text(name: str, value: object, *, empty: bool = False) -> str:
-    if not isinstance(value, str):
-        raise TypeError(f"{name} must be a str, not {type(value).__name__}")
-    if not value and not empty:
-        raise ValueError(f"{name} must not be empty")
-    return value
-
-
-def _check_int(name: str, value: object, minimum: int, maximum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
-    if not minimum <= value <= maximum:
-        raise ValueError(f"{name} must be between {minimum} and {maximum}, got {value}")
-    return value
-
-
 def check_id(id: object) -> str:
     """An instance id: a non-empty str."""
-    return _check_text("id", id)
+    return check_text("id", id)
 
 
 def check_group(group: object) -> str:
     """An engine group: a non-empty str (an ungrouped engine is a group of its own)."""
-    return _check_text("group", group)
+    return check_text("group", group)
 
 
 def check_datetime(name: str, value: object) -> datetime:
@@ -192,7 +194,7 @@ def check_now(now: object) -> datetime | None:
 
 def check_max_terminal(max_terminal: object) -> int:
     """The terminal cap: an int >= 0 (0 keeps no terminal record)."""
-    return _check_int("max_terminal", max_terminal, 0, MAX_VERSION)
+    return check_int("max_terminal", max_terminal, minimum=0, maximum=MAX_VERSION)
 
 
 def check_lease(lease: object) -> InstanceLease:
@@ -201,8 +203,8 @@ def check_lease(lease: object) -> InstanceLease:
         raise TypeError(f"lease must be an InstanceLease, not {type(lease).__name__}")
     if lease.expiry is not None:
         check_datetime("lease expiry", lease.expiry)
-    _check_text("lease owner", lease.owner, empty=True)
-    _check_int("lease incarnation", lease.incarnation, MIN_INT64, MAX_INT64)
+    check_text("lease owner", lease.owner, empty=True)
+    check_int("lease incarnation", lease.incarnation, minimum=MIN_INT64, maximum=MAX_INT64)
     return lease
 
 
@@ -214,10 +216,10 @@ def check_record(rec: object) -> InstanceRecord:
     if not isinstance(rec.payload, bytes):
         raise TypeError(f"payload must be bytes, not {type(rec.payload).__name__}")
     check_group(rec.group)
-    _check_text("tenant", rec.tenant, empty=True)
+    check_text("tenant", rec.tenant, empty=True)
     check_lease(rec.lease)
-    _check_int("rec_version", rec.rec_version, 0, MAX_VERSION - 1)
-    _check_text("status", rec.status)
+    check_int("rec_version", rec.rec_version, minimum=0, maximum=MAX_VERSION - 1)
+    check_text("status", rec.status)
     return rec
 
 

@@ -17,15 +17,17 @@ from .errors import NotFound
 MAX_MS = 2**47
 
 
-def _check_text(name: str, value: object) -> str:
+def check_text(name: str, value: object, *, empty: bool = False) -> str:
+    """A str argument, non-empty unless ``empty``: TypeError / ValueError otherwise."""
     if not isinstance(value, str):
         raise TypeError(f"{name} must be a str, not {type(value).__name__}")
-    if not value:
+    if not value and not empty:
         raise ValueError(f"{name} must not be empty")
     return value
 
 
-def _check_int(name: str, value: object, *, minimum: int, maximum: int = MAX_MS) -> int:
+def check_int(name: str, value: object, *, minimum: int, maximum: int = MAX_MS) -> int:
+    """An int argument (not a bool) within [minimum, maximum]."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{name} must be an int, not {type(value).__name__}")
     if not minimum <= value <= maximum:
@@ -34,13 +36,13 @@ def _check_int(name: str, value: object, *, minimum: int, maximum: int = MAX_MS)
 
 
 def _check_optional_int(name: str, value: object, *, minimum: int) -> int | None:
-    return None if value is None else _check_int(name, value, minimum=minimum)
+    return None if value is None else check_int(name, value, minimum=minimum)
 
 
 def _check_taking(owner: object, ttl: object) -> None:
     """A lease that is taken: a non-empty owner, a ttl in ms > 0."""
-    _check_text("owner", owner)
-    _check_int("ttl", ttl, minimum=1)
+    check_text("owner", owner)
+    check_int("ttl", ttl, minimum=1)
 
 
 # ---------------------------------------------------------------------------- holders
@@ -71,7 +73,7 @@ class Hold:
     owner: str
 
     def __post_init__(self) -> None:
-        _check_text("owner", self.owner)
+        check_text("owner", self.owner)
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,7 +148,7 @@ class Changed:
     deadline: int | None = None
 
     def __post_init__(self) -> None:
-        _check_text("dependency", self.dependency)
+        check_text("dependency", self.dependency)
         _check_optional_int("seen", self.seen, minimum=0)
         _check_optional_int("deadline", self.deadline, minimum=0)
 
@@ -161,8 +163,8 @@ class Poll:
     deadline: int | None = None
 
     def __post_init__(self) -> None:
-        _check_text("key", self.key)
-        _check_int("interval", self.interval, minimum=1)
+        check_text("key", self.key)
+        check_int("interval", self.interval, minimum=1)
         _check_optional_int("deadline", self.deadline, minimum=0)
 
 
@@ -173,10 +175,11 @@ class At:
     due: int
 
     def __post_init__(self) -> None:
-        _check_int("due", self.due, minimum=0)
+        check_int("due", self.due, minimum=0)
 
 
 Wait: TypeAlias = Changed | Poll | At
+#: What a store is given to derive a run's wait from its record bytes (None: no wait).
 Discover: TypeAlias = Callable[[bytes], Wait | None]
 
 # ---------------------------------------------------------------------------- checks
@@ -184,27 +187,27 @@ Discover: TypeAlias = Callable[[bytes], Wait | None]
 
 def check_run(run: object) -> str:
     """A run id: a non-empty str."""
-    return _check_text("run", run)
+    return check_text("run", run)
 
 
 def check_owner(owner: object) -> str:
     """A lease owner: a non-empty str."""
-    return _check_text("owner", owner)
+    return check_text("owner", owner)
 
 
 def check_ttl(ttl: object) -> int:
     """A lease ttl in ms: an int > 0."""
-    return _check_int("ttl", ttl, minimum=1)
+    return check_int("ttl", ttl, minimum=1)
 
 
 def check_limit(limit: object) -> int:
     """A claim limit: an int >= 0."""
-    return _check_int("limit", limit, minimum=0, maximum=1_000_000)
+    return check_int("limit", limit, minimum=0, maximum=1_000_000)
 
 
 def check_revision(expected: object) -> int:
     """An expected revision: an int >= 0."""
-    return _check_int("expected", expected, minimum=0, maximum=2**53)
+    return check_int("expected", expected, minimum=0, maximum=2**53)
 
 
 def check_record(record: object) -> bytes:
@@ -238,7 +241,7 @@ def check_wait(wait: object) -> Wait | None:
 
 def check_projection_version(version: object) -> int:
     """A projection version: an int >= 0."""
-    return _check_int("projection_version", version, minimum=0, maximum=2**31)
+    return check_int("projection_version", version, minimum=0, maximum=2**31)
 
 
 # ---------------------------------------------------------------------------- the port
@@ -248,14 +251,37 @@ def check_projection_version(version: object) -> int:
 class RunStore(Protocol):
     """The leased run backend port (SPEC §1), as the sync stores implement it."""
 
-    def now(self) -> int: ...
-    def get(self, run: str) -> Current: ...
-    def insert(self, run: str, record: bytes, lease: Lease) -> None: ...
-    def compare_and_set(self, run: str, expected: int, record: bytes, lease: Lease) -> None: ...
-    def renew(self, owner: str, runs: Iterable[str], ttl: int) -> list[str]: ...
-    def claim_expired(self, owner: str, ttl: int, limit: int) -> list[str]: ...
-    def claim_ready(self, owner: str, ttl: int, limit: int) -> list[str]: ...
-    def refresh(self, run: str) -> bool: ...
+    def now(self) -> int:
+        """The backend clock, UTC Unix milliseconds."""
+        ...
+
+    def get(self, run: str) -> Current:
+        """The run's latest record, revision, holder and claim info; ``NotFound``."""
+        ...
+
+    def insert(self, run: str, record: bytes, lease: Lease) -> None:
+        """Create ``run`` at revision 1; ``AlreadyExists`` if it exists."""
+        ...
+
+    def compare_and_set(self, run: str, expected: int, record: bytes, lease: Lease) -> None:
+        """Write revision ``expected + 1``; ``NotFound``, ``Conflict``, ``LeaseRefused``."""
+        ...
+
+    def renew(self, owner: str, runs: Iterable[str], ttl: int) -> list[str]:
+        """Extend ``owner``'s live leases among ``runs``; returns those runs."""
+        ...
+
+    def claim_expired(self, owner: str, ttl: int, limit: int) -> list[str]:
+        """Claim up to ``limit`` held, expired leases, the longest-expired first."""
+        ...
+
+    def claim_ready(self, owner: str, ttl: int, limit: int) -> list[str]:
+        """Claim up to ``limit`` free, eligible runs, the earliest eligible first."""
+        ...
+
+    def refresh(self, run: str) -> bool:
+        """Re-derive the run's wait from its current record; True if it has one."""
+        ...
 
 
 def confirm_write(store: RunStore, run: str, revision: int, record: bytes) -> bool:
