@@ -128,15 +128,19 @@ def load(lines: Iterable[str]) -> list[Event]:
     return [Event.from_dict(json.loads(line)) for line in lines if line.strip()]
 
 
+def by_process(events: Iterable[Event]) -> list[list[Event]]:
+    """Each process's events, in the order it made them."""
+    grouped: dict[str, list[Event]] = defaultdict(list)
+    for event in events:
+        grouped[event.proc].append(event)
+    return [sorted(proc_events, key=lambda e: e.seq) for proc_events in grouped.values()]
+
+
 def fill_upper_bounds(events: Iterable[Event]) -> list[Event]:
     """Give each event without ``b1`` the next ``b1`` its process read later (a later read
     is still an upper bound); events with none stay ``None`` (unbounded)."""
-    by_proc: dict[str, list[Event]] = defaultdict(list)
-    for event in events:
-        by_proc[event.proc].append(event)
     out: list[Event] = []
-    for proc_events in by_proc.values():
-        proc_events.sort(key=lambda e: e.seq)
+    for proc_events in by_process(events):
         later: int | None = None
         filled: list[Event] = []
         for event in reversed(proc_events):
@@ -309,12 +313,8 @@ def _may_extend(event: Event, run: str) -> float | None:
 
 def check_renewals(events: Iterable[Event]) -> list[Violation]:
     """A renew only returns runs whose lease the owner could still hold live."""
-    by_proc: dict[str, list[Event]] = defaultdict(list)
-    for event in events:
-        by_proc[event.proc].append(event)
     violations: list[Violation] = []
-    for proc_events in by_proc.values():
-        proc_events.sort(key=lambda e: e.seq)
+    for proc_events in by_process(events):
         latest: dict[str, float] = {}   # run -> latest expiry its earlier events may have set
         any_run = -INF                  # an unknown claim may have taken any run
         for event in proc_events:
