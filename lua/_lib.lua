@@ -34,9 +34,16 @@ local LEASES = P .. 'leases'
 
 local READY = P .. 'ready'
 
+local NOW = false
+
+-- The server clock, read at most once per script (a call costs; many writes need no time)
+-- and then the same for the whole script.
 local function now_ms()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  if not NOW then
+    local t = redis.call('TIME')
+    NOW = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  return NOW
 end
 
 local function int(n)
@@ -63,9 +70,9 @@ local function load(k)
 end
 
 -- Lease holder as the reply shape {owner|false, live 0|1}. Expiry == now is expired.
-local function holder(own, exp, now)
+local function holder(own, exp)
   if not own then return false, 0 end
-  if tonumber(exp) > now then return own, 1 end
+  if tonumber(exp) > now_ms() then return own, 1 end
   return own, 0
 end
 
@@ -78,7 +85,7 @@ end
 -- not (held, no wait, stale metadata, or waiting for a dependency to change). Immediate
 -- triggers (an unseen or changed dependency, a poll key seen for the first time) count
 -- from now.
-local function eligible_at(s, now, pv)
+local function eligible_at(s, pv)
   if not s.rev or s.own or not s.wk or s.wrev ~= s.rev or tonumber(s.wpv) < pv then
     return nil
   end
@@ -87,11 +94,11 @@ local function eligible_at(s, now, pv)
     t = tonumber(s.wn)
   elseif s.wk == 'p' then
     local pt = opt(s.pt)
-    if pt then t = pt + tonumber(s.wn) else t = now end
+    if pt then t = pt + tonumber(s.wn) else t = now_ms() end
   else
     local seen = opt(s.wn)
     if seen == nil or tonumber(redis.call('HGET', run_key(s.wa), 'rev') or '0') ~= seen then
-      t = now
+      t = now_ms()
     end
   end
   local deadline = opt(s.wdl)
@@ -102,15 +109,15 @@ end
 -- Put run where it belongs in READY after a write of its own (its time is recomputed) or of
 -- its dependency (dep_write: a run already eligible keeps its earlier time, so runs are
 -- ordered by when their wait became due).
-local function place(run, s, was_indexed, now, pv, dep_write)
-  local t = eligible_at(s, now, pv)
+local function place(run, s, was_indexed, pv, dep_write)
+  local t = eligible_at(s, pv)
   if t == nil then
     if was_indexed then redis.call('ZREM', READY, run) end
     return
   end
-  if dep_write and t == now then
+  if dep_write and t == now_ms() then
     local old = redis.call('ZSCORE', READY, run)
-    if old and tonumber(old) <= now then return end
+    if old and tonumber(old) <= t then return end
   end
   redis.call('ZADD', READY, int(t), run)
 end
@@ -127,8 +134,9 @@ end
 
 -- The lease condition's effect on s: 'c'/'s' hand it to owner until exp, 'r' frees it,
 -- 'h' leaves it. Claim info belongs to the owner whose ready claim made it.
-local function apply_lease(run, s, kind, owner, exp, set, del)
+local function apply_lease(run, s, kind, owner, ttl, set, del)
   if kind == 'c' or kind == 's' then
+    local exp = now_ms() + tonumber(ttl)
     if s.own and s.own ~= owner then push(del, 'ck', 'cdr', 'cat') end
     push(set, 'own', owner, 'exp', int(exp))
     redis.call('ZADD', LEASES, int(exp), run)
@@ -169,23 +177,23 @@ local function apply_wait(run, s, wk, wa, wn, wdl, pv, set, del)
 end
 
 -- run was written: each run waiting for it to change may now be eligible.
-local function notify_dependents(run, now, pv)
+local function notify_dependents(run, pv)
   for _, w in ipairs(redis.call('SMEMBERS', P .. 'd:' .. run)) do
     local ws = load(run_key(w))
-    place(w, ws, indexable(ws), now, pv, true)
+    place(w, ws, indexable(ws), pv, true)
   end
 end
 
 -- The common end of insert and compare_and_set: lease, wait, one write, indexes.
 -- A is the ARGV index of the lease kind; owner, ttl and the wait follow it.
-local function write(k, run, s, rev, record, A, now)
+local function write(k, run, s, rev, record, A)
   local was_indexed = indexable(s)
   local pv = tonumber(ARGV[A + 7])
   local set, del = {'rec', record, 'rev', int(rev)}, {}
   s.rev = int(rev)
-  apply_lease(run, s, ARGV[A], ARGV[A + 1], now + tonumber(ARGV[A + 2]), set, del)
+  apply_lease(run, s, ARGV[A], ARGV[A + 1], ARGV[A + 2], set, del)
   apply_wait(run, s, ARGV[A + 3], ARGV[A + 4], ARGV[A + 5], ARGV[A + 6], pv, set, del)
   flush(k, set, del)
-  place(run, s, was_indexed, now, pv, false)
-  notify_dependents(run, now, pv)
+  place(run, s, was_indexed, pv, false)
+  notify_dependents(run, pv)
 end

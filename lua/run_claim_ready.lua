@@ -14,7 +14,7 @@ while #out < limit do
     local k = run_key(run)
     local s = load(k)
     -- The index is a hint; the hash decides (stale metadata, a lower projection version).
-    local t = eligible_at(s, now, pv)
+    local t = eligible_at(s, pv)
     if t ~= nil and t <= now then
       local ck, cdr = '', ''
       if s.wk == 'c' then

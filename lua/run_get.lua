@@ -6,5 +6,5 @@
 --          {1} not found
 local f = redis.call('HMGET', KEYS[1], 'rev', 'rec', 'own', 'exp', 'ck', 'cdr', 'cat')
 if not f[1] then return {1} end
-local own, live = holder(f[3], f[4], now_ms())
+local own, live = holder(f[3], f[4])
 return {0, tonumber(f[1]), f[2], own, live, f[5], f[6], f[7]}

@@ -9,5 +9,5 @@
 local k = KEYS[1]
 -- HSETNX both checks and starts the write: one call instead of EXISTS + HSET.
 if redis.call('HSETNX', k, 'rev', '1') == 0 then return {2} end
-write(k, ARGV[2], {}, 1, ARGV[3], 4, now_ms())
+write(k, ARGV[2], {}, 1, ARGV[3], 4)
 return {0}

@@ -14,6 +14,6 @@ local was_indexed = indexable(s)
 local set, del = {}, {}
 apply_wait(run, s, ARGV[4], ARGV[5], ARGV[6], ARGV[7], pv, set, del)
 flush(k, set, del)
-place(run, s, was_indexed, now_ms(), pv, false)
+place(run, s, was_indexed, pv, false)
 if ARGV[4] == '' then return {0, 0} end
 return {0, 1}
