@@ -13,8 +13,11 @@
 -- changes, and the hashes of the terminal records it evicts. The cap is enforced when a
 -- record becomes terminal, the only save that adds to the terminal set.
 local k, id, group, class = KEYS[1], ARGV[2], ARGV[5], ARGV[12]
-if redis.call('SISMEMBER', KEYS[2], group) == 0 then return {5} end
 local f = redis.call('HMGET', k, 'v', 'g', 'k')
+-- Groups are never unregistered: a record already stored in this group proves it is
+-- registered, so only a new record or a move to another group asks the registry. (The
+-- group is still checked before the version.)
+if f[2] ~= group and redis.call('SISMEMBER', KEYS[2], group) == 0 then return {5} end
 local stored = tonumber(f[1] or '0')
 if stored ~= tonumber(ARGV[3]) then return {3, stored} end
 local v = stored + 1
@@ -22,7 +25,7 @@ local was = f[3]  -- the class the record had: which indexes hold it now
 redis.call('HSET', k, 'v', int(v), 'pl', ARGV[4], 'g', group, 't', ARGV[6], 'x', ARGV[7],
            'xo', ARGV[8], 'o', ARGV[9], 'n', ARGV[10], 's', ARGV[11], 'k', class)
 -- Only the indexes the record enters or leaves are touched: a save that keeps an active
--- record active costs four commands.
+-- record active in its group costs three commands.
 if was == 'c' and (class ~= 'c' or f[2] ~= group) then
   redis.call('ZREM', inflight_key(f[2]), id)
 end
