@@ -292,10 +292,6 @@ class MemoryRunStore:
         for waiter in sorted(self._dependents.get(run, ())):
             self._reindex(waiter, self._runs[waiter], now, dependency_write=True)
 
-    def _snapshot(self) -> dict[str, _Run]:
-        """A copy of every run's state (for tests and debugging)."""
-        with self._lock:
-            return {run: replace(state) for run, state in self._runs.items()}
 
 
 class MemoryRepository:

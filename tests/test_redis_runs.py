@@ -12,6 +12,7 @@ from faultproxy import FaultProxy
 from servers import Server, free_port, unique_namespace
 
 from redisstore import (
+    Changed,
     Claim,
     Conflict,
     Held,
@@ -48,6 +49,10 @@ def test_every_key_shares_the_namespace_hash_tag(client: redis.Redis) -> None:
     keys = [k.decode() for k in client.scan_iter(match="{" + namespace + "}:*")]
     assert keys and all(k.startswith("{" + namespace + "}:") for k in keys)
     assert Keyspace(namespace).run("a:b{c}") in keys
+    # The scripts build per-run and per-dependency names themselves: they match keys.py.
+    waiter = RedisRunStore(client, namespace=namespace, discover=lambda r: Changed("dep"))
+    waiter.insert("waiter", b"r", Release())
+    assert client.smembers(Keyspace(namespace).dependents("dep")) == {b"waiter"}
 
 
 def test_script_flush_is_reloaded_transparently(client: redis.Redis) -> None:
