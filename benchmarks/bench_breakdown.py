@@ -16,7 +16,8 @@ from common import own_server, server_binary
 
 from redisstore import Claim, scripts
 from redisstore.protocol import RunOps
-from redisstore.transport import _send_once
+from redisstore.protocol import Batch
+from redisstore.transport import Transport, pool_for
 
 
 def variants() -> dict[str, str]:
@@ -57,10 +58,12 @@ def main(argv: list[str] | None = None) -> None:
                                               Claim("me", 10**7))).command()
                     commands.append(("EVALSHA", sha, 0) if n == 0
                                     else (command[0], sha, *command[2:]))
+                transport, pool = Transport(client), pool_for(client.connection_pool)
                 client.config_resetstat()
                 start = time.perf_counter()
                 for command in commands:
-                    _send_once(client, (command,))
+                    transport.exchange(pool, Batch((command,), True),  # type: ignore[arg-type]
+                                       time.monotonic() + 5)
                 wall = (time.perf_counter() - start) / args.calls * 1e6
                 server = client.info("commandstats")["cmdstat_evalsha"]["usec_per_call"]
                 figures.setdefault(name, []).append((wall, float(server)))

@@ -1,18 +1,29 @@
--- _lib.lua: shared fragments. redisstore.scripts sends each script with the fragments it
--- uses (a fragment is one top-level `local` definition, up to the next one), so a script
--- pays only for what it calls.
+-- _lib.lua: shared fragments of the run store's scripts. redisstore.scripts sends each
+-- script with the fragments it uses (a fragment is one top-level `local` definition, up to
+-- the next one), so a script pays only for what it calls.
 --
--- Conventions for every script:
---   ARGV[1] is the namespace's key prefix "{ns}:" (one hash tag: one cluster slot), so a
---   script can name the per-run keys it only learns about while it runs.
---   Replies are arrays whose first element is a status code:
---     0 ok, 1 not found, 2 already exists, 3 conflict {3, current},
---     4 lease refused {4, owner|false, live 0|1}.
---   Time is read from the server (TIME) and never passed in: the server's clock judges
---   every lease and every readiness time. Numbers written to keys go through int() so that
---   a Lua double never reaches a key as "1.7e+12".
+-- Rules every script follows:
+--   Check, then write. A script does every read and every validation first and only
+--   queues its writes (later); commit() sends them at the very end. Redis never rolls a
+--   failed script back, so a script that returns an error or a refusal has written
+--   nothing, and a runaway script stays killable (SCRIPT KILL works until the first write).
+--   Trust nothing. Every ARGV number and every stored number must be a canonical decimal
+--   integer in range (tonumber alone takes '0x10', ' 5 ', '1e3', 'nan'). A run whose stored
+--   data fails is corrupt: the operation on it answers CORRUPT with the field; an index
+--   entry that leads to a missing, wrong-type or corrupt run is moved to the quarantine
+--   (hash P.."quarantine": "index|run" -> reason) and the claim goes on with the others.
+--   Bounded work. Every loop visits at most a capped number of entries (see the caps).
+--   ARGV[1] is the namespace's key prefix "{ns}:" (one hash tag: one cluster slot).
+--   Time is read from the server (TIME), once per script and only when a decision needs it.
 --
--- Per-run hash P.."r:"..run:
+-- Replies: {code, payload, dropped, next_due}. code: OK 0, NOT_FOUND 1, EXISTS 2,
+-- CONFLICT 3 (payload: stored revision), REFUSED 4 (payload: {owner|false, live 0|1}),
+-- CORRUPT 7 (payload: the field), TOO_NEW 8 (payload: the namespace's layout). dropped:
+-- index entries moved to the quarantine by this call. next_due: the backend time of the
+-- next entry a claim could take (-1: none). Bad arguments raise an error whose text starts
+-- "BADARG" (a plain string: Redis 6.2 cannot raise a table), before anything is written.
+--
+-- Per-run hash P.."r:"..run (layout 1):
 --   rec, rev            the record bytes and its revision
 --   own, exp            lease owner and expiry (absent while free)
 --   ck, cdr, cat        claim info of a ready claim: key ('' none), dependency revision
@@ -23,16 +34,43 @@
 --   pk, pt              the poll key whose last ready claim time pt is saved
 -- Indexes: P.."leases" (zset run -> lease expiry, held runs only), P.."ready" (zset run ->
 -- backend time the run is eligible from; free runs with a wait only), P.."d:"..dep (set of
--- runs whose wait is Changed(dep)).
---
--- A run's fields are read once into a state table s (false or nil where absent), changed
--- there, and written back with one HSET and at most one HDEL.
+-- runs whose wait is Changed(dep)), P.."fanout" (zset dep -> time: dependencies whose
+-- waiters are still to be re-indexed, P.."fanout-cursor" their SSCAN cursors).
+-- P.."meta" (hash): layout, the namespace's layout version (absent: 1).
 
 local P = ARGV[1]
 
 local LEASES = P .. 'leases'
 
 local READY = P .. 'ready'
+
+local QUARANTINE = P .. 'quarantine'
+
+local FANOUT = P .. 'fanout'
+
+local FANOUT_CURSOR = P .. 'fanout-cursor'
+
+local META = P .. 'meta'
+
+local OK, NOT_FOUND, EXISTS, CONFLICT, REFUSED, CORRUPT, TOO_NEW = 0, 1, 2, 3, 4, 7, 8
+
+-- The layout this library writes; a namespace with a newer one is refused.
+local LAYOUT = 1
+
+-- Caps (docs/runs.md gives each one's measured per-item cost). The Python side checks
+-- the same caps first; these hold for anyone with EVALSHA.
+local MAX_CLAIM = 500
+
+local MAX_VISIT = 1000
+
+local MAX_RENEW = 1000
+
+local MAX_FANOUT = 500
+
+local MAX_RECORD = 8388608
+
+-- Exact integers in a Lua double: revisions, times, ttls and counts stay at or below it.
+local MAX_INT = 9007199254740991
 
 local NOW = false
 
@@ -50,30 +88,158 @@ local function int(n)
   return string.format('%d', n)
 end
 
-local function opt(s)
-  if s == false or s == nil or s == '' then return nil end
-  return tonumber(s)
+-- A canonical decimal integer in [lo, hi] (no sign, no leading zero, at most 16 digits),
+-- as a number; nil for anything else.
+local function decimal(s, lo, hi)
+  if type(s) ~= 'string' or #s == 0 or #s > 16 then return nil end
+  if s ~= '0' and not string.find(s, '^[1-9]%d*$') then return nil end
+  local n = tonumber(s)
+  if n < lo or n > hi then return nil end
+  return n
+end
+
+-- '' (none) or a decimal in [lo, hi]: false for none, nil for bad.
+local function opt_decimal(s, lo, hi)
+  if s == '' then return false end
+  return decimal(s, lo, hi)
+end
+
+-- An ARGV number, or the BADARG error raised before anything is written.
+local function arg_int(i, lo, hi)
+  local n = decimal(ARGV[i], lo, hi)
+  if n == nil then
+    error('BADARG ARGV[' .. i .. '] must be an integer in [' .. int(lo) .. ', ' ..
+      int(hi) .. ']')
+  end
+  return n
+end
+
+local function arg_text(i)
+  local s = ARGV[i]
+  if s == nil or s == '' then error('BADARG ARGV[' .. i .. '] must be non-empty') end
+  return s
+end
+
+-- Queued writes, sent by commit() once every check passed.
+local WRITES = {}
+
+local function later(...)
+  WRITES[#WRITES + 1] = {...}
+end
+
+local function commit()
+  for i = 1, #WRITES do redis.call(unpack(WRITES[i])) end
+end
+
+-- Refuse a namespace laid out by a newer library; a damaged meta key is corrupt.
+local function check_layout()
+  local got = redis.pcall('HGET', META, 'layout')
+  if type(got) == 'table' then return {CORRUPT, 'meta', 0, -1} end
+  if not got then return nil end
+  local n = decimal(got, 1, 1000000)
+  if n == nil then return {CORRUPT, 'meta.layout', 0, -1} end
+  if n > LAYOUT then return {TOO_NEW, n, 0, -1} end
+  return nil
+end
+
+-- Whether key is absent or of the given type ('zset', 'set', 'hash').
+local function of_type(key, kind)
+  local t = redis.call('TYPE', key)
+  t = t.ok or t
+  return t == 'none' or t == kind
 end
 
 local function run_key(run)
   return P .. 'r:' .. run
 end
 
-local FIELDS = {'rev', 'own', 'exp', 'wk', 'wa', 'wn', 'wdl', 'wrev', 'wpv', 'pk', 'pt'}
+local FIELDS = {'rev', 'own', 'exp', 'ck', 'cdr', 'cat', 'wk', 'wa', 'wn', 'wdl', 'wrev',
+                'wpv', 'pk', 'pt'}
 
--- The run's lease and wait fields in one call.
-local function load(k)
-  local v = redis.call('HMGET', k, unpack(FIELDS))
+-- Runs read by this script, as planned after its queued writes (a run read twice, or the
+-- dependency of a run written here, is seen as it will be).
+local SEEN = {}
+
+-- One run's state: a table, or nil when absent, or false plus the field that is corrupt.
+-- Numbers come back as numbers; every field is checked.
+local function load(run)
+  local cached = SEEN[run]
+  if cached ~= nil then return cached end
+  local k = run_key(run)
+  local v = redis.pcall('HMGET', k, unpack(FIELDS))
+  if v.err then return false, 'type' end
+  if not v[1] then
+    if redis.call('EXISTS', k) == 1 then return false, 'rev' end
+    return nil
+  end
   local s = {}
   for i = 1, #FIELDS do s[FIELDS[i]] = v[i] end
+  s.rev = decimal(s.rev, 1, MAX_INT)
+  if not s.rev then return false, 'rev' end
+  if s.own then
+    if s.own == '' then return false, 'own' end
+    s.exp = decimal(s.exp, 0, MAX_INT)
+    if not s.exp then return false, 'exp' end
+  else
+    s.exp = false
+  end
+  if s.cat then
+    s.cat = decimal(s.cat, 0, MAX_INT)
+    if not s.cat then return false, 'cat' end
+    s.cdr = opt_decimal(s.cdr or '', 0, MAX_INT)
+    if s.cdr == nil then return false, 'cdr' end
+  end
+  if s.wk then
+    local wk = s.wk
+    if wk ~= 'c' and wk ~= 'p' and wk ~= 'a' then return false, 'wk' end
+    if (wk ~= 'a' and (not s.wa or s.wa == '')) then return false, 'wa' end
+    if wk == 'c' then
+      s.wn = opt_decimal(s.wn or '', 0, MAX_INT)
+    elseif wk == 'p' then
+      s.wn = decimal(s.wn, 1, MAX_INT)
+    else
+      s.wn = decimal(s.wn, 0, MAX_INT)
+    end
+    if s.wn == nil then return false, 'wn' end
+    s.wdl = opt_decimal(s.wdl or '', 0, MAX_INT)
+    if s.wdl == nil then return false, 'wdl' end
+    s.wrev = decimal(s.wrev, 0, MAX_INT)
+    if not s.wrev then return false, 'wrev' end
+    s.wpv = decimal(s.wpv, 0, MAX_INT)
+    if not s.wpv then return false, 'wpv' end
+    if s.pt then
+      s.pt = opt_decimal(s.pt, 0, MAX_INT)
+      if s.pt == nil then return false, 'pt' end
+    end
+  else
+    s.wn, s.wdl, s.wrev, s.wpv, s.pt = false, false, false, false, false
+  end
+  SEEN[run] = s
   return s
 end
 
+-- A dependency's revision as planned (0 when absent; a corrupt one counts as absent: a
+-- waiter of it stays discoverable by its deadline and by the dependency's repair).
+local function revision_of(run)
+  local s = load(run)
+  if s then return s.rev end
+  return 0
+end
+
+-- Move an index entry whose run is missing, of the wrong type or corrupt to the quarantine.
+local DROPPED = 0
+
+local function quarantine(index, key, run, reason)
+  later('ZREM', key, run)
+  later('HSET', QUARANTINE, index .. '|' .. run, reason)
+  DROPPED = DROPPED + 1
+end
+
 -- Lease holder as the reply shape {owner|false, live 0|1}. Expiry == now is expired.
-local function holder(own, exp)
-  if not own then return false, 0 end
-  if tonumber(exp) > now_ms() then return own, 1 end
-  return own, 0
+local function holder(s)
+  if not s.own then return {false, 0} end
+  if s.exp > now_ms() then return {s.own, 1} end
+  return {s.own, 0}
 end
 
 -- READY may hold a run only while it is free and has a wait.
@@ -86,114 +252,198 @@ end
 -- triggers (an unseen or changed dependency, a poll key seen for the first time) count
 -- from now.
 local function eligible_at(s, pv)
-  if not s.rev or s.own or not s.wk or s.wrev ~= s.rev or tonumber(s.wpv) < pv then
+  if s.own or not s.wk or s.wrev ~= s.rev or s.wpv < pv then
     return nil
   end
   local t = nil
   if s.wk == 'a' then
-    t = tonumber(s.wn)
+    t = s.wn
   elseif s.wk == 'p' then
-    local pt = opt(s.pt)
-    if pt then t = pt + tonumber(s.wn) else t = now_ms() end
+    if s.pt then t = s.pt + s.wn else t = now_ms() end
   else
-    local seen = opt(s.wn)
-    if seen == nil or tonumber(redis.call('HGET', run_key(s.wa), 'rev') or '0') ~= seen then
-      t = now_ms()
-    end
+    if s.wn == false or revision_of(s.wa) ~= s.wn then t = now_ms() end
   end
-  local deadline = opt(s.wdl)
-  if deadline and (t == nil or deadline < t) then t = deadline end
+  if s.wdl and (t == nil or s.wdl < t) then t = s.wdl end
   return t
 end
+
+-- READY scores as planned by this script (false: removed).
+local PLACED = {}
 
 -- Put run where it belongs in READY after a write of its own (its time is recomputed) or of
 -- its dependency (dep_write: a run already eligible keeps its earlier time, so runs are
 -- ordered by when their wait became due).
-local function place(run, s, was_indexed, pv, dep_write)
+local function place(run, s, pv, dep_write)
   local t = eligible_at(s, pv)
   if t == nil then
-    if was_indexed then redis.call('ZREM', READY, run) end
+    later('ZREM', READY, run)
+    PLACED[run] = false
     return
   end
   if dep_write and t == now_ms() then
-    local old = redis.call('ZSCORE', READY, run)
-    if old and tonumber(old) <= t then return end
+    local old = PLACED[run]
+    if old == nil then old = tonumber(redis.call('ZSCORE', READY, run)) end
+    if old and old <= t then return end
   end
-  redis.call('ZADD', READY, int(t), run)
-end
-
--- Queue field writes: set and del are flat lists for one HSET and one HDEL.
-local function flush(k, set, del)
-  if #del > 0 then redis.call('HDEL', k, unpack(del)) end
-  if #set > 0 then redis.call('HSET', k, unpack(set)) end
+  later('ZADD', READY, int(t), run)
+  PLACED[run] = t
 end
 
 local function push(list, ...)
   for _, v in ipairs({...}) do list[#list + 1] = v end
 end
 
+local function opt_text(n)
+  if n == false or n == nil then return '' end
+  return int(n)
+end
+
 -- The lease condition's effect on s: 'c'/'s' hand it to owner until exp, 'r' frees it,
 -- 'h' leaves it. Claim info belongs to the owner whose ready claim made it.
 local function apply_lease(run, s, kind, owner, ttl, set, del)
   if kind == 'c' or kind == 's' then
-    local exp = now_ms() + tonumber(ttl)
+    local exp = now_ms() + ttl
     if s.own and s.own ~= owner then push(del, 'ck', 'cdr', 'cat') end
     push(set, 'own', owner, 'exp', int(exp))
-    redis.call('ZADD', LEASES, int(exp), run)
-    s.own, s.exp = owner, int(exp)
+    later('ZADD', LEASES, int(exp), run)
+    s.own, s.exp = owner, exp
   elseif kind == 'r' and s.own then
     push(del, 'own', 'exp', 'ck', 'cdr', 'cat')
-    redis.call('ZREM', LEASES, run)
+    later('ZREM', LEASES, run)
     s.own, s.exp = false, false
   end
 end
 
--- Save the discovered wait (wk == '' for none) as derived from s.rev at version pv. A
--- poll key's saved claim time survives while the key stays the same.
-local function apply_wait(run, s, wk, wa, wn, wdl, pv, set, del)
-  local was_dep = s.wk == 'c' and s.wa
-  if was_dep and (wk ~= 'c' or was_dep ~= wa) then
-    redis.call('SREM', P .. 'd:' .. was_dep, run)
+-- The wait arguments at ARGV[A..A+3] and the projection version at ARGV[A+4], checked:
+-- {wk, wa, wn, wdl} with numbers as numbers (wk '' for none), and pv.
+local function arg_wait(A)
+  local wk, wa = ARGV[A], ARGV[A + 1]
+  local w = {wk = wk, wa = wa, wn = false, wdl = false}
+  if wk == 'c' then
+    arg_text(A + 1)
+    w.wn = opt_decimal(ARGV[A + 2], 0, MAX_INT)
+  elseif wk == 'p' then
+    arg_text(A + 1)
+    w.wn = decimal(ARGV[A + 2], 1, MAX_INT)
+  elseif wk == 'a' then
+    w.wn = decimal(ARGV[A + 2], 0, MAX_INT)
+  elseif wk ~= '' then
+    error('BADARG ARGV[' .. A .. '] must be a wait kind: c, p, a or empty')
   end
-  if wk == '' then
-    if s.wk then push(del, 'wk', 'wa', 'wn', 'wdl') end
-    if s.pk then push(del, 'pk', 'pt') end
-    s.wk, s.pk, s.pt = false, false, false
-  else
-    push(set, 'wk', wk, 'wa', wa, 'wn', wn, 'wdl', wdl)
-    if wk == 'c' and was_dep ~= wa then redis.call('SADD', P .. 'd:' .. wa, run) end
-    if wk ~= 'p' then
-      if s.pk then push(del, 'pk', 'pt') end
-      s.pk, s.pt = false, false
-    elseif s.pk ~= wa then
-      push(set, 'pk', wa)
-      if s.pt then push(del, 'pt') end
-      s.pk, s.pt = wa, false
-    end
-    s.wk, s.wa, s.wn, s.wdl = wk, wa, wn, wdl
+  if wk ~= '' then
+    if w.wn == nil then error('BADARG ARGV[' .. (A + 2) .. '] is not a valid number') end
+    w.wdl = opt_decimal(ARGV[A + 3], 0, MAX_INT)
+    if w.wdl == nil then error('BADARG ARGV[' .. (A + 3) .. '] is not a valid deadline') end
   end
-  push(set, 'wrev', s.rev, 'wpv', int(pv))
-  s.wrev, s.wpv = s.rev, int(pv)
+  return w, arg_int(A + 4, 0, 2147483648)
 end
 
--- run was written: each run waiting for it to change may now be eligible.
+-- The lease arguments at ARGV[A..A+2]: kind, owner, ttl.
+local function arg_lease(A)
+  local kind = ARGV[A]
+  if kind == 'c' or kind == 's' then
+    return kind, arg_text(A + 1), arg_int(A + 2, 1, 140737488355328)
+  elseif kind == 'h' then
+    return kind, arg_text(A + 1), 0
+  elseif kind == 'r' then
+    return kind, '', 0
+  end
+  error('BADARG ARGV[' .. A .. '] must be a lease kind: h, c, s or r')
+end
+
+-- Save the discovered wait w as derived from s.rev at version pv. A poll key's saved claim
+-- time survives while the key stays the same.
+local function apply_wait(run, s, w, pv, set, del)
+  local was_dep = s.wk == 'c' and s.wa
+  if was_dep and (w.wk ~= 'c' or was_dep ~= w.wa) then
+    later('SREM', P .. 'd:' .. was_dep, run)
+  end
+  if w.wk == '' then
+    if s.wk then push(del, 'wk', 'wa', 'wn', 'wdl') end
+    if s.pk then push(del, 'pk', 'pt') end
+    s.wk, s.wa, s.pk, s.pt = false, false, false, false
+  else
+    push(set, 'wk', w.wk, 'wa', w.wa, 'wn', opt_text(w.wn), 'wdl', opt_text(w.wdl))
+    if w.wk == 'c' and was_dep ~= w.wa then later('SADD', P .. 'd:' .. w.wa, run) end
+    if w.wk ~= 'p' then
+      if s.pk then push(del, 'pk', 'pt') end
+      s.pk, s.pt = false, false
+    elseif s.pk ~= w.wa then
+      push(set, 'pk', w.wa)
+      if s.pt then push(del, 'pt') end
+      s.pk, s.pt = w.wa, false
+    end
+    s.wk, s.wa, s.wn, s.wdl = w.wk, w.wa, w.wn, w.wdl
+  end
+  push(set, 'wrev', int(s.rev), 'wpv', int(pv))
+  s.wrev, s.wpv = s.rev, pv
+end
+
+-- The index keys a write touches must be of their type, or the write would fail halfway.
+local function indexes_ok(w)
+  if not of_type(LEASES, 'zset') then return 'index:leases' end
+  if not of_type(READY, 'zset') then return 'index:ready' end
+  if w and w.wk == 'c' and not of_type(P .. 'd:' .. w.wa, 'set') then return 'index:d' end
+  if not of_type(FANOUT, 'zset') then return 'index:fanout' end
+  return nil
+end
+
+-- Re-index up to MAX_FANOUT waiters of dep from SSCAN cursor; returns the next cursor ('0'
+-- when every waiter was visited). A waiter that is missing or corrupt is quarantined.
+local function fan_out(dep, cursor, pv)
+  local key = P .. 'd:' .. dep
+  local visited = 0
+  repeat
+    local page = redis.call('SSCAN', key, cursor, 'COUNT', 100)
+    cursor = page[1]
+    for _, w in ipairs(page[2]) do
+      local ws, bad = load(w)
+      if ws then
+        if indexable(ws) then place(w, ws, pv, true) end
+      elseif ws == nil then
+        later('SREM', key, w)
+      else
+        later('SREM', key, w)
+        later('HSET', QUARANTINE, 'd:' .. dep .. '|' .. w, bad)
+        DROPPED = DROPPED + 1
+      end
+      visited = visited + 1
+    end
+  until cursor == '0' or visited >= MAX_FANOUT
+  return cursor
+end
+
+-- run was written: each run waiting for it to change may now be eligible. Up to
+-- MAX_FANOUT waiters are re-indexed here; a dependency with more is queued in FANOUT and
+-- finished by the next claim_ready calls (a waiter is never missed, only delayed).
 local function notify_dependents(run, pv)
-  for _, w in ipairs(redis.call('SMEMBERS', P .. 'd:' .. run)) do
-    local ws = load(run_key(w))
-    place(w, ws, indexable(ws), pv, true)
+  local key = P .. 'd:' .. run
+  if not of_type(key, 'set') then return end
+  if redis.call('EXISTS', key) == 0 then return end
+  local cursor = fan_out(run, '0', pv)
+  if cursor ~= '0' then
+    later('ZADD', FANOUT, int(now_ms()), run)
+    later('HSET', FANOUT_CURSOR, run, cursor)
   end
 end
 
 -- The common end of insert and compare_and_set: lease, wait, one write, indexes.
--- A is the ARGV index of the lease kind; owner, ttl and the wait follow it.
-local function write(k, run, s, rev, record, A)
-  local was_indexed = indexable(s)
-  local pv = tonumber(ARGV[A + 7])
+local function write(k, run, s, rev, record, kind, owner, ttl, w, pv)
   local set, del = {'rec', record, 'rev', int(rev)}, {}
-  s.rev = int(rev)
-  apply_lease(run, s, ARGV[A], ARGV[A + 1], ARGV[A + 2], set, del)
-  apply_wait(run, s, ARGV[A + 3], ARGV[A + 4], ARGV[A + 5], ARGV[A + 6], pv, set, del)
-  flush(k, set, del)
-  place(run, s, was_indexed, pv, false)
+  s.rev = rev
+  apply_lease(run, s, kind, owner, ttl, set, del)
+  apply_wait(run, s, w, pv, set, del)
+  if #del > 0 then later('HDEL', k, unpack(del)) end
+  later('HSET', k, unpack(set))
+  SEEN[run] = s
+  place(run, s, pv, false)
   notify_dependents(run, pv)
+end
+
+-- The next backend time a claim could take an entry of index (after now), or -1.
+local function next_due(index)
+  local head = redis.call('ZRANGEBYSCORE', index, '(' .. int(now_ms()), '+inf', 'LIMIT', 0, 1,
+                          'WITHSCORES')
+  if head[2] then return tonumber(head[2]) end
+  return -1
 end

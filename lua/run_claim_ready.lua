@@ -1,38 +1,68 @@
 -- run_claim_ready: claim up to limit free runs whose wait is eligible, earliest first.
--- KEYS[1]  P.."ready"           KEYS[2] P.."leases"
+-- KEYS[1]  P.."ready"           KEYS[2] P.."leases"       KEYS[3] P.."meta"
+-- KEYS[4]  P.."fanout"
 -- ARGV[1]  key prefix           ARGV[2] owner             ARGV[3] ttl ms
--- ARGV[4]  limit                ARGV[5] projection version of the caller
--- Reply    {0, {claimed run ids, in claim order}}
-local owner, limit, pv = ARGV[2], tonumber(ARGV[4]), tonumber(ARGV[5])
+-- ARGV[4]  limit (at most MAX_CLAIM)                       ARGV[5] caller's projection version
+-- Reply    {OK, {claimed run ids, in claim order}, dropped, next_due} | {TOO_NEW, layout}
+-- First finishes (up to MAX_FANOUT waiters) the re-indexing of a dependency with many
+-- waiters; then visits at most limit + MAX_VISIT index entries. The run decides, not the
+-- index (stale metadata, a lower projection version): an entry is claimed, re-scored,
+-- dropped, or quarantined when its run is missing, of another type or corrupt.
+local owner = arg_text(2)
+local ttl = arg_int(3, 1, 140737488355328)
+local limit = arg_int(4, 0, MAX_CLAIM)
+local pv = arg_int(5, 0, 2147483648)
+local bad_layout = check_layout()
+if bad_layout then return bad_layout end
+local bad = indexes_ok(nil)
+if bad then return {CORRUPT, bad, 0, -1} end
 local now = now_ms()
-local exp = int(now + tonumber(ARGV[3]))
+local exp = int(now + ttl)
+local pending = redis.call('ZRANGE', FANOUT, 0, 0)[1]
+if pending then
+  local cursor = redis.call('HGET', FANOUT_CURSOR, pending) or '0'
+  if not string.find(cursor, '^%d+$') or #cursor > 20 then cursor = '0' end
+  cursor = fan_out(pending, cursor, pv)
+  if cursor == '0' then
+    later('ZREM', FANOUT, pending)
+    later('HDEL', FANOUT_CURSOR, pending)
+  else
+    later('HSET', FANOUT_CURSOR, pending, cursor)
+  end
+end
 local out = {}
-while #out < limit do
-  local runs = redis.call('ZRANGEBYSCORE', READY, '-inf', int(now), 'LIMIT', 0, limit - #out)
-  if #runs == 0 then break end
-  for _, run in ipairs(runs) do
-    local k = run_key(run)
-    local s = load(k)
-    -- The index is a hint; the hash decides (stale metadata, a lower projection version).
+local runs = redis.call('ZRANGEBYSCORE', READY, '-inf', int(now), 'LIMIT', 0,
+                        limit + MAX_VISIT)
+for _, run in ipairs(runs) do
+  if #out >= limit then break end
+  local s, why = load(run)
+  if s == nil then
+    quarantine('ready', READY, run, 'missing')
+  elseif s == false then
+    quarantine('ready', READY, run, why)
+  else
     local t = eligible_at(s, pv)
     if t ~= nil and t <= now then
+      local k = run_key(run)
       local ck, cdr = '', ''
       if s.wk == 'c' then
         ck = s.wa
-        cdr = redis.call('HGET', run_key(s.wa), 'rev') or '0'
+        cdr = int(revision_of(s.wa))
       elseif s.wk == 'p' then
         ck = s.wa
-        redis.call('HSET', k, 'pt', int(now))
+        later('HSET', k, 'pt', int(now))
       end
-      redis.call('HSET', k, 'own', owner, 'exp', exp, 'ck', ck, 'cdr', cdr, 'cat', int(now))
-      redis.call('ZADD', LEASES, exp, run)
-      redis.call('ZREM', READY, run)
+      later('HSET', k, 'own', owner, 'exp', exp, 'ck', ck, 'cdr', cdr, 'cat', int(now))
+      later('ZADD', LEASES, exp, run)
+      later('ZREM', READY, run)
+      s.own, s.exp = owner, now + ttl
       out[#out + 1] = run
     elseif t == nil then
-      redis.call('ZREM', READY, run)
+      later('ZREM', READY, run)
     else
-      redis.call('ZADD', READY, int(t), run)
+      later('ZADD', READY, int(t), run)
     end
   end
 end
-return {0, out}
+commit()
+return {OK, out, DROPPED, next_due(READY)}

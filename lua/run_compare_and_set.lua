@@ -1,23 +1,34 @@
 -- run_compare_and_set: write revision expected + 1 under a lease condition, atomically.
 -- KEYS[1]  the run's hash       KEYS[2] P.."leases"       KEYS[3] P.."ready"
+-- KEYS[4]  P.."meta"
 -- ARGV[1]  key prefix           ARGV[2] run               ARGV[3] expected revision
 -- ARGV[4]  record bytes
 -- ARGV[5]  lease kind: 'h' Hold, 'c' Claim, 's' Seize, 'r' Release
 -- ARGV[6]  owner ('' for Release)                          ARGV[7] ttl ms ('0' without one)
 -- ARGV[8..11] wait: kind ('' none, 'c', 'p', 'a'), dependency/key, seen/interval/due, deadline
 -- ARGV[12] projection version
--- Reply    {0} ok | {1} not found | {3, current} conflict
---          {4, owner|false, live 0|1} lease refused (nothing written)
-local k, kind, owner = KEYS[1], ARGV[5], ARGV[6]
-local s = load(k)
-if not s.rev then return {1} end
-local rev = tonumber(s.rev)
-if rev ~= tonumber(ARGV[3]) then return {3, rev} end
+-- Reply    {OK} | {NOT_FOUND} | {CONFLICT, current} | {REFUSED, {owner|false, live 0|1}}
+--          | {CORRUPT, field} | {TOO_NEW, layout}; nothing written but on OK
+local run = arg_text(2)
+local expected = arg_int(3, 0, MAX_INT - 2)
+local record = ARGV[4]
+if #record > MAX_RECORD then error('BADARG the record is over ' .. MAX_RECORD .. ' bytes') end
+local kind, owner, ttl = arg_lease(5)
+local w, pv = arg_wait(8)
+local bad_layout = check_layout()
+if bad_layout then return bad_layout end
+local s, bad = load(run)
+if s == nil then return {NOT_FOUND, false, 0, -1} end
+if s == false then return {CORRUPT, bad, 0, -1} end
+if s.rev ~= expected then return {CONFLICT, s.rev, 0, -1} end
+if s.rev >= MAX_INT - 1 then return {CORRUPT, 'rev', 0, -1} end
 -- Only a Claim over another owner's lease needs the clock to decide.
-local own = s.own
-if (kind == 'h' and own ~= owner)
-    or (kind == 'c' and own and own ~= owner and select(2, holder(own, s.exp)) == 1) then
-  return {4, holder(own, s.exp)}
+if (kind == 'h' and s.own ~= owner)
+    or (kind == 'c' and s.own and s.own ~= owner and holder(s)[2] == 1) then
+  return {REFUSED, holder(s), 0, -1}
 end
-write(k, ARGV[2], s, rev + 1, ARGV[4], 5)
-return {0}
+bad = indexes_ok(w)
+if bad then return {CORRUPT, bad, 0, -1} end
+write(KEYS[1], run, s, s.rev + 1, record, kind, owner, ttl, w, pv)
+commit()
+return {OK, false, 0, -1}

@@ -1,10 +1,17 @@
 -- run_get: read one run.
--- KEYS[1]  the run's hash
--- ARGV[1]  key prefix
--- Reply    {0, revision, record, owner|false, live 0|1, claim_key|false, claim_dep_rev|false,
---           claimed_at|false}   (claim fields '' mean None)
---          {1} not found
-local f = redis.call('HMGET', KEYS[1], 'rev', 'rec', 'own', 'exp', 'ck', 'cdr', 'cat')
-if not f[1] then return {1} end
-local own, live = holder(f[3], f[4])
-return {0, tonumber(f[1]), f[2], own, live, f[5], f[6], f[7]}
+-- KEYS[1]  the run's hash       KEYS[2] P.."meta"
+-- ARGV[1]  key prefix           ARGV[2] run
+-- Reply    {OK, {revision, record, owner|false, live 0|1, claim_key|false,
+--           claim_dep_rev|false, claimed_at|false}}  (claim fields '' mean None)
+--          {NOT_FOUND} | {CORRUPT, field} | {TOO_NEW, layout}
+local bad_layout = check_layout()
+if bad_layout then return bad_layout end
+local s, bad = load(ARGV[2])
+if s == nil then return {NOT_FOUND, false, 0, -1} end
+if s == false then return {CORRUPT, bad, 0, -1} end
+local rec = redis.call('HGET', KEYS[1], 'rec')
+if not rec then return {CORRUPT, 'rec', 0, -1} end
+local h = holder(s)
+local cat = false
+if s.cat then cat = s.cat end
+return {OK, {s.rev, rec, h[1], h[2], s.ck or false, opt_text(s.cdr), cat}, 0, -1}

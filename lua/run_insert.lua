@@ -1,13 +1,23 @@
 -- run_insert: create a run at revision 1, with a lease for Claim / Seize.
 -- KEYS[1]  the run's hash       KEYS[2] P.."leases"       KEYS[3] P.."ready"
+-- KEYS[4]  P.."meta"
 -- ARGV[1]  key prefix           ARGV[2] run               ARGV[3] record bytes
 -- ARGV[4]  lease kind: 'h' Hold, 'c' Claim, 's' Seize, 'r' Release
 -- ARGV[5]  owner ('' for Release)                          ARGV[6] ttl ms ('0' without one)
 -- ARGV[7..10] wait: kind ('' none, 'c', 'p', 'a'), dependency/key, seen/interval/due, deadline
 -- ARGV[11] projection version
--- Reply    {0} ok | {2} already exists (nothing written)
-local k = KEYS[1]
--- HSETNX both checks and starts the write: one call instead of EXISTS + HSET.
-if redis.call('HSETNX', k, 'rev', '1') == 0 then return {2} end
-write(k, ARGV[2], {}, 1, ARGV[3], 4)
-return {0}
+-- Reply    {OK} | {EXISTS} | {CORRUPT, field} | {TOO_NEW, layout}; nothing written but on OK
+local run, record = arg_text(2), ARGV[3]
+if #record > MAX_RECORD then error('BADARG the record is over ' .. MAX_RECORD .. ' bytes') end
+local kind, owner, ttl = arg_lease(4)
+local w, pv = arg_wait(7)
+local bad_layout = check_layout()
+if bad_layout then return bad_layout end
+local s = load(run)
+-- A key there, even a damaged one, is never overwritten.
+if s ~= nil then return {EXISTS, false, 0, -1} end
+local bad = indexes_ok(w)
+if bad then return {CORRUPT, bad, 0, -1} end
+write(KEYS[1], run, {}, 1, record, kind, owner, ttl, w, pv)
+commit()
+return {OK, false, 0, -1}

@@ -2,5 +2,5 @@
 -- node whose clock judges the namespace's leases; plain TIME could go to any node).
 -- KEYS[1]  P.."leases" (names the slot; not read)
 -- ARGV[1]  key prefix
--- Reply    {0, UTC Unix milliseconds}
-return {0, now_ms()}
+-- Reply    {OK, UTC Unix milliseconds}
+return {OK, now_ms(), 0, -1}

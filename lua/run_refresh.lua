@@ -1,19 +1,27 @@
 -- run_refresh: re-derive a run's wait from its current record (the caller ran discover on
 -- the record it read at revision expected); changes no record, revision or lease.
--- KEYS[1]  the run's hash       KEYS[2] P.."ready"
+-- KEYS[1]  the run's hash       KEYS[2] P.."ready"        KEYS[3] P.."meta"
 -- ARGV[1]  key prefix           ARGV[2] run               ARGV[3] expected revision
 -- ARGV[4..7] wait: kind ('' none, 'c', 'p', 'a'), dependency/key, seen/interval/due, deadline
 -- ARGV[8]  projection version
--- Reply    {0, indexed 0|1} | {1} not found | {3, current} the record moved on meanwhile
-local k, run = KEYS[1], ARGV[2]
-local s = load(k)
-if not s.rev then return {1} end
-if tonumber(s.rev) ~= tonumber(ARGV[3]) then return {3, tonumber(s.rev)} end
-local pv = tonumber(ARGV[8])
-local was_indexed = indexable(s)
+-- Reply    {OK, indexed 0|1} | {NOT_FOUND} | {CONFLICT, current} (the record moved on)
+--          | {CORRUPT, field} | {TOO_NEW, layout}
+local run = arg_text(2)
+local expected = arg_int(3, 0, MAX_INT)
+local w, pv = arg_wait(4)
+local bad_layout = check_layout()
+if bad_layout then return bad_layout end
+local s, bad = load(run)
+if s == nil then return {NOT_FOUND, false, 0, -1} end
+if s == false then return {CORRUPT, bad, 0, -1} end
+if s.rev ~= expected then return {CONFLICT, s.rev, 0, -1} end
+bad = indexes_ok(w)
+if bad then return {CORRUPT, bad, 0, -1} end
 local set, del = {}, {}
-apply_wait(run, s, ARGV[4], ARGV[5], ARGV[6], ARGV[7], pv, set, del)
-flush(k, set, del)
-place(run, s, was_indexed, pv, false)
-if ARGV[4] == '' then return {0, 0} end
-return {0, 1}
+apply_wait(run, s, w, pv, set, del)
+if #del > 0 then later('HDEL', KEYS[1], unpack(del)) end
+later('HSET', KEYS[1], unpack(set))
+place(run, s, pv, false)
+commit()
+if w.wk == '' then return {OK, 0, 0, -1} end
+return {OK, 1, 0, -1}

@@ -1,22 +1,28 @@
 -- run_renew: extend to now + ttl every listed lease that owner holds live.
--- KEYS[1]  P.."leases"
+-- KEYS[1]  P.."leases"          KEYS[2] P.."meta"
 -- ARGV[1]  key prefix           ARGV[2] owner             ARGV[3] ttl ms
--- ARGV[4..] run ids (distinct)
--- Reply    {0, {renewed run ids, in the given order}}
-local owner = ARGV[2]
+-- ARGV[4..] run ids (distinct, at most MAX_RENEW)
+-- Reply    {OK, {renewed run ids, in the given order}} | {TOO_NEW, layout}
+--          A corrupt run among them is not renewed (and does not stop the others).
+local owner = arg_text(2)
+local ttl = arg_int(3, 1, 140737488355328)
+if #ARGV - 3 > MAX_RENEW then error('BADARG at most ' .. MAX_RENEW .. ' runs per renew') end
+local bad_layout = check_layout()
+if bad_layout then return bad_layout end
+if not of_type(LEASES, 'zset') then return {CORRUPT, 'index:leases', 0, -1} end
 local now = now_ms()
-local exp = int(now + tonumber(ARGV[3]))
+local exp = int(now + ttl)
 local out = {}
 for i = 4, #ARGV do
   local run = ARGV[i]
-  local k = run_key(run)
-  local f = redis.call('HMGET', k, 'own', 'exp')
+  local s = load(run)
   -- An expired lease is never renewed: a renewal that arrives after a handoff must not
   -- make the old owner live again.
-  if f[1] == owner and tonumber(f[2]) > now then
-    redis.call('HSET', k, 'exp', exp)
-    redis.call('ZADD', LEASES, exp, run)
+  if s and s.own == owner and s.exp > now then
+    later('HSET', run_key(run), 'exp', exp)
+    later('ZADD', LEASES, exp, run)
     out[#out + 1] = run
   end
 end
-return {0, out}
+commit()
+return {OK, out, 0, -1}

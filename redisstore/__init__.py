@@ -1,6 +1,6 @@
 """redisstore: a distributed lease store on Redis, Valkey and fakeredis.
 
-The public names of SPEC.md are importable from here.
+Every public name is importable from here; docs/api.md lists them.
 """
 
 from .aio import AsyncRedisRepository, AsyncRedisRunStore
@@ -8,6 +8,7 @@ from .errors import (
     AlreadyExists,
     ConcurrentUpdate,
     Conflict,
+    Corrupt,
     LeaseRefused,
     Misconfigured,
     NotFound,
@@ -31,6 +32,7 @@ from .runs import (
     Holder,
     Lease,
     Poll,
+    Quarantined,
     Release,
     RunStore,
     Seize,
@@ -50,6 +52,7 @@ __all__ = [
     "ClaimInfo",
     "ConcurrentUpdate",
     "Conflict",
+    "Corrupt",
     "Current",
     "Discover",
     "Durability",
@@ -66,6 +69,7 @@ __all__ = [
     "Misconfigured",
     "NotFound",
     "Poll",
+    "Quarantined",
     "RedisRepository",
     "RedisRunStore",
     "Release",

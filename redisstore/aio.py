@@ -18,64 +18,189 @@ write: one script is atomic, so it was applied entirely or not at all, and
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import time
+import weakref
 from collections.abc import Iterable
 from datetime import datetime
 from typing import Any, TypeVar
 
-try:
-    from hiredis import pack_command
-except ImportError:  # pragma: no cover - hiredis comes with redis[hiredis]
-    pack_command = None  # type: ignore[assignment]
-
-from redis.exceptions import RedisError, ResponseError
-
-from .protocol import UNDECODED, Batch, Conversation, Durability, Operation, Outcome, RunOps, Shell
+from .outcomes import Exchange, Lost, Reply
+from .protocol import Batch, Driver, Durability, Operation, Shell, check_io
 from .repository import InstanceRecord, Logger, RepositoryOps
-from .runs import Current, Discover, Lease
+from .runops import RunOps
+from .runs import MAX_RECORD, Current, Discover, Lease, Quarantined
+from .wire import check_client, describe, error_reply, is_error_reply, pack
 
 T = TypeVar("T")
 
 
-class AsyncTransport:
-    """Runs operations on a ``redis.asyncio.Redis`` client (or ``FakeAsyncRedis``).
+class _NoRetry:
+    """Stands for redis-py's Retry on our connections: connect once, within the deadline."""
 
-    Writes always take their own connection from the client's pool, even on a
-    ``single_connection_client``: concurrent tasks must never interleave on one connection.
-    Cluster clients (``redis.asyncio.RedisCluster``) are not supported yet.
+    async def call_with_retry(self, do: Any, fail: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await do()
+        except Exception as exc:
+            # redis-py 8 passes the failure count to ``fail``; older ones and valkey-py don't.
+            await (fail(exc, 1) if kwargs.get("with_failure_count") else fail(exc))
+            raise
+
+    def update_supported_errors(self, *args: Any, **kwargs: Any) -> None:
+        """Nothing is retried, so no error list to extend."""
+
+
+class AsyncPool:
+    """The asyncio twin of :class:`redisstore.transport.Pool`: the store's connections to
+    one server, made like the client pool's own, one call at a time on each."""
+
+    def __init__(self, source: Any) -> None:
+        self._cls = source.connection_class
+        self._kwargs = dict(source.connection_kwargs)
+        self._max = getattr(source, "max_connections", None) or 2**31
+        self._idle: list[Any] = []
+        self._open = 0
+        self._freed = asyncio.Condition()
+        self._pid = os.getpid()
+        #: The one-time server checks done on this server (redisstore.runops.RunOps).
+        self.checks: set[str] = set()
+
+    async def acquire(self) -> tuple[Any, bool]:
+        """A connection and whether it is new (not connected yet); waits for one while
+        ``max_connections`` are in use (the caller's deadline bounds the wait)."""
+        if self._pid != os.getpid():
+            self._idle, self._open, self._pid = [], 0, os.getpid()
+        while True:
+            if self._idle:
+                return self._idle.pop(), False
+            if self._open < self._max:
+                self._open += 1
+                conn = self._cls(**self._kwargs)
+                conn.retry = _NoRetry()
+                return conn, True
+            async with self._freed:
+                await self._freed.wait()
+
+    def release(self, conn: Any) -> None:
+        """Give back a clean connection."""
+        self._idle.append(conn)
+        self._wake()
+
+    async def discard(self, conn: Any) -> None:
+        """Drop a connection after a failure (without waiting on it: we may be cancelled)."""
+        self._open -= 1
+        self._wake()
+        with contextlib.suppress(Exception):
+            await conn.disconnect(nowait=True)
+
+    def _wake(self) -> None:
+        async def notify() -> None:
+            async with self._freed:
+                self._freed.notify()
+        if self._freed._waiters:
+            asyncio.get_running_loop().create_task(notify())
+
+
+_POOLS: weakref.WeakKeyDictionary[Any, AsyncPool] = weakref.WeakKeyDictionary()
+
+
+def pool_for(source: Any) -> AsyncPool:
+    """The one :class:`AsyncPool` for a client's connection pool."""
+    pool = _POOLS.get(source)
+    if pool is None:
+        pool = _POOLS[source] = AsyncPool(source)
+    return pool
+
+
+async def _stale(conn: Any) -> bool:
+    # redis-py 8 renamed can_read_destructive to can_read; valkey-py keeps the old name.
+    probe = getattr(conn, "can_read", None) or conn.can_read_destructive
+    try:
+        return bool(await probe())
+    except Exception:
+        return True
+
+
+class AsyncTransport:
+    """Runs operations on a ``redis.asyncio.Redis`` client (or valkey-py's, or
+    ``FakeAsyncRedis``). ``timeout`` is each operation's deadline, in ms.
+
+    Any number of tasks share a store: each call uses its own connection of the store's pool
+    (made like the client's), never one another task is using.
     """
 
-    def __init__(self, client: Any, durability: Durability | None = None) -> None:
-        if not hasattr(client, "connection_pool"):
-            raise TypeError("AsyncTransport needs a redis.asyncio.Redis client (with a "
-                            f"connection pool), not {type(client).__name__}")
+    def __init__(self, client: Any, durability: Durability | None = None,
+                 timeout: int = 5000) -> None:
+        check_client(client, asynchronous=True)
         self.client = client
         self.durability = durability
+        self.timeout = timeout
+        self._pool = pool_for(client.connection_pool)
+        #: The one-time server checks done for this client, shared by its stores.
+        self.checks = self._pool.checks
 
     async def drive(self, op: Operation[T]) -> T:
-        """Run an operation to its end: send each batch it makes, hand back what came back."""
-        conversation = Conversation(op, self.durability)
-        for batch in conversation:
-            conversation.reply(await self._send(batch))
-        return conversation.result
+        """Run an operation to its end: send each batch it makes, report what came back."""
+        driver = Driver(op, self.durability)
+        deadline = time.monotonic() + self.timeout / 1000
+        while (batch := driver.next_batch()) is not None:
+            driver.receive(await self._send(batch, deadline))
+        return driver.result()
 
-    async def _send(self, batch: Batch) -> Outcome:
+    async def _send(self, batch: Batch, deadline: float) -> Exchange:
+        replies: list[Any] = []
+        state = {"sent": False}
+        conn: Any = None
         cancels = _Cancels()
+        pool = self._pool
         try:
-            if batch.write:
-                return await _send_once(self.client.connection_pool, batch.commands, cancels)
-            replies = [await self.client.execute_command(*command, **UNDECODED)
-                       for command in batch.commands]
-            cancels.deliver()
-            return replies
-        except (RedisError, OSError) as exc:
-            return exc
+            async with asyncio.timeout_at(_loop_deadline(deadline)):
+                conn, fresh = await pool.acquire()
+                if not fresh and await _stale(conn):
+                    await pool.discard(conn)
+                    conn, fresh = await pool.acquire()
+                if fresh:
+                    await conn.connect()
+                cancels.deliver()  # before anything is sent: the write is surely not applied
+                data = pack(conn, batch.commands)
+                state["sent"] = True
+                await conn.send_packed_command(data)
+                cancels.deliver()  # sent: from here on a cancel leaves the outcome unknown
+                for _ in batch.commands:
+                    try:
+                        replies.append(Reply(await conn.read_response(disable_decoding=True)))
+                    except Exception as exc:
+                        if not is_error_reply(exc):
+                            raise
+                        replies.append(error_reply(exc))
+        except BaseException as exc:
+            # Cancelled, timed out or cut: the connection may still receive this batch's
+            # reply, which would answer the next command sent on it. Drop it.
+            if conn is not None:
+                await pool.discard(conn)
+            if not isinstance(exc, Exception):
+                raise  # CancelledError: the caller's (see the module on what it means)
+            timed_out = isinstance(exc, TimeoutError) and time.monotonic() >= deadline - 0.001
+            reason = (f"deadline of {self.timeout} ms exceeded" if timed_out
+                      else describe(exc))
+            return Exchange(tuple(replies), Lost(state["sent"], reason, timed_out))
+        pool.release(conn)
+        return Exchange(tuple(replies))
+
+
+def _loop_deadline(deadline: float) -> float:
+    # asyncio.timeout_at takes the loop's clock; ours is time.monotonic (the same clock on
+    # CPython's default loop, but say so rather than rely on it).
+    loop = asyncio.get_running_loop()
+    return loop.time() + (deadline - time.monotonic())
 
 
 class _Cancels:
     """Delivers a cancellation that redis-py swallowed.
 
-    With a ``socket_timeout``, redis-py sends through ``asyncio.wait_for``, which on Python
-    3.11 returns the inner result when a cancel arrives as the send completes (CPython
+    With a ``socket_timeout``, redis-py reads through ``asyncio.wait_for``, which on Python
+    3.11 returns the inner result when a cancel arrives as the read completes (CPython
     gh-86296; 3.12 rewrote ``wait_for``): the cancel is lost, and a caller's
     ``asyncio.timeout`` would wait for the whole round trip. ``Task.cancelling()`` still
     counts that cancel, so it can be raised where it would have landed.
@@ -91,41 +216,6 @@ class _Cancels:
             raise asyncio.CancelledError
 
 
-async def _send_once(pool: Any, commands: tuple[tuple[Any, ...], ...],
-                     cancels: _Cancels) -> list[Any]:
-    """Send commands exactly once, pipelined on one pooled connection, bypassing the
-    client's retry; every reply is read (error replies as exception values)."""
-    conn = await pool.get_connection()
-    try:
-        cancels.deliver()  # before anything is sent: the write is surely not applied
-        await conn.send_packed_command(_pack(conn, commands))
-        cancels.deliver()  # sent: from here on a cancel leaves the outcome unknown
-        return [await _reply_or_error(conn) for _ in commands]
-    except BaseException:
-        # Cancelled, timed out or cut: the connection may still receive this write's reply,
-        # which would answer the next command sent on it. Close it (without waiting, we may
-        # be cancelled); the pool reconnects it on next use.
-        await conn.disconnect(nowait=True)
-        raise
-    finally:
-        await pool.release(conn)
-
-
-def _pack(conn: Any, commands: tuple[tuple[Any, ...], ...]) -> Any:
-    # redis.asyncio packs commands in pure Python (about a quarter of a write's CPU time with
-    # 64 tasks); hiredis, a dependency of ours, does the same in C.
-    if pack_command is None:
-        return conn.pack_commands(commands)
-    return b"".join(pack_command(command) for command in commands)
-
-
-async def _reply_or_error(conn: Any) -> Any:
-    try:
-        return await conn.read_response(disable_decoding=True)
-    except ResponseError as exc:
-        return exc
-
-
 class AsyncRedisRunStore(Shell[RunOps]):
     """The leased run backend (SPEC §1) on a ``redis.asyncio`` client: the asyncio twin of
     :class:`redisstore.RedisRunStore`, with the same options, methods (``async def``),
@@ -133,9 +223,13 @@ class AsyncRedisRunStore(Shell[RunOps]):
 
     def __init__(self, client: Any, *, namespace: str = "redisstore",
                  discover: Discover | None = None, projection_version: int = 1,
-                 durability: Durability | None = None) -> None:
-        self._ops = RunOps(namespace, discover, projection_version)
-        self._io = AsyncTransport(client, durability)
+                 durability: Durability | None = None, timeout: int = 5000,
+                 max_record_bytes: int = MAX_RECORD) -> None:
+        durability, timeout = check_io(durability, timeout)
+        self._ops = RunOps(namespace, discover, projection_version, durability=durability,
+                           max_record_bytes=max_record_bytes)
+        self._io = AsyncTransport(client, durability, timeout)
+        self._ops.checks = self._io.checks
 
     async def now(self) -> int:
         """See :meth:`redisstore.RedisRunStore.now`."""
@@ -147,28 +241,37 @@ class AsyncRedisRunStore(Shell[RunOps]):
 
     async def insert(self, run: str, record: bytes, lease: Lease) -> None:
         """See :meth:`redisstore.RedisRunStore.insert`."""
-        await self._io.drive(self._ops.insert(run, record, lease))
+        await self._write(self._ops.insert(run, record, lease))
 
     async def compare_and_set(self, run: str, expected: int, record: bytes,
                               lease: Lease) -> None:
         """See :meth:`redisstore.RedisRunStore.compare_and_set`."""
-        await self._io.drive(self._ops.compare_and_set(run, expected, record, lease))
+        await self._write(self._ops.compare_and_set(run, expected, record, lease))
 
     async def renew(self, owner: str, runs: Iterable[str], ttl: int) -> list[str]:
         """See :meth:`redisstore.RedisRunStore.renew`."""
-        return await self._io.drive(self._ops.renew(owner, runs, ttl))
+        return await self._write(self._ops.renew(owner, runs, ttl))
 
     async def claim_expired(self, owner: str, ttl: int, limit: int) -> list[str]:
         """See :meth:`redisstore.RedisRunStore.claim_expired`."""
-        return await self._io.drive(self._ops.claim_expired(owner, ttl, limit))
+        return await self._write(self._ops.claim_expired(owner, ttl, limit))
 
     async def claim_ready(self, owner: str, ttl: int, limit: int) -> list[str]:
         """See :meth:`redisstore.RedisRunStore.claim_ready`."""
-        return await self._io.drive(self._ops.claim_ready(owner, ttl, limit))
+        return await self._write(self._ops.claim_ready(owner, ttl, limit))
 
     async def refresh(self, run: str) -> bool:
         """See :meth:`redisstore.RedisRunStore.refresh`."""
-        return await self._io.drive(self._ops.refresh(run))
+        return await self._write(self._ops.refresh(run))
+
+    async def quarantined(self, limit: int = 1000) -> list[Quarantined]:
+        """See :meth:`redisstore.RedisRunStore.quarantined`."""
+        return await self._io.drive(self._ops.quarantined(limit))
+
+    async def _write(self, op: Operation[T]) -> T:
+        # The one-time server check runs before the store's first write (after the
+        # write's own argument checks).
+        return await self._io.drive(self._ops.guarded(op))
 
 
 class AsyncRedisRepository(Shell[RepositoryOps]):
@@ -178,9 +281,10 @@ class AsyncRedisRepository(Shell[RepositoryOps]):
     the record to find out."""
 
     def __init__(self, client: Any, *, namespace: str = "redisstore", max_terminal: int = 1024,
-                 logger: Logger | None = None, durability: Durability | None = None) -> None:
+                 logger: Logger | None = None, durability: Durability | None = None,
+                 timeout: int = 5000) -> None:
         self._ops = RepositoryOps(namespace, max_terminal, logger)
-        self._io = AsyncTransport(client, durability)
+        self._io = AsyncTransport(client, *check_io(durability, timeout))
 
     async def save(self, rec: InstanceRecord) -> int:
         """See :meth:`redisstore.RedisRepository.save`."""

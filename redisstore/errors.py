@@ -1,7 +1,7 @@
 """One error hierarchy for every store: a caller matches on these classes.
 
-Infrastructure failures of any kind surface as :class:`Unavailable`; the pure helpers at
-the bottom turn redis-py's exceptions into it, so the sync and async shells share them.
+Infrastructure failures of any kind surface as :class:`Unavailable`, whose ``outcome`` says
+whether anything was applied; :mod:`redisstore.outcomes` decides it from what the shells saw.
 """
 
 from __future__ import annotations
@@ -48,16 +48,50 @@ class LeaseRefused(StoreError):
         self.holder = holder
 
 
-class Unavailable(StoreError):
-    """The backend could not answer. For a write, its outcome is unknown.
+#: ``Unavailable.outcome`` values: what became of the operation.
+NOT_APPLIED = "not_applied"
+UNKNOWN = "unknown"
+APPLIED_UNCONFIRMED = "applied_unconfirmed"
+OUTCOMES = (NOT_APPLIED, UNKNOWN, APPLIED_UNCONFIRMED)
 
-    After an ``Unavailable`` write, read the run back (see
-    :func:`redisstore.confirm_write`) before deciding whether it happened.
+
+class Unavailable(StoreError):
+    """The backend could not answer.
+
+    ``outcome`` says what became of the operation:
+
+    - ``"not_applied"``: nothing was sent, or the server refused the call before anything
+      ran (``READONLY``, ``OOM``, ``BUSY``, ``NOSCRIPT`` after every reload...). Nothing
+      changed: retry when the server is back.
+    - ``"unknown"``: a write was sent and its reply was lost (cut, timeout): it was applied
+      entirely or not at all. Read the run back (:func:`redisstore.confirm_write`) before
+      deciding.
+    - ``"applied_unconfirmed"``: the write was applied on the primary, but its
+      :class:`~redisstore.Durability` confirmation failed: it may be lost on failover.
+
+    ``code`` is the server's error code (``"READONLY"``, ``"NOPERM"``...), or None when the
+    failure was not an error reply (a refused or lost connection, a deadline).
     """
 
-    def __init__(self, reason: str) -> None:
+    def __init__(self, reason: str, *, code: str | None = None,
+                 outcome: str = UNKNOWN) -> None:
+        if outcome not in OUTCOMES:
+            raise ValueError(f"outcome must be one of {OUTCOMES}, got {outcome!r}")
         super().__init__(reason)
         self.reason = reason
+        self.code = code
+        self.outcome = outcome
+
+
+class Corrupt(StoreError):
+    """The run's stored data fails validation (a foreign write, a damaged key): ``field``
+    names what is wrong. Nothing was written. See docs/faults.md for finding and repairing
+    damaged runs."""
+
+    def __init__(self, run: str, field: str) -> None:
+        super().__init__(f"run {run!r} is corrupt: {field}")
+        self.run = run
+        self.field = field
 
 
 class ConcurrentUpdate(StoreError):
@@ -78,60 +112,6 @@ class UnknownGroup(StoreError):
     def __init__(self, group: str) -> None:
         super().__init__(f"unknown engine group: {group!r}; call register_group first")
         self.group = group
-
-
-# Server error codes that mean "the server could not run this now". They all become
-# Unavailable; anything else from a script is a bug or a broken script, also Unavailable.
-# The first group turns a command away before a script writes anything: a script that hits
-# READONLY, OOM or NOREPLICAS fails at its first write, which the server refuses. For the
-# rest the outcome of a write is unknown.
-_REFUSED = ("READONLY", "LOADING", "BUSY", "CLUSTERDOWN", "TRYAGAIN", "MASTERDOWN", "MOVED",
-            "ASK", "OOM", "NOREPLICAS")
-_TRANSIENT = (*_REFUSED, "NOTBUSY", "UNKILLABLE")
-
-# redis-py turns some codes into classes and strips the code from the message; older
-# versions keep no ``status_code``, so the class name says it.
-_CODES_BY_CLASS = {
-    "ReadOnlyError": "READONLY", "BusyLoadingError": "LOADING", "OutOfMemoryError": "OOM",
-    "ClusterDownError": "CLUSTERDOWN", "TryAgainError": "TRYAGAIN",
-    "MasterDownError": "MASTERDOWN", "MovedError": "MOVED", "AskError": "ASK",
-}
-
-
-def error_code(exc: BaseException) -> str:
-    """The server's error code of a reply error (``READONLY``, ``OOM``...), or ''."""
-    code = getattr(exc, "status_code", None)
-    if isinstance(code, str) and code:
-        return code
-    for cls in type(exc).__mro__:
-        if cls.__name__ in _CODES_BY_CLASS:
-            return _CODES_BY_CLASS[cls.__name__]
-    first = str(exc).split(" ", 1)[0]
-    return first if first.isupper() else ""
-
-
-def unavailable(exc: BaseException, *, write: bool) -> Unavailable:
-    """Translate a redis-py (or socket) exception into :class:`Unavailable`.
-
-    ``write`` says whether the failed command could have changed data, so the reason tells
-    the caller whether the outcome is unknown or simply that nothing was read.
-    """
-    text = str(exc) or type(exc).__name__
-    kind = error_code(exc)
-    outcome = "; the write's outcome is unknown" if write else ""
-    if kind in _REFUSED:
-        return Unavailable(f"server refused ({kind}): {text}; nothing was applied")
-    if kind in _TRANSIENT:
-        return Unavailable(f"server error ({kind}): {text}{outcome}")
-    return Unavailable(f"{type(exc).__name__}: {text}{outcome}")
-
-
-def is_noscript(reply: object) -> bool:
-    """Whether a reply is the server's NOSCRIPT error (the script is not loaded: nothing
-    ran). Matched by class name, so this module needs no client library: redis-py and
-    valkey-py both raise a ``NoScriptError``."""
-    return isinstance(reply, BaseException) and any(
-        cls.__name__ == "NoScriptError" for cls in type(reply).__mro__)
 
 
 class Misconfigured(StoreError):

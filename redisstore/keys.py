@@ -36,6 +36,21 @@ class Keyspace:
         object.__setattr__(self, "leases", prefix + "leases")
         object.__setattr__(self, "ready", prefix + "ready")
 
+    @property
+    def meta(self) -> str:
+        """Hash: the namespace's run layout version (``layout``; absent: 1)."""
+        return self.prefix + "meta"
+
+    @property
+    def quarantine(self) -> str:
+        """Hash: ``index|run`` -> reason, for index entries claims dropped as damaged."""
+        return self.prefix + "quarantine"
+
+    @property
+    def fanout(self) -> str:
+        """Sorted set: dependencies whose many waiters are still being re-indexed."""
+        return self.prefix + "fanout"
+
     def run(self, run: str) -> str:
         """The hash of one run: record, revision, lease, claim info, wait metadata."""
         return self.prefix + "r:" + run

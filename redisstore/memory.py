@@ -17,6 +17,7 @@ from . import repository as repo
 from .errors import AlreadyExists, ConcurrentUpdate, Conflict, LeaseRefused, NotFound, UnknownGroup
 from .repository import InstanceRecord, Logger
 from .runs import (
+    Quarantined,
     At,
     Changed,
     Claim,
@@ -212,6 +213,10 @@ class MemoryRunStore:
             self._set_wait(run, state, wait)
             self._reindex(run, state, self._clock(), dependency_write=False)
             return wait is not None
+
+    def quarantined(self, limit: int = 1000) -> list[Quarantined]:
+        """Always empty: the memory store keeps no index a foreign write could damage."""
+        return []
 
     # ------------------------------------------------------------------ the scripts' steps
 

@@ -1,54 +1,27 @@
 """The sans-I/O core shared by the sync and asyncio shells.
 
 An operation is a generator: it validates its arguments (raising before anything is sent),
-yields :class:`Call` values, receives each call's parsed reply (or has the StoreError thrown
-in) and returns its result. A shell only sends calls and feeds replies back, so the logic of
-every operation exists once. Nothing here does I/O.
+yields :class:`Call` values, gets each call's :class:`Settled` back and returns its result.
+A :class:`Driver` turns an operation into the batches a shell sends and decides what each
+:class:`~redisstore.outcomes.Exchange` the shell reports means. The shells only move bytes,
+so the logic of every operation exists once. Nothing here does I/O.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Iterable, Iterator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeAlias, TypeVar
 
-from . import scripts
+from . import outcomes, scripts
 from .errors import (
-    AlreadyExists,
-    Conflict,
-    LeaseRefused,
-    NotFound,
+    NOT_APPLIED,
+    UNKNOWN,
     StoreError,
     Unavailable,
-    is_noscript,
-    unavailable,
 )
 from .keys import Keyspace
-from .runs import (
-    Changed,
-    Claim,
-    ClaimInfo,
-    Current,
-    Discover,
-    Free,
-    Held,
-    Hold,
-    Holder,
-    Lease,
-    Poll,
-    Seize,
-    Wait,
-    check_lease,
-    check_limit,
-    check_owner,
-    check_projection_version,
-    check_record,
-    check_revision,
-    check_run,
-    check_runs,
-    check_ttl,
-    check_wait,
-)
+from .outcomes import ErrorReply, Exchange, Lost, Reply
 
 T = TypeVar("T")
 Arg: TypeAlias = str | bytes | int
@@ -58,8 +31,9 @@ Arg: TypeAlias = str | bytes | int
 class Call(Generic[T]):
     """One round trip: EVALSHA of ``script`` (or, with no script, the plain command ``args``).
 
-    ``write`` marks a call that may change data: a shell never replays it after a failure
-    whose outcome is unknown. ``parse`` turns the raw reply into a value or raises.
+    ``write`` marks a call that may change data: it is sent exactly once, never replayed
+    after a failure whose outcome is unknown. ``parse`` turns the raw reply into a value or
+    raises the contract's answer (``Conflict``...).
     """
 
     script: scripts.Script | None
@@ -68,14 +42,40 @@ class Call(Generic[T]):
     parse: Callable[[Any], T] = field(repr=False)
     write: bool = True
 
-    def command(self) -> tuple[Arg, ...]:
-        """The command as sent: EVALSHA sha numkeys keys... args... (or the plain command)."""
+    def command(self) -> tuple[bytes | int, ...]:
+        """The command as sent: EVALSHA sha numkeys keys... args... (or the plain command).
+
+        Text is encoded here, as UTF-8, whatever encoding the client was made with: the
+        keys a store writes are the keys it reads.
+        """
         if self.script is None:
-            return self.args
-        return ("EVALSHA", self.script.sha, len(self.keys), *self.keys, *self.args)
+            return _encoded(self.args)
+        return (b"EVALSHA", self.script.sha.encode(), len(self.keys),
+                *_encoded(self.keys), *_encoded(self.args))
 
 
-Operation: TypeAlias = Generator[Call[Any], Any, T]
+def _encoded(args: tuple[Arg, ...]) -> tuple[bytes | int, ...]:
+    return tuple(a.encode() if isinstance(a, str) else a for a in args)
+
+
+@dataclass(frozen=True, slots=True)
+class Settled(Generic[T]):
+    """What an operation gets back for a call: the parsed value, or the StoreError the call
+    ended in. :meth:`unwrap` gives the value or raises the error."""
+
+    value: T | None = None
+    error: StoreError | None = None
+
+    def unwrap(self) -> T:
+        """The value, or raise the error."""
+        if self.error is not None:
+            raise self.error
+        return self.value  # type: ignore[return-value]
+
+
+#: An operation: a generator that validates its arguments (raising before anything is
+#: sent), yields calls, gets each one's :class:`Settled` back and returns its result.
+Operation: TypeAlias = Generator[Call[Any], Settled[Any], T]
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,8 +84,10 @@ class Durability:
     ``WAITAOF 1 replicas timeout`` (the primary and ``replicas`` replicas fsynced it; Redis
     >= 7.2, Valkey >= 8). The confirmation is pipelined with the write: still one round trip.
 
-    A write not confirmed within ``timeout`` ms raises ``Unavailable``: it is applied on the
-    primary but may be lost if the primary fails now, so treat it as of unknown outcome.
+    A write applied but not confirmed within ``timeout`` ms raises ``Unavailable`` with
+    ``outcome == "applied_unconfirmed"``: it may be lost if the primary fails now. A write
+    the contract refused (``Conflict``, ``LeaseRefused``...) raises that answer: nothing was
+    written, so there is nothing to confirm. ``timeout`` must be below the store's.
     """
 
     replicas: int = 0
@@ -95,148 +97,226 @@ class Durability:
     def __post_init__(self) -> None:
         for name in ("replicas", "timeout"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            if type(value) is not int or value < 0:
                 raise ValueError(f"{name} must be an int >= 0, got {value!r}")
-        if not isinstance(self.aof, bool):
+        if type(self.aof) is not bool:
             raise TypeError("aof must be a bool")
         if self.timeout == 0:
             raise ValueError("timeout 0 would make WAIT block forever; give milliseconds")
 
-    def command(self) -> tuple[Arg, ...]:
+    def command(self) -> tuple[bytes | int, ...]:
         """The command sent right after each write, on the same connection."""
         if self.aof:
-            return ("WAITAOF", 1, self.replicas, self.timeout)
-        return ("WAIT", self.replicas, self.timeout)
+            return (b"WAITAOF", 1, self.replicas, self.timeout)
+        return (b"WAIT", self.replicas, self.timeout)
 
-    def check(self, reply: Any) -> None:
-        """Raise ``Unavailable`` unless the reply confirms the write."""
-        if isinstance(reply, Exception):
-            raise Unavailable(f"write not confirmed: {reply}; it may be lost on failover")
-        if self.aof:
-            local, replicas = int(reply[0]), int(reply[1])
-            if local < 1 or replicas < self.replicas:
-                raise Unavailable(
-                    f"write not confirmed in {self.timeout} ms: fsynced locally {local}, by "
-                    f"{replicas} of {self.replicas} replicas; it may be lost on failover")
-        elif int(reply) < self.replicas:
-            raise Unavailable(
-                f"write not confirmed in {self.timeout} ms: {int(reply)} of {self.replicas} "
-                "replicas acknowledged it; it may be lost on failover")
+    def problem(self, reply: Reply | ErrorReply | Lost) -> str | None:
+        """Why ``reply`` does not confirm the write, or None when it does."""
+        if isinstance(reply, Lost):
+            return f"the confirmation's reply was lost ({reply.reason})"
+        if isinstance(reply, ErrorReply):
+            return f"{self.command()[0].decode()} failed: {reply}"  # type: ignore[union-attr]
+        try:
+            if self.aof:
+                local, replicas = int(reply.value[0]), int(reply.value[1])
+                if local < 1 or replicas < self.replicas:
+                    return (f"not confirmed in {self.timeout} ms: fsynced locally {local}, by "
+                            f"{replicas} of {self.replicas} replicas")
+            elif int(reply.value) < self.replicas:
+                return (f"not confirmed in {self.timeout} ms: {int(reply.value)} of "
+                        f"{self.replicas} replicas acknowledged it")
+        except (TypeError, ValueError, IndexError):
+            return f"unexpected confirmation reply {reply.value!r}"
+        return None
+
+
+def check_durability(durability: object) -> Durability | None:
+    """A store's ``durability`` option: a Durability or None."""
+    if durability is not None and not isinstance(durability, Durability):
+        raise TypeError("durability must be a redisstore.Durability (or None), not "
+                        f"{type(durability).__name__}")
+    return durability
+
+
+#: The default deadline of one store call, in ms: far below any sensible lease ttl (a call
+#: that hangs must fail while the caller's leases still have time to be renewed).
+DEFAULT_TIMEOUT = 5000
+
+
+def check_io(durability: object, timeout: object) -> tuple[Durability | None, int]:
+    """A store's ``durability`` and ``timeout`` (ms, the deadline of each call) options.
+    A durability confirmation must be able to finish within the call's deadline."""
+    checked = check_durability(durability)
+    if type(timeout) is not int:
+        raise TypeError(f"timeout must be an int of milliseconds, not {type(timeout).__name__}")
+    if not 1 <= timeout <= 3_600_000:
+        raise ValueError(f"timeout must be between 1 and 3600000 ms, got {timeout}")
+    if checked is not None and checked.timeout >= timeout:
+        raise ValueError(f"Durability.timeout ({checked.timeout} ms) must be below the "
+                         f"store's timeout ({timeout} ms), or every unconfirmed write would "
+                         "end in a lost reply instead of an answer")
+    return checked, timeout
 
 # ---------------------------------------------------------------------------- the wire
-
-# redis-py's option that keeps a reply undecoded whatever the client's decode_responses
-# says: records are bytes. Both shells pass it on the reads they send through the client.
-UNDECODED: dict[str, Any] = {"NEVER_DECODE": True}
 
 
 @dataclass(frozen=True, slots=True)
 class Batch:
     """What a shell sends in one round trip: ``commands`` pipelined on one connection.
 
-    A ``write`` batch is sent exactly once, on a connection taken from the pool, bypassing
-    the client's retry; a read goes through the client. ``keys`` name the slot (a cluster
-    client sends the batch to that slot's node).
+    Every batch is sent once, on a connection of the store's own pool, never through the
+    client's retry. ``keys`` name the slot (a cluster shell sends the batch to that slot's
+    node). ``write`` says whether it may change data.
     """
 
-    commands: tuple[tuple[Arg, ...], ...]
+    commands: tuple[tuple[bytes | int, ...], ...]
     write: bool
     keys: tuple[str, ...] = ()
 
 
-#: What a shell hands back for a batch: one reply per command, error replies as exception
-#: values (so every reply of the pipeline is read), or the exception that lost the batch
-#: (connection refused or lost, timeout): then the outcome of a write is unknown.
-Outcome: TypeAlias = list[Any] | BaseException
+def ask(call: Call[T]) -> Operation[T]:
+    """An operation of one call: its value, or raise its error."""
+    return (yield call).unwrap()  # type: ignore[no-any-return]
 
 
-def single(call: Call[T]) -> Operation[T]:
-    """An operation of one call."""
-    return (yield call)  # type: ignore[no-any-return]
+#: NOSCRIPT is routine (every restart, promotion and SCRIPT FLUSH empties the cache): the
+#: driver loads the script and sends again this many times before it gives up.
+MAX_RELOADS = 5
+#: A read whose connection broke (not its deadline) is sent again this many times.
+READ_RETRIES = 1
 
 
-def _first(outcome: Outcome) -> Any:
-    return outcome if isinstance(outcome, BaseException) else outcome[0]
+def settle(call: Call[T], durability: Durability | None, got: Exchange) -> Settled[T]:
+    """The call's value from what its batch got back, or the StoreError it stands for.
 
-
-def settle(call: Call[T], durability: Durability | None, outcome: Outcome) -> T:
-    """The call's value from what its batch got back, or the StoreError it stands for."""
-    reply = _first(outcome)
-    if isinstance(reply, BaseException):
-        # Chained: RedisRepository.migrate tells an error reply from a lost link by it.
-        raise unavailable(reply, write=call.write) from reply
+    The contract's reply is parsed first: a refused write (``Conflict``...) wrote nothing,
+    whatever its confirmation says. Only an applied write is judged by ``durability``.
+    """
+    first = got.replies[0] if got.replies else None
+    if first is None:
+        assert got.lost is not None
+        return Settled(error=outcomes.lost(got.lost, write=call.write))
+    if isinstance(first, ErrorReply):
+        return Settled(error=outcomes.refused(first, write=call.write))
+    try:
+        value = call.parse(first.value)
+    except StoreError as answer:
+        return Settled(error=answer)
+    except (TypeError, ValueError, IndexError, KeyError, AttributeError) as exc:
+        outcome = UNKNOWN if call.write else NOT_APPLIED
+        return Settled(error=Unavailable(
+            f"unexpected reply {first.value!r:.200} ({exc})", code="PROTOCOL", outcome=outcome))
     if call.write and durability is not None:
-        assert isinstance(outcome, list)
-        durability.check(outcome[1])
-    return call.parse(reply)
+        second: Reply | ErrorReply | Lost | None = (
+            got.replies[1] if len(got.replies) > 1 else got.lost)
+        problem = durability.problem(second) if second is not None else "no confirmation"
+        if problem is not None:
+            return Settled(error=outcomes.unconfirmed(problem))
+    return Settled(value)
 
 
-def exchange(call: Call[T], durability: Durability | None) -> Generator[Batch, Outcome, T]:
-    """One call as round trips: its batch (the write, then the durability confirmation) and,
-    after NOSCRIPT, a SCRIPT LOAD and the batch again, the one safe replay: nothing ran."""
-    commands: tuple[tuple[Arg, ...], ...] = (call.command(),)
-    if call.write and durability is not None:
-        commands += (durability.command(),)
-    batch = Batch(commands, call.write, call.keys)
-    outcome = yield batch
-    if call.script is not None and is_noscript(_first(outcome)):
-        # SCRIPT LOAD is idempotent: it goes through the client (and its retry) as a read.
-        loaded = _first((yield Batch((("SCRIPT", "LOAD", call.script.source),), False)))
-        if isinstance(loaded, BaseException):
-            raise unavailable(loaded, write=call.write) from loaded
-        outcome = yield batch
-    return settle(call, durability, outcome)
+class Driver(Generic[T]):
+    """Runs one operation as the batches a shell sends, one after the other.
 
+    Explicit state, no hidden control flow: :meth:`next_batch` says what to send (None when
+    the operation is over), :meth:`receive` takes what came back, :meth:`result` gives the
+    operation's value or raises its error. Building a driver runs the operation's argument
+    checks: a bad argument raises there, before anything is sent. A shell is::
 
-def _batches(op: Operation[T], durability: Durability | None) -> Generator[Batch, Outcome, T]:
-    value: Any = None
-    error: StoreError | None = None
-    while True:
-        try:
-            call = op.throw(error) if error is not None else op.send(value)
-        except StopIteration as stop:
-            return stop.value  # type: ignore[no-any-return]
-        try:
-            value, error = (yield from exchange(call, durability)), None
-        except StoreError as exc:
-            value, error = None, exc
+        driver = Driver(op, durability)
+        while (batch := driver.next_batch()) is not None:
+            driver.receive(send(batch))
+        return driver.result()
 
-
-class Conversation(Generic[T]):
-    """An operation as the batches a shell sends, one after the other.
-
-    A shell iterates over the batches, sends each and hands its outcome to :meth:`reply`;
-    when the iteration ends, :attr:`result` holds the operation's value (or the iteration
-    raised its error)::
-
-        conversation = Conversation(op, durability)
-        for batch in conversation:
-            conversation.reply(send(batch))
-        return conversation.result
+    The driver alone decides what a reply means: NOSCRIPT loads the script and sends the
+    call again (up to :data:`MAX_RELOADS` times: nothing ran), a broken read is sent again
+    once, and everything else settles the call (:func:`settle`).
     """
 
     def __init__(self, op: Operation[T], durability: Durability | None = None) -> None:
-        self._steps = _batches(op, durability)
-        self._outcome: Outcome | None = None
-        self.result: T
+        self._op = op
+        self._durability = durability
+        self._call: Call[Any] | None = None
+        self._batch: Batch | None = None
+        self._loading = False
+        self._reloads = 0
+        self._retries = 0
+        self._result: T | None = None
+        self._error: BaseException | None = None
+        self._step(None)
 
-    def __iter__(self) -> Iterator[Batch]:
-        outcome: Any = None
-        while True:
-            try:
-                batch = self._steps.send(outcome)
-            except StopIteration as stop:
-                self.result = stop.value
-                return
-            self._outcome = None
-            yield batch
-            outcome = self._outcome
-            if outcome is None:
-                raise RuntimeError("a shell sent a batch without replying to it")
+    @property
+    def done(self) -> bool:
+        """Whether the operation is over."""
+        return self._batch is None
 
-    def reply(self, outcome: Outcome) -> None:
+    def next_batch(self) -> Batch | None:
+        """The batch to send now, or None when the operation is over."""
+        return self._batch
+
+    def receive(self, got: Exchange) -> None:
         """What the batch just sent got back."""
-        self._outcome = outcome
+        call = self._call
+        if call is None or self._batch is None:
+            raise RuntimeError("receive() without a batch in flight")
+        first = got.replies[0] if got.replies else None
+        if self._loading:
+            self._loading = False
+            if isinstance(first, Reply):
+                self._batch = self._batch_of(call)
+                return
+            # SCRIPT LOAD failed: the call itself never ran.
+            error = (outcomes.refused(first, write=False, doing="SCRIPT LOAD")
+                     if isinstance(first, ErrorReply)
+                     else outcomes.lost(got.lost or Lost(False, "no reply"), write=False))
+            self._step(Settled(error=error))
+            return
+        if call.script is not None and isinstance(first, ErrorReply) \
+                and first.code == "NOSCRIPT":
+            if self._reloads < MAX_RELOADS:
+                self._reloads += 1
+                self._loading = True
+                self._batch = Batch(((b"SCRIPT", b"LOAD", call.script.source),), False,
+                                    call.keys)
+                return
+            self._step(Settled(error=Unavailable(
+                f"NOSCRIPT after {MAX_RELOADS} reloads of {call.script.name}: the server's "
+                "script cache keeps being emptied; nothing was applied", code="NOSCRIPT",
+                outcome=NOT_APPLIED)))
+            return
+        if first is None and not call.write and got.lost is not None \
+                and not got.lost.timed_out and self._retries < READ_RETRIES:
+            self._retries += 1
+            return  # send the same read again
+        self._step(settle(call, self._durability, got))
+
+    def result(self) -> T:
+        """The operation's value, or raise its error."""
+        if self._batch is not None:
+            raise RuntimeError("the operation is not over")
+        if self._error is not None:
+            raise self._error
+        return self._result  # type: ignore[return-value]
+
+    def _step(self, settled: Settled[Any] | None) -> None:
+        try:
+            call = next(self._op) if settled is None else self._op.send(settled)
+        except StopIteration as stop:
+            self._call, self._batch, self._result = None, None, stop.value
+            return
+        except StoreError as error:
+            if settled is None:
+                raise  # raised before anything was sent: the caller sees it at once
+            self._call, self._batch, self._error = None, None, error
+            return
+        self._call, self._reloads, self._retries = call, 0, 0
+        self._batch = self._batch_of(call)
+
+    def _batch_of(self, call: Call[Any]) -> Batch:
+        commands: tuple[tuple[bytes | int, ...], ...] = (call.command(),)
+        if call.write and self._durability is not None:
+            commands += (self._durability.command(),)
+        return Batch(commands, call.write, call.keys)
 
 
 # ---------------------------------------------------------------------------- replies
@@ -245,87 +325,6 @@ class Conversation(Generic[T]):
 def text(value: Any) -> str:
     """A reply string as str (replies come undecoded)."""
     return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def reply_error(reply: Any, run: str = "") -> StoreError:
-    """The StoreError a script's non-zero status code stands for."""
-    code = reply[0]
-    if code == 1:
-        return NotFound(run)
-    if code == 2:
-        return AlreadyExists(run)
-    if code == 3:
-        return Conflict(int(reply[1]))
-    if code == 4:
-        return LeaseRefused(holder_of(reply[1], reply[2]))
-    return Unavailable(f"unexpected script reply: {reply!r}")
-
-
-def holder_of(owner: Any, live: Any) -> Holder:
-    """A holder from the reply shape owner|None, live 0|1."""
-    if owner is None or owner is False:
-        return Free()
-    return Held(text(owner), bool(live))
-
-
-def ok(run: str = "") -> Callable[[Any], Any]:
-    """A parser for replies {0, value?}: returns the value, raises for other codes."""
-
-    def parse(reply: Any) -> Any:
-        if not isinstance(reply, list) or not reply:
-            raise Unavailable(f"unexpected script reply: {reply!r}")
-        if reply[0] != 0:
-            raise reply_error(reply, run)
-        return reply[1] if len(reply) > 1 else None
-
-    return parse
-
-
-def parse_names(reply: Any) -> list[str]:
-    """A list of run ids."""
-    return [text(name) for name in reply]
-
-
-def parse_current(reply: list[Any]) -> Current:
-    """run_get's reply as a Current."""
-    _, revision, record, owner, live, key, dep_rev, claimed_at = reply
-    claim = None
-    if claimed_at is not None:
-        claim = ClaimInfo(
-            key=text(key) if key else None,
-            dependency_revision=int(dep_rev) if dep_rev else None,
-            claimed_at=int(claimed_at),
-        )
-    return Current(int(revision), bytes(record), holder_of(owner, live), claim)
-
-
-# ---------------------------------------------------------------------------- encodings
-
-
-def lease_args(lease: Lease) -> tuple[str, str, int]:
-    """A lease as (kind, owner, ttl) script arguments."""
-    if isinstance(lease, Hold):
-        return "h", lease.owner, 0
-    if isinstance(lease, Claim):
-        return "c", lease.owner, lease.ttl
-    if isinstance(lease, Seize):
-        return "s", lease.owner, lease.ttl
-    return "r", "", 0
-
-
-def _opt(value: int | None) -> Arg:
-    return "" if value is None else value
-
-
-def wait_args(wait: Wait | None) -> tuple[Arg, Arg, Arg, Arg]:
-    """A wait as (kind, dependency-or-key, number, deadline) script arguments."""
-    if wait is None:
-        return "", "", "", ""
-    if isinstance(wait, Changed):
-        return "c", wait.dependency, _opt(wait.seen), _opt(wait.deadline)
-    if isinstance(wait, Poll):
-        return "p", wait.key, wait.interval, _opt(wait.deadline)
-    return "a", "", wait.due, ""
 
 
 # ---------------------------------------------------------------------------- operations
@@ -348,93 +347,3 @@ class Shell(Generic[OpsT]):
     def namespace(self) -> str:
         """The namespace the store's keys live in (they share the hash tag ``{namespace}``)."""
         return self._ops.keys.namespace
-
-
-class RunOps:
-    """The run store's operations over one namespace, as pure generators of calls."""
-
-    def __init__(self, namespace: str, discover: Discover | None, projection_version: int) -> None:
-        self.keys = Keyspace(namespace)
-        if discover is not None and not callable(discover):
-            raise TypeError("discover must be a callable taking record bytes, or None")
-        self.discover = discover
-        self.projection_version = check_projection_version(projection_version)
-
-    def _wait(self, record: bytes) -> tuple[Arg, ...]:
-        wait = None if self.discover is None else check_wait(self.discover(record))
-        return (*wait_args(wait), self.projection_version)
-
-    def now(self) -> Operation[int]:
-        """Backend clock, UTC ms, read by the server (or cluster node) holding the namespace."""
-        now: int = yield Call(scripts.RUN_NOW, (self.keys.leases,), (self.keys.prefix,), ok(),
-                              write=False)
-        return int(now)
-
-    def get(self, run: str) -> Operation[Current]:
-        """The run's record, revision, holder and claim info."""
-        run = check_run(run)
-        reply = yield Call(scripts.RUN_GET, (self.keys.run(run),), (self.keys.prefix,),
-                           lambda r: r, write=False)
-        if reply[0] != 0:
-            raise reply_error(reply, run)
-        return parse_current(reply)
-
-    def insert(self, run: str, record: bytes, lease: Lease) -> Operation[None]:
-        """Create the run at revision 1."""
-        run, record, lease = check_run(run), check_record(record), check_lease(lease)
-        args = (self.keys.prefix, run, record, *lease_args(lease), *self._wait(record))
-        yield Call(scripts.RUN_INSERT, (self.keys.run(run), self.keys.leases, self.keys.ready),
-                   args, ok(run))
-
-    def compare_and_set(self, run: str, expected: int, record: bytes,
-                        lease: Lease) -> Operation[None]:
-        """Write revision expected + 1 under the lease condition."""
-        run, expected = check_run(run), check_revision(expected)
-        record, lease = check_record(record), check_lease(lease)
-        args = (self.keys.prefix, run, expected, record, *lease_args(lease),
-                *self._wait(record))
-        yield Call(scripts.RUN_COMPARE_AND_SET,
-                   (self.keys.run(run), self.keys.leases, self.keys.ready), args, ok(run))
-
-    def renew(self, owner: str, runs: Iterable[str], ttl: int) -> Operation[list[str]]:
-        """Extend owner's live leases among runs to ttl from now."""
-        owner, ttl, names = check_owner(owner), check_ttl(ttl), check_runs(runs)
-        if not names:
-            return []
-        reply = yield Call(scripts.RUN_RENEW, (self.keys.leases,),
-                           (self.keys.prefix, owner, ttl, *names), ok())
-        return parse_names(reply)
-
-    def claim_expired(self, owner: str, ttl: int, limit: int) -> Operation[list[str]]:
-        """Claim up to limit held, expired leases."""
-        owner, ttl, limit = check_owner(owner), check_ttl(ttl), check_limit(limit)
-        if limit == 0:
-            return []
-        reply = yield Call(scripts.RUN_CLAIM_EXPIRED, (self.keys.leases,),
-                           (self.keys.prefix, owner, ttl, limit), ok())
-        return parse_names(reply)
-
-    def claim_ready(self, owner: str, ttl: int, limit: int) -> Operation[list[str]]:
-        """Claim up to limit free, eligible runs."""
-        owner, ttl, limit = check_owner(owner), check_ttl(ttl), check_limit(limit)
-        if limit == 0:
-            return []
-        reply = yield Call(scripts.RUN_CLAIM_READY, (self.keys.ready, self.keys.leases),
-                           (self.keys.prefix, owner, ttl, limit, self.projection_version), ok())
-        return parse_names(reply)
-
-    def refresh(self, run: str) -> Operation[bool]:
-        """Re-derive the run's wait from its current record; True when it has one."""
-        run = check_run(run)
-        # A write between our read and our refresh derived fresh metadata itself, unless it
-        # came from a store with a lower projection version: read again and retry.
-        for _ in range(16):
-            current = yield from self.get(run)
-            args = (self.keys.prefix, run, current.revision, *self._wait(current.record))
-            try:
-                indexed = yield Call(scripts.RUN_REFRESH, (self.keys.run(run), self.keys.ready),
-                                     args, ok(run))
-            except Conflict:
-                continue
-            return bool(indexed)
-        raise Unavailable(f"refresh of {run!r} gave up: the run kept changing under it")

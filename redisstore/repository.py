@@ -22,7 +22,7 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 from . import scripts
 from .errors import ConcurrentUpdate, Misconfigured, StoreError, Unavailable, UnknownGroup
 from .keys import Keyspace
-from .protocol import Call, Operation, text
+from .protocol import Call, Operation, ask, text
 from .runs import check_int, check_text
 
 #: Version of the repository's key layout; ``migrate`` records it in the namespace.
@@ -277,11 +277,8 @@ def _reply(reply: Any) -> list[Any]:
 
 def _server_error(exc: StoreError) -> bool:
     """Whether a failed call got an error reply (the server answered: NOPERM, unknown
-    command...), not a lost link. The shells chain the client's exception as the cause; its
-    class is matched by name so this module needs no client library."""
-    cause = exc.__cause__
-    return cause is not None and any(
-        cls.__name__ == "ResponseError" for cls in type(cause).__mro__)
+    command...), not a lost link: only an answer carries the server's code."""
+    return isinstance(exc, Unavailable) and exc.code is not None
 
 
 # Eviction policies that may drop keys without a TTL, i.e. ours. volatile-* only evicts
@@ -331,7 +328,7 @@ class RepositoryOps:
                 self.warn_evicted(text(evicted))
             return int(reply[1])
 
-        return (yield Call(scripts.REPO_SAVE, keys, args, parse))  # type: ignore[no-any-return]
+        return (yield from ask(Call(scripts.REPO_SAVE, keys, args, parse)))
 
     def warn_evicted(self, id: str) -> None:
         """The warning for one evicted terminal record."""
@@ -349,8 +346,9 @@ class RepositoryOps:
     def load(self, id: str) -> Operation[InstanceRecord | None]:
         """The record stored under ``id``, or None."""
         id = check_id(id)
-        reply = yield Call(scripts.REPO_LOAD, (self.keys.instance(id),), (self.keys.prefix,),
-                           _reply, write=False)
+        reply = yield from ask(Call(
+            scripts.REPO_LOAD, (self.keys.instance(id),), (self.keys.prefix,),
+                           _reply, write=False))
         if reply[0] == 1:
             return None
         if reply[0] != 0:
@@ -360,28 +358,29 @@ class RepositoryOps:
     def delete(self, id: str) -> Operation[None]:
         """Remove the record and its index entries; a no-op when absent."""
         id = check_id(id)
-        yield Call(scripts.REPO_DELETE, (self.keys.instance(id), self.keys.terminal),
-                   (self.keys.prefix, id), _reply)
+        yield from ask(Call(scripts.REPO_DELETE, (self.keys.instance(id), self.keys.terminal),
+                   (self.keys.prefix, id), _reply))
 
     def list_in_flight(self, group: str, now: datetime | None = None) -> Operation[list[str]]:
         """Claimable ids of ``group`` at ``now`` (None: the server's clock)."""
         group, when = check_group(group), check_now(now)
         at = "" if when is None else str(to_us(when))
-        reply = yield Call(scripts.REPO_LIST_IN_FLIGHT, (self.keys.inflight(group),),
-                           (self.keys.prefix, at), _reply, write=False)
+        reply = yield from ask(Call(scripts.REPO_LIST_IN_FLIGHT, (self.keys.inflight(group),),
+                           (self.keys.prefix, at), _reply, write=False))
         return [text(id) for id in reply[1:]]
 
     def register_group(self, group: str) -> Operation[None]:
         """Add ``group`` to the registry (idempotent)."""
         group = check_group(group)
-        yield Call(scripts.REPO_REGISTER_GROUP, (self.keys.groups,), (self.keys.prefix, group),
-                   _reply)
+        yield from ask(Call(
+            scripts.REPO_REGISTER_GROUP, (self.keys.groups,), (self.keys.prefix, group),
+                   _reply))
 
     def group_exists(self, group: str) -> Operation[bool]:
         """Whether ``group`` is registered."""
         group = check_group(group)
-        reply = yield Call(scripts.REPO_GROUP_EXISTS, (self.keys.groups,),
-                           (self.keys.prefix, group), _reply, write=False)
+        reply = yield from ask(Call(scripts.REPO_GROUP_EXISTS, (self.keys.groups,),
+                           (self.keys.prefix, group), _reply, write=False))
         return bool(reply[1])
 
     # ------------------------------------------------------------------ migrate
@@ -389,7 +388,8 @@ class RepositoryOps:
     def load_scripts(self) -> Operation[None]:
         """SCRIPT LOAD every repository script (a replica or a restarted server has none)."""
         for script in scripts.REPO_SCRIPTS:
-            yield Call(None, (), ("SCRIPT", "LOAD", script.source), lambda r: r, write=False)
+            yield from ask(Call(
+                None, (), ("SCRIPT", "LOAD", script.source), lambda r: r, write=False))
 
     def record_layout(self) -> Operation[int]:
         """Record this library's layout version; returns the one found (0: none)."""
@@ -403,12 +403,12 @@ class RepositoryOps:
                     "upgrade redisstore on this node")
             return int(reply[1])
 
-        return (yield Call(scripts.REPO_MIGRATE, (self.keys.layout,),  # type: ignore[no-any-return]
-                           (self.keys.prefix, LAYOUT_VERSION), parse))
+        return (yield from ask(Call(scripts.REPO_MIGRATE, (self.keys.layout,),
+                                    (self.keys.prefix, LAYOUT_VERSION), parse)))
 
     def config_get(self, name: str) -> Operation[str | None]:
         """One CONFIG GET value (None when the server does not know the setting)."""
-        reply = yield Call(None, (), ("CONFIG", "GET", name), lambda r: r, write=False)
+        reply = yield from ask(Call(None, (), ("CONFIG", "GET", name), lambda r: r, write=False))
         if isinstance(reply, dict):  # RESP3
             values = {text(k): v for k, v in reply.items()}
         else:

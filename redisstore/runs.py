@@ -15,6 +15,19 @@ from .errors import NotFound
 # A ttl, an interval or a timestamp must stay exact in a Lua double (2^53) once added to the
 # backend clock; 2^47 ms is about 4,400 years, far beyond any sensible lease.
 MAX_MS = 2**47
+#: The highest revision a run can reach: every revision is exact in a Lua double.
+MAX_REVISION = 2**53 - 1
+
+# Caps that keep every script short (docs/runs.md gives the measured per-item costs). The
+# scripts check the same caps (lua/_lib.lua): they hold for anyone with EVALSHA.
+#: Most runs one claim_ready / claim_expired hands out.
+MAX_CLAIM = 500
+#: Most runs one renew takes.
+MAX_RENEW = 1000
+#: Default cap on a record's size (a store's ``max_record_bytes``).
+MAX_RECORD = 1 << 20
+#: The highest ``max_record_bytes`` a store takes (the scripts refuse bigger records).
+MAX_RECORD_CEILING = 8 << 20
 
 
 def check_text(name: str, value: object, *, empty: bool = False) -> str:
@@ -28,7 +41,7 @@ def check_text(name: str, value: object, *, empty: bool = False) -> str:
 
 def check_int(name: str, value: object, *, minimum: int, maximum: int = MAX_MS) -> int:
     """An int argument (not a bool) within [minimum, maximum]."""
-    if isinstance(value, bool) or not isinstance(value, int):
+    if type(value) is not int:  # not a bool, nor an int subclass the wire may refuse
         raise TypeError(f"{name} must be an int, not {type(value).__name__}")
     if not minimum <= value <= maximum:
         raise ValueError(f"{name} must be between {minimum} and {maximum}, got {value}")
@@ -132,6 +145,17 @@ class Current:
     claim: ClaimInfo | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Quarantined:
+    """An index entry a claim dropped as damaged: ``index`` (``"leases"``, ``"ready"``, or
+    ``"d:<dependency>"``) pointed at ``run``, which was ``reason`` (``"missing"``,
+    ``"type"`` for a key of another type, or the name of the corrupt field)."""
+
+    index: str
+    run: str
+    reason: str
+
+
 # ---------------------------------------------------------------------------- readiness
 
 
@@ -201,20 +225,29 @@ def check_ttl(ttl: object) -> int:
 
 
 def check_limit(limit: object) -> int:
-    """A claim limit: an int >= 0."""
-    return check_int("limit", limit, minimum=0, maximum=1_000_000)
+    """A claim limit: an int in [0, MAX_CLAIM]."""
+    return check_int("limit", limit, minimum=0, maximum=MAX_CLAIM)
 
 
 def check_revision(expected: object) -> int:
-    """An expected revision: an int >= 0."""
-    return check_int("expected", expected, minimum=0, maximum=2**53)
+    """An expected revision: an int in [0, 2**53 - 2] (its successor stays exact in Lua)."""
+    return check_int("expected", expected, minimum=0, maximum=MAX_REVISION - 1)
 
 
-def check_record(record: object) -> bytes:
-    """Record bytes: exactly ``bytes`` (a copy is not needed: bytes are immutable)."""
-    if not isinstance(record, bytes):
+def check_record(record: object, limit: int = MAX_RECORD) -> bytes:
+    """Record bytes: exactly ``bytes`` (a copy is not needed: bytes are immutable), at most
+    ``limit`` bytes."""
+    if type(record) is not bytes:
         raise TypeError(f"record must be bytes, not {type(record).__name__}")
+    if len(record) > limit:
+        raise ValueError(f"record is {len(record)} bytes, over the cap of {limit} "
+                         "(max_record_bytes)")
     return record
+
+
+def check_max_record(value: object) -> int:
+    """A store's ``max_record_bytes``: 1 .. MAX_RECORD_CEILING."""
+    return check_int("max_record_bytes", value, minimum=1, maximum=MAX_RECORD_CEILING)
 
 
 def check_lease(lease: object) -> Lease:
@@ -226,10 +259,15 @@ def check_lease(lease: object) -> Lease:
 
 
 def check_runs(runs: object) -> list[str]:
-    """Runs to renew: an iterable of run ids (not a single str), de-duplicated in order."""
+    """Runs to renew: an iterable of run ids (not a single str), de-duplicated in order, at
+    most MAX_RENEW of them."""
     if isinstance(runs, str | bytes) or not isinstance(runs, Iterable):
         raise TypeError("runs must be an iterable of run ids, not a single value")
-    return list(dict.fromkeys(check_run(run) for run in runs))
+    names = list(dict.fromkeys(check_run(run) for run in runs))
+    if len(names) > MAX_RENEW:
+        raise ValueError(f"{len(names)} runs in one call, over the cap of {MAX_RENEW}: "
+                         "split them")
+    return names
 
 
 def check_wait(wait: object) -> Wait | None:

@@ -32,8 +32,10 @@ class Script:
     sha: str
 
 
-# A fragment is one top-level `local` definition of a lib file, up to the next one.
-_FRAGMENT = re.compile(rb"^local (?:function )?([A-Za-z_]\w*)", re.M)
+# A fragment is one top-level `local` definition of a lib file (with the comment lines right
+# above it), up to the next one. `local A, B = ...` defines both names.
+_FRAGMENT = re.compile(rb"^(?:--[^\n]*\n)*local (?:function )?([A-Za-z_]\w*(?:, [A-Za-z_]\w*)*)",
+                       re.M)
 _WORD = re.compile(rb"[A-Za-z_]\w*")
 _COMMENT = re.compile(rb"--[^\n]*")
 
@@ -43,11 +45,13 @@ def _words(source: bytes) -> set[bytes]:
 
 
 def fragments(lib: bytes) -> list[tuple[bytes, bytes]]:
-    """A lib file's fragments as (name, source), in file order (its header is dropped)."""
+    """A lib file's fragments as (name, source), in file order (its header is dropped). A
+    fragment defining several names is listed once per name, with the same source."""
     starts = list(_FRAGMENT.finditer(lib))
     ends = [m.start() for m in starts[1:]] + [len(lib)]
-    return [(m.group(1), lib[m.start():end].rstrip() + b"\n") for m, end in zip(starts, ends,
-                                                                                strict=True)]
+    return [(name, lib[m.start():end].rstrip() + b"\n")
+            for m, end in zip(starts, ends, strict=True)
+            for name in m.group(1).split(b", ")]
 
 
 def used_fragments(lib: bytes, body: bytes) -> bytes:
@@ -67,14 +71,22 @@ def used_fragments(lib: bytes, body: bytes) -> bytes:
         for name, source in parts:
             if name in more:
                 words |= _words(source)
-    return b"".join(source for name, source in parts if name in needed)
+    chosen: list[bytes] = []
+    for name, source in parts:
+        if name in needed and source not in chosen:
+            chosen.append(source)
+    return b"".join(chosen)
 
 
 def load(name: str, lib: str = "_lib") -> Script:
     """Read ``lua/<name>.lua`` with the fragments of ``lua/<lib>.lua`` that it uses in front."""
     folder = lua_dir()
     body = (folder / f"{name}.lua").read_bytes()
-    source = used_fragments((folder / f"{lib}.lua").read_bytes(), body) + b"\n" + body
+    # Redis 5.x/6.x with lua-replicate-commands off replicate a script by its source, and
+    # refuse a write after TIME; this switches to effects replication (the only mode since
+    # 7.0, where the function is gone or a no-op; fakeredis lacks it).
+    source = (b"if redis.replicate_commands then redis.replicate_commands() end\n"
+              + used_fragments((folder / f"{lib}.lua").read_bytes(), body) + b"\n" + body)
     return Script(name, source, hashlib.sha1(source).hexdigest())
 
 
@@ -86,9 +98,10 @@ RUN_RENEW = load("run_renew")
 RUN_CLAIM_EXPIRED = load("run_claim_expired")
 RUN_CLAIM_READY = load("run_claim_ready")
 RUN_REFRESH = load("run_refresh")
+RUN_QUARANTINED = load("run_quarantined")
 
 RUN_SCRIPTS = (RUN_NOW, RUN_GET, RUN_INSERT, RUN_COMPARE_AND_SET, RUN_RENEW, RUN_CLAIM_EXPIRED,
-               RUN_CLAIM_READY, RUN_REFRESH)
+               RUN_CLAIM_READY, RUN_REFRESH, RUN_QUARANTINED)
 
 # The instance repository's scripts, with their own fragments (lua/_repo_lib.lua).
 REPO_SAVE = load("repo_save", lib="_repo_lib")

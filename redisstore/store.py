@@ -5,12 +5,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
-from .protocol import Durability, RunOps, Shell
+from .protocol import Durability, Operation, Shell, check_io
 from .repository import InstanceRecord, Logger, RepositoryOps
-from .runs import Current, Discover, Lease
+from .runops import RunOps
+from .runs import MAX_RECORD, Current, Discover, Lease, Quarantined
 from .transport import Transport
+
+T = TypeVar("T")
 
 
 class RedisRunStore(Shell[RunOps]):
@@ -29,9 +32,13 @@ class RedisRunStore(Shell[RunOps]):
 
     def __init__(self, client: Any, *, namespace: str = "redisstore",
                  discover: Discover | None = None, projection_version: int = 1,
-                 durability: Durability | None = None) -> None:
-        self._ops = RunOps(namespace, discover, projection_version)
-        self._io = Transport(client, durability)
+                 durability: Durability | None = None, timeout: int = 5000,
+                 max_record_bytes: int = MAX_RECORD) -> None:
+        durability, timeout = check_io(durability, timeout)
+        self._ops = RunOps(namespace, discover, projection_version, durability=durability,
+                           max_record_bytes=max_record_bytes)
+        self._io = Transport(client, durability, timeout)
+        self._ops.checks = self._io.checks
 
     def now(self) -> int:
         """The backend clock (Redis ``TIME``), UTC Unix milliseconds."""
@@ -43,7 +50,7 @@ class RedisRunStore(Shell[RunOps]):
 
     def insert(self, run: str, record: bytes, lease: Lease) -> None:
         """Create ``run`` at revision 1; raises ``AlreadyExists`` if it exists."""
-        self._io.drive(self._ops.insert(run, record, lease))
+        self._write(self._ops.insert(run, record, lease))
 
     def compare_and_set(self, run: str, expected: int, record: bytes, lease: Lease) -> None:
         """Write revision ``expected + 1`` if ``expected`` is current and the lease allows.
@@ -51,23 +58,33 @@ class RedisRunStore(Shell[RunOps]):
         Raises ``NotFound``, ``Conflict(current)`` or ``LeaseRefused(holder)``; nothing is
         written then.
         """
-        self._io.drive(self._ops.compare_and_set(run, expected, record, lease))
+        self._write(self._ops.compare_and_set(run, expected, record, lease))
 
     def renew(self, owner: str, runs: Iterable[str], ttl: int) -> list[str]:
         """Extend each lease ``owner`` holds live among ``runs`` to ``ttl`` ms from now."""
-        return self._io.drive(self._ops.renew(owner, runs, ttl))
+        return self._write(self._ops.renew(owner, runs, ttl))
 
     def claim_expired(self, owner: str, ttl: int, limit: int) -> list[str]:
         """Claim up to ``limit`` held, expired leases, the longest-expired first."""
-        return self._io.drive(self._ops.claim_expired(owner, ttl, limit))
+        return self._write(self._ops.claim_expired(owner, ttl, limit))
 
     def claim_ready(self, owner: str, ttl: int, limit: int) -> list[str]:
         """Claim up to ``limit`` free runs whose wait is eligible, the earliest first."""
-        return self._io.drive(self._ops.claim_ready(owner, ttl, limit))
+        return self._write(self._ops.claim_ready(owner, ttl, limit))
 
     def refresh(self, run: str) -> bool:
         """Re-derive the run's wait from its current record; True if it now has one."""
-        return self._io.drive(self._ops.refresh(run))
+        return self._write(self._ops.refresh(run))
+
+    def quarantined(self, limit: int = 1000) -> list[Quarantined]:
+        """Index entries that claims dropped as damaged (a run missing, of another type, or
+        corrupt), with the reason, up to ``limit``; docs/faults.md says how to repair."""
+        return self._io.drive(self._ops.quarantined(limit))
+
+    def _write(self, op: Operation[T]) -> T:
+        # The one-time server check runs before the store's first write (after the
+        # write's own argument checks).
+        return self._io.drive(self._ops.guarded(op))  # type: ignore[no-any-return]
 
 
 class RedisRepository(Shell[RepositoryOps]):
@@ -86,9 +103,10 @@ class RedisRepository(Shell[RepositoryOps]):
     """
 
     def __init__(self, client: Any, *, namespace: str = "redisstore", max_terminal: int = 1024,
-                 logger: Logger | None = None, durability: Durability | None = None) -> None:
+                 logger: Logger | None = None, durability: Durability | None = None,
+                 timeout: int = 5000) -> None:
         self._ops = RepositoryOps(namespace, max_terminal, logger)
-        self._io = Transport(client, durability)
+        self._io = Transport(client, *check_io(durability, timeout))
 
     def save(self, rec: InstanceRecord) -> int:
         """Store ``rec`` iff ``rec.rec_version`` is the stored version (0 creates).

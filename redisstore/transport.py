@@ -1,99 +1,290 @@
-"""The sync I/O shell: sends the :class:`~redisstore.protocol.Batch` values of an operation.
+"""The sync I/O shell: sends the :class:`~redisstore.protocol.Batch` values of an operation
+and reports what happened as neutral :class:`~redisstore.outcomes.Exchange` values.
 
-Writes bypass redis-py's command retry. That retry re-sends a command after a lost reply,
-and a script that committed would run twice (redis/redis-py#3554): a CAS that succeeded
-would come back as a Conflict, a claim would be taken twice. So a write takes a connection
-from the pool, sends once, reads once; any failure other than an error reply drops the
-connection and surfaces as Unavailable. The one replay is after NOSCRIPT, when nothing ran.
-Reads (no data changed) go through the client and its retry policy.
+Every batch goes out exactly once, on a connection of the store's own pool, never through
+the client's command retry. That retry re-sends a command after a lost reply, and a script
+that committed would run twice (redis/redis-py#3554): a CAS that succeeded would come back
+as a Conflict, a claim would be taken twice. What a reply means, and whether anything is
+sent again (after NOSCRIPT, nothing ran), is decided in :mod:`redisstore.protocol`.
 
-What to send and what a reply means is decided in :mod:`redisstore.protocol`, shared with
-the asyncio shell (:mod:`redisstore.aio`); this module only moves bytes.
+The pool's connections are made like the client's own (same class and settings: address,
+TLS, credentials, protocol), one pool per client pool, so stores sharing a client share
+connections, and no connection is ever used by two threads at once. A call has one
+deadline (the store's ``timeout``) across the wait for a connection, connect, handshake,
+send and read: a watchdog shuts the socket of a call that passes it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import socket
+import threading
+import time
+import weakref
 from typing import Any, TypeVar
 
-from redis.exceptions import RedisError, ResponseError
-
-from .errors import error_code
-from .protocol import (
-    UNDECODED,
-    Batch,
-    Call,
-    Conversation,
-    Durability,
-    Operation,
-    Outcome,
-    single,
-)
+from .outcomes import Exchange, Lost, Reply
+from .protocol import Batch, Driver, Durability, Operation
+from .wire import check_client, describe, error_reply, is_error_reply, pack
 
 T = TypeVar("T")
 
 
-class Transport:
-    """Runs operations on a ``redis.Redis`` (or fakeredis, or ``RedisCluster``) client."""
+class _Deadline(Exception):
+    """The call's deadline passed before a connection could be had."""
 
-    def __init__(self, client: Any, durability: Durability | None = None) -> None:
+
+class _NoRetry:
+    """Stands for redis-py's Retry on our connections: connect once, within the deadline."""
+
+    def call_with_retry(self, do: Any, fail: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return do()
+        except Exception as exc:
+            # redis-py 8 passes the failure count to ``fail``; older ones and valkey-py don't.
+            fail(exc, 1) if kwargs.get("with_failure_count") else fail(exc)
+            raise
+
+    def update_supported_errors(self, *args: Any, **kwargs: Any) -> None:
+        """Nothing is retried, so no error list to extend."""
+
+
+class Watchdog:
+    """Shuts the socket of a call that passed its deadline, so a hung or trickling server
+    never holds a thread past it. One thread for the process, asleep while no call is armed.
+
+    Only ``shutdown`` is called, never ``close``: the blocked thread's file descriptor stays
+    valid (no reuse race), its read returns at once, and it drops the connection itself.
+    """
+
+    def __init__(self) -> None:
+        self._armed: dict[int, tuple[float, Any]] = {}
+        self._fired: set[int] = set()
+        self._next = 0
+        self._cond = threading.Condition()
+        self._thread: threading.Thread | None = None
+
+    def arm(self, conn: Any, deadline: float) -> int:
+        """Watch ``conn`` until :meth:`disarm`; returns a token."""
+        with self._cond:
+            self._next += 1
+            token = self._next
+            self._armed[token] = (deadline, conn)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="redisstore-watchdog",
+                                                daemon=True)
+                self._thread.start()
+            elif len(self._armed) == 1:
+                self._cond.notify()
+            return token
+
+    def disarm(self, token: int) -> bool:
+        """Stop watching; True when the deadline had fired for this token."""
+        with self._cond:
+            self._armed.pop(token, None)
+            if token in self._fired:
+                self._fired.discard(token)
+                return True
+            return False
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._armed:
+                    self._cond.wait()
+                now = time.monotonic()
+                due = [t for t, (d, _) in self._armed.items() if d <= now]
+                for token in due:
+                    _, conn = self._armed.pop(token)
+                    self._fired.add(token)
+                    _shutdown(conn)
+                if self._armed:
+                    earliest = min(d for d, _ in self._armed.values())
+                    # Re-check at least every 50 ms: an earlier deadline armed meanwhile
+                    # fires at most that late.
+                    self._cond.wait(min(max(earliest - now, 0.001), 0.05))
+
+
+def _shutdown(conn: Any) -> None:
+    sock = getattr(conn, "_sock", None)
+    if sock is not None:
+        with contextlib.suppress(OSError, AttributeError):
+            sock.shutdown(socket.SHUT_RDWR)
+
+
+WATCHDOG = Watchdog()
+
+
+class Pool:
+    """The store's connections to one server, made like the client pool's own.
+
+    At most the client pool's ``max_connections`` are open; a call waits for one within its
+    deadline. A connection is used by one call at a time, and dropped (not reused) after any
+    failure, so a late reply can never answer the next call.
+    """
+
+    def __init__(self, source: Any) -> None:
+        self._cls = source.connection_class
+        self._kwargs = dict(source.connection_kwargs)
+        self._max = getattr(source, "max_connections", None) or 2**31
+        self._idle: list[Any] = []
+        self._open = 0
+        self._cond = threading.Condition()
+        self._pid = os.getpid()
+        #: The one-time server checks done on this server (redisstore.runops.RunOps).
+        self.checks: set[str] = set()
+
+    def acquire(self, deadline: float) -> tuple[Any, bool]:
+        """A connection and whether it is new (not connected yet)."""
+        with self._cond:
+            if self._pid != os.getpid():  # forked: the parent's sockets are not ours
+                self._idle, self._open, self._pid = [], 0, os.getpid()
+            while True:
+                if self._idle:
+                    return self._idle.pop(), False
+                if self._open < self._max:
+                    self._open += 1
+                    break
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise _Deadline(f"no free connection within the deadline ({self._max} "
+                                    "in use)")
+                self._cond.wait(remaining)
+        conn = self._cls(**self._kwargs)
+        conn.retry = _NoRetry()
+        return conn, True
+
+    def release(self, conn: Any) -> None:
+        """Give back a connection that is clean (every reply read)."""
+        with self._cond:
+            self._idle.append(conn)
+            self._cond.notify()
+
+    def discard(self, conn: Any) -> None:
+        """Drop a connection after a failure: it may still receive a late reply."""
+        with contextlib.suppress(Exception):
+            conn.disconnect()
+        with self._cond:
+            self._open -= 1
+            self._cond.notify()
+
+
+_POOLS: weakref.WeakKeyDictionary[Any, Pool] = weakref.WeakKeyDictionary()
+_POOLS_LOCK = threading.Lock()
+
+
+def pool_for(source: Any) -> Pool:
+    """The one :class:`Pool` for a client's connection pool."""
+    with _POOLS_LOCK:
+        pool = _POOLS.get(source)
+        if pool is None:
+            pool = _POOLS[source] = Pool(source)
+        return pool
+
+
+def _stale(conn: Any) -> bool:
+    """Whether an idle connection has data or EOF waiting: the server closed it (restart,
+    idle timeout) or it holds a stray reply. Checked before sending, so such a connection
+    costs a reconnect, not a write of unknown outcome."""
+    try:
+        return bool(conn.can_read(timeout=0))
+    except Exception:
+        return True
+
+
+class Transport:
+    """Runs operations on a ``redis.Redis`` (or valkey-py, fakeredis, ``RedisCluster``)
+    client. ``timeout`` is each operation's deadline, in ms."""
+
+    def __init__(self, client: Any, durability: Durability | None = None,
+                 timeout: int = 5000) -> None:
+        check_client(client, asynchronous=False)
         self.client = client
         self.durability = durability
+        self.timeout = timeout
+        self._cluster = hasattr(client, "get_node_from_key")
+        self._pool = None if self._cluster else pool_for(client.connection_pool)
+        #: The one-time server checks done for this client, shared by its stores.
+        self.checks: set[str] = set() if self._pool is None else self._pool.checks
 
     def drive(self, op: Operation[T]) -> T:
-        """Run an operation to its end: send each batch it makes, hand back what came back."""
-        conversation = Conversation(op, self.durability)
-        for batch in conversation:
-            conversation.reply(self._send(batch))
-        return conversation.result
+        """Run an operation to its end: send each batch it makes, report what came back."""
+        driver = Driver(op, self.durability)
+        deadline = time.monotonic() + self.timeout / 1000
+        while (batch := driver.next_batch()) is not None:
+            driver.receive(self._send(batch, deadline))
+        return driver.result()
 
-    def run(self, call: Call[T]) -> T:
-        """One call: EVALSHA, loading the script after a NOSCRIPT; errors become StoreErrors."""
-        return self.drive(single(call))
-
-    def _send(self, batch: Batch) -> Outcome:
+    def _send(self, batch: Batch, deadline: float) -> Exchange:
+        if not self._cluster:
+            assert self._pool is not None
+            return self.exchange(self._pool, batch, deadline)
+        # RedisCluster: every key of a namespace is in one slot; talk to its node.
         try:
-            if not batch.write:
-                return [self.client.execute_command(*command, **UNDECODED)
-                        for command in batch.commands]
-            cluster = self.client
-            if not hasattr(cluster, "get_node_from_key"):
-                return _send_once(cluster, batch.commands)
-            # RedisCluster: every key of a namespace is in one slot; talk to its node.
-            node = cluster.get_node_from_key(batch.keys[0] if batch.keys else "")
-            replies = _send_once(cluster.get_redis_connection(node), batch.commands)
-            if any(error_code(reply) in ("MOVED", "ASK") for reply in replies
-                   if isinstance(reply, BaseException)):
-                # The slot moved: nothing ran. Learn the new layout so the caller's next
-                # call goes to the right node; this one is Unavailable (nothing applied).
-                cluster.nodes_manager.initialize()
-            return replies
-        except (RedisError, OSError) as exc:
-            return exc
+            node = self.client.get_node_from_key(batch.keys[0] if batch.keys else "")
+            pool = pool_for(self.client.get_redis_connection(node).connection_pool)
+        except Exception as exc:
+            return Exchange((), Lost(False, f"no cluster node for the slot: {describe(exc)}"))
+        got = self.exchange(pool, batch, deadline)
+        if any(getattr(r, "code", "") in ("MOVED", "ASK") for r in got.replies):
+            # The slot moved: nothing ran. Learn the new layout so the caller's next call
+            # goes to the right node.
+            with contextlib.suppress(Exception):
+                self.client.nodes_manager.initialize()
+        return got
 
-
-def _send_once(client: Any, commands: tuple[tuple[Any, ...], ...]) -> list[Any]:
-    """Send commands exactly once, pipelined on one connection, bypassing the client's retry.
-
-    Returns every reply, error replies as exception values: each reply is read, so the
-    connection goes back to the pool with nothing pending.
-    """
-    pool = client.connection_pool
-    shared = client.connection  # a single_connection_client keeps one connection
-    conn = shared or pool.get_connection()
-    try:
-        conn.send_packed_command(conn.pack_commands(commands))
-        return [_reply_or_error(conn) for _ in commands]
-    except BaseException:
-        # The connection may hold a late reply that would answer the next command.
-        conn.disconnect()
-        raise
-    finally:
-        if shared is None:
+    def exchange(self, pool: Pool, batch: Batch, deadline: float) -> Exchange:
+        """Send one batch once, read a reply per command; report what happened."""
+        replies: list[Any] = []
+        sent = False
+        conn: Any = None
+        token = 0
+        try:
+            conn, fresh = pool.acquire(deadline)
+            if not fresh and _stale(conn):
+                pool.discard(conn)
+                conn, fresh = pool.acquire(deadline)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise _Deadline("the deadline passed before sending")
+            token = WATCHDOG.arm(conn, deadline)
+            if fresh:
+                _cap_connect_timeout(conn, remaining)
+                conn.connect()
+            data = pack(conn, batch.commands)
+            sent = True
+            conn.send_packed_command(data)
+            for _ in batch.commands:
+                try:
+                    replies.append(Reply(conn.read_response(disable_decoding=True)))
+                except Exception as exc:
+                    if not is_error_reply(exc):
+                        raise
+                    replies.append(error_reply(exc))
+        except BaseException as exc:
+            fired = WATCHDOG.disarm(token) if token else False
+            if conn is not None:
+                pool.discard(conn)
+            if not isinstance(exc, Exception):
+                raise  # KeyboardInterrupt and the like: the caller's, not ours
+            timed_out = fired or isinstance(exc, _Deadline)
+            reason = (f"deadline of {self.timeout} ms exceeded" if timed_out
+                      else describe(exc))
+            return Exchange(tuple(replies), Lost(sent, reason, timed_out))
+        if WATCHDOG.disarm(token):
+            # Fired just as the last reply arrived: every reply was read, yet the socket
+            # is shut. The replies stand; the connection goes.
+            pool.discard(conn)
+        else:
             pool.release(conn)
+        return Exchange(tuple(replies))
 
 
-def _reply_or_error(conn: Any) -> Any:
-    try:
-        return conn.read_response(disable_decoding=True)
-    except ResponseError as exc:
-        return exc
+def _cap_connect_timeout(conn: Any, remaining: float) -> None:
+    # A new connection connects within what is left of the call's deadline (the watchdog
+    # cannot interrupt a connect: the socket is not the connection's until it is up).
+    configured = getattr(conn, "socket_connect_timeout", None)
+    if hasattr(conn, "socket_connect_timeout"):
+        conn.socket_connect_timeout = remaining if configured is None \
+            else min(configured, remaining)

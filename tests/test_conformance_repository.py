@@ -1,5 +1,6 @@
 """The instance repository conformance suite on every backend: memory, fakeredis, Redis 7.0,
-Valkey 8.1 and the machine's own Redis at 127.0.0.1:6379 (in throwaway namespaces)."""
+Redis 6.2 (also with ``lua-replicate-commands no``), Valkey 8.1 and the machine's own Redis at
+127.0.0.1:6379 (in throwaway namespaces)."""
 
 from __future__ import annotations
 
@@ -38,6 +39,20 @@ class TestRedis7Repository(RepositoryConformance):
     def make_repository(self, *, max_terminal: int = 1024, logger: Any = None) -> Repository:
         return RedisRepository(self.client, namespace=unique_namespace(),
                                max_terminal=max_terminal, logger=logger)
+
+
+@pytest.mark.server
+class TestRedis62Repository(TestRedis7Repository):
+    @pytest.fixture(autouse=True)
+    def _backend(self, redis62: Server) -> None:  # type: ignore[override]
+        self.client = redis62.client()
+
+
+@pytest.mark.server
+class TestRedis62NoReplicateRepository(TestRedis7Repository):
+    @pytest.fixture(autouse=True)
+    def _backend(self, redis62_noreplicate: Server) -> None:  # type: ignore[override]
+        self.client = redis62_noreplicate.client()
 
 
 @pytest.mark.server

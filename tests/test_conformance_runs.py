@@ -1,5 +1,6 @@
-"""The run store conformance suite on every backend: memory, fakeredis, Redis 7.0,
-Valkey 8.1 and the machine's own Redis at 127.0.0.1:6379 (in throwaway namespaces)."""
+"""The run store conformance suite on every backend: memory, fakeredis, Redis 7.0, Redis 6.2
+(also with ``lua-replicate-commands no``), Valkey 8.1 and the machine's own Redis at
+127.0.0.1:6379 (in throwaway namespaces)."""
 
 from __future__ import annotations
 
@@ -50,6 +51,20 @@ class TestRedis7RunStore(RedisSuite):
     @pytest.fixture(autouse=True)
     def _backend(self, redis7: Server) -> None:
         self.client = redis7.client()
+
+
+@pytest.mark.server
+class TestRedis62RunStore(RedisSuite):
+    @pytest.fixture(autouse=True)
+    def _backend(self, redis62: Server) -> None:
+        self.client = redis62.client()
+
+
+@pytest.mark.server
+class TestRedis62NoReplicateRunStore(RedisSuite):
+    @pytest.fixture(autouse=True)
+    def _backend(self, redis62_noreplicate: Server) -> None:
+        self.client = redis62_noreplicate.client()
 
 
 @pytest.mark.server

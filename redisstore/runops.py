@@ -1,0 +1,363 @@
+"""The run store's operations as pure generators of calls (sans-I/O), and what their
+scripts' replies mean. The sync and async stores drive the same generators.
+
+Every script answers ``{code, payload, dropped, next_due}`` (see lua/_lib.lua); the codes are
+named once here and once there, and a test holds the two lists together.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from enum import IntEnum
+from typing import Any
+
+from . import scripts
+from .errors import (
+    NOT_APPLIED,
+    AlreadyExists,
+    Conflict,
+    Corrupt,
+    LeaseRefused,
+    Misconfigured,
+    NotFound,
+    Unavailable,
+)
+from .keys import Keyspace
+from .protocol import Arg, Call, Durability, Operation, ask, text
+from .runs import (
+    Changed,
+    Claim,
+    ClaimInfo,
+    Current,
+    Discover,
+    Free,
+    Held,
+    Hold,
+    Holder,
+    Lease,
+    Poll,
+    Quarantined,
+    Seize,
+    Wait,
+    check_lease,
+    check_limit,
+    check_max_record,
+    check_owner,
+    check_projection_version,
+    check_record,
+    check_revision,
+    check_run,
+    check_runs,
+    check_ttl,
+    check_wait,
+)
+
+log = logging.getLogger("redisstore")
+
+#: Layout of the run store's keys that this library reads and writes (lua/_lib.lua's LAYOUT).
+LAYOUT = 1
+
+
+class Code(IntEnum):
+    """A script reply's status code (lua/_lib.lua names the same)."""
+
+    OK = 0
+    NOT_FOUND = 1
+    EXISTS = 2
+    CONFLICT = 3
+    REFUSED = 4
+    CORRUPT = 7
+    TOO_NEW = 8
+
+
+# Eviction policies that may drop keys without a TTL, i.e. ours. volatile-* only evicts
+# keys with an expiry, which the stores never set.
+EVICTING = ("allkeys-lru", "allkeys-lfu", "allkeys-random")
+
+
+def holder_of(owner: Any, live: Any) -> Holder:
+    """A holder from the reply shape owner|false, live 0|1."""
+    if owner is None or owner is False:
+        return Free()
+    return Held(text(owner), bool(live))
+
+
+def answer(run: str, namespace: str) -> Callable[[Any], Any]:
+    """A parser for ``{code, payload, ...}`` replies: the payload on OK, else the contract's
+    answer (NotFound, Conflict...) or Corrupt / Misconfigured."""
+
+    def parse(reply: Any) -> Any:
+        if not isinstance(reply, list) or len(reply) < 2:
+            raise ValueError("not a {code, payload} reply")
+        code, payload = reply[0], reply[1]
+        if code == Code.OK:
+            return payload
+        if code == Code.NOT_FOUND:
+            raise NotFound(run)
+        if code == Code.EXISTS:
+            raise AlreadyExists(run)
+        if code == Code.CONFLICT:
+            raise Conflict(int(payload))
+        if code == Code.REFUSED:
+            raise LeaseRefused(holder_of(payload[0], payload[1]))
+        if code == Code.CORRUPT:
+            raise Corrupt(run, text(payload))
+        if code == Code.TOO_NEW:
+            raise Misconfigured(
+                f"namespace {namespace!r} has run layout version {int(payload)}, newer than "
+                f"this library's {LAYOUT}: upgrade redisstore on this node")
+        raise ValueError(f"unknown reply code {code!r}")
+
+    return parse
+
+
+def parse_names(payload: Any) -> list[str]:
+    """A list of run ids."""
+    return [text(name) for name in payload]
+
+
+def parse_current(payload: list[Any]) -> Current:
+    """run_get's payload as a Current."""
+    revision, record, owner, live, key, dep_rev, claimed_at = payload
+    claim = None
+    if claimed_at is not None and claimed_at is not False:
+        claim = ClaimInfo(
+            key=text(key) if key else None,
+            dependency_revision=int(dep_rev) if dep_rev else None,
+            claimed_at=int(claimed_at),
+        )
+    return Current(int(revision), bytes(record), holder_of(owner, live), claim)
+
+
+def lease_args(lease: Lease) -> tuple[str, str, int]:
+    """A lease as (kind, owner, ttl) script arguments."""
+    if isinstance(lease, Hold):
+        return "h", lease.owner, 0
+    if isinstance(lease, Claim):
+        return "c", lease.owner, lease.ttl
+    if isinstance(lease, Seize):
+        return "s", lease.owner, lease.ttl
+    return "r", "", 0
+
+
+def _opt(value: int | None) -> Arg:
+    return "" if value is None else value
+
+
+def wait_args(wait: Wait | None) -> tuple[Arg, Arg, Arg, Arg]:
+    """A wait as (kind, dependency-or-key, number, deadline) script arguments."""
+    if wait is None:
+        return "", "", "", ""
+    if isinstance(wait, Changed):
+        return "c", wait.dependency, _opt(wait.seen), _opt(wait.deadline)
+    if isinstance(wait, Poll):
+        return "p", wait.key, wait.interval, _opt(wait.deadline)
+    return "a", "", wait.due, ""
+
+
+_WARNED: set[str] = set()
+
+
+def warn_once(key: str, message: str, *args: Any) -> None:
+    """Log a warning once per process for ``key``."""
+    if key not in _WARNED:
+        _WARNED.add(key)
+        log.warning(message, *args)
+
+
+class RunOps:
+    """The run store's operations over one namespace, as pure generators of calls.
+
+    Before the store's first write, :meth:`server_check` runs once: it refuses a server
+    that may evict keys and, with ``durability``, one without ``WAIT`` / ``WAITAOF``.
+    """
+
+    def __init__(self, namespace: str, discover: Discover | None, projection_version: int,
+                 *, durability: Durability | None = None,
+                 max_record_bytes: int = 1 << 20) -> None:
+        self.keys = Keyspace(namespace)
+        if discover is not None and not callable(discover):
+            raise TypeError("discover must be a callable taking record bytes, or None")
+        self.discover = discover
+        self.projection_version = check_projection_version(projection_version)
+        self.durability = durability
+        self.max_record_bytes = check_max_record(max_record_bytes)
+        #: The one-time server checks done (see :meth:`server_check`); the shells share
+        #: one set per client, so they run once per client, not once per store.
+        self.checks: set[str] = set()
+        k = self.keys
+        self._write_keys = (k.leases, k.ready, k.meta)
+
+    def _wait(self, record: bytes) -> tuple[Arg, ...]:
+        wait = None if self.discover is None else check_wait(self.discover(record))
+        return (*wait_args(wait), self.projection_version)
+
+    def _answer(self, run: str = "") -> Callable[[Any], Any]:
+        return answer(run, self.keys.namespace)
+
+    def guarded(self, op: Operation[Any]) -> Operation[Any]:
+        """``op`` preceded, the first time, by :meth:`server_check`. The arguments are
+        checked first (a bad one raises before anything is sent), then the server."""
+        try:
+            first = next(op)  # runs op's argument checks
+        except StopIteration as stop:
+            return stop.value  # nothing to send (renew of no runs, limit 0)
+        if not self.checks >= self._needed_checks():
+            yield from self.server_check()
+        settled = yield first
+        while True:
+            try:
+                call = op.send(settled)
+            except StopIteration as stop:
+                return stop.value
+            settled = yield call
+
+    def _needed_checks(self) -> set[str]:
+        needed = {"eviction"}
+        if self.durability is not None:
+            needed.add("WAITAOF" if self.durability.aof else "WAIT")
+        return needed
+
+    def server_check(self) -> Operation[None]:
+        """Refuse a server that may evict the store's keys (``maxmemory-policy allkeys-*``)
+        and, with ``durability``, one without ``WAIT`` / ``WAITAOF``. Where ``CONFIG`` is
+        not allowed, warn once and go on."""
+        if "eviction" in self.checks:
+            policy = None
+        else:
+            policy = yield from self._policy()
+        if policy in EVICTING:
+            raise Misconfigured(
+                f"maxmemory-policy is {policy}: under memory pressure the server may evict a "
+                "held run, and another node would re-insert it at revision 1 (history lost, "
+                "two owners). Fix: CONFIG SET maxmemory-policy noeviction (and in redis.conf)")
+        self.checks.add("eviction")
+        if self.durability is not None:
+            name = "WAITAOF" if self.durability.aof else "WAIT"
+            info = yield from ask(Call(None, (), ("COMMAND", "INFO", name), lambda r: r,
+                                       write=False))
+            if not info or info[0] is None:
+                raise Misconfigured(f"this server has no {name} command, which Durability("
+                                    f"aof={self.durability.aof}) needs (WAITAOF: Redis >= 7.2, "
+                                    "Valkey >= 8)")
+            self.checks.add(name)
+
+    def _policy(self) -> Operation[str | None]:
+        try:
+            return (yield from config_get("maxmemory-policy"))
+        except Unavailable as exc:
+            if exc.code is None:
+                raise  # the server could not be asked: try again with the next write
+            warn_once("config", "redisstore: CONFIG GET is not allowed here (%s); cannot check "
+                      "that the server never evicts keys. Make sure maxmemory-policy is "
+                      "noeviction (or volatile-*)", exc.code)
+            return None
+
+    def now(self) -> Operation[int]:
+        """Backend clock, UTC ms, read by the server (or cluster node) holding the namespace."""
+        now = yield from ask(Call(scripts.RUN_NOW, (self.keys.leases,), (self.keys.prefix,),
+                                  self._answer(), write=False))
+        return int(now)
+
+    def get(self, run: str) -> Operation[Current]:
+        """The run's record, revision, holder and claim info."""
+        run = check_run(run)
+        payload = yield from ask(Call(scripts.RUN_GET, (self.keys.run(run), self.keys.meta),
+                                      (self.keys.prefix, run), self._answer(run), write=False))
+        return parse_current(payload)
+
+    def insert(self, run: str, record: bytes, lease: Lease) -> Operation[None]:
+        """Create the run at revision 1."""
+        run, lease = check_run(run), check_lease(lease)
+        record = check_record(record, self.max_record_bytes)
+        args = (self.keys.prefix, run, record, *lease_args(lease), *self._wait(record))
+        yield from ask(Call(scripts.RUN_INSERT, (self.keys.run(run), *self._write_keys), args,
+                            self._answer(run)))
+
+    def compare_and_set(self, run: str, expected: int, record: bytes,
+                        lease: Lease) -> Operation[None]:
+        """Write revision expected + 1 under the lease condition."""
+        run, expected, lease = check_run(run), check_revision(expected), check_lease(lease)
+        record = check_record(record, self.max_record_bytes)
+        args = (self.keys.prefix, run, expected, record, *lease_args(lease),
+                *self._wait(record))
+        yield from ask(Call(scripts.RUN_COMPARE_AND_SET, (self.keys.run(run), *self._write_keys),
+                            args, self._answer(run)))
+
+    def renew(self, owner: str, runs: Iterable[str], ttl: int) -> Operation[list[str]]:
+        """Extend owner's live leases among runs to ttl from now."""
+        owner, ttl, names = check_owner(owner), check_ttl(ttl), check_runs(runs)
+        if not names:
+            return []
+        payload = yield from ask(Call(scripts.RUN_RENEW, (self.keys.leases, self.keys.meta),
+                                      (self.keys.prefix, owner, ttl, *names), self._answer()))
+        return parse_names(payload)
+
+    def claim_expired(self, owner: str, ttl: int, limit: int) -> Operation[list[str]]:
+        """Claim up to limit held, expired leases."""
+        owner, ttl, limit = check_owner(owner), check_ttl(ttl), check_limit(limit)
+        if limit == 0:
+            return []
+        payload = yield from ask(Call(scripts.RUN_CLAIM_EXPIRED,
+                                      (self.keys.leases, self.keys.meta),
+                                      (self.keys.prefix, owner, ttl, limit), self._answer()))
+        return parse_names(payload)
+
+    def claim_ready(self, owner: str, ttl: int, limit: int) -> Operation[list[str]]:
+        """Claim up to limit free, eligible runs."""
+        owner, ttl, limit = check_owner(owner), check_ttl(ttl), check_limit(limit)
+        if limit == 0:
+            return []
+        payload = yield from ask(Call(
+            scripts.RUN_CLAIM_READY,
+            (self.keys.ready, self.keys.leases, self.keys.meta, self.keys.fanout),
+            (self.keys.prefix, owner, ttl, limit, self.projection_version), self._answer()))
+        return parse_names(payload)
+
+    def refresh(self, run: str) -> Operation[bool]:
+        """Re-derive the run's wait from its current record; True when it has one."""
+        run = check_run(run)
+        # A write between our read and our refresh derived fresh metadata itself, unless it
+        # came from a store with a lower projection version: read again and retry.
+        for _ in range(16):
+            current = yield from self.get(run)
+            args = (self.keys.prefix, run, current.revision, *self._wait(current.record))
+            try:
+                indexed = yield from ask(Call(
+                    scripts.RUN_REFRESH, (self.keys.run(run), self.keys.ready, self.keys.meta),
+                    args, self._answer(run)))
+            except Conflict:
+                continue
+            return bool(indexed)
+        raise Unavailable(f"refresh of {run!r} gave up: the run kept changing under it",
+                          outcome=NOT_APPLIED)
+
+    def quarantined(self, limit: int = 1000) -> Operation[list[Quarantined]]:
+        """Up to ``limit`` index entries that claims dropped as damaged."""
+        found: list[Quarantined] = []
+        cursor: Arg = "0"
+        while len(found) < limit:
+            cursor_b, flat = yield from ask(Call(scripts.RUN_QUARANTINED,
+                                                 (self.keys.quarantine,),
+                                                 (self.keys.prefix, cursor), self._answer(),
+                                                 write=False))
+            for i in range(0, len(flat) - 1, 2):
+                index, _, run = text(flat[i]).partition("|")
+                found.append(Quarantined(index, run, text(flat[i + 1])))
+            cursor = text(cursor_b)
+            if cursor == "0":
+                break
+        return sorted(found, key=lambda q: (q.index, q.run))[:limit]
+
+
+def config_get(name: str) -> Operation[str | None]:
+    """One CONFIG GET value (None when the server does not know the setting)."""
+    reply = yield from ask(Call(None, (), ("CONFIG", "GET", name), lambda r: r, write=False))
+    if isinstance(reply, dict):  # RESP3
+        values = {text(k): v for k, v in reply.items()}
+    else:
+        values = {text(reply[i]): reply[i + 1] for i in range(0, len(reply) - 1, 2)}
+    value = values.get(name)
+    return None if value is None else text(value)
+
