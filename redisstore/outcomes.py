@@ -60,19 +60,22 @@ class Exchange:
 REFUSED = frozenset({
     "NOSCRIPT", "BUSY", "LOADING", "READONLY", "OOM", "NOREPLICAS", "MISCONF", "CLUSTERDOWN",
     "TRYAGAIN", "MASTERDOWN", "MOVED", "ASK", "CROSSSLOT", "NOAUTH", "WRONGPASS", "NOPERM",
-    "EXECABORT", "UNKILLABLE", "NOTBUSY",
+    "EXECABORT", "UNKILLABLE", "NOTBUSY", "BADARG",
 })
 
 # Redis 6.2 wraps an error raised inside a script: "ERR Error running script (call to
 # f_...): @user_script:91: -READONLY You can't write...". The code is after the dash.
 _WRAPPED = re.compile(r"@user_script: ?\d+: -([A-Z]+) ")
+# The library's scripts raise "BADARG ..." (a plain string: Redis 6.2 cannot raise a table),
+# which the server prefixes with "ERR user_script:12: ".
+_OURS = re.compile(r"user_script: ?\d+: (BADARG) ")
 # An error raised by a command a script called (Redis >= 7 appends where it happened).
 _IN_SCRIPT = re.compile(r"script: [0-9a-f]{40}, on @user_script:\d+\.?$")
 
 
 def split_error(text: str) -> ErrorReply:
     """An error reply's text as (code, message), reading Redis 6.2's wrapped codes."""
-    wrapped = _WRAPPED.search(text)
+    wrapped = _WRAPPED.search(text) or _OURS.search(text)
     if wrapped:
         return ErrorReply(wrapped.group(1), text)
     first, _, rest = text.partition(" ")
