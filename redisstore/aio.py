@@ -184,7 +184,8 @@ class AsyncTransport:
             timed_out = isinstance(exc, TimeoutError) and time.monotonic() >= deadline - 0.001
             reason = (f"deadline of {self.timeout} ms exceeded" if timed_out
                       else describe(exc))
-            return Exchange(tuple(replies), Lost(state["sent"], reason, timed_out))
+            code = error_reply(exc).code if is_error_reply(exc) else None
+            return Exchange(tuple(replies), Lost(state["sent"], reason, timed_out, code))
         pool.release(conn)
         return Exchange(tuple(replies))
 

@@ -17,7 +17,6 @@ from . import repository as repo
 from .errors import AlreadyExists, ConcurrentUpdate, Conflict, LeaseRefused, NotFound, UnknownGroup
 from .repository import InstanceRecord, Logger
 from .runs import (
-    Quarantined,
     At,
     Changed,
     Claim,
@@ -30,6 +29,7 @@ from .runs import (
     Holder,
     Lease,
     Poll,
+    Quarantined,
     Release,
     Seize,
     Wait,

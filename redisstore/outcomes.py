@@ -43,6 +43,9 @@ class Lost:
     sent: bool
     reason: str
     timed_out: bool = False
+    #: The server's error code when the server refused the connection itself (a handshake
+    #: answered LOADING, NOAUTH...); None for a failure of the link.
+    code: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,7 +138,8 @@ def lost(lost: Lost, *, write: bool, replies_read: int = 0) -> Unavailable:
             tail = "nothing was changed (a read)"
     else:
         outcome, tail = UNKNOWN, "the write's outcome is unknown"
-    return Unavailable(f"{lost.reason}; {tail}", outcome=outcome)
+    prefix = f"server refused the connection ({lost.code}): " if lost.code else ""
+    return Unavailable(f"{prefix}{lost.reason}; {tail}", code=lost.code, outcome=outcome)
 
 
 def unconfirmed(reason: str) -> Unavailable:

@@ -271,7 +271,8 @@ class Transport:
             timed_out = fired or isinstance(exc, _Deadline)
             reason = (f"deadline of {self.timeout} ms exceeded" if timed_out
                       else describe(exc))
-            return Exchange(tuple(replies), Lost(sent, reason, timed_out))
+            code = error_reply(exc).code if is_error_reply(exc) else None
+            return Exchange(tuple(replies), Lost(sent, reason, timed_out, code))
         if WATCHDOG.disarm(token):
             # Fired just as the last reply arrived: every reply was read, yet the socket
             # is shut. The replies stand; the connection goes.

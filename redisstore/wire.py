@@ -33,7 +33,8 @@ def _classes(exc: BaseException) -> list[str]:
 def is_error_reply(exc: BaseException) -> bool:
     """Whether the exception is the client's rendering of an error reply (the server
     answered), not a failure of the link."""
-    return "ResponseError" in _classes(exc)
+    # redis-py derives LOADING's class from ConnectionError, yet it is the server's answer.
+    return any(name == "ResponseError" or name in _CODES_BY_CLASS for name in _classes(exc))
 
 
 def error_reply(exc: BaseException) -> ErrorReply:

@@ -14,7 +14,7 @@ import redis
 from faultproxy import FaultProxy
 from redis.backoff import NoBackoff
 from redis.retry import Retry
-from servers import EPHEMERAL, Server, free_port, redis_binary, start, unique_namespace
+from servers import EPHEMERAL, Server, free_port, redis_binary, start, unique_namespace, warm
 
 from redisstore import (
     ConcurrentUpdate,
@@ -376,6 +376,7 @@ def test_lost_reply_of_a_save_is_unavailable_and_applied_once(proxy: FaultProxy,
     client.ping()
     for script in scripts.REPO_SCRIPTS:  # the dropped reply must be the save's own
         client.script_load(script.source)
+    warm(client)
     repo = RedisRepository(client, namespace=namespace)
     proxy.drop_replies(1)
     with pytest.raises(Unavailable) as caught:
