@@ -2,7 +2,7 @@
 beside 1 task, beside the sync store from one thread, beside the server's own limit for the
 same script (``redis-benchmark``, 64 clients, the same EVALSHA), in one run:
 
-    cd /work/main && python benchmarks/bench_async.py [--seconds S] [--rounds R]
+    python benchmarks/bench_async.py [--seconds S] [--rounds R]
                                                       [--tasks N] [--record-size B]
 
 It starts its own ``redis-server`` (from PATH) on a free loopback port, with nothing on

@@ -15,8 +15,7 @@ import redis
 from common import own_server, server_binary
 
 from redisstore import Claim, scripts
-from redisstore.protocol import RunOps
-from redisstore.protocol import Batch
+from redisstore.protocol import Batch, RunOps
 from redisstore.transport import Transport, pool_for
 
 

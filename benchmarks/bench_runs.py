@@ -5,7 +5,7 @@ EVALSHA of a script that does nothing (``return 1``) through the same ``redis.Re
 client. This script measures, single-threaded and sequentially, how close each operation
 comes to that floor:
 
-    cd /work/main && python benchmarks/bench_runs.py [--iterations N] [--rounds R]
+    python benchmarks/bench_runs.py [--iterations N] [--rounds R]
                                                      [--valkey | --port N [--host H]]
                                                      [--json]
 

@@ -72,6 +72,9 @@ local MAX_RECORD = 8388608
 -- Exact integers in a Lua double: revisions, times, ttls and counts stay at or below it.
 local MAX_INT = 9007199254740991
 
+-- The longest ttl (2^47 ms, ~4,400 years): now + ttl stays exact.
+local MAX_TTL = 140737488355328
+
 local NOW = false
 
 -- The server clock, read at most once per script (a call costs; many writes need no time)
@@ -235,6 +238,36 @@ local function quarantine(index, key, run, reason)
   DROPPED = DROPPED + 1
 end
 
+-- The run at revision expected, or nil and the reply that refuses the call.
+local function load_at(run, expected)
+  local s, bad = load(run)
+  if s == nil then return nil, {NOT_FOUND, false, 0, -1} end
+  if s == false then return nil, {CORRUPT, bad, 0, -1} end
+  if s.rev ~= expected then return nil, {CONFLICT, s.rev, 0, -1} end
+  return s
+end
+
+-- The due entries of index (score <= now) with their run's state, visiting at most
+-- limit + MAX_VISIT of them and stopping once out holds limit runs. An entry whose run is
+-- missing, of another type or corrupt is quarantined on the way.
+local function due(index, name, limit, out)
+  local runs = redis.call('ZRANGEBYSCORE', index, '-inf', int(now_ms()), 'LIMIT', 0,
+                          limit + MAX_VISIT)
+  local i = 0
+  return function()
+    while #out < limit do
+      i = i + 1
+      local run = runs[i]
+      if run == nil then return nil end
+      local s, bad = load(run)
+      if s then return run, s end
+      if s == nil then bad = 'missing' end
+      quarantine(name, index, run, bad)
+    end
+    return nil
+  end
+end
+
 -- Lease holder as the reply shape {owner|false, live 0|1}. Expiry == now is expired.
 local function holder(s)
   if not s.own then return {false, 0} end
@@ -342,7 +375,7 @@ end
 local function arg_lease(A)
   local kind = ARGV[A]
   if kind == 'c' or kind == 's' then
-    return kind, arg_text(A + 1), arg_int(A + 2, 1, 140737488355328)
+    return kind, arg_text(A + 1), arg_int(A + 2, 1, MAX_TTL)
   elseif kind == 'h' then
     return kind, arg_text(A + 1), 0
   elseif kind == 'r' then

@@ -7,7 +7,7 @@
 -- index score: an entry whose run is missing, of another type or corrupt is quarantined;
 -- one whose run is free is dropped; one whose lease was extended is re-scored.
 local owner = arg_text(2)
-local ttl = arg_int(3, 1, 140737488355328)
+local ttl = arg_int(3, 1, MAX_TTL)
 local limit = arg_int(4, 0, MAX_CLAIM)
 local bad_layout = check_layout()
 if bad_layout then return bad_layout end
@@ -15,16 +15,8 @@ if not of_type(LEASES, 'zset') then return {CORRUPT, 'index:leases', 0, -1} end
 local now = now_ms()
 local exp = int(now + ttl)
 local out = {}
-local runs = redis.call('ZRANGEBYSCORE', LEASES, '-inf', int(now), 'LIMIT', 0,
-                        limit + MAX_VISIT)
-for _, run in ipairs(runs) do
-  if #out >= limit then break end
-  local s, bad = load(run)
-  if s == nil then
-    quarantine('leases', LEASES, run, 'missing')
-  elseif s == false then
-    quarantine('leases', LEASES, run, bad)
-  elseif not s.own then
+for run, s in due(LEASES, 'leases', limit, out) do
+  if not s.own then
     later('ZREM', LEASES, run)
   elseif s.exp > now then
     later('ZADD', LEASES, int(s.exp), run)

@@ -9,7 +9,7 @@
 -- index (stale metadata, a lower projection version): an entry is claimed, re-scored,
 -- dropped, or quarantined when its run is missing, of another type or corrupt.
 local owner = arg_text(2)
-local ttl = arg_int(3, 1, 140737488355328)
+local ttl = arg_int(3, 1, MAX_TTL)
 local limit = arg_int(4, 0, MAX_CLAIM)
 local pv = arg_int(5, 0, 2147483648)
 local bad_layout = check_layout()
@@ -31,37 +31,27 @@ if pending then
   end
 end
 local out = {}
-local runs = redis.call('ZRANGEBYSCORE', READY, '-inf', int(now), 'LIMIT', 0,
-                        limit + MAX_VISIT)
-for _, run in ipairs(runs) do
-  if #out >= limit then break end
-  local s, why = load(run)
-  if s == nil then
-    quarantine('ready', READY, run, 'missing')
-  elseif s == false then
-    quarantine('ready', READY, run, why)
-  else
-    local t = eligible_at(s, pv)
-    if t ~= nil and t <= now then
-      local k = run_key(run)
-      local ck, cdr = '', ''
-      if s.wk == 'c' then
-        ck = s.wa
-        cdr = int(revision_of(s.wa))
-      elseif s.wk == 'p' then
-        ck = s.wa
-        later('HSET', k, 'pt', int(now))
-      end
-      later('HSET', k, 'own', owner, 'exp', exp, 'ck', ck, 'cdr', cdr, 'cat', int(now))
-      later('ZADD', LEASES, exp, run)
-      later('ZREM', READY, run)
-      s.own, s.exp = owner, now + ttl
-      out[#out + 1] = run
-    elseif t == nil then
-      later('ZREM', READY, run)
-    else
-      later('ZADD', READY, int(t), run)
+for run, s in due(READY, 'ready', limit, out) do
+  local t = eligible_at(s, pv)
+  if t ~= nil and t <= now then
+    local k = run_key(run)
+    local ck, cdr = '', ''
+    if s.wk == 'c' then
+      ck = s.wa
+      cdr = int(revision_of(s.wa))
+    elseif s.wk == 'p' then
+      ck = s.wa
+      later('HSET', k, 'pt', int(now))
     end
+    later('HSET', k, 'own', owner, 'exp', exp, 'ck', ck, 'cdr', cdr, 'cat', int(now))
+    later('ZADD', LEASES, exp, run)
+    later('ZREM', READY, run)
+    s.own, s.exp = owner, now + ttl
+    out[#out + 1] = run
+  elseif t == nil then
+    later('ZREM', READY, run)
+  else
+    later('ZADD', READY, int(t), run)
   end
 end
 commit()

@@ -17,17 +17,15 @@ local kind, owner, ttl = arg_lease(5)
 local w, pv = arg_wait(8)
 local bad_layout = check_layout()
 if bad_layout then return bad_layout end
-local s, bad = load(run)
-if s == nil then return {NOT_FOUND, false, 0, -1} end
-if s == false then return {CORRUPT, bad, 0, -1} end
-if s.rev ~= expected then return {CONFLICT, s.rev, 0, -1} end
+local s, refusal = load_at(run, expected)
+if not s then return refusal end
 if s.rev >= MAX_INT - 1 then return {CORRUPT, 'rev', 0, -1} end
 -- Only a Claim over another owner's lease needs the clock to decide.
 if (kind == 'h' and s.own ~= owner)
     or (kind == 'c' and s.own and s.own ~= owner and holder(s)[2] == 1) then
   return {REFUSED, holder(s), 0, -1}
 end
-bad = indexes_ok(w)
+local bad = indexes_ok(w)
 if bad then return {CORRUPT, bad, 0, -1} end
 write(KEYS[1], run, s, s.rev + 1, record, kind, owner, ttl, w, pv)
 commit()

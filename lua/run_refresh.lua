@@ -11,11 +11,9 @@ local expected = arg_int(3, 0, MAX_INT)
 local w, pv = arg_wait(4)
 local bad_layout = check_layout()
 if bad_layout then return bad_layout end
-local s, bad = load(run)
-if s == nil then return {NOT_FOUND, false, 0, -1} end
-if s == false then return {CORRUPT, bad, 0, -1} end
-if s.rev ~= expected then return {CONFLICT, s.rev, 0, -1} end
-bad = indexes_ok(w)
+local s, refusal = load_at(run, expected)
+if not s then return refusal end
+local bad = indexes_ok(w)
 if bad then return {CORRUPT, bad, 0, -1} end
 local set, del = {}, {}
 apply_wait(run, s, w, pv, set, del)

@@ -5,7 +5,7 @@
 -- Reply    {OK, {renewed run ids, in the given order}} | {TOO_NEW, layout}
 --          A corrupt run among them is not renewed (and does not stop the others).
 local owner = arg_text(2)
-local ttl = arg_int(3, 1, 140737488355328)
+local ttl = arg_int(3, 1, MAX_TTL)
 if #ARGV - 3 > MAX_RENEW then error('BADARG at most ' .. MAX_RENEW .. ' runs per renew') end
 local bad_layout = check_layout()
 if bad_layout then return bad_layout end

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import time
 import weakref
 from collections.abc import Iterable
@@ -31,7 +30,7 @@ from .protocol import Batch, Driver, Durability, Operation, Shell, check_io
 from .repository import InstanceRecord, Logger, RepositoryOps
 from .runops import RunOps
 from .runs import MAX_RECORD, Current, Discover, Lease, Quarantined
-from .wire import check_client, describe, error_reply, is_error_reply, pack
+from .wire import Connections, check_client, describe, error_reply, is_error_reply, pack
 
 T = TypeVar("T")
 
@@ -51,36 +50,21 @@ class _NoRetry:
         """Nothing is retried, so no error list to extend."""
 
 
-class AsyncPool:
+class AsyncPool(Connections):
     """The asyncio twin of :class:`redisstore.transport.Pool`: the store's connections to
     one server, made like the client pool's own, one call at a time on each."""
 
     def __init__(self, source: Any) -> None:
-        self._cls = source.connection_class
-        self._kwargs = dict(source.connection_kwargs)
-        self._max = getattr(source, "max_connections", None) or 2**31
-        self._idle: list[Any] = []
-        self._open = 0
+        super().__init__(source, _NoRetry())
         self._freed = asyncio.Condition()
-        self._pid = os.getpid()
-        #: The one-time server checks done on this server (redisstore.runops.RunOps).
-        self.checks: set[str] = set()
 
     async def acquire(self) -> tuple[Any, bool]:
         """A connection and whether it is new (not connected yet); waits for one while
         ``max_connections`` are in use (the caller's deadline bounds the wait)."""
-        if self._pid != os.getpid():
-            self._idle, self._open, self._pid = [], 0, os.getpid()
-        while True:
-            if self._idle:
-                return self._idle.pop(), False
-            if self._open < self._max:
-                self._open += 1
-                conn = self._cls(**self._kwargs)
-                conn.retry = _NoRetry()
-                return conn, True
+        while (got := self._take()) is None:
             async with self._freed:
                 await self._freed.wait()
+        return got
 
     def release(self, conn: Any) -> None:
         """Give back a clean connection."""
@@ -218,7 +202,7 @@ class _Cancels:
 
 
 class AsyncRedisRunStore(Shell[RunOps]):
-    """The leased run backend (SPEC §1) on a ``redis.asyncio`` client: the asyncio twin of
+    """The leased run backend on a ``redis.asyncio`` client: the asyncio twin of
     :class:`redisstore.RedisRunStore`, with the same options, methods (``async def``),
     errors and semantics. A cancelled write is of unknown outcome (see the module)."""
 
@@ -276,7 +260,7 @@ class AsyncRedisRunStore(Shell[RunOps]):
 
 
 class AsyncRedisRepository(Shell[RepositoryOps]):
-    """The instance repository (SPEC §2) on a ``redis.asyncio`` client: the asyncio twin of
+    """The instance repository on a ``redis.asyncio`` client: the asyncio twin of
     :class:`redisstore.RedisRepository`, with the same options, methods (``async def``),
     errors and semantics. A cancelled ``save`` or ``delete`` is of unknown outcome: load
     the record to find out."""

@@ -65,7 +65,7 @@ class _Run:
 
 
 class MemoryRunStore:
-    """The leased run backend (SPEC §1) kept in this process: the reference for tests.
+    """The leased run backend kept in this process: the reference for tests.
 
     ``clock`` returns the backend time in UTC ms (inject one to control time in tests).
     ``discover`` and ``projection_version`` work as on :class:`redisstore.RedisRunStore`.
@@ -300,7 +300,7 @@ class MemoryRunStore:
 
 
 class MemoryRepository:
-    """The instance repository (SPEC §2) kept in this process: the reference for tests.
+    """The instance repository kept in this process: the reference for tests.
 
     Records are stored and returned as copies (values are immutable and payloads are
     ``bytes``). Terminal records are capped at ``max_terminal``, the oldest to become

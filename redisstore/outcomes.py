@@ -129,7 +129,7 @@ def refused(error: ErrorReply, *, write: bool, doing: str = "") -> Unavailable:
                        code=error.code or None, outcome=outcome)
 
 
-def lost(lost: Lost, *, write: bool, replies_read: int = 0) -> Unavailable:
+def lost(lost: Lost, *, write: bool) -> Unavailable:
     """The Unavailable a broken exchange stands for: nothing sent is not applied; a write
     sent whose reply never came is unknown; a read changed nothing."""
     if not lost.sent or not write:

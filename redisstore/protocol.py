@@ -245,11 +245,6 @@ class Driver(Generic[T]):
         self._error: BaseException | None = None
         self._step(None)
 
-    @property
-    def done(self) -> bool:
-        """Whether the operation is over."""
-        return self._batch is None
-
     def next_batch(self) -> Batch | None:
         """The batch to send now, or None when the operation is over."""
         return self._batch
@@ -328,6 +323,22 @@ def text(value: Any) -> str:
 
 
 # ---------------------------------------------------------------------------- operations
+
+# Eviction policies that may drop keys without a TTL, i.e. ours. volatile-* only evicts
+# keys with an expiry, which the stores never set.
+EVICTING = ("allkeys-lru", "allkeys-lfu", "allkeys-random")
+
+
+def config_get(name: str) -> Operation[str | None]:
+    """One CONFIG GET value (None when the server does not know the setting)."""
+    reply = yield from ask(Call(None, (), ("CONFIG", "GET", name), lambda r: r, write=False))
+    if isinstance(reply, dict):  # RESP3
+        values = {text(k): v for k, v in reply.items()}
+    else:
+        values = {text(reply[i]): reply[i + 1] for i in range(0, len(reply) - 1, 2)}
+    value = values.get(name)
+    return None if value is None else text(value)
+
 
 
 class _Ops(Protocol):

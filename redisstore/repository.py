@@ -1,4 +1,4 @@
-"""The instance repository port (SPEC §2): its values, its interface, argument checks and the
+"""The instance repository port: its values, its interface, argument checks and the
 sans-I/O operations of the Redis repository.
 
 The values are plain data, as in the Go seed: building an :class:`InstanceRecord` with an
@@ -22,7 +22,7 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 from . import scripts
 from .errors import ConcurrentUpdate, Misconfigured, StoreError, Unavailable, UnknownGroup
 from .keys import Keyspace
-from .protocol import Call, Operation, ask, text
+from .protocol import EVICTING, Call, Operation, ask, config_get, text
 from .runs import check_int, check_text
 
 #: Version of the repository's key layout; ``migrate`` records it in the namespace.
@@ -134,7 +134,7 @@ class InstanceRecord:
 
 @runtime_checkable
 class Repository(Protocol):
-    """The instance repository port (SPEC §2), as the sync repositories implement it.
+    """The instance repository port, as the sync repositories implement it.
 
     ``migrate()`` and ``cluster_compatibility()`` are optional capabilities (the seed's
     ``Migrator`` and ``ClusterAware``); both bundled repositories have them.
@@ -281,9 +281,6 @@ def _server_error(exc: StoreError) -> bool:
     return isinstance(exc, Unavailable) and exc.code is not None
 
 
-# Eviction policies that may drop keys without a TTL, i.e. ours. volatile-* only evicts
-# keys with an expiry, which the repository never sets.
-_EVICTING = ("allkeys-lru", "allkeys-lfu", "allkeys-random")
 
 
 # ---------------------------------------------------------------------------- operations
@@ -406,16 +403,6 @@ class RepositoryOps:
         return (yield from ask(Call(scripts.REPO_MIGRATE, (self.keys.layout,),
                                     (self.keys.prefix, LAYOUT_VERSION), parse)))
 
-    def config_get(self, name: str) -> Operation[str | None]:
-        """One CONFIG GET value (None when the server does not know the setting)."""
-        reply = yield from ask(Call(None, (), ("CONFIG", "GET", name), lambda r: r, write=False))
-        if isinstance(reply, dict):  # RESP3
-            values = {text(k): v for k, v in reply.items()}
-        else:
-            values = {text(reply[i]): reply[i + 1] for i in range(0, len(reply) - 1, 2)}
-        value = values.get(name)
-        return None if value is None else text(value)
-
     def migrate(self) -> Operation[None]:
         """Load the scripts, record the layout version, and inspect the server's settings.
 
@@ -425,9 +412,9 @@ class RepositoryOps:
         yield from self.load_scripts()
         yield from self.record_layout()
         try:
-            policy = yield from self.config_get("maxmemory-policy")
-            save = yield from self.config_get("save")
-            appendonly = yield from self.config_get("appendonly")
+            policy = yield from config_get("maxmemory-policy")
+            save = yield from config_get("save")
+            appendonly = yield from config_get("appendonly")
         except StoreError as exc:
             if not _server_error(exc):
                 raise
@@ -436,7 +423,7 @@ class RepositoryOps:
                 "maxmemory-policy or persistence. Make sure the server never evicts keys "
                 "(maxmemory-policy noeviction) and persists them (AOF or RDB)", exc)
             return
-        if policy in _EVICTING:
+        if policy in EVICTING:
             raise Misconfigured(
                 f"maxmemory-policy is {policy}: under memory pressure the server may evict "
                 "the repository's records and indexes. Fix: CONFIG SET maxmemory-policy "

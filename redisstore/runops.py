@@ -24,7 +24,7 @@ from .errors import (
     Unavailable,
 )
 from .keys import Keyspace
-from .protocol import Arg, Call, Durability, Operation, ask, text
+from .protocol import EVICTING, Arg, Call, Durability, Operation, ask, config_get, text
 from .runs import (
     Changed,
     Claim,
@@ -69,11 +69,6 @@ class Code(IntEnum):
     REFUSED = 4
     CORRUPT = 7
     TOO_NEW = 8
-
-
-# Eviction policies that may drop keys without a TTL, i.e. ours. volatile-* only evicts
-# keys with an expiry, which the stores never set.
-EVICTING = ("allkeys-lru", "allkeys-lfu", "allkeys-random")
 
 
 def holder_of(owner: Any, live: Any) -> Holder:
@@ -186,6 +181,8 @@ class RunOps:
         #: The one-time server checks done (see :meth:`server_check`); the shells share
         #: one set per client, so they run once per client, not once per store.
         self.checks: set[str] = set()
+        self._needed = frozenset({"eviction"} if durability is None else
+                                 {"eviction", "WAITAOF" if durability.aof else "WAIT"})
         k = self.keys
         self._write_keys = (k.leases, k.ready, k.meta)
 
@@ -197,14 +194,17 @@ class RunOps:
         return answer(run, self.keys.namespace)
 
     def guarded(self, op: Operation[Any]) -> Operation[Any]:
-        """``op`` preceded, the first time, by :meth:`server_check`. The arguments are
-        checked first (a bad one raises before anything is sent), then the server."""
+        """``op`` preceded, until it has passed once, by :meth:`server_check`."""
+        return op if self.checks >= self._needed else self._checked_first(op)
+
+    def _checked_first(self, op: Operation[Any]) -> Operation[Any]:
+        # The arguments are checked first (a bad one raises before anything is sent), then
+        # the server.
         try:
             first = next(op)  # runs op's argument checks
         except StopIteration as stop:
             return stop.value  # nothing to send (renew of no runs, limit 0)
-        if not self.checks >= self._needed_checks():
-            yield from self.server_check()
+        yield from self.server_check()
         settled = yield first
         while True:
             try:
@@ -212,12 +212,6 @@ class RunOps:
             except StopIteration as stop:
                 return stop.value
             settled = yield call
-
-    def _needed_checks(self) -> set[str]:
-        needed = {"eviction"}
-        if self.durability is not None:
-            needed.add("WAITAOF" if self.durability.aof else "WAIT")
-        return needed
 
     def server_check(self) -> Operation[None]:
         """Refuse a server that may evict the store's keys (``maxmemory-policy allkeys-*``)
@@ -349,15 +343,3 @@ class RunOps:
             if cursor == "0":
                 break
         return sorted(found, key=lambda q: (q.index, q.run))[:limit]
-
-
-def config_get(name: str) -> Operation[str | None]:
-    """One CONFIG GET value (None when the server does not know the setting)."""
-    reply = yield from ask(Call(None, (), ("CONFIG", "GET", name), lambda r: r, write=False))
-    if isinstance(reply, dict):  # RESP3
-        values = {text(k): v for k, v in reply.items()}
-    else:
-        values = {text(reply[i]): reply[i + 1] for i in range(0, len(reply) - 1, 2)}
-    value = values.get(name)
-    return None if value is None else text(value)
-

@@ -1,4 +1,4 @@
-"""The leased run backend port (SPEC §1): its values, its interface and argument checks.
+"""The leased run backend port: its values, its interface and argument checks.
 
 Values are immutable and hashable. Constructors check their own fields, so a bad lease or
 wait is refused where it is made, before any store sees it.
@@ -287,7 +287,7 @@ def check_projection_version(version: object) -> int:
 
 @runtime_checkable
 class RunStore(Protocol):
-    """The leased run backend port (SPEC §1), as the sync stores implement it."""
+    """The leased run backend port, as the sync stores implement it."""
 
     def now(self) -> int:
         """The backend clock, UTC Unix milliseconds."""

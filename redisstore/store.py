@@ -17,7 +17,7 @@ T = TypeVar("T")
 
 
 class RedisRunStore(Shell[RunOps]):
-    """The leased run backend (SPEC §1) on a ``redis.Redis``-compatible client.
+    """The leased run backend on a ``redis.Redis``-compatible client.
 
     Every method is one server-side Lua script, one round trip (``refresh`` reads, then
     writes). Leases and readiness are judged by the server's clock. ``namespace`` isolates
@@ -88,7 +88,7 @@ class RedisRunStore(Shell[RunOps]):
 
 
 class RedisRepository(Shell[RepositoryOps]):
-    """The instance repository (SPEC §2) on a ``redis.Redis``-compatible client.
+    """The instance repository on a ``redis.Redis``-compatible client.
 
     Every method is one server-side Lua script, one round trip. ``save`` is a
     compare-and-set on ``rec_version`` that keeps, in the same atomic step, the indexes

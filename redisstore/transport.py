@@ -17,7 +17,6 @@ send and read: a watchdog shuts the socket of a call that passes it.
 from __future__ import annotations
 
 import contextlib
-import os
 import socket
 import threading
 import time
@@ -26,7 +25,7 @@ from typing import Any, TypeVar
 
 from .outcomes import Exchange, Lost, Reply
 from .protocol import Batch, Driver, Durability, Operation
-from .wire import check_client, describe, error_reply, is_error_reply, pack
+from .wire import Connections, check_client, describe, error_reply, is_error_reply, pack
 
 T = TypeVar("T")
 
@@ -116,7 +115,7 @@ def _shutdown(conn: Any) -> None:
 WATCHDOG = Watchdog()
 
 
-class Pool:
+class Pool(Connections):
     """The store's connections to one server, made like the client pool's own.
 
     At most the client pool's ``max_connections`` are open; a call waits for one within its
@@ -125,35 +124,19 @@ class Pool:
     """
 
     def __init__(self, source: Any) -> None:
-        self._cls = source.connection_class
-        self._kwargs = dict(source.connection_kwargs)
-        self._max = getattr(source, "max_connections", None) or 2**31
-        self._idle: list[Any] = []
-        self._open = 0
+        super().__init__(source, _NoRetry())
         self._cond = threading.Condition()
-        self._pid = os.getpid()
-        #: The one-time server checks done on this server (redisstore.runops.RunOps).
-        self.checks: set[str] = set()
 
     def acquire(self, deadline: float) -> tuple[Any, bool]:
         """A connection and whether it is new (not connected yet)."""
         with self._cond:
-            if self._pid != os.getpid():  # forked: the parent's sockets are not ours
-                self._idle, self._open, self._pid = [], 0, os.getpid()
-            while True:
-                if self._idle:
-                    return self._idle.pop(), False
-                if self._open < self._max:
-                    self._open += 1
-                    break
+            while (got := self._take()) is None:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise _Deadline(f"no free connection within the deadline ({self._max} "
                                     "in use)")
                 self._cond.wait(remaining)
-        conn = self._cls(**self._kwargs)
-        conn.retry = _NoRetry()
-        return conn, True
+            return got
 
     def release(self, conn: Any) -> None:
         """Give back a connection that is clean (every reply read)."""

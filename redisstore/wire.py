@@ -8,6 +8,7 @@ by class name, never imported, so neither library is needed by the other's users
 from __future__ import annotations
 
 import inspect
+import os
 from typing import Any
 
 from .outcomes import ErrorReply, split_error
@@ -94,3 +95,34 @@ def check_client(client: object, *, asynchronous: bool) -> None:
         kind = "an asyncio" if not asynchronous else "a sync"
         raise TypeError(f"{type(client).__name__} is {kind} client: use {other} with it, or "
                         f"pass a {want}")
+
+
+class Connections:
+    """What the sync and asyncio pools share: the state of a store's connections to one
+    server, made like the client pool's own (same class and settings), at most its
+    ``max_connections`` open. The shells add only how a caller waits for one."""
+
+    def __init__(self, source: Any, no_retry: Any) -> None:
+        self._cls = source.connection_class
+        self._kwargs = dict(source.connection_kwargs)
+        self._max = getattr(source, "max_connections", None) or 2**31
+        self._no_retry = no_retry
+        self._idle: list[Any] = []
+        self._open = 0
+        self._pid = os.getpid()
+        #: The one-time server checks done on this server (redisstore.runops.RunOps).
+        self.checks: set[str] = set()
+
+    def _take(self) -> tuple[Any, bool] | None:
+        """An idle connection, or a new one (not connected yet), or None when
+        ``max_connections`` are in use."""
+        if self._pid != os.getpid():  # forked: the parent's sockets are not ours
+            self._idle, self._open, self._pid = [], 0, os.getpid()
+        if self._idle:
+            return self._idle.pop(), False
+        if self._open >= self._max:
+            return None
+        self._open += 1
+        conn = self._cls(**self._kwargs)
+        conn.retry = self._no_retry  # connect once, within the call's deadline
+        return conn, True

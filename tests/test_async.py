@@ -216,10 +216,10 @@ def test_a_timeout_around_a_write_in_flight_fires_on_time(proxy: FaultProxy,
         store = AsyncRedisRunStore(client, namespace=namespace)
         loop = asyncio.get_running_loop()
         for attempt in range(5):
-            # Reconnect the connection the last attempt dropped before slowing the link:
-            # redis-py's own handshake (on Python 3.11, its wait_for) is not under test.
+            # Reconnect the store's connection the last attempt dropped before slowing the
+            # link: redis-py's own handshake (on Python 3.11, its wait_for) is not under test.
             proxy.pass_through()
-            await client.ping()
+            await awarm(client)
             proxy.set_delay(2.0)
             started = loop.time()
             with pytest.raises(TimeoutError):

@@ -1,4 +1,4 @@
-"""Conformance suites: one truth, N backends (SPEC §3).
+"""Conformance suites: one truth, N backends (docs/testing.md).
 
 Subclass a suite in a pytest test module and say how to make a fresh, isolated store::
 

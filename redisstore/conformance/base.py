@@ -14,7 +14,7 @@ LONG = 600_000  # a lease that cannot expire during a test
 # The holder states a lease condition is checked against.
 STATES = ("free", "mine-live", "mine-expired", "other-live", "other-expired")
 
-# (lease kind, holder state) -> accepted?  SPEC §1.1.
+# (lease kind, holder state) -> accepted?  docs/runs.md.
 ACCEPTS: dict[tuple[str, str], bool] = {
     **{("hold", s): s.startswith("mine") for s in STATES},
     **{("claim", s): s != "other-live" for s in STATES},

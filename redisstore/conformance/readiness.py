@@ -1,4 +1,5 @@
-"""SPEC §1.3 as tests: discovery, claim_ready, dependencies, schedules, claim info, staleness.
+"""docs/readiness.md as tests: discovery, claim_ready, dependencies, schedules, claim info,
+staleness.
 
 Records are JSON read by :data:`redisstore.discovery.json_wait`; each test makes the waits
 it needs (``{"wait": {"at": due}}`` and so on).
@@ -23,7 +24,7 @@ def rec(wait: dict[str, Any] | None, **fields: Any) -> bytes:
 
 
 class ReadinessRules(RunSuite):
-    """claim_ready and everything it depends on (SPEC §1.3)."""
+    """claim_ready and everything it depends on (docs/readiness.md)."""
 
     #: On a real clock: how far ahead a test puts a time that must not be reached yet.
     ahead: int = 80

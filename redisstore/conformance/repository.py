@@ -1,4 +1,4 @@
-"""The instance repository's conformance suite (SPEC §2).
+"""The instance repository's conformance suite.
 
 Time is explicit here: ``list_in_flight`` takes ``now``, so the listing filters and the
 ``now == expiry`` boundary are checked exactly on any backend. ``now=None`` (the backend's
@@ -77,7 +77,7 @@ def bad_lease(*fields: Any) -> InstanceLease:
 
 
 class RepositoryConformance:
-    """The instance repository contract (SPEC §2) as pytest tests.
+    """The instance repository contract as pytest tests.
 
     Implement :meth:`make_repository`: a fresh, isolated repository per call.
     """

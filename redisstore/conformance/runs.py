@@ -1,4 +1,4 @@
-"""The leased run backend's conformance suite (SPEC §1).
+"""The leased run backend's conformance suite.
 
 A backend whose clock the test controls overrides :meth:`RunStoreConformance.advance` and
 sets ``clock_is_controlled = True``; the suite then checks exact boundaries (a lease whose
@@ -31,7 +31,7 @@ from .readiness import ReadinessRules
 
 
 class LeaseRules(RunSuite):
-    """SPEC §1.1 and §1.2's argument rules: records, revisions, leases, renew, claim_expired."""
+    """The argument rules of docs/runs.md: records, revisions, leases, renew, claim_expired."""
 
     # ------------------------------------------------------------------ get / now
 
@@ -368,7 +368,7 @@ class LeaseRules(RunSuite):
 
 
 class RunStoreConformance(LeaseRules, ReadinessRules):
-    """The whole leased run backend contract (SPEC §1) as pytest tests.
+    """The whole leased run backend contract as pytest tests.
 
     Implement :meth:`make_store` (and :meth:`reopen`, for the projection-version rules).
     Override :meth:`advance` and set ``clock_is_controlled`` when the test drives the
