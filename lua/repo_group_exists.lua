@@ -1,5 +1,9 @@
 -- repo_group_exists: whether an engine group is registered.
 -- KEYS[1]  P.."groups"
 -- ARGV[1]  key prefix           ARGV[2] group
--- Reply    {0, 1|0}
-return {0, redis.call('SISMEMBER', KEYS[1], ARGV[2])}
+-- Reply    {OK, 1|0} | {CORRUPT, 'index:groups'}
+--- @include P, CORRUPT, OK, arg_text, arg_key, of_type, reply
+local groups = arg_key(1, P .. 'groups')
+local group = arg_text(2)
+if not of_type(groups, 'set') then return reply(CORRUPT, 'index:groups') end
+return reply(OK, redis.call('SISMEMBER', groups, group))

@@ -1,8 +1,11 @@
--- repo_load: read one instance record.
--- KEYS[1]  the record's hash
--- ARGV[1]  key prefix
--- Reply    {0, version, payload, group, tenant, expiry µs|'', offset µs, owner, incarnation,
---           status} | {1} not found
-local f = redis.call('HMGET', KEYS[1], 'v', 'pl', 'g', 't', 'x', 'xo', 'o', 'n', 's')
-if not f[1] then return {1} end
-return {0, f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8], f[9]}
+-- repo_load: read one instance record, every field checked.
+-- KEYS[1]  P.."inst:"..id (the record)
+-- ARGV[1]  key prefix           ARGV[2] id
+-- Reply    {OK, {version, payload, group, tenant, expiry µs|'', offset µs, owner,
+--           incarnation, status}} | {NOT_FOUND, false} | {CORRUPT, field}
+--- @include CORRUPT, NOT_FOUND, OK, inst_key, arg_text, arg_key, reply, load_record
+local k = arg_key(1, inst_key(arg_text(2)))
+local r, bad = load_record(k, {'v', 'pl', 'g', 't', 'x', 'xo', 'o', 'n', 's', 'k'})
+if r == false then return reply(CORRUPT, bad) end
+if r == nil then return reply(NOT_FOUND, false) end
+return reply(OK, {r.v, r.pl, r.g, r.t, r.x, r.xo, r.o, r.n, r.s})

@@ -1,9 +1,18 @@
 -- repo_migrate: record the repository's layout version in the namespace, idempotently.
 -- KEYS[1]  P.."repo-layout"
 -- ARGV[1]  key prefix           ARGV[2] this library's layout version
--- Reply    {0, version found (0 none)} | {6, version found} when it is newer (nothing written)
-local found = tonumber(redis.call('GET', KEYS[1]) or '0')
-local mine = tonumber(ARGV[2])
-if found > mine then return {6, found} end
-if found ~= mine then redis.call('SET', KEYS[1], int(mine)) end
-return {0, found}
+-- Reply    {OK, version found (0 none)} | {TOO_NEW, version found} when it is newer
+--          | {CORRUPT, 'repo-layout'} (nothing written on either)
+--- @include P, CORRUPT, OK, TOO_NEW, int, decimal, arg_int, arg_key, reply
+local layout = arg_key(1, P .. 'repo-layout')
+local mine = arg_int(2, 1, 1000000)
+local got = redis.pcall('GET', layout)
+if type(got) == 'table' then return reply(CORRUPT, 'repo-layout') end
+local found = 0
+if got then
+  found = decimal(got, 1, 1000000)
+  if not found then return reply(CORRUPT, 'repo-layout') end
+end
+if found > mine then return reply(TOO_NEW, found) end
+if found ~= mine then redis.call('SET', layout, int(mine)) end
+return reply(OK, found)

@@ -1,6 +1,9 @@
 -- repo_register_group: establish an engine group, idempotently.
 -- KEYS[1]  P.."groups"
 -- ARGV[1]  key prefix           ARGV[2] group
--- Reply    {0}
-redis.call('SADD', KEYS[1], ARGV[2])
-return {0}
+-- Reply    {OK, 1 added | 0 known} | {CORRUPT, 'index:groups'} (nothing written)
+--- @include P, CORRUPT, OK, arg_text, arg_key, of_type, reply
+local groups = arg_key(1, P .. 'groups')
+local group = arg_text(2)
+if not of_type(groups, 'set') then return reply(CORRUPT, 'index:groups') end
+return reply(OK, redis.call('SADD', groups, group))

@@ -1,54 +1,127 @@
 -- repo_save: compare-and-set of one instance record on rec_version, with its indexes.
--- KEYS[1]  the record's hash    KEYS[2] P.."groups"       KEYS[3] P.."inflight:"..group
+-- KEYS[1]  P.."inst:"..id       KEYS[2] P.."groups"       KEYS[3] P.."inflight:"..group
 -- KEYS[4]  P.."terminal"        KEYS[5] P.."terminal-seq"
 -- ARGV[1]  key prefix           ARGV[2] id                ARGV[3] expected rec_version
 -- ARGV[4]  payload bytes        ARGV[5] group             ARGV[6] tenant
 -- ARGV[7]  lease expiry (µs since the epoch, '' none)      ARGV[8] its UTC offset (µs)
 -- ARGV[9]  lease owner          ARGV[10] incarnation      ARGV[11] status
--- ARGV[12] class: 'c' claimable once its lease is expired, 's' suspended, 't' terminal
--- ARGV[13] max_terminal
--- Reply    {0, new version, evicted id...} | {3, stored version} | {5} unknown group
---          (nothing written on 3 and 5)
--- Also touches, undeclared (same hash tag): the record's previous group index when the group
--- changes, and the hashes of the terminal records it evicts. The cap is enforced when a
--- record becomes terminal, the only save that adds to the terminal set.
-local k, id, group, class = KEYS[1], ARGV[2], ARGV[5], ARGV[12]
-local f = redis.call('HMGET', k, 'v', 'g', 'k')
+-- ARGV[12] max_terminal
+-- Reply    {OK, {new version, {evicted id...}}} | {CONFLICT, stored version}
+--          | {NOT_FOUND, 'group'} (never registered) | {CORRUPT, field}; nothing written
+--          but on OK
+-- Also touches, undeclared (same hash tag): the record's previous group index when it
+-- leaves it, and the hashes of the terminal records it evicts. The class (which indexes
+-- hold the record) is derived from the status here, as record_class does in Python.
+--- @include P, CONFLICT, CORRUPT, NOT_FOUND, OK, MAX_EVICT, MAX_PAYLOAD, MAX_VERSION
+--- @include MAX_US, MIN_US, int, inst_key, inflight_key, decimal, expiry_ok, offset_ok
+--- @include incarnation_ok, class_of, arg_int, arg_text, arg_any, arg_key, of_type, later
+--- @include commit, reply, load_record
+local id = arg_text(2)
+local k = arg_key(1, inst_key(id))
+local expected = arg_int(3, 0, MAX_VERSION - 1)
+local payload = arg_any(4)
+if #payload > MAX_PAYLOAD then error('BADARG ARGV[4] is over ' .. int(MAX_PAYLOAD) .. ' bytes') end
+local group = arg_text(5)
+local groups = arg_key(2, P .. 'groups')
+local index = arg_key(3, inflight_key(group))
+local terminal = arg_key(4, P .. 'terminal')
+local seq_key = arg_key(5, P .. 'terminal-seq')
+local tenant = arg_any(6)
+local expiry = arg_any(7)
+if not expiry_ok(expiry) then
+  error('BADARG ARGV[7] must be empty or microseconds in [' .. MIN_US .. ', ' .. MAX_US .. ']')
+end
+local offset = arg_any(8)
+if not offset_ok(offset) then error('BADARG ARGV[8] must be a UTC offset in microseconds') end
+local owner = arg_any(9)
+local incarnation = arg_any(10)
+if not incarnation_ok(incarnation) then error('BADARG ARGV[10] must be an int64') end
+local status = arg_text(11)
+local max_terminal = arg_int(12, 0, MAX_VERSION)
+local class = class_of(status)
+
+local r, bad = load_record(k, {'v', 'g', 'k', 's'})
+if r == false then return reply(CORRUPT, bad) end
+local stored, old_group, was = 0, false, false
+if r then stored, old_group, was = r.v, r.g, r.k end
 -- Groups are never unregistered: a record already stored in this group proves it is
 -- registered, so only a new record or a move to another group asks the registry. (The
 -- group is still checked before the version.)
-if f[2] ~= group and redis.call('SISMEMBER', KEYS[2], group) == 0 then return {5} end
-local stored = tonumber(f[1] or '0')
-if stored ~= tonumber(ARGV[3]) then return {3, stored} end
-local v = stored + 1
-local was = f[3]  -- the class the record had: which indexes hold it now
-redis.call('HSET', k, 'v', int(v), 'pl', ARGV[4], 'g', group, 't', ARGV[6], 'x', ARGV[7],
-           'xo', ARGV[8], 'o', ARGV[9], 'n', ARGV[10], 's', ARGV[11], 'k', class)
--- Only the indexes the record enters or leaves are touched: a save that keeps an active
--- record active in its group costs three commands.
-if was == 'c' and (class ~= 'c' or f[2] ~= group) then
-  redis.call('ZREM', inflight_key(f[2]), id)
+if old_group ~= group then
+  local known = redis.pcall('SISMEMBER', groups, group)
+  if type(known) == 'table' then return reply(CORRUPT, 'index:groups') end
+  if known == 0 then return reply(NOT_FOUND, 'group') end
 end
-if class == 'c' then
-  -- The score is the expiry text itself: the server parses it, Lua never rounds it.
-  local score = ARGV[7]
-  if score == '' then score = '-inf' end
-  redis.call('ZADD', KEYS[3], score, id)
+if stored ~= expected then return reply(CONFLICT, stored) end
+
+-- Every index this save writes must be of its type, or the save would fail halfway.
+local leaves = was == 'c' and (class ~= 'c' or old_group ~= group)
+if leaves and not of_type(inflight_key(old_group), 'zset') then
+  return reply(CORRUPT, 'index:inflight')
 end
-local reply = {0, v}
-if was == 't' and class ~= 't' then
-  redis.call('ZREM', KEYS[4], id)
-elseif class == 't' and was ~= 't' then
-  -- Ordered by when the record became terminal: a later terminal save keeps its place.
-  redis.call('ZADD', KEYS[4], redis.call('INCR', KEYS[5]), id)
-  local over = redis.call('ZCARD', KEYS[4]) - tonumber(ARGV[13])
+if class == 'c' and not of_type(index, 'zset') then return reply(CORRUPT, 'index:inflight') end
+local to_terminal = class == 't' and was ~= 't'
+if (to_terminal or (was == 't' and class ~= 't')) and not of_type(terminal, 'zset') then
+  return reply(CORRUPT, 'index:terminal')
+end
+
+local evicted, keep, seq = {}, true, 0
+if to_terminal then
+  local got = redis.pcall('GET', seq_key)
+  if type(got) == 'table' then return reply(CORRUPT, 'terminal-seq') end
+  if got then
+    seq = decimal(got, 0, MAX_VERSION - 1)
+    if not seq then return reply(CORRUPT, 'terminal-seq') end
+  end
+  seq = seq + 1
+  -- The count once this record joins (a stray entry of it is only re-scored).
+  local count = redis.call('ZCARD', terminal)
+  if not redis.call('ZSCORE', terminal, id) then count = count + 1 end
+  -- At most MAX_EVICT go per save, so lowering max_terminal never stalls the server; the
+  -- rest go on the next terminal saves.
+  local over = math.min(count - max_terminal, MAX_EVICT)
   if over > 0 then
-    -- Terminal records are in no in-flight index: dropping the hash is all there is.
-    for _, old in ipairs(redis.call('ZRANGE', KEYS[4], 0, over - 1)) do
-      redis.call('DEL', inst_key(old))
-      redis.call('ZREM', KEYS[4], old)
-      reply[#reply + 1] = old
+    for _, old in ipairs(redis.call('ZRANGE', terminal, 0, over - 1)) do
+      if old ~= id then
+        later('ZREM', terminal, old)
+        -- Only a terminal record is deleted: an entry whose key is missing, of another
+        -- type or of an active record is dropped from the index and the key left alone.
+        if redis.pcall('HGET', inst_key(old), 'k') == 't' then
+          later('DEL', inst_key(old))
+          evicted[#evicted + 1] = old
+        end
+      end
     end
+    -- The record itself is the newest: it goes only when every other one went first
+    -- (max_terminal 0).
+    keep = over < count
   end
 end
-return reply
+
+if keep then
+  later('HSET', k, 'v', int(stored + 1), 'pl', payload, 'g', group, 't', tenant, 'x', expiry,
+        'xo', offset, 'o', owner, 'n', incarnation, 's', status, 'k', class)
+elseif r then
+  later('DEL', k)
+end
+-- Only the indexes the record enters or leaves are touched.
+if leaves then later('ZREM', inflight_key(old_group), id) end
+if class == 'c' then
+  -- The score is the expiry text itself: the server parses it, Lua never rounds it.
+  local sc = expiry
+  if sc == '' then sc = '-inf' end
+  later('ZADD', index, sc, id)
+end
+if was == 't' and class ~= 't' then later('ZREM', terminal, id) end
+if to_terminal then
+  -- Ordered by when the record became terminal: a later terminal save keeps its place.
+  later('SET', seq_key, int(seq))
+  if keep then
+    later('ZADD', terminal, int(seq), id)
+  else
+    later('ZREM', terminal, id)
+    evicted[#evicted + 1] = id
+  end
+end
+commit()
+return reply(OK, {stored + 1, evicted})

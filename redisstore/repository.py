@@ -15,14 +15,24 @@ does I/O.
 from __future__ import annotations
 
 import logging
+import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from . import scripts
-from .errors import ConcurrentUpdate, Misconfigured, StoreError, Unavailable, UnknownGroup
+from .errors import (
+    ConcurrentUpdate,
+    Corrupt,
+    Misconfigured,
+    StoreError,
+    Unavailable,
+    UnknownGroup,
+)
 from .keys import Keyspace
 from .protocol import EVICTING, Call, Operation, ask, config_get, text
+from .runops import Code
 from .runs import check_int, check_text
 
 #: Version of the repository's key layout; ``migrate`` records it in the namespace.
@@ -32,6 +42,18 @@ LAYOUT_VERSION = 1
 MAX_VERSION = 2**53 - 1
 # The incarnation is stored as text and never computed with; bound it like Go's int64.
 MIN_INT64, MAX_INT64 = -(2**63), 2**63 - 1
+
+# Caps that keep every script short (docs/repository.md gives the measured per-item costs).
+# lua/_repo_lib.lua has the same numbers and checks them again, for anyone with EVALSHA.
+#: Most index entries one ``list_in_flight_page`` visits (and the page ``list_in_flight``
+#: reads its listing in).
+MAX_PAGE = 1000
+#: Most terminal records one save evicts; the rest go on the next terminal saves.
+MAX_EVICT = 50
+#: The largest payload a save takes.
+MAX_PAYLOAD = 2 << 20
+# A UTC offset is strictly within a day (datetime.timezone's bound).
+MAX_OFFSET_US = 24 * 3600 * 1_000_000 - 1
 
 _EPOCH = datetime(1970, 1, 1)  # naive: wall-clock arithmetic in _from_us stays in range
 _EPOCH_UTC = _EPOCH.replace(tzinfo=UTC)
@@ -132,6 +154,20 @@ class InstanceRecord:
             object.__setattr__(self, "status", Status(self.status))
 
 
+@dataclass(frozen=True, slots=True)
+class InFlightPage:
+    """One page of a paged listing (``list_in_flight_page``): ``ids`` in listing order and
+    the ``cursor`` to pass for the next page, None once the listing is complete.
+
+    A page holds at most the ``limit`` asked for, and may hold fewer (even none) while
+    more follow: the limit bounds the index entries a page visits, and an entry whose
+    record does not say it is claimable is skipped. The cursor is opaque text.
+    """
+
+    ids: tuple[str, ...]
+    cursor: str | None
+
+
 @runtime_checkable
 class Repository(Protocol):
     """The instance repository port, as the sync repositories implement it.
@@ -220,7 +256,31 @@ def check_record(rec: object) -> InstanceRecord:
     check_lease(rec.lease)
     check_int("rec_version", rec.rec_version, minimum=0, maximum=MAX_VERSION - 1)
     check_text("status", rec.status)
+    if len(rec.payload) > MAX_PAYLOAD:
+        raise ValueError(f"payload is {len(rec.payload)} bytes, over the cap of {MAX_PAYLOAD} "
+                         "(a save copies it into one script: see docs/repository.md)")
     return rec
+
+
+def check_page_limit(limit: object) -> int:
+    """A page size: an int in [1, MAX_PAGE]."""
+    return check_int("limit", limit, minimum=1, maximum=MAX_PAGE)
+
+
+_INT = re.compile(r"(?:0|-?[1-9][0-9]*)\Z", re.ASCII)
+
+
+def check_cursor(cursor: object) -> tuple[str, str, str] | None:
+    """A page cursor as (now µs, score, id), or None for the first page. A cursor is only
+    ever one a page returned: anything else is a ValueError."""
+    if cursor is None:
+        return None
+    text_ = check_text("cursor", cursor)
+    now, _, rest = text_.partition("|")
+    score, _, id = rest.partition("|")
+    if not _INT.match(now) or not score or not id:
+        raise ValueError(f"cursor must be one a page returned, got {cursor!r}")
+    return now, score, id
 
 
 # ---------------------------------------------------------------------------- encodings
@@ -255,24 +315,93 @@ def record_class(status: str) -> str:
     return "c"
 
 
-def parse_record(id: str, reply: list[Any]) -> InstanceRecord:
-    """repo_load's reply as an InstanceRecord."""
-    _, version, payload, group, tenant, expiry, offset, owner, incarnation, status = reply
-    expiry_text = text(expiry) if expiry is not None else ""
-    lease = InstanceLease(
-        expiry=from_us(int(expiry_text), int(offset or 0)) if expiry_text else None,
-        owner=text(owner or b""),
-        incarnation=int(incarnation or 0),
-    )
-    return InstanceRecord(id=id, payload=bytes(payload), group=text(group),
-                          tenant=text(tenant or b""), lease=lease, rec_version=int(version),
-                          status=Status(text(status)))
+def _text(id: str, name: str, raw: Any, *, empty: bool = True) -> str:
+    """A stored text field, or Corrupt: absent, empty where it may not be, or not UTF-8."""
+    if not isinstance(raw, bytes | str):
+        raise Corrupt(id, name)
+    try:
+        value = raw.decode() if isinstance(raw, bytes) else raw
+    except UnicodeDecodeError:
+        raise Corrupt(id, name) from None
+    if not value and not empty:
+        raise Corrupt(id, name)
+    return value
 
 
-def _reply(reply: Any) -> list[Any]:
-    if not isinstance(reply, list) or not reply:
-        raise Unavailable(f"unexpected script reply: {reply!r}")
-    return reply
+def _int(id: str, name: str, raw: Any, lo: int, hi: int) -> int:
+    """A stored canonical decimal integer in [lo, hi], or Corrupt (the script checked the
+    form already; this holds for any reply)."""
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        value = raw
+    else:
+        digits = _text(id, name, raw)
+        if not _INT.match(digits):
+            raise Corrupt(id, name)
+        value = int(digits)
+    if not lo <= value <= hi:
+        raise Corrupt(id, name)
+    return value
+
+
+def parse_record(id: str, payload: Any) -> InstanceRecord:
+    """repo_load's payload as an InstanceRecord; a field that fails is Corrupt(id, field)."""
+    if not isinstance(payload, list) or len(payload) != 9:
+        raise Corrupt(id, "reply")
+    version, body, group, tenant, expiry, offset, owner, incarnation, status = payload
+    if not isinstance(body, bytes):
+        raise Corrupt(id, "pl")
+    expiry_text = _text(id, "x", expiry)
+    offset_us_ = _int(id, "xo", offset, -MAX_OFFSET_US, MAX_OFFSET_US)
+    at = None
+    if expiry_text:
+        try:
+            at = from_us(_int(id, "x", expiry_text, -(10**18), 10**18), offset_us_)
+        except OverflowError:  # the instant exists, its wall time in that offset does not
+            raise Corrupt(id, "x") from None
+    lease = InstanceLease(expiry=at, owner=_text(id, "o", owner),
+                          incarnation=_int(id, "n", incarnation, MIN_INT64, MAX_INT64))
+    return InstanceRecord(id=id, payload=body, group=_text(id, "g", group, empty=False),
+                          tenant=_text(id, "t", tenant), lease=lease,
+                          rec_version=_int(id, "v", version, 1, MAX_VERSION),
+                          status=Status(_text(id, "s", status, empty=False)))
+
+
+def answer(id: str, *, stale: Callable[[Any], StoreError] | None = None,
+           group: str = "", namespace: str = "") -> Callable[[Any], Any]:
+    """A parser of ``{code, payload, dropped, next_due}`` replies (the run store's shape and
+    :class:`~redisstore.runops.Code`): the payload on OK, else the contract's answer.
+    ``stale`` makes CONFLICT's error from the stored version."""
+
+    def parse(reply: Any) -> Any:
+        if not isinstance(reply, list) or len(reply) < 2:
+            raise ValueError("not a {code, payload} reply")
+        code, payload = reply[0], reply[1]
+        if code == Code.OK:
+            return payload
+        if code == Code.CORRUPT:
+            raise Corrupt(id, text(payload))
+        if code == Code.CONFLICT and stale is not None:
+            raise stale(payload)
+        if code == Code.NOT_FOUND and payload is not None and text(payload) == "group":
+            raise UnknownGroup(group)
+        if code == Code.TOO_NEW:
+            raise Misconfigured(
+                f"namespace {namespace!r} has repository layout version {int(payload)}, "
+                f"newer than this library's {LAYOUT_VERSION}: upgrade redisstore on this node")
+        raise ValueError(f"unexpected reply code {code!r}")
+
+    return parse
+
+
+def _load_answer(id: str) -> Callable[[Any], InstanceRecord | None]:
+    ok = answer(id)
+
+    def parse(reply: Any) -> InstanceRecord | None:
+        if isinstance(reply, list) and reply and reply[0] == Code.NOT_FOUND:
+            return None
+        return parse_record(id, ok(reply))
+
+    return parse
 
 
 def _server_error(exc: StoreError) -> bool:
@@ -308,22 +437,18 @@ class RepositoryOps:
         groups, terminal, terminal_seq = self._save_keys
         args = (prefix, rec.id, rec.rec_version, rec.payload, rec.group, rec.tenant,
                 expiry, offset, lease.owner, lease.incarnation, str(rec.status),
-                record_class(rec.status), self.max_terminal)
+                self.max_terminal)
         # The same names as Keyspace.instance / Keyspace.inflight, without the calls.
         keys = (f"{prefix}inst:{rec.id}", groups, f"{prefix}inflight:{rec.group}", terminal,
                 terminal_seq)
+        ok = answer(rec.id, group=rec.group,
+                    stale=lambda stored: ConcurrentUpdate(rec.id, rec.rec_version, int(stored)))
 
         def parse(raw: Any) -> int:
-            reply = _reply(raw)
-            if reply[0] == 3:
-                raise ConcurrentUpdate(rec.id, rec.rec_version, int(reply[1]))
-            if reply[0] == 5:
-                raise UnknownGroup(rec.group)
-            if reply[0] != 0:
-                raise Unavailable(f"unexpected script reply: {reply!r}")
-            for evicted in reply[2:]:
-                self.warn_evicted(text(evicted))
-            return int(reply[1])
+            version, evicted = ok(raw)
+            for id in evicted:
+                self.warn_evicted(text(id))
+            return int(version)
 
         return (yield from ask(Call(scripts.REPO_SAVE, keys, args, parse)))
 
@@ -341,44 +466,88 @@ class RepositoryOps:
                       "operation is one atomic script in one cluster slot")
 
     def load(self, id: str) -> Operation[InstanceRecord | None]:
-        """The record stored under ``id``, or None."""
+        """The record stored under ``id``, or None; ``Corrupt`` when it fails validation."""
         id = check_id(id)
-        reply = yield from ask(Call(
-            scripts.REPO_LOAD, (self.keys.instance(id),), (self.keys.prefix,),
-                           _reply, write=False))
-        if reply[0] == 1:
-            return None
-        if reply[0] != 0:
-            raise Unavailable(f"unexpected script reply: {reply!r}")
-        return parse_record(id, reply)
+        return (yield from ask(Call(scripts.REPO_LOAD, (self.keys.instance(id),),
+                                    (self.keys.prefix, id), _load_answer(id), write=False)))
 
     def delete(self, id: str) -> Operation[None]:
-        """Remove the record and its index entries; a no-op when absent."""
+        """Remove the record (a damaged one too) and its index entries; a no-op when
+        absent."""
         id = check_id(id)
         yield from ask(Call(scripts.REPO_DELETE, (self.keys.instance(id), self.keys.terminal),
-                   (self.keys.prefix, id), _reply))
+                            (self.keys.prefix, id), answer(id)))
 
     def list_in_flight(self, group: str, now: datetime | None = None) -> Operation[list[str]]:
-        """Claimable ids of ``group`` at ``now`` (None: the server's clock)."""
+        """Claimable ids of ``group`` at ``now`` (None: the server's clock), read in pages
+        of :data:`MAX_PAGE` index entries (one bounded script each) at the ``now`` of the
+        first page."""
         group, when = check_group(group), check_now(now)
         at = "" if when is None else str(to_us(when))
-        reply = yield from ask(Call(scripts.REPO_LIST_IN_FLIGHT, (self.keys.inflight(group),),
-                           (self.keys.prefix, at), _reply, write=False))
-        return [text(id) for id in reply[1:]]
+        listed: dict[str, None] = {}  # insertion-ordered; an id moved mid-listing once
+        after: tuple[str, bytes] = ("", b"")
+        while True:
+            ids, at, cursor = yield from self._page(group, at, MAX_PAGE, after)
+            listed.update(dict.fromkeys(ids))
+            if cursor is None:
+                return list(listed)
+            after = cursor
+
+    def list_in_flight_page(self, group: str, now: datetime | None = None, *,
+                            cursor: str | None = None,
+                            limit: int = MAX_PAGE) -> Operation[InFlightPage]:
+        """One page of ``list_in_flight``: at most ``limit`` (<= :data:`MAX_PAGE`) index
+        entries visited from ``cursor`` (None: the start). ``now=None`` is the server's
+        clock at the first page, carried by the cursor to the next ones."""
+        group, when, limit = check_group(group), check_now(now), check_page_limit(limit)
+        position = check_cursor(cursor)
+        at = "" if when is None else str(to_us(when))
+        after = ("", b"")
+        if position is not None:
+            if when is None:
+                at = position[0]
+            # The id goes back byte for byte, even one that is not UTF-8 (see below).
+            after = (position[1], position[2].encode("utf-8", "surrogateescape"))
+        ids, at, next_after = yield from self._page(group, at, limit, after)
+        if next_after is None:
+            return InFlightPage(tuple(ids), None)
+        score, last = next_after
+        return InFlightPage(tuple(ids),
+                            f"{at}|{score}|{last.decode('utf-8', 'surrogateescape')}")
+
+    def _page(self, group: str, at: str, limit: int, after: tuple[str, bytes],
+              ) -> Operation[tuple[list[str], str, tuple[str, bytes] | None]]:
+        """One script's page: (ids, the now it used, the cursor or None when complete)."""
+        payload = yield from ask(Call(
+            scripts.REPO_LIST_IN_FLIGHT, (self.keys.inflight(group),),
+            (self.keys.prefix, group, at, limit, *after), answer(""), write=False))
+        raw_ids, score, last, used = payload
+        ids = []
+        for raw in raw_ids:
+            try:
+                ids.append(raw.decode() if isinstance(raw, bytes) else str(raw))
+            except UnicodeDecodeError:
+                continue  # not an id this library wrote (ids are UTF-8 text): skipped
+        done = score is None or score is False
+        if done:
+            return ids, text(used), None
+        # The cursor keeps the last entry's bytes: a foreign member that is not UTF-8 must
+        # not stop the listing from moving past it.
+        return ids, text(used), (text(score), last if isinstance(last, bytes)
+                                 else str(last).encode())
 
     def register_group(self, group: str) -> Operation[None]:
         """Add ``group`` to the registry (idempotent)."""
         group = check_group(group)
-        yield from ask(Call(
-            scripts.REPO_REGISTER_GROUP, (self.keys.groups,), (self.keys.prefix, group),
-                   _reply))
+        yield from ask(Call(scripts.REPO_REGISTER_GROUP, (self.keys.groups,),
+                            (self.keys.prefix, group), answer("")))
 
     def group_exists(self, group: str) -> Operation[bool]:
         """Whether ``group`` is registered."""
         group = check_group(group)
-        reply = yield from ask(Call(scripts.REPO_GROUP_EXISTS, (self.keys.groups,),
-                           (self.keys.prefix, group), _reply, write=False))
-        return bool(reply[1])
+        found = yield from ask(Call(scripts.REPO_GROUP_EXISTS, (self.keys.groups,),
+                                    (self.keys.prefix, group), answer(""), write=False))
+        return bool(found)
 
     # ------------------------------------------------------------------ migrate
 
@@ -390,18 +559,10 @@ class RepositoryOps:
 
     def record_layout(self) -> Operation[int]:
         """Record this library's layout version; returns the one found (0: none)."""
-
-        def parse(raw: Any) -> int:
-            reply = _reply(raw)
-            if reply[0] == 6:
-                raise Misconfigured(
-                    f"namespace {self.keys.namespace!r} has repository layout version "
-                    f"{int(reply[1])}, newer than this library's {LAYOUT_VERSION}: "
-                    "upgrade redisstore on this node")
-            return int(reply[1])
-
-        return (yield from ask(Call(scripts.REPO_MIGRATE, (self.keys.layout,),
-                                    (self.keys.prefix, LAYOUT_VERSION), parse)))
+        found = yield from ask(Call(scripts.REPO_MIGRATE, (self.keys.layout,),
+                                    (self.keys.prefix, LAYOUT_VERSION),
+                                    answer("", namespace=self.keys.namespace)))
+        return int(found)
 
     def migrate(self) -> Operation[None]:
         """Load the scripts, record the layout version, and inspect the server's settings.

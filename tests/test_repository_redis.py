@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import fakeredis
 import pytest
@@ -15,9 +17,11 @@ from faultproxy import FaultProxy
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 from servers import EPHEMERAL, Server, free_port, redis_binary, start, unique_namespace, warm
+from test_hostile_data import snapshot
 
 from redisstore import (
     ConcurrentUpdate,
+    Corrupt,
     InstanceLease,
     InstanceRecord,
     Misconfigured,
@@ -31,7 +35,14 @@ from redisstore import (
 from redisstore.conformance.repository import RecordingLogger
 from redisstore.keys import Keyspace
 from redisstore.protocol import Call, ask
-from redisstore.repository import LAYOUT_VERSION, RepositoryOps, record_class
+from redisstore.repository import (
+    LAYOUT_VERSION,
+    MAX_EVICT,
+    MAX_PAGE,
+    MAX_PAYLOAD,
+    RepositoryOps,
+    record_class,
+)
 from redisstore.transport import Transport
 
 G = "engines"
@@ -388,14 +399,317 @@ def test_lost_reply_of_a_save_is_unavailable_and_applied_once(proxy: FaultProxy,
         repo.save(rec("i1", payload=b"token-1"))
 
 
-def test_a_script_error_is_unavailable() -> None:
-    client = fakeredis.FakeRedis()
-    namespace = unique_namespace()
-    repo = RedisRepository(client, namespace=namespace)
-    repo.register_group(G)
-    client.set(Keyspace(namespace).inflight(G), "not a sorted set")
-    with pytest.raises(Unavailable):
-        repo.save(rec("i1"))
-    transport = Transport(client)
+def test_an_unknown_command_is_unavailable() -> None:
+    transport = Transport(fakeredis.FakeRedis())
     with pytest.raises(Unavailable):
         transport.drive(ask(Call(None, (), ("NO-SUCH-COMMAND",), lambda r: r, write=False)))
+
+
+# ---------------------------------------------------------------------------- trust nothing
+# Each test below failed before the scripts checked everything before writing.
+
+DAMAGED_NUMBERS = ["nan", "inf", "1.5", "", "0x10", " 5", "1e3", "-0", "007", str(2**63)]
+
+
+def raw(client: redis.Redis, script: scripts.Script, keys: tuple[str, ...],
+        args: tuple[object, ...]) -> object:
+    """A script called with EVALSHA directly, as a hostile tenant would."""
+    client.script_load(script.source)
+    return client.evalsha(script.sha, len(keys), *keys, *args)  # type: ignore[arg-type]
+
+
+def fresh(client: redis.Redis, **options: object) -> tuple[RedisRepository, Keyspace]:
+    namespace = unique_namespace()
+    repo = RedisRepository(client, namespace=namespace, **options)  # type: ignore[arg-type]
+    repo.register_group(G)
+    return repo, Keyspace(namespace)
+
+
+@pytest.mark.parametrize("bad", [*DAMAGED_NUMBERS, "wrong type"])
+def test_a_terminal_save_with_a_damaged_sequence_writes_nothing(client: redis.Redis,
+                                                                bad: str) -> None:
+    repo, space = fresh(client)
+    repo.save(rec("i1"))
+    if bad == "wrong type":
+        client.hset(space.terminal_seq, "n", "1")
+    else:
+        client.set(space.terminal_seq, bad)
+    before = snapshot(client, space.namespace)
+    with pytest.raises(Corrupt) as caught:
+        repo.save(rec("i1", status=Status.COMPLETED, rec_version=1))
+    assert caught.value.field == "terminal-seq"
+    assert snapshot(client, space.namespace) == before  # not saved-but-never-indexed
+    client.set(space.terminal_seq, "41")  # the repair docs/repository.md gives
+    assert repo.save(rec("i1", status=Status.COMPLETED, rec_version=1)) == 2
+    assert client.zscore(space.terminal, "i1") == 42
+
+
+# (ARGV index, values the script must refuse): expected, expiry, offset, incarnation, cap.
+BAD_ARGV = [
+    (3, [*DAMAGED_NUMBERS, "-1", str(2**53)]),
+    (7, ["nan", "inf", "1.5", "0x10", " 5", "1e3", "-0", "007", str(10**18)]),
+    (8, ["nan", "1.5", "", "0x10", " 5", "86400000000", "-86400000000"]),
+    (10, ["nan", "1.5", "", "0x10", " 5", "1e3", str(2**63), str(-(2**63) - 1)]),
+    (12, DAMAGED_NUMBERS),
+]
+
+
+@pytest.mark.parametrize(("index", "bad"), [(i, b) for i, values in BAD_ARGV for b in values])
+def test_a_raw_save_with_a_bad_number_is_refused_and_writes_nothing(
+        client: redis.Redis, index: int, bad: str) -> None:
+    repo, space = fresh(client)
+    repo.save(rec("i1", status=Status.COMPLETED))
+    ops = RepositoryOps(space.namespace)
+    call = next(ops.save(rec("i1", lease=InstanceLease(T0, "n", 1), rec_version=1)))
+    args = list(call.args)
+    args[index - 1] = bad
+    before = snapshot(client, space.namespace)
+    with pytest.raises(redis.ResponseError, match="BADARG"):
+        raw(client, scripts.REPO_SAVE, call.keys, tuple(args))
+    assert snapshot(client, space.namespace) == before
+
+
+@pytest.mark.parametrize("key", [0, 1, 2, 3, 4])
+def test_a_raw_save_with_keys_of_its_own_choosing_is_refused(client: redis.Redis,
+                                                             key: int) -> None:
+    repo, space = fresh(client)
+    call = next(RepositoryOps(space.namespace).save(rec("i1")))
+    keys = list(call.keys)
+    keys[key] = space.prefix + "elsewhere"
+    with pytest.raises(redis.ResponseError, match="BADARG"):
+        raw(client, scripts.REPO_SAVE, tuple(keys), call.args)
+    assert repo.load("i1") is None and not client.exists(space.prefix + "elsewhere")
+
+
+# (field, damaged value) of a stored record; "type" replaces the hash by a string.
+DAMAGED_FIELDS = [
+    *[("v", bad) for bad in [*DAMAGED_NUMBERS, "0", str(2**53)]],
+    *[("x", bad) for bad in ["nan", "inf", "1.5", "0x10", " 5", "-0", str(10**18)]],
+    ("xo", "86400000000"), ("xo", "nan"), ("xo", ""), ("n", str(2**63)), ("n", "1.5"),
+    ("k", "z"), ("k", "t"), ("s", ""), ("g", ""), ("pl", None), ("t", None), ("o", None),
+    ("type", None),
+]
+#: The fields a save reads (it rewrites all the others, which repairs them).
+SAVE_READS = {"v", "g", "k", "s", "type"}
+
+
+def damage(client: redis.Redis, key: str, field: str, value: str | None) -> None:
+    if field == "type":
+        client.delete(key)
+        client.set(key, "not a hash")
+    elif value is None:
+        client.hdel(key, field)
+    else:
+        client.hset(key, field, value)
+
+
+@pytest.mark.parametrize(("field", "bad"), DAMAGED_FIELDS)
+def test_a_damaged_record_is_corrupt_and_nothing_is_written(client: redis.Redis, field: str,
+                                                            bad: str | None) -> None:
+    repo, space = fresh(client)
+    repo.save(rec("i1", lease=InstanceLease(T0, "n", 1)))
+    repo.save(rec("good"))
+    damage(client, space.instance("i1"), field, bad)
+    before = snapshot(client, space.namespace)
+    with pytest.raises(Corrupt) as caught:
+        repo.load("i1")
+    assert (caught.value.run, caught.value.field) == ("i1", field)
+    change = rec("i1", lease=InstanceLease(T0 + timedelta(days=1), "m", 2), rec_version=1)
+    if field in SAVE_READS:
+        with pytest.raises(Corrupt):
+            repo.save(change)
+        assert snapshot(client, space.namespace) == before
+    else:
+        assert repo.save(change) == 2  # a save rewrites the damaged field: repaired
+        assert repo.load("i1") == replace(change, rec_version=2)
+    loaded = repo.load("good")
+    assert loaded is not None and loaded.rec_version == 1
+    assert "good" in repo.list_in_flight(G, T0)
+
+
+@pytest.mark.parametrize(("field", "bad"), DAMAGED_FIELDS)
+def test_delete_removes_a_damaged_record(client: redis.Redis, field: str,
+                                         bad: str | None) -> None:
+    repo, space = fresh(client)
+    repo.save(rec("i1"))
+    damage(client, space.instance("i1"), field, bad)
+    repo.delete("i1")
+    assert repo.load("i1") is None
+    assert not client.exists(space.instance("i1"))
+    if field not in ("g", "type"):  # else the record no longer names its group's index...
+        assert client.zscore(space.inflight(G), "i1") is None
+    assert repo.list_in_flight(G, T0) == []  # ...and the entry left there is not listed
+    assert repo.save(rec("i1")) == 1
+    assert repo.list_in_flight(G, T0) == ["i1"]
+
+
+@pytest.mark.parametrize("index", ["inflight", "terminal", "groups"])
+def test_a_damaged_index_key_refuses_writes_before_writing(client: redis.Redis,
+                                                           index: str) -> None:
+    repo, space = fresh(client)
+    repo.register_group("other")
+    repo.save(rec("active"))
+    repo.save(rec("done", status=Status.COMPLETED))
+    key = {"inflight": space.inflight(G), "terminal": space.terminal,
+           "groups": space.groups}[index]
+    client.delete(key)
+    client.set(key, "not an index")
+    before = snapshot(client, space.namespace)
+    writes = [lambda: repo.save(rec("new")), lambda: repo.save(rec("new2", group="other")),
+              lambda: repo.save(rec("active", status=Status.TERMINATED, rec_version=1)),
+              lambda: repo.save(rec("done", rec_version=1)), lambda: repo.delete("active"),
+              lambda: repo.delete("done"), lambda: repo.register_group("other"),
+              lambda: repo.group_exists(G), lambda: repo.list_in_flight(G, T0)]
+    refused = 0
+    for write in writes:
+        try:
+            write()
+        except Corrupt as caught:
+            assert caught.field == ("index:" + index), caught
+            assert snapshot(client, space.namespace) == before
+            refused += 1
+        else:
+            before = snapshot(client, space.namespace)  # a call the damage does not concern
+    assert refused >= 2
+
+
+def test_listing_skips_entries_its_records_do_not_back(client: redis.Redis) -> None:
+    repo, space = fresh(client)
+    repo.register_group("other")
+    for id in ("a", "moved", "suspended", "live", "string", "done"):
+        repo.save(rec(id))
+    index = space.inflight(G)
+    client.zadd(index, {"nothing": float("-inf")})            # a record that does not exist
+    repo.save(rec("moved", group="other", rec_version=1))     # its entry left behind:
+    client.zadd(index, {"moved": float("-inf")})
+    client.hset(space.instance("suspended"), mapping={"s": "suspended", "k": "s"})
+    client.hset(space.instance("live"), mapping={"x": str(10**17), "xo": "0"})  # score -inf
+    client.delete(space.instance("string"))
+    client.set(space.instance("string"), "not a hash")
+    client.hset(space.instance("done"), mapping={"s": "completed", "k": "t"})
+    assert repo.list_in_flight(G, T0) == ["a"]
+    assert repo.list_in_flight("other", T0) == ["moved"]
+
+
+def test_eviction_after_lowering_max_terminal_is_capped_per_save(client: redis.Redis) -> None:
+    big, space = fresh(client, max_terminal=1000)
+    for i in range(130):
+        big.save(rec(f"t{i:03}", status=Status.COMPLETED, payload=b""))
+    logger = RecordingLogger()
+    small = RedisRepository(client, namespace=space.namespace, max_terminal=10, logger=logger)
+    left = 130
+    for round, evicted in enumerate([MAX_EVICT, MAX_EVICT, 130 + 3 - 10 - 2 * MAX_EVICT]):
+        small.save(rec(f"new{round}", status=Status.COMPLETED))
+        left += 1 - evicted
+        assert client.zcard(space.terminal) == left
+        assert len(logger.warnings) == (round + 1) * MAX_EVICT or round == 2
+    assert left == 10
+    assert len(logger.warnings) == 123
+    assert "'t000'" in logger.warnings[0] and "'t122'" in logger.warnings[-1]
+    assert [small.load(f"t{i:03}") is None for i in (122, 123)] == [True, False]
+
+
+def test_eviction_deletes_only_terminal_records(client: redis.Redis) -> None:
+    logger = RecordingLogger()
+    repo, space = fresh(client, max_terminal=1, logger=logger)
+    repo.save(rec("active"))
+    client.zadd(space.terminal, {"active": 0, "ghost": 0})  # stray entries, oldest of all
+    client.set(space.instance("ghost"), "a foreign key")
+    repo.save(rec("done", status=Status.COMPLETED))
+    assert repo.load("active") is not None  # never evicted: it is not terminal
+    assert client.get(space.instance("ghost")) == b"a foreign key"
+    assert client.zrange(space.terminal, 0, -1) == [b"done"]
+    assert logger.warnings == []
+
+
+def test_a_listing_is_read_in_bounded_pages(client: redis.Redis,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    repo, space = fresh(client)
+    ops = RepositoryOps(space.namespace)
+    count = 2 * MAX_PAGE + 300
+    pipe = client.pipeline(transaction=False)
+    client.script_load(scripts.REPO_SAVE.source)
+    for i in range(count):  # half of them expire exactly at T0: the boundary case
+        lease = InstanceLease(T0 if i % 2 else T0 - timedelta(seconds=i), "n", 1)
+        pipe.execute_command(*next(ops.save(rec(f"i{i:05}", lease=lease))).command())
+    pipe.execute()
+    pages: list[int] = []
+    original = RepositoryOps._page
+
+    def spy(self: RepositoryOps, group: str, at: str, limit: int,
+            after: tuple[str, bytes]) -> Any:
+        pages.append(limit)
+        return (yield from original(self, group, at, limit, after))
+
+    monkeypatch.setattr(RepositoryOps, "_page", spy)
+    listed = repo.list_in_flight(G, T0)
+    assert sorted(listed) == [f"i{i:05}" for i in range(count)]
+    assert pages == [MAX_PAGE] * 3
+    with pytest.raises(redis.ResponseError, match="BADARG"):
+        raw(client, scripts.REPO_LIST_IN_FLIGHT, (space.inflight(G),),
+            (space.prefix, G, "", MAX_PAGE + 1, "", ""))
+    with pytest.raises(ValueError, match=str(MAX_PAGE)):
+        next(ops.list_in_flight_page(G, T0, limit=MAX_PAGE + 1))
+
+
+@pytest.mark.parametrize("score", ["nan", "0x10", " 5", "1.50", "abc", ""])
+def test_a_raw_listing_with_a_forged_cursor_is_refused(client: redis.Redis,
+                                                       score: str) -> None:
+    space = Keyspace(unique_namespace())
+    with pytest.raises(redis.ResponseError, match="BADARG"):
+        raw(client, scripts.REPO_LIST_IN_FLIGHT, (space.inflight(G),),
+            (space.prefix, G, "", 10, score, "i1"))
+
+
+def test_pages_resume_by_byte_order_when_the_cursor_record_goes(client: redis.Redis) -> None:
+    # Ties (no lease: all at -inf) are ordered by the bytes of the id; a page whose cursor
+    # record was deleted resumes by a bisection that must agree with that order exactly.
+    repo, space = fresh(client)
+    ids = ["a", "a\x00", "a\x00b", "ab", "a\x7f", "a\u00e9", "b", "B", "\u00e9", "\u00e9a",
+           "z" * 40, "\U0001f600", "0", "00", "~"]
+    for id in ids:
+        repo.save(rec(id))
+    ops = RepositoryOps(space.namespace)
+    transport = Transport(client)
+    listed: list[str] = []
+    cursor = None
+    for _ in range(len(ids) + 1):
+        page = transport.drive(ops.list_in_flight_page(G, T0, cursor=cursor, limit=1))
+        listed += page.ids
+        if page.cursor is None:
+            break
+        repo.delete(page.ids[-1])  # the cursor's own record is gone before the next page
+        cursor = page.cursor
+    assert listed == sorted(ids, key=lambda id: id.encode())
+
+
+def test_the_payload_cap_is_checked_before_sending_and_by_the_script(
+        client: redis.Redis) -> None:
+    repo, space = fresh(client)
+    before = snapshot(client, space.namespace)
+    with pytest.raises(ValueError, match="payload"):
+        repo.save(rec("big", payload=b"x" * (MAX_PAYLOAD + 1)))
+    assert repo.save(rec("max", payload=b"x" * MAX_PAYLOAD)) == 1
+    call = next(RepositoryOps(space.namespace).save(rec("max", rec_version=1)))
+    args = list(call.args)
+    args[3] = b"x" * (MAX_PAYLOAD + 1)
+    before = snapshot(client, space.namespace)
+    with pytest.raises(redis.ResponseError, match="BADARG"):
+        raw(client, scripts.REPO_SAVE, call.keys, tuple(args))
+    assert snapshot(client, space.namespace) == before
+
+
+@pytest.mark.parametrize("bad", ["abc", "1.5", "0x10", "", "0", "wrong type"])
+def test_migrate_refuses_a_damaged_layout_key(client: redis.Redis, bad: str) -> None:
+    namespace = unique_namespace()
+    layout = Keyspace(namespace).layout
+    if bad == "wrong type":
+        client.hset(layout, "v", "1")
+    else:
+        client.set(layout, bad)
+    before = snapshot(client, namespace)
+    repo = RedisRepository(client, namespace=namespace, logger=RecordingLogger())
+    with pytest.raises(Corrupt) as caught:
+        repo.migrate()
+    assert caught.value.field == "repo-layout"
+    assert snapshot(client, namespace) == before

@@ -2,13 +2,15 @@
 
 Time is explicit here: ``list_in_flight`` takes ``now``, so the listing filters and the
 ``now == expiry`` boundary are checked exactly on any backend. ``now=None`` (the backend's
-clock) is checked with leases a day away from the real time. Needs pytest (the ``test``
-extra).
+clock) is checked with leases a day away from the real time. The paged listing
+(``list_in_flight_page``) is an optional capability, like ``migrate``: its tests skip on a
+repository without it. Needs pytest (the ``test`` extra).
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import FrozenInstanceError, replace
 from datetime import UTC, datetime, timedelta, timezone
@@ -17,7 +19,7 @@ from typing import Any
 import pytest
 
 from ..errors import ConcurrentUpdate, StoreError, UnknownGroup
-from ..repository import InstanceLease, InstanceRecord, Repository, Status
+from ..repository import MAX_PAGE, InFlightPage, InstanceLease, InstanceRecord, Repository, Status
 
 GROUP, OTHER_GROUP = "engines-a", "engines-b"
 T0 = datetime(2031, 5, 6, 7, 8, 9, 123456, tzinfo=UTC)  # a fixed "now" for explicit listings
@@ -386,6 +388,104 @@ class RepositoryConformance:
         listed = repo.list_in_flight(GROUP, T0)
         assert len(listed) == len(set(listed))
         assert set(listed) == expected
+
+    # ------------------------------------------------------------------ paged listing
+
+    def pages(self, repo: Repository, group: str, now: datetime | None = T0, *,
+              limit: int = MAX_PAGE, cursor: str | None = None) -> list[InFlightPage]:
+        """Every page of a paged listing from ``cursor``, in order (skips the test for a
+        repository without ``list_in_flight_page``, an optional capability)."""
+        page_of = getattr(repo, "list_in_flight_page", None)
+        if page_of is None:
+            pytest.skip("this repository does not page list_in_flight")
+        out: list[InFlightPage] = []
+        while True:
+            page = page_of(group, now, cursor=cursor, limit=limit)
+            assert isinstance(page, InFlightPage)
+            assert len(page.ids) <= limit
+            out.append(page)
+            if page.cursor is None:
+                return out
+            assert isinstance(page.cursor, str) and page.cursor
+            assert len(out) < 10_000, "the listing never ends"
+            cursor = page.cursor
+
+    def crowd(self, repo: Repository) -> list[str]:
+        """Records of every listing kind (ties without a lease, expiries on both sides of
+        now, statuses that are not listed); returns the ids listed at T0."""
+        listed = []
+        for i in range(40):
+            lease = (InstanceLease() if i % 3 == 0
+                     else InstanceLease(T0 + timedelta(seconds=(i % 7) - 4), "n", 1))
+            status = STATUSES[i % 5]
+            repo.save(record(f"i{i:02}", lease=lease, status=status))
+            if status in LISTED_STATUSES and (lease.expiry is None or lease.expiry <= T0):
+                listed.append(f"i{i:02}")
+        return listed
+
+    @pytest.mark.parametrize("limit", [1, 2, 7, MAX_PAGE])
+    def test_pages_make_up_the_listing(self, limit: int) -> None:
+        repo = self.repo()
+        listed = self.crowd(repo)
+        pages = self.pages(repo, GROUP, limit=limit)
+        flat = [id for page in pages for id in page.ids]
+        assert flat == repo.list_in_flight(GROUP, T0)
+        assert sorted(flat) == sorted(listed)
+        assert all(page.cursor for page in pages[:-1])
+
+    def test_a_page_of_an_unregistered_or_empty_group_is_complete(self) -> None:
+        repo = self.repo()
+        for group in ("never-registered", GROUP):
+            assert self.pages(repo, group) == [InFlightPage((), None)]
+
+    def test_pages_go_on_past_records_that_change_between_them(self) -> None:
+        # Recovery lists a page, claims what it listed (each record moves to a live lease,
+        # so out of the listing), deletes one, and asks for the next page: every record
+        # that stayed claimable is listed, once.
+        repo = self.repo()
+        ids = [f"i{i:02}" for i in range(15)]
+        for i, id in enumerate(ids):
+            lease = InstanceLease() if i < 10 else InstanceLease(T0 - DAY, "n", 1)
+            repo.save(record(id, lease=lease))
+        first = self.pages(repo, GROUP, limit=4)[0]
+        assert len(first.ids) == 4 and first.cursor is not None
+        for id in first.ids[:-1]:
+            repo.save(record(id, lease=InstanceLease(T0 + DAY, "me", 1), rec_version=1))
+        repo.delete(first.ids[-1])  # the record the cursor stands on is gone
+        rest = [id for page in self.pages(repo, GROUP, limit=4, cursor=first.cursor)
+                for id in page.ids]
+        assert sorted(rest) == sorted(set(ids) - set(first.ids))
+        assert len(rest) == len(set(rest))
+
+    def test_pages_keep_the_first_pages_now(self) -> None:
+        # now=None: the backend clock at the first page; the cursor carries it, so a
+        # record whose lease runs out while the listing goes on does not join it halfway.
+        repo = self.repo()
+        real = datetime.now(UTC)
+        for i in range(4):
+            repo.save(record(f"a{i}", lease=InstanceLease(real - DAY, "n", 1)))
+        repo.save(record("soon", lease=InstanceLease(real + timedelta(milliseconds=300),
+                                                     "n", 1)))
+        first = self.pages(repo, GROUP, None, limit=2)[0]
+        assert first.ids == ("a0", "a1")
+        time.sleep(0.4)  # "soon" has expired by the backend's clock (the same host's)
+        assert "soon" in repo.list_in_flight(GROUP)
+        rest = [id for page in self.pages(repo, GROUP, None, limit=2, cursor=first.cursor)
+                for id in page.ids]
+        assert rest == ["a2", "a3"]
+
+    @pytest.mark.parametrize(("limit", "cursor"), [
+        (0, None), (MAX_PAGE + 1, None), (-1, None), (True, None), ("3", None), (2.0, None),
+        (5, ""), (5, "no cursor"), (5, 42), (5, "1|2"), (5, "x|-inf|i1"),
+    ])
+    def test_bad_page_arguments_raise(self, limit: Any, cursor: Any) -> None:
+        repo = self.repo()
+        repo.save(record("i1"))
+        page_of = getattr(repo, "list_in_flight_page", None)
+        if page_of is None:
+            pytest.skip("this repository does not page list_in_flight")
+        with pytest.raises((ValueError, TypeError)):
+            page_of(GROUP, T0, cursor=cursor, limit=limit)
 
     # ------------------------------------------------------------------ delete
 
