@@ -299,6 +299,21 @@ class MemoryRunStore:
 
 
 
+def _order(expiry: datetime | None) -> float | int:
+    """Where a record sorts in a listing: -inf without a lease, else its expiry in µs."""
+    return float("-inf") if expiry is None else repo.to_us(expiry)
+
+
+def _order_score(text: str) -> float | int:
+    """A cursor's position back from its text (memory writes '-inf' or exact µs)."""
+    if text == "-inf":
+        return float("-inf")
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"cursor must be one a page returned, got a score {text!r}") from None
+
+
 class MemoryRepository:
     """The instance repository kept in this process: the reference for tests.
 
@@ -336,7 +351,8 @@ class MemoryRepository:
             elif rec.id not in self._terminal:
                 self._terminal_seq += 1
                 self._terminal[rec.id] = self._terminal_seq
-            while len(self._terminal) > self._max_terminal:
+            # At most MAX_EVICT per save, as the Redis script does (the rest go later).
+            for _ in range(min(len(self._terminal) - self._max_terminal, repo.MAX_EVICT)):
                 evicted = next(iter(self._terminal))
                 del self._terminal[evicted]
                 del self._records[evicted]
@@ -363,14 +379,43 @@ class MemoryRepository:
         """Ids of ``group``'s records that are not terminal, not suspended, and whose lease
         is expired or absent at ``now`` (None: this process's clock), in the Redis order."""
         group, when = repo.check_group(group), repo.check_now(now)
-        at = datetime.now(UTC) if when is None else when
+        return [id for _, id in self._listing(group, datetime.now(UTC) if when is None
+                                              else when)]
+
+    def list_in_flight_page(self, group: str, now: datetime | None = None, *,
+                            cursor: str | None = None,
+                            limit: int = repo.MAX_PAGE) -> repo.InFlightPage:
+        """One page of :meth:`list_in_flight`: at most ``limit`` ids after ``cursor`` (None:
+        the start); the page's cursor is None once the listing is complete. ``now=None`` is
+        this process's clock at the first page, carried by the cursor."""
+        group, when = repo.check_group(group), repo.check_now(now)
+        limit, position = repo.check_page_limit(limit), repo.check_cursor(cursor)
+        at = repo.to_us(datetime.now(UTC)) if when is None else repo.to_us(when)
+        if position is not None and when is None:
+            at = int(position[0])
+        try:
+            instant = repo.from_us(at)
+        except OverflowError:
+            raise ValueError(f"cursor must be one a page returned, got {cursor!r}") from None
+        listing = self._listing(group, instant)
+        if position is not None:
+            last = (_order_score(position[1]), position[2])
+            listing = [entry for entry in listing if entry > last]
+        page = listing[:limit]
+        if len(listing) <= limit:
+            return repo.InFlightPage(tuple(id for _, id in page), None)
+        score, id = page[-1]
+        return repo.InFlightPage(tuple(id for _, id in page), f"{at}|{score}|{id}")
+
+    def _listing(self, group: str, at: datetime) -> list[tuple[float | int, str]]:
+        """The claimable (order, id) pairs of ``group`` at ``at``, in the Redis order: no
+        lease first, then by expiry, ties by id."""
         with self._lock:
-            listed = [(rec.lease.expiry, id) for id, rec in self._records.items()
+            listed = [(_order(rec.lease.expiry), id) for id, rec in self._records.items()
                       if rec.group == group and repo.record_class(rec.status) == "c"
                       and rec.lease.expired(at)]
-        # The Redis index's order: no lease first, then by expiry, ties by id.
-        listed.sort(key=lambda e: (e[0] is not None, 0 if e[0] is None else repo.to_us(e[0]), e[1]))
-        return [id for _, id in listed]
+        listed.sort()
+        return listed
 
     def register_group(self, group: str) -> None:
         """Establish ``group`` (idempotent)."""
