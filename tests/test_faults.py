@@ -1,28 +1,46 @@
-"""Faults on real servers, for both ports: lost replies of every write, server errors, and
-scripts flushed under load. (Crashes, failover and the torture test live elsewhere.)"""
+"""Faults on real servers, for both ports: a cut in each phase of a call (before the request
+is sent, after it, between a write's reply and its confirmation), lost replies of every
+write, server errors, and scripts flushed under load, through redis-py, valkey-py and
+redis.asyncio clients. (Crashes, failover and the torture test live elsewhere.)"""
 
 from __future__ import annotations
 
 import contextlib
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import redis
+import redis.asyncio
 from faultproxy import FaultProxy
-from servers import Server, redis_binary, replica_pair, start, unique_namespace, valkey_binary, warm
+from servers import (
+    Server,
+    awarm,
+    redis_binary,
+    replica_pair,
+    start,
+    unique_namespace,
+    valkey_binary,
+    warm,
+)
+from test_conformance_async import LoopThread, Synced
 
 from redisstore import (
+    AsyncRedisRunStore,
     Claim,
     ConcurrentUpdate,
     Conflict,
+    Durability,
+    Free,
     Held,
     Hold,
     InstanceRecord,
+    NotFound,
     RedisRepository,
     RedisRunStore,
     Release,
@@ -60,6 +78,193 @@ def through(proxy: FaultProxy, **options: Any) -> redis.Redis:
         client.script_load(script.source)
     warm(client)
     return client
+
+
+# ---------------------------------------------------------------------------- each phase
+
+#: The client libraries a store is given: the shells turn each one's exceptions into the
+#: same neutral values, so each phase must end in the same outcome through all of them.
+LIBRARIES = ["redis-py", "valkey-py", "redis.asyncio"]
+
+
+@contextlib.contextmanager
+def run_store(library: str, proxy: FaultProxy, namespace: str, *, ready: bool = True,
+              socket_timeout: float = 0.3, **options: Any) -> Iterator[RedisRunStore]:
+    """A run store on a client of ``library`` through ``proxy`` (an asyncio store is driven
+    from this thread on a loop of its own). With ``ready``, connected, scripts loaded and the
+    store's pool warm, so that what a test cuts is an operation's own exchange."""
+    if library == "redis.asyncio":
+        loop = LoopThread()
+
+        async def connect() -> redis.asyncio.Redis:
+            client = redis.asyncio.Redis(host=proxy.host, port=proxy.port,
+                                         socket_timeout=socket_timeout)
+            if ready:
+                await client.ping()
+                for script in scripts.RUN_SCRIPTS:
+                    await client.script_load(script.source)
+                await awarm(client)
+            return client
+
+        aclient = loop.run(connect())
+        try:
+            store = AsyncRedisRunStore(aclient, namespace=namespace, discover=json_wait,
+                                       **options)
+            yield cast(RedisRunStore, Synced(store, loop))
+            loop.run(aclient.aclose())
+        finally:
+            loop.stop()
+        return
+    if library == "valkey-py":
+        valkey = pytest.importorskip("valkey")
+        client = valkey.Valkey(host=proxy.host, port=proxy.port, socket_timeout=socket_timeout)
+    else:
+        client = redis.Redis(host=proxy.host, port=proxy.port, socket_timeout=socket_timeout)
+    if ready:
+        client.ping()
+        for script in scripts.RUN_SCRIPTS:
+            client.script_load(script.source)
+        warm(client)
+    yield RedisRunStore(client, namespace=namespace, discover=json_wait, **options)
+    client.close()
+
+
+def _every_write(store: RedisRunStore) -> list[tuple[str, Callable[[], object]]]:
+    return [
+        ("insert", lambda: store.insert("new", b"new-token", Release())),
+        ("compare_and_set", lambda: store.compare_and_set("run", 1, b"r2-token", Hold("me"))),
+        ("renew", lambda: store.renew("me", ["run"], LONG)),
+        ("claim_expired", lambda: store.claim_expired("me", LONG, 10)),
+        ("claim_ready", lambda: store.claim_ready("me", LONG, 10)),
+        ("refresh", lambda: store.refresh("ready")),
+    ]
+
+
+@pytest.mark.parametrize("connection", ["new", "pooled"])
+@pytest.mark.parametrize("library", LIBRARIES)
+def test_a_cut_before_the_request_is_sent_is_not_applied(
+        library: str, connection: str, server: Server, proxy: FaultProxy) -> None:
+    """The connection is cut before a byte of the write leaves: the store's idle pooled
+    connection was closed (it must notice before sending), or a new one is closed as soon as
+    it is accepted. Nothing ran: ``not_applied``, and nothing is written."""
+    namespace = unique_namespace()
+    direct = RedisRunStore(server.client(), namespace=namespace, discover=json_wait)
+    lease_ends = time.monotonic() + 0.3
+    direct.insert("run", b"r1", Claim("me", 300))  # a renewal would keep it live past 300 ms
+    direct.insert("crashed", b"c1", Claim("dead", 1))
+    direct.insert("ready", b'{"wait": {"at": 0}}', Release())
+    time.sleep(0.01)  # the dead lease (1 ms) ran out
+    with run_store(library, proxy, namespace, ready=connection == "pooled") as store:
+        proxy.refuse()  # every new connection is closed at once
+        proxy.cut_all()  # and so is every open one, idle in the store's pool
+        for name, write in _every_write(store):
+            with pytest.raises(Unavailable) as caught:
+                write()
+            assert (caught.value.outcome, caught.value.code) == ("not_applied", None), \
+                (name, caught.value.reason)
+        assert proxy.connections_refused >= len(_every_write(store))
+        # Nothing was written: no run, no revision, no claim, no renewal.
+        with pytest.raises(NotFound):
+            direct.get("new")
+        assert direct.get("crashed").holder == Held("dead", False)
+        assert direct.get("ready").holder == Free()
+        time.sleep(max(0.0, lease_ends - time.monotonic()) + 0.05)
+        current = direct.get("run")
+        assert (current.revision, current.record, current.holder) == (1, b"r1",
+                                                                      Held("me", False))
+        proxy.refuse(False)
+        store.compare_and_set("run", 1, b"r2", Hold("me"))  # and it works again
+    assert direct.get("run").revision == 2
+
+
+@pytest.mark.parametrize("hang", [False, True], ids=["closed", "timed-out"])
+@pytest.mark.parametrize("library", LIBRARIES)
+def test_a_cut_after_the_request_is_sent_is_unknown_and_a_resend_is_harmless(
+        library: str, hang: bool, server: Server, proxy: FaultProxy) -> None:
+    """The release reached the server, its reply did not reach the client: ``unknown``, and
+    it is there exactly once. Sending it again is refused by the revision fence, and
+    renewing afterwards revives nothing (what docs/faults.md promises about resending)."""
+    namespace = unique_namespace()
+    direct = RedisRunStore(server.client(), namespace=namespace)
+    direct.insert("run", b"r1", Claim("me", LONG))
+    with run_store(library, proxy, namespace) as store:
+        proxy.drop_replies(1, hang=hang)
+        with pytest.raises(Unavailable) as caught:
+            store.compare_and_set("run", 1, b"r2-token", Release())
+        assert caught.value.outcome == "unknown", caught.value.reason
+        assert proxy.replies_dropped == 1
+        stored = direct.get("run")
+        assert (stored.revision, stored.record, stored.holder) == (2, b"r2-token", Free())
+        with pytest.raises(Conflict) as conflict:  # the resend cannot apply twice
+            store.compare_and_set("run", 1, b"r2-token", Release())
+        assert conflict.value.current == 2
+        assert confirm_write(store, "run", 2, b"r2-token")  # ... and the stored one is ours
+        assert store.renew("me", ["run"], LONG) == []  # a released lease stays released
+    assert direct.get("run") == stored
+
+
+class CutAfter(FaultProxy):
+    """A proxy that can let a number of the server's replies through, then cut the
+    connection at the next one (the pipelined write and WAIT come back as separate
+    replies, and the test must cut between them)."""
+
+    def __init__(self, upstream_port: int) -> None:
+        super().__init__(upstream_port)
+        self._passes = 0
+        self._passes_lock = threading.Lock()
+
+    def cut_after(self, passes: int) -> None:
+        """Forward the next ``passes`` chunks from the server, then drop the one after and
+        close that connection."""
+        with self._passes_lock:
+            self._passes = passes
+        self.drop_replies(1)
+
+    def _take_drop(self) -> str | None:
+        # The hook the proxy calls for every chunk from the server, before forwarding it.
+        with self._passes_lock:
+            if self._passes > 0:
+                self._passes -= 1
+                return None
+        return super()._take_drop()
+
+
+@pytest.mark.parametrize("library", LIBRARIES)
+@pytest.mark.parametrize(("phase", "outcome"), [("write", "unknown"),
+                                                ("confirmation", "applied_unconfirmed")])
+def test_a_cut_around_the_durability_confirmation_has_the_outcome_of_its_phase(
+        phase: str, outcome: str, library: str, replica: tuple[Server, Server]) -> None:
+    """With Durability the store pipelines EVALSHA then WAIT. Cut before the write's reply:
+    ``unknown``. Cut after the write's reply, before WAIT's: the write is applied, only its
+    confirmation is missing: ``applied_unconfirmed``. Either way the write is there once."""
+    primary, copy = replica
+    namespace = unique_namespace()
+    direct = RedisRunStore(primary.client(), namespace=namespace)
+    direct.insert("run", b"r1", Claim("me", LONG))
+    durability = Durability(replicas=1, timeout=1000)
+    # A socket timeout above WAIT's: the confirmation is cut, not timed out.
+    with CutAfter(primary.port) as proxy, \
+            run_store(library, proxy, namespace, socket_timeout=3,
+                      durability=durability) as store:
+        store.compare_and_set("run", 1, b"r2", Hold("me"))  # confirmed; the WAIT check done
+        assert copy.process is not None
+        # A stopped replica acknowledges nothing, so WAIT answers only at its timeout, a
+        # second after the write's reply: the two replies cannot arrive as one chunk.
+        copy.process.send_signal(signal.SIGSTOP)
+        try:
+            proxy.cut_after(0 if phase == "write" else 1)
+            with pytest.raises(Unavailable) as caught:
+                store.compare_and_set("run", 2, b"r3-token", Hold("me"))
+        finally:
+            copy.process.send_signal(signal.SIGCONT)
+        assert caught.value.outcome == outcome, caught.value.reason
+        if phase == "confirmation":
+            # The confirmation's reply was lost; not a WAIT that answered "0 replicas".
+            assert "lost" in caught.value.reason, caught.value.reason
+        assert proxy.replies_dropped == 1
+    current = direct.get("run")
+    assert (current.revision, current.record) == (3, b"r3-token")
+    assert confirm_write(direct, "run", 3, b"r3-token")
 
 
 # ---------------------------------------------------------------------------- lost replies
