@@ -168,8 +168,9 @@ def library() -> str:
     return str(Path(redisstore.__file__).parent)
 
 
-def store_fill(state: str, dependency: str) -> Fill:
-    """Insert each run through ``RedisRunStore`` in ``state``."""
+def store_fill(state: str, dependency: str, layout: int) -> Fill:
+    """Insert each run through ``RedisRunStore`` in ``state``, in a namespace of run
+    ``layout`` (1 as a namespace starts, 2 after ``migrate()``)."""
     from redisstore import At, Changed, Claim, RedisRunStore, Release
 
     discover: Callable[[bytes], Any] | None = None
@@ -185,6 +186,8 @@ def store_fill(state: str, dependency: str) -> Fill:
 
     def fill(client: redis.Redis, namespace: str, ids: list[str]) -> None:
         store = RedisRunStore(client, namespace=namespace, discover=discover)
+        if layout == 2:
+            store.migrate()  # a new namespace: one pass over an empty server
         for run in ids:
             store.insert(run, RECORD, lease)
 
@@ -283,23 +286,25 @@ def listpack_setting(client: redis.Redis) -> tuple[str, str]:
 # ---------------------------------------------------------------------------- main
 
 
-def run_rows(client: redis.Redis, port: int, sizes: list[int], threads: int) -> list[Row]:
+def run_rows(client: redis.Redis, port: int, sizes: list[int], threads: int,
+             parts: str = "AB") -> list[Row]:
     ids_by_size = {n: [str(uuid.uuid4()) for _ in range(n)] for n in sizes}
     dependency = str(uuid.uuid4())
     limit_name, _ = listpack_setting(client)
     rows: list[Row] = []
-    for state in ("free", "held", "ready", "waiting"):
-        row = Row("A", "RedisRunStore (public API)", state)
+    for layout, state in [(layout, state) for layout in (1, 2)
+                          for state in ("free", "held", "ready", "waiting")]:
+        row = Row("A", f"RedisRunStore layout {layout} (public API)", state)
         rows.append(row)
         try:
-            fill = store_fill(state, dependency)
+            fill = store_fill(state, dependency, layout)
             for n in sizes:
                 per_run, keys, seconds = measure(client, port, ids_by_size[n], fill, threads,
                                                  warm_up=fill)
                 row.per_run[n], row.keys[n], row.seconds[n] = per_run, keys, seconds
         except Exception as exc:  # the library may be mid-rewrite: report, go on
             row.error = f"{type(exc).__name__}: {exc}"[:200]
-    for layout, name in LAYOUTS.items():
+    for layout, name in LAYOUTS.items() if parts != "A" else ():
         for state in ("free", "held"):
             row = Row("B", f"{layout}. {name}", state)
             rows.append(row)
@@ -320,6 +325,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="client threads filling each population (default 4)")
     parser.add_argument("--valkey", action="store_true")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--part", choices=["A", "AB"], default="AB",
+                        help="A: the library's layouts only; AB: also the raw candidates")
     args = parser.parse_args(argv)
     sizes = [SMALL, BIG] if args.big else [SMALL]
     binary = server_binary(args.valkey)
@@ -337,7 +344,7 @@ def main(argv: list[str] | None = None) -> None:
             entries_name: entries, "record_bytes": len(RECORD), "run_id_chars": 36,
             "header_bytes": HEADER, "threads": args.threads, "redisstore": library(),
         }
-        rows = run_rows(client, port, sizes, args.threads)
+        rows = run_rows(client, port, sizes, args.threads, args.part)
     print(f"server {environment['server']} ({binary}), allocator {environment['allocator']}, "
           f"{limit_name} {limit}, {entries_name} {entries}")
     print(f"bytes per run beyond its {len(RECORD)}-byte record (36-char uuid4 run ids, "

@@ -1,6 +1,20 @@
 -- _lib.lua: shared fragments of the run store's scripts. redisstore.scripts sends each
--- script with the fragments it uses (a fragment is one top-level `local` definition, up to
--- the next one), so a script pays only for what it calls.
+-- script with the fragments it uses (a fragment is one top-level `local` definition, with
+-- the comment lines right above it, up to the next one), so a script pays only for what it
+-- calls.
+--
+-- The build (redisstore/scripts.py's docstring has it all). A script's header ends with
+--   --- @include name, name, ...      (one or more lines; a bare `--- @include`: none)
+-- naming every fragment of this file its body uses directly, constants and reply codes
+-- too; each included fragment brings the fragments it uses, found by use (a fragment
+-- declares nothing). Loading fails, listing every problem as file:line, when a body uses a
+-- name it does not include, includes one it does not use or that is not here, or uses a
+-- name defined nowhere; or when a fragment here uses a name defined below it (a Lua local
+-- is visible only after its definition). The header's KEYS[i] lines name the keys the
+-- caller sends (P.."leases"); any other key a script touches is derived from P, in the same
+-- hash tag and so the same cluster slot, and listed in its `Also touches` line. The reply
+-- codes OK ... TOO_NEW are generated from redisstore.scripts.Code: never define them here.
+-- An error raised here reaches the caller as _lib.lua:<line>, not the composed line.
 --
 -- Rules every script follows:
 --   Check, then write. A script does every read and every validation first and only
@@ -52,10 +66,12 @@ local FANOUT_CURSOR = P .. 'fanout-cursor'
 
 local META = P .. 'meta'
 
-local OK, NOT_FOUND, EXISTS, CONFLICT, REFUSED, CORRUPT, TOO_NEW = 0, 1, 2, 3, 4, 7, 8
+-- The newest layout this library reads and writes; a namespace with a newer one is refused.
+local LAYOUT = 2
 
--- The layout this library writes; a namespace with a newer one is refused.
-local LAYOUT = 1
+-- The namespace's layout (check_layout reads it): 1, one hash per run; 2, one string per
+-- run. A namespace stays at 1 until migrate() moves it.
+local NS = 1
 
 -- Caps (docs/runs.md gives each one's measured per-item cost). The Python side checks
 -- the same caps first; these hold for anyone with EVALSHA.
@@ -68,6 +84,15 @@ local MAX_RENEW = 1000
 local MAX_FANOUT = 500
 
 local MAX_RECORD = 8388608
+
+-- Ids, owners and wait keys: a layout 2 header holds four of them within MAX_HEADER.
+local MAX_TEXT = 65536
+
+-- run_migrate: keys a step's SCAN visits, and record bytes a step rewrites (at least one
+-- run, so an 8 MiB record still moves).
+local MAX_MIGRATE = 1000
+
+local MAX_MIGRATE_BYTES = 4194304
 
 -- Exact integers in a Lua double: revisions, times, ttls and counts stay at or below it.
 local MAX_INT = 9007199254740991
@@ -89,6 +114,15 @@ end
 
 local function int(n)
   return string.format('%d', n)
+end
+
+local function push(list, ...)
+  for _, v in ipairs({...}) do list[#list + 1] = v end
+end
+
+local function opt_text(n)
+  if n == false or n == nil then return '' end
+  return int(n)
 end
 
 -- A canonical decimal integer in [lo, hi] (no sign, no leading zero, at most 16 digits),
@@ -119,7 +153,9 @@ end
 
 local function arg_text(i)
   local s = ARGV[i]
-  if s == nil or s == '' then error('BADARG ARGV[' .. i .. '] must be non-empty') end
+  if s == nil or s == '' or #s > MAX_TEXT then
+    error('BADARG ARGV[' .. i .. '] must be non-empty text of at most ' .. MAX_TEXT .. ' bytes')
+  end
   return s
 end
 
@@ -142,6 +178,7 @@ local function check_layout()
   local n = decimal(got, 1, 1000000)
   if n == nil then return {CORRUPT, 'meta.layout', 0, -1} end
   if n > LAYOUT then return {TOO_NEW, n, 0, -1} end
+  NS = n
   return nil
 end
 
@@ -159,6 +196,126 @@ end
 local FIELDS = {'rev', 'own', 'exp', 'ck', 'cdr', 'cat', 'wk', 'wa', 'wn', 'wdl', 'wrev',
                 'wpv', 'pk', 'pt'}
 
+-- Layout 2 stores these fields as length-prefixed text ("6:node-a"), the others as decimals.
+local TEXT = {own = true, ck = true, wa = true, pk = true}
+
+-- Layout 2's header: FIELDS in order, each ended by ',' ('' for absent; absent fields at
+-- the end are left out), then room (spaces) left by a header that shrank. decode gives the
+-- fields as text (absent: nil), or nil and the field that is malformed.
+local function decode(h)
+  local raw, pos, n = {}, 1, #h
+  for i = 1, #FIELDS do
+    local name, c = FIELDS[i], string.byte(h, pos)
+    if c == nil or c == 32 then break end
+    if TEXT[name] and c ~= 44 then
+      local digits = string.match(h, '^(%d+):', pos)
+      local len = decimal(digits, 0, n)
+      if not len then return nil, name end
+      local from = pos + #digits + 1
+      raw[name] = string.sub(h, from, from + len - 1)
+      pos = from + len
+      if #raw[name] ~= len or string.byte(h, pos) ~= 44 then return nil, name end
+    else
+      local e = string.find(h, ',', pos, true)
+      if not e then return nil, name end
+      if e > pos then raw[name] = string.sub(h, pos, e - 1) end
+      pos = e
+    end
+    pos = pos + 1
+  end
+  if pos <= n and not string.find(h, '^ *$', pos) then return nil, 'header' end
+  return raw
+end
+
+local function text_field(x)
+  if x then return #x .. ':' .. x end
+  return ''
+end
+
+local function number_field(n)
+  if n then return int(n) end
+  return ''
+end
+
+-- The layout 2 header of state s (see decode).
+local function header(s)
+  local f = {int(s.rev), text_field(s.own), number_field(s.own and s.exp)}
+  if s.cat then
+    push(f, text_field(s.ck or ''), number_field(s.cdr), int(s.cat))
+  else
+    push(f, '', '', '')
+  end
+  if s.wk then
+    local wa = false
+    if s.wk ~= 'a' then wa = s.wa end
+    push(f, s.wk, text_field(wa), number_field(s.wn), number_field(s.wdl), int(s.wrev),
+         int(s.wpv), text_field(s.pk), number_field(s.pk and s.pt))
+  end
+  local h = table.concat(f, ',')
+  return (string.gsub(h, ',*$', '')) .. ','
+end
+
+-- The header region's trailer: its length in decimal, then the count of those digits.
+local function trailer(size)
+  local digits = int(size)
+  return digits .. #digits
+end
+
+-- The longest header region a run may have (6 digits in the trailer).
+local MAX_HEADER = 999999
+
+-- Bytes read from the end of a layout 2 value at first: most headers fit.
+local TAIL = 192
+
+-- The raw fields of a layout 2 run (a string: record, header region, trailer), with the
+-- record's length and the region's; nil when the key is absent; false and a reason when
+-- the value is malformed.
+local function stored_v2(k, tail)
+  if tail == '' then
+    if redis.call('EXISTS', k) == 1 then return false, 'header' end
+    return nil
+  end
+  local d = tonumber(string.sub(tail, -1))
+  local size = d and d >= 1 and d <= 6 and decimal(string.sub(tail, -1 - d, -2), 1, MAX_HEADER)
+  if not size then return false, 'header' end
+  local total = #tail
+  if total == TAIL then total = redis.call('STRLEN', k) end
+  local len = total - size - d - 1
+  if len < 0 then return false, 'header' end
+  local h
+  if size + d + 1 <= #tail then
+    h = string.sub(tail, -size - d - 1, -d - 2)
+  else
+    h = redis.call('GETRANGE', k, len, len + size - 1)
+  end
+  local raw, bad = decode(h)
+  if not raw then return false, bad end
+  raw.v, raw.len, raw.region = 2, len, size
+  return raw
+end
+
+-- The raw fields of a layout 1 run (a hash), as stored_v2.
+local function stored_v1(k)
+  local v = redis.pcall('HMGET', k, unpack(FIELDS))
+  if v.err then return false, 'type' end
+  if not v[1] then
+    if redis.call('EXISTS', k) == 1 then return false, 'rev' end
+    return nil
+  end
+  -- A run moved to layout 2 by a write is rewritten whole: its record must be there.
+  if NS == 2 and redis.call('HEXISTS', k, 'rec') == 0 then return false, 'rec' end
+  local raw = {v = 1}
+  for i = 1, #FIELDS do raw[FIELDS[i]] = v[i] or nil end
+  return raw
+end
+
+local function stored(k)
+  if NS == 1 then return stored_v1(k) end
+  local tail = redis.pcall('GETRANGE', k, -TAIL, -1)
+  if type(tail) == 'table' then return stored_v1(k) end
+  return stored_v2(k, tail)
+end
+
 -- Runs read by this script, as planned after its queued writes (a run read twice, or the
 -- dependency of a run written here, is seen as it will be).
 local SEEN = {}
@@ -168,15 +325,8 @@ local SEEN = {}
 local function load(run)
   local cached = SEEN[run]
   if cached ~= nil then return cached end
-  local k = run_key(run)
-  local v = redis.pcall('HMGET', k, unpack(FIELDS))
-  if v.err then return false, 'type' end
-  if not v[1] then
-    if redis.call('EXISTS', k) == 1 then return false, 'rev' end
-    return nil
-  end
-  local s = {}
-  for i = 1, #FIELDS do s[FIELDS[i]] = v[i] end
+  local s, bad = stored(run_key(run))
+  if not s then return s, bad end
   s.rev = decimal(s.rev, 1, MAX_INT)
   if not s.rev then return false, 'rev' end
   if s.own then
@@ -184,18 +334,21 @@ local function load(run)
     s.exp = decimal(s.exp, 0, MAX_INT)
     if not s.exp then return false, 'exp' end
   else
-    s.exp = false
+    s.own, s.exp = false, false
   end
   if s.cat then
     s.cat = decimal(s.cat, 0, MAX_INT)
     if not s.cat then return false, 'cat' end
     s.cdr = opt_decimal(s.cdr or '', 0, MAX_INT)
     if s.cdr == nil then return false, 'cdr' end
+  else
+    s.ck, s.cdr, s.cat = false, false, false
   end
   if s.wk then
     local wk = s.wk
     if wk ~= 'c' and wk ~= 'p' and wk ~= 'a' then return false, 'wk' end
-    if (wk ~= 'a' and (not s.wa or s.wa == '')) then return false, 'wa' end
+    if wk ~= 'a' and (not s.wa or s.wa == '') then return false, 'wa' end
+    if wk == 'a' then s.wa = false end
     if wk == 'c' then
       s.wn = opt_decimal(s.wn or '', 0, MAX_INT)
     elseif wk == 'p' then
@@ -210,15 +363,68 @@ local function load(run)
     if not s.wrev then return false, 'wrev' end
     s.wpv = decimal(s.wpv, 0, MAX_INT)
     if not s.wpv then return false, 'wpv' end
-    if s.pt then
-      s.pt = opt_decimal(s.pt, 0, MAX_INT)
-      if s.pt == nil then return false, 'pt' end
-    end
+    s.pk = s.pk or false
+    if s.pk and s.pk == '' then return false, 'pk' end
+    s.pt = opt_decimal(s.pt or '', 0, MAX_INT)
+    if s.pt == nil then return false, 'pt' end
   else
-    s.wn, s.wdl, s.wrev, s.wpv, s.pt = false, false, false, false, false
+    s.wk, s.wa, s.wn, s.wdl, s.wrev, s.wpv, s.pk, s.pt = false, false, false, false, false,
+      false, false, false
   end
   SEEN[run] = s
   return s
+end
+
+-- The record of a run load returned.
+local function record_of(run, s)
+  local k = run_key(run)
+  if s.v == 1 then return redis.call('HGET', k, 'rec') end
+  if s.len == 0 then return '' end
+  return redis.call('GETRANGE', k, 0, s.len - 1)
+end
+
+-- Queue the write of run's state s (and of its new record, if given) in the namespace's
+-- layout. Layout 2 rewrites only the header region (SETRANGE after the record) unless the
+-- record changes or the run is still a layout 1 hash (read its record now: a write comes
+-- only after every read). A header that shrinks leaves room; one that grows extends it.
+local function save(run, s, record)
+  local k = run_key(run)
+  SEEN[run] = s
+  if NS == 1 then
+    local set, del = {}, {}
+    if record then push(set, 'rec', record) end
+    local function put(name, value)
+      if value then push(set, name, value) else push(del, name) end
+    end
+    put('rev', int(s.rev))
+    put('own', s.own)
+    put('exp', s.own and int(s.exp))
+    put('ck', s.cat and (s.ck or ''))
+    put('cdr', s.cat and opt_text(s.cdr))
+    put('cat', s.cat and int(s.cat))
+    put('wk', s.wk)
+    put('wa', s.wk and (s.wa or ''))
+    put('wn', s.wk and opt_text(s.wn))
+    put('wdl', s.wk and opt_text(s.wdl))
+    put('wrev', s.wk and int(s.wrev))
+    put('wpv', s.wk and int(s.wpv))
+    put('pk', s.wk and s.pk)
+    put('pt', s.wk and s.pk and s.pt and int(s.pt))
+    if #del > 0 then later('HDEL', k, unpack(del)) end
+    later('HSET', k, unpack(set))
+    return
+  end
+  local h = header(s)
+  if not record and s.v ~= 2 then record = redis.call('HGET', k, 'rec') end
+  if record then
+    later('SET', k, record .. h .. trailer(#h))
+    s.v, s.len, s.region = 2, #record, #h
+  elseif #h <= s.region then
+    later('SETRANGE', k, s.len, h .. string.rep(' ', s.region - #h))
+  else
+    later('SETRANGE', k, s.len, h .. trailer(#h))
+    s.region = #h
+  end
 end
 
 -- A dependency's revision as planned (0 when absent; a corrupt one counts as absent: a
@@ -322,28 +528,27 @@ local function place(run, s, pv, dep_write)
   PLACED[run] = t
 end
 
-local function push(list, ...)
-  for _, v in ipairs({...}) do list[#list + 1] = v end
+-- Claim info belongs to the owner whose ready claim made it: it goes with the lease.
+local function drop_claim(s)
+  s.ck, s.cdr, s.cat = false, false, false
 end
 
-local function opt_text(n)
-  if n == false or n == nil then return '' end
-  return int(n)
+-- Hand run's lease to owner until exp (the caller saves s).
+local function hold(run, s, owner, exp)
+  if s.own ~= owner then drop_claim(s) end
+  s.own, s.exp = owner, exp
+  later('ZADD', LEASES, int(exp), run)
 end
 
--- The lease condition's effect on s: 'c'/'s' hand it to owner until exp, 'r' frees it,
--- 'h' leaves it. Claim info belongs to the owner whose ready claim made it.
-local function apply_lease(run, s, kind, owner, ttl, set, del)
+-- The lease condition's effect on s: 'c'/'s' hand it to owner for ttl, 'r' frees it,
+-- 'h' leaves it.
+local function apply_lease(run, s, kind, owner, ttl)
   if kind == 'c' or kind == 's' then
-    local exp = now_ms() + ttl
-    if s.own and s.own ~= owner then push(del, 'ck', 'cdr', 'cat') end
-    push(set, 'own', owner, 'exp', int(exp))
-    later('ZADD', LEASES, int(exp), run)
-    s.own, s.exp = owner, exp
+    hold(run, s, owner, now_ms() + ttl)
   elseif kind == 'r' and s.own then
-    push(del, 'own', 'exp', 'ck', 'cdr', 'cat')
-    later('ZREM', LEASES, run)
+    drop_claim(s)
     s.own, s.exp = false, false
+    later('ZREM', LEASES, run)
   end
 end
 
@@ -386,29 +591,24 @@ end
 
 -- Save the discovered wait w as derived from s.rev at version pv. A poll key's saved claim
 -- time survives while the key stays the same.
-local function apply_wait(run, s, w, pv, set, del)
+local function apply_wait(run, s, w, pv)
   local was_dep = s.wk == 'c' and s.wa
   if was_dep and (w.wk ~= 'c' or was_dep ~= w.wa) then
     later('SREM', P .. 'd:' .. was_dep, run)
   end
   if w.wk == '' then
-    if s.wk then push(del, 'wk', 'wa', 'wn', 'wdl') end
-    if s.pk then push(del, 'pk', 'pt') end
-    s.wk, s.wa, s.pk, s.pt = false, false, false, false
+    s.wk, s.wa, s.wn, s.wdl, s.pk, s.pt = false, false, false, false, false, false
   else
-    push(set, 'wk', w.wk, 'wa', w.wa, 'wn', opt_text(w.wn), 'wdl', opt_text(w.wdl))
     if w.wk == 'c' and was_dep ~= w.wa then later('SADD', P .. 'd:' .. w.wa, run) end
     if w.wk ~= 'p' then
-      if s.pk then push(del, 'pk', 'pt') end
       s.pk, s.pt = false, false
     elseif s.pk ~= w.wa then
-      push(set, 'pk', w.wa)
-      if s.pt then push(del, 'pt') end
       s.pk, s.pt = w.wa, false
     end
-    s.wk, s.wa, s.wn, s.wdl = w.wk, w.wa, w.wn, w.wdl
+    local wa = w.wa
+    if w.wk == 'a' then wa = false end
+    s.wk, s.wa, s.wn, s.wdl = w.wk, wa, w.wn, w.wdl
   end
-  push(set, 'wrev', int(s.rev), 'wpv', int(pv))
   s.wrev, s.wpv = s.rev, pv
 end
 
@@ -461,14 +661,11 @@ local function notify_dependents(run, pv)
 end
 
 -- The common end of insert and compare_and_set: lease, wait, one write, indexes.
-local function write(k, run, s, rev, record, kind, owner, ttl, w, pv)
-  local set, del = {'rec', record, 'rev', int(rev)}, {}
+local function write(run, s, rev, record, kind, owner, ttl, w, pv)
   s.rev = rev
-  apply_lease(run, s, kind, owner, ttl, set, del)
-  apply_wait(run, s, w, pv, set, del)
-  if #del > 0 then later('HDEL', k, unpack(del)) end
-  later('HSET', k, unpack(set))
-  SEEN[run] = s
+  apply_lease(run, s, kind, owner, ttl)
+  apply_wait(run, s, w, pv)
+  save(run, s, record)
   place(run, s, pv, false)
   notify_dependents(run, pv)
 end

@@ -6,6 +6,10 @@
 -- Visits at most limit + MAX_VISIT index entries. The run's own expiry decides, not the
 -- index score: an entry whose run is missing, of another type or corrupt is quarantined;
 -- one whose run is free is dropped; one whose lease was extended is re-scored.
+-- Also touches, undeclared (same hash tag): P.."r:"..run of each entry visited (read; written
+-- when claimed), P.."quarantine" (an entry quarantined).
+--- @include CORRUPT, OK, LEASES, MAX_CLAIM, MAX_TTL, now_ms, int, arg_int, arg_text, later
+--- @include commit, check_layout, of_type, save, DROPPED, due, hold, next_due
 local owner = arg_text(2)
 local ttl = arg_int(3, 1, MAX_TTL)
 local limit = arg_int(4, 0, MAX_CLAIM)
@@ -13,7 +17,6 @@ local bad_layout = check_layout()
 if bad_layout then return bad_layout end
 if not of_type(LEASES, 'zset') then return {CORRUPT, 'index:leases', 0, -1} end
 local now = now_ms()
-local exp = int(now + ttl)
 local out = {}
 for run, s in due(LEASES, 'leases', limit, out) do
   if not s.own then
@@ -21,10 +24,8 @@ for run, s in due(LEASES, 'leases', limit, out) do
   elseif s.exp > now then
     later('ZADD', LEASES, int(s.exp), run)
   else
-    -- Claim info belongs to the owner whose ready claim made it.
-    if s.own ~= owner then later('HDEL', run_key(run), 'ck', 'cdr', 'cat') end
-    later('HSET', run_key(run), 'own', owner, 'exp', exp)
-    later('ZADD', LEASES, exp, run)
+    hold(run, s, owner, now + ttl)
+    save(run, s)
     out[#out + 1] = run
   end
 end

@@ -8,6 +8,12 @@
 -- waiters; then visits at most limit + MAX_VISIT index entries. The run decides, not the
 -- index (stale metadata, a lower projection version): an entry is claimed, re-scored,
 -- dropped, or quarantined when its run is missing, of another type or corrupt.
+-- Also touches, undeclared (same hash tag): P.."r:"..run of each entry visited and of the
+-- dependencies it checks (read; written when claimed), P.."d:"..dep and P.."fanout-cursor"
+-- (the pending re-indexing), P.."quarantine" (an entry quarantined).
+--- @include CORRUPT, OK, READY, FANOUT, FANOUT_CURSOR, MAX_CLAIM, MAX_TTL, now_ms, int
+--- @include arg_int, arg_text, later, commit, check_layout, save, revision_of, DROPPED
+--- @include due, eligible_at, hold, indexes_ok, fan_out, next_due
 local owner = arg_text(2)
 local ttl = arg_int(3, 1, MAX_TTL)
 local limit = arg_int(4, 0, MAX_CLAIM)
@@ -17,7 +23,6 @@ if bad_layout then return bad_layout end
 local bad = indexes_ok(nil)
 if bad then return {CORRUPT, bad, 0, -1} end
 local now = now_ms()
-local exp = int(now + ttl)
 local pending = redis.call('ZRANGE', FANOUT, 0, 0)[1]
 if pending then
   local cursor = redis.call('HGET', FANOUT_CURSOR, pending) or '0'
@@ -34,19 +39,15 @@ local out = {}
 for run, s in due(READY, 'ready', limit, out) do
   local t = eligible_at(s, pv)
   if t ~= nil and t <= now then
-    local k = run_key(run)
-    local ck, cdr = '', ''
+    hold(run, s, owner, now + ttl)
+    s.ck, s.cdr, s.cat = '', false, now
     if s.wk == 'c' then
-      ck = s.wa
-      cdr = int(revision_of(s.wa))
+      s.ck, s.cdr = s.wa, revision_of(s.wa)
     elseif s.wk == 'p' then
-      ck = s.wa
-      later('HSET', k, 'pt', int(now))
+      s.ck, s.pt = s.wa, now
     end
-    later('HSET', k, 'own', owner, 'exp', exp, 'ck', ck, 'cdr', cdr, 'cat', int(now))
-    later('ZADD', LEASES, exp, run)
+    save(run, s)
     later('ZREM', READY, run)
-    s.own, s.exp = owner, now + ttl
     out[#out + 1] = run
   elseif t == nil then
     later('ZREM', READY, run)

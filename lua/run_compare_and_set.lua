@@ -1,5 +1,5 @@
 -- run_compare_and_set: write revision expected + 1 under a lease condition, atomically.
--- KEYS[1]  the run's hash       KEYS[2] P.."leases"       KEYS[3] P.."ready"
+-- KEYS[1]  P.."r:"..run         KEYS[2] P.."leases"       KEYS[3] P.."ready"
 -- KEYS[4]  P.."meta"
 -- ARGV[1]  key prefix           ARGV[2] run               ARGV[3] expected revision
 -- ARGV[4]  record bytes
@@ -9,6 +9,11 @@
 -- ARGV[12] projection version
 -- Reply    {OK} | {NOT_FOUND} | {CONFLICT, current} | {REFUSED, {owner|false, live 0|1}}
 --          | {CORRUPT, field} | {TOO_NEW, layout}; nothing written but on OK
+-- Also touches, undeclared (same hash tag): P.."r:"..dep (its dependency's revision),
+-- P.."d:"..dep (the waiters of its old and new dependency), P.."d:"..run and the P.."r:" of
+-- those waiters (re-indexed), P.."fanout", P.."fanout-cursor", P.."quarantine".
+--- @include CORRUPT, OK, REFUSED, MAX_RECORD, MAX_INT, arg_int, arg_text, commit
+--- @include check_layout, load_at, holder, arg_wait, arg_lease, indexes_ok, write
 local run = arg_text(2)
 local expected = arg_int(3, 0, MAX_INT - 2)
 local record = ARGV[4]
@@ -27,6 +32,6 @@ if (kind == 'h' and s.own ~= owner)
 end
 local bad = indexes_ok(w)
 if bad then return {CORRUPT, bad, 0, -1} end
-write(KEYS[1], run, s, s.rev + 1, record, kind, owner, ttl, w, pv)
+write(run, s, s.rev + 1, record, kind, owner, ttl, w, pv)
 commit()
 return {OK, false, 0, -1}

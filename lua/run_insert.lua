@@ -1,5 +1,5 @@
 -- run_insert: create a run at revision 1, with a lease for Claim / Seize.
--- KEYS[1]  the run's hash       KEYS[2] P.."leases"       KEYS[3] P.."ready"
+-- KEYS[1]  P.."r:"..run         KEYS[2] P.."leases"       KEYS[3] P.."ready"
 -- KEYS[4]  P.."meta"
 -- ARGV[1]  key prefix           ARGV[2] run               ARGV[3] record bytes
 -- ARGV[4]  lease kind: 'h' Hold, 'c' Claim, 's' Seize, 'r' Release
@@ -7,6 +7,11 @@
 -- ARGV[7..10] wait: kind ('' none, 'c', 'p', 'a'), dependency/key, seen/interval/due, deadline
 -- ARGV[11] projection version
 -- Reply    {OK} | {EXISTS} | {CORRUPT, field} | {TOO_NEW, layout}; nothing written but on OK
+-- Also touches, undeclared (same hash tag): P.."r:"..dep (its dependency's revision),
+-- P.."d:"..dep (the waiters of its dependency), P.."d:"..run and the P.."r:" of those
+-- waiters (re-indexed), P.."fanout", P.."fanout-cursor", P.."quarantine".
+--- @include CORRUPT, EXISTS, OK, MAX_RECORD, arg_text, commit, check_layout, load
+--- @include arg_wait, arg_lease, indexes_ok, write
 local run, record = arg_text(2), ARGV[3]
 if #record > MAX_RECORD then error('BADARG the record is over ' .. MAX_RECORD .. ' bytes') end
 local kind, owner, ttl = arg_lease(4)
@@ -18,6 +23,6 @@ local s = load(run)
 if s ~= nil then return {EXISTS, false, 0, -1} end
 local bad = indexes_ok(w)
 if bad then return {CORRUPT, bad, 0, -1} end
-write(KEYS[1], run, {}, 1, record, kind, owner, ttl, w, pv)
+write(run, {own = false, exp = false}, 1, record, kind, owner, ttl, w, pv)
 commit()
 return {OK, false, 0, -1}

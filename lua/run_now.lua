@@ -3,4 +3,5 @@
 -- KEYS[1]  P.."leases" (names the slot; not read)
 -- ARGV[1]  key prefix
 -- Reply    {OK, UTC Unix milliseconds}
+--- @include OK, now_ms
 return {OK, now_ms(), 0, -1}

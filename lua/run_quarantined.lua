@@ -2,6 +2,7 @@
 -- KEYS[1]  P.."quarantine"
 -- ARGV[1]  key prefix           ARGV[2] HSCAN cursor ('0' to start)
 -- Reply    {OK, {next cursor, {"index|run", reason, ...}}}
+--- @include CORRUPT, OK, of_type
 local cursor = ARGV[2]
 if not string.find(cursor, '^%d+$') or #cursor > 20 then
   error('BADARG ARGV[2] must be a cursor')

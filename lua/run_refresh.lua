@@ -1,11 +1,15 @@
 -- run_refresh: re-derive a run's wait from its current record (the caller ran discover on
 -- the record it read at revision expected); changes no record, revision or lease.
--- KEYS[1]  the run's hash       KEYS[2] P.."ready"        KEYS[3] P.."meta"
+-- KEYS[1]  P.."r:"..run         KEYS[2] P.."ready"        KEYS[3] P.."meta"
 -- ARGV[1]  key prefix           ARGV[2] run               ARGV[3] expected revision
 -- ARGV[4..7] wait: kind ('' none, 'c', 'p', 'a'), dependency/key, seen/interval/due, deadline
 -- ARGV[8]  projection version
 -- Reply    {OK, indexed 0|1} | {NOT_FOUND} | {CONFLICT, current} (the record moved on)
 --          | {CORRUPT, field} | {TOO_NEW, layout}
+-- Also touches, undeclared (same hash tag): P.."leases" and P.."fanout" (their types
+-- checked), P.."d:"..dep (the waiters of its old and new dependency), P.."r:"..dep.
+--- @include CORRUPT, OK, MAX_INT, arg_int, arg_text, commit, check_layout, save, load_at
+--- @include place, arg_wait, apply_wait, indexes_ok
 local run = arg_text(2)
 local expected = arg_int(3, 0, MAX_INT)
 local w, pv = arg_wait(4)
@@ -15,10 +19,8 @@ local s, refusal = load_at(run, expected)
 if not s then return refusal end
 local bad = indexes_ok(w)
 if bad then return {CORRUPT, bad, 0, -1} end
-local set, del = {}, {}
-apply_wait(run, s, w, pv, set, del)
-if #del > 0 then later('HDEL', KEYS[1], unpack(del)) end
-later('HSET', KEYS[1], unpack(set))
+apply_wait(run, s, w, pv)
+save(run, s)
 place(run, s, pv, false)
 commit()
 if w.wk == '' then return {OK, 0, 0, -1} end

@@ -4,6 +4,9 @@
 -- ARGV[4..] run ids (distinct, at most MAX_RENEW)
 -- Reply    {OK, {renewed run ids, in the given order}} | {TOO_NEW, layout}
 --          A corrupt run among them is not renewed (and does not stop the others).
+-- Also touches, undeclared (same hash tag): P.."r:"..run of each listed run.
+--- @include CORRUPT, OK, LEASES, MAX_RENEW, MAX_TTL, now_ms, arg_int, arg_text, commit
+--- @include check_layout, of_type, load, save, hold
 local owner = arg_text(2)
 local ttl = arg_int(3, 1, MAX_TTL)
 if #ARGV - 3 > MAX_RENEW then error('BADARG at most ' .. MAX_RENEW .. ' runs per renew') end
@@ -11,7 +14,6 @@ local bad_layout = check_layout()
 if bad_layout then return bad_layout end
 if not of_type(LEASES, 'zset') then return {CORRUPT, 'index:leases', 0, -1} end
 local now = now_ms()
-local exp = int(now + ttl)
 local out = {}
 for i = 4, #ARGV do
   local run = ARGV[i]
@@ -19,8 +21,8 @@ for i = 4, #ARGV do
   -- An expired lease is never renewed: a renewal that arrives after a handoff must not
   -- make the old owner live again.
   if s and s.own == owner and s.exp > now then
-    later('HSET', run_key(run), 'exp', exp)
-    later('ZADD', LEASES, exp, run)
+    hold(run, s, owner, now + ttl)
+    save(run, s)
     out[#out + 1] = run
   end
 end

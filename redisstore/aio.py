@@ -29,7 +29,7 @@ from .outcomes import Exchange, Lost, Reply
 from .protocol import Batch, Driver, Durability, Operation, Shell, check_io
 from .repository import InstanceRecord, Logger, RepositoryOps
 from .runops import RunOps
-from .runs import MAX_RECORD, Current, Discover, Lease, Quarantined
+from .runs import MAX_RECORD, MIGRATE_COUNT, Current, Discover, Lease, Migrated, Quarantined
 from .wire import Connections, check_client, describe, error_reply, is_error_reply, pack
 
 T = TypeVar("T")
@@ -252,6 +252,15 @@ class AsyncRedisRunStore(Shell[RunOps]):
     async def quarantined(self, limit: int = 1000) -> list[Quarantined]:
         """See :meth:`redisstore.RedisRunStore.quarantined`."""
         return await self._io.drive(self._ops.quarantined(limit))
+
+    async def migrate(self, *, count: int = MIGRATE_COUNT) -> Migrated:
+        """See :meth:`redisstore.RedisRunStore.migrate`."""
+        report = Migrated()
+        while True:
+            step = await self._write(self._ops.migrate_step(count))
+            report = report.then(step)
+            if step[1]:
+                return report
 
     async def _write(self, op: Operation[T]) -> T:
         # The one-time server check runs before the store's first write (after the

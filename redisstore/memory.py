@@ -17,6 +17,7 @@ from . import repository as repo
 from .errors import AlreadyExists, ConcurrentUpdate, Conflict, LeaseRefused, NotFound, UnknownGroup
 from .repository import InstanceRecord, Logger
 from .runs import (
+    MIGRATE_COUNT,
     At,
     Changed,
     Claim,
@@ -28,6 +29,7 @@ from .runs import (
     Hold,
     Holder,
     Lease,
+    Migrated,
     Poll,
     Quarantined,
     Release,
@@ -35,6 +37,7 @@ from .runs import (
     Wait,
     check_lease,
     check_limit,
+    check_migrate_count,
     check_owner,
     check_projection_version,
     check_record,
@@ -213,6 +216,11 @@ class MemoryRunStore:
             self._set_wait(run, state, wait)
             self._reindex(run, state, self._clock(), dependency_write=False)
             return wait is not None
+
+    def migrate(self, *, count: int = MIGRATE_COUNT) -> Migrated:
+        """Nothing to move: memory has one layout (the Redis stores' counterpart)."""
+        check_migrate_count(count)
+        return Migrated()
 
     def quarantined(self, limit: int = 1000) -> list[Quarantined]:
         """Always empty: the memory store keeps no index a foreign write could damage."""

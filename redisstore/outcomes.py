@@ -70,8 +70,8 @@ REFUSED = frozenset({
 # f_...): @user_script:91: -READONLY You can't write...". The code is after the dash.
 _WRAPPED = re.compile(r"@user_script: ?\d+: -([A-Z]+) ")
 # The library's scripts raise "BADARG ..." (a plain string: Redis 6.2 cannot raise a table),
-# which the server prefixes with "ERR user_script:12: ".
-_OURS = re.compile(r"user_script: ?\d+: (BADARG) ")
+# which the server prefixes with "ERR user_script:12: " (fakeredis: '[string "..."]:12: ').
+_OURS = re.compile(r"(?:user_script: ?\d+|\[string \"[^\"]*\"\]:\d+): (BADARG) ")
 # An error raised by a command a script called (Redis >= 7 appends where it happened).
 _IN_SCRIPT = re.compile(r"script: [0-9a-f]{40}, on @user_script:\d+\.?$")
 
@@ -120,12 +120,16 @@ def hint(error: ErrorReply) -> str:
     return ""
 
 
-def refused(error: ErrorReply, *, write: bool, doing: str = "") -> Unavailable:
-    """The Unavailable an error reply stands for."""
+def refused(error: ErrorReply, *, write: bool, doing: str = "",
+            shown: str | None = None) -> Unavailable:
+    """The Unavailable an error reply stands for. ``shown`` is the error's text as the
+    caller should read it (a script's lines mapped to its files); the outcome is judged on
+    the server's own text."""
     outcome = error_outcome(error, write=write)
     tail = {NOT_APPLIED: "nothing was applied", UNKNOWN: "the write's outcome is unknown"}
     what = f"{doing}: " if doing else ""
-    return Unavailable(f"{what}server error: {error}{hint(error)}; {tail[outcome]}",
+    text = str(error) if shown is None else shown
+    return Unavailable(f"{what}server error: {text}{hint(error)}; {tail[outcome]}",
                        code=error.code or None, outcome=outcome)
 
 

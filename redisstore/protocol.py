@@ -186,6 +186,19 @@ MAX_RELOADS = 5
 READ_RETRIES = 1
 
 
+def script_error(call: Call[Any], error: ErrorReply, *, write: bool,
+                 doing: str = "") -> Unavailable:
+    """The Unavailable of an error reply to ``call``: a position in the script's source
+    (``user_script:104``) is shown as the file and line it came from (``_lib.lua:142``),
+    after the script's name."""
+    if call.script is not None:
+        shown = call.script.map_error(str(error))
+        if shown != str(error):
+            return outcomes.refused(error, write=write, shown=shown,
+                                    doing=f"{doing} {call.script.name}".strip())
+    return outcomes.refused(error, write=write, doing=doing)
+
+
 def settle(call: Call[T], durability: Durability | None, got: Exchange) -> Settled[T]:
     """The call's value from what its batch got back, or the StoreError it stands for.
 
@@ -197,7 +210,7 @@ def settle(call: Call[T], durability: Durability | None, got: Exchange) -> Settl
         assert got.lost is not None
         return Settled(error=outcomes.lost(got.lost, write=call.write))
     if isinstance(first, ErrorReply):
-        return Settled(error=outcomes.refused(first, write=call.write))
+        return Settled(error=script_error(call, first, write=call.write))
     try:
         value = call.parse(first.value)
     except StoreError as answer:
@@ -261,7 +274,7 @@ class Driver(Generic[T]):
                 self._batch = self._batch_of(call)
                 return
             # SCRIPT LOAD failed: the call itself never ran.
-            error = (outcomes.refused(first, write=False, doing="SCRIPT LOAD")
+            error = (script_error(call, first, write=False, doing="SCRIPT LOAD")
                      if isinstance(first, ErrorReply)
                      else outcomes.lost(got.lost or Lost(False, "no reply"), write=False))
             self._step(Settled(error=error))

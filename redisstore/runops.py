@@ -2,14 +2,14 @@
 scripts' replies mean. The sync and async stores drive the same generators.
 
 Every script answers ``{code, payload, dropped, next_due}`` (see lua/_lib.lua); the codes are
-named once here and once there, and a test holds the two lists together.
+named once, in :class:`redisstore.scripts.Code` (re-exported here as :class:`Code`), from
+which the build writes them into the scripts.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
-from enum import IntEnum
 from typing import Any
 
 from . import scripts
@@ -43,6 +43,7 @@ from .runs import (
     check_lease,
     check_limit,
     check_max_record,
+    check_migrate_count,
     check_owner,
     check_projection_version,
     check_record,
@@ -55,20 +56,13 @@ from .runs import (
 
 log = logging.getLogger("redisstore")
 
-#: Layout of the run store's keys that this library reads and writes (lua/_lib.lua's LAYOUT).
-LAYOUT = 1
+#: The newest layout of the run store's keys that this library reads and writes
+#: (lua/_lib.lua's LAYOUT); a namespace stays at layout 1 until ``migrate()`` moves it.
+LAYOUT = 2
 
 
-class Code(IntEnum):
-    """A script reply's status code (lua/_lib.lua names the same)."""
-
-    OK = 0
-    NOT_FOUND = 1
-    EXISTS = 2
-    CONFLICT = 3
-    REFUSED = 4
-    CORRUPT = 7
-    TOO_NEW = 8
+#: A script reply's status code: defined in scripts, the one place the Lua side gets them too.
+Code = scripts.Code
 
 
 def holder_of(owner: Any, live: Any) -> Holder:
@@ -326,6 +320,14 @@ class RunOps:
             return bool(indexed)
         raise Unavailable(f"refresh of {run!r} gave up: the run kept changing under it",
                           outcome=NOT_APPLIED)
+
+    def migrate_step(self, count: int) -> Operation[tuple[int, bool, int]]:
+        """One bounded step of moving the namespace to the current layout: (runs moved,
+        done, damaged runs left as they were)."""
+        count = check_migrate_count(count)
+        moved, done, damaged = yield from ask(Call(
+            scripts.RUN_MIGRATE, (self.keys.meta,), (self.keys.prefix, count), self._answer()))
+        return int(moved), bool(done), int(damaged)
 
     def quarantined(self, limit: int = 1000) -> Operation[list[Quarantined]]:
         """Up to ``limit`` index entries that claims dropped as damaged."""

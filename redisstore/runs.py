@@ -30,12 +30,30 @@ MAX_RECORD = 1 << 20
 MAX_RECORD_CEILING = 8 << 20
 
 
+#: Longest id, owner, dependency or poll key, in UTF-8 bytes (the scripts check it too): a
+#: run's stored header holds several of them and has a bounded length.
+MAX_TEXT = 65_536
+
+
 def check_text(name: str, value: object, *, empty: bool = False) -> str:
-    """A str argument, non-empty unless ``empty``: TypeError / ValueError otherwise."""
+    """A str argument, non-empty unless ``empty``, at most MAX_TEXT bytes of UTF-8 (which
+    it must encode to): TypeError / ValueError otherwise."""
     if not isinstance(value, str):
         raise TypeError(f"{name} must be a str, not {type(value).__name__}")
     if not value and not empty:
         raise ValueError(f"{name} must not be empty")
+    if len(value) > MAX_TEXT // 4:  # only then can the UTF-8 be over the cap
+        try:
+            size = len(value.encode())
+        except UnicodeEncodeError as exc:
+            raise ValueError(f"{name} is not encodable as UTF-8: {exc}") from None
+        if size > MAX_TEXT:
+            raise ValueError(f"{name} is {size} bytes of UTF-8, over the cap of {MAX_TEXT}")
+    elif not value.isascii():
+        try:
+            value.encode()
+        except UnicodeEncodeError as exc:
+            raise ValueError(f"{name} is not encodable as UTF-8: {exc}") from None
     return value
 
 
@@ -154,6 +172,30 @@ class Quarantined:
     index: str
     run: str
     reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Migrated:
+    """What a store's ``migrate()`` did: runs ``moved`` to the current layout, ``damaged``
+    runs left as they were (``quarantined()`` lists them under the index ``"migrate"``), and
+    the ``steps`` (one bounded script each) it took."""
+
+    moved: int = 0
+    damaged: int = 0
+    steps: int = 0
+
+    def then(self, step: tuple[int, bool, int]) -> Migrated:
+        """This report after one more step (moved, done, damaged)."""
+        return Migrated(self.moved + step[0], self.damaged + step[2], self.steps + 1)
+
+
+#: Keys one migration step visits (SCAN COUNT); docs/runs.md gives the cost.
+MIGRATE_COUNT = 200
+
+
+def check_migrate_count(count: object) -> int:
+    """A migration step's SCAN COUNT: an int in [1, 1000]."""
+    return check_int("count", count, minimum=1, maximum=1000)
 
 
 # ---------------------------------------------------------------------------- readiness

@@ -1,18 +1,108 @@
-"""The Lua scripts, one per operation, read from the ``lua/`` folder.
+"""The Lua scripts, one per operation, read from the ``lua/`` folder, and how they are built.
 
 In a wheel the folder ships as ``redisstore/lua``; in a source checkout it is the top-level
-``lua/``. Each script is sent with the shared fragments of ``_lib.lua`` in front, and is
-called by its SHA1 (EVALSHA); the shells load it only after a NOSCRIPT.
+``lua/``. Each script is called by its SHA1 (EVALSHA); the shells load it only after a
+NOSCRIPT.
+
+**The build.** A script file (``run_insert.lua``) is a header and a body. What the server gets
+is, in this order: ``if redis.replicate_commands then ... end``; the fragments of its lib
+(``_lib.lua`` for the run store, ``_repo_lib.lua`` for the repository) that it includes,
+together with the fragments those use, in the lib's order; then the whole file. A *fragment*
+is one top-level ``local`` definition of the lib (``local function now_ms``, ``local P =``,
+``local A, B = ...`` defines both), with the comment lines right above it, up to the next
+one: its comment travels with it. A script carries only the fragments it uses: the server
+runs every one it is sent, on each call.
+
+**The header** is the run of ``--`` lines at the top of a script. Its fields, in this order::
+
+    -- run_insert: one line saying what the script does.
+    -- KEYS[1]  P.."r:"..run      KEYS[2] P.."leases"      (one or more KEYS[i] entries)
+    -- ARGV[1]  key prefix        ARGV[2] run              (one or more ARGV[i] entries)
+    -- Reply    {OK} | {EXISTS} ...                         (what it answers)
+    -- Also touches, undeclared (same hash tag): P.."d:"..dep   (or `Also reads`; optional)
+    --- @include arg_text, arg_int, load
+    --- @include commit, OK, CORRUPT
+
+``KEYS[i]`` entries name each key the caller sends as a key expression: ``P`` (the prefix,
+``ARGV[1]``, ``"{namespace}:"``), ``..`` and string literals or a name (``run``) that some
+``ARGV`` entry of the header describes (a description that says ``not read`` marks a key
+sent only to name the slot). A script touches no key outside its KEYS but the ones it derives
+from ``P`` while it runs (a claimed run, a dependency's waiters), which its ``Also touches``
+field (``Also reads`` when it only reads them) says: every key shares the hash tag
+``{namespace}``, so all of them are in the cluster slot of its KEYS (a cluster serves a
+script only keys of that slot). tests/test_scripts.py holds every header to the keys its
+operations send and touch.
+
+``--- @include`` lines (one or more; names separated by commas or spaces; a bare
+``--- @include`` says the script uses no fragment) name every lib definition the body uses
+directly: functions, constants and the reply codes alike. The lib's own fragments find their
+dependencies by use instead: a fragment's dependencies are in its own few lines, where a
+declared list would only go stale while the lib is reworked, and the build resolves them
+exactly (an include brings in what it uses, transitively).
+
+**The checks** (:func:`load` raises :class:`BuildError`, listing every problem at once, when
+the package is imported): a body that uses a lib name it does not include, includes one it
+does not use or one the lib does not define, uses a name that neither the lib nor Lua defines
+(a fragment renamed under it), or declares a local of a lib name's; a lib fragment that uses a
+name defined below it (a Lua local is visible only after its definition) or defined nowhere,
+a name defined twice, or a generated name defined by hand.
+
+**Generated definitions.** The reply codes are named once, in :class:`Code`; the build writes
+them into the scripts as one Lua ``local`` line (:data:`GENERATED`). ``_lib.lua`` must not
+define them; ``_repo_lib.lua`` may still carry that line by hand, checked to be exactly the
+generated one (:data:`MAY_DEFINE`).
+
+**Line mapping.** :attr:`Script.lines` maps each line of the source sent to the file and line
+it came from; :meth:`Script.map_error` rewrites a server's ``user_script:104`` (Redis,
+Valkey, 6.2's wrapped form) or fakeredis' ``[string "..."]:104`` as ``_lib.lua:142``, which
+the driver does in the error a caller sees.
 """
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import re
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from enum import IntEnum
+from functools import lru_cache
 from importlib import resources
 from importlib.abc import Traversable
 from pathlib import Path
+
+
+class Code(IntEnum):
+    """A run script's reply status code. The build writes the same names and values into the
+    run store's scripts (see :data:`GENERATED`): they are defined here only."""
+
+    OK = 0
+    NOT_FOUND = 1
+    EXISTS = 2
+    CONFLICT = 3
+    REFUSED = 4
+    CORRUPT = 7
+    TOO_NEW = 8
+
+
+#: The Lua definitions the build writes into each lib, from Python: each enum becomes one
+#: fragment ``local NAME, ... = value, ...`` ahead of the lib's own, and the lib must not
+#: define those names itself...
+GENERATED: dict[str, tuple[type[IntEnum], ...]] = {"_lib": (Code,), "_repo_lib": (Code,)}
+#: ...but for the libs here, which may still carry that line by hand: the build then checks
+#: that it is exactly the generated line (same names, order and values) and sends the lib's.
+MAY_DEFINE = frozenset({"_repo_lib"})
+
+#: The line of every script before its fragments. Redis 5.x/6.x with lua-replicate-commands
+#: off replicate a script by its source, and refuse a write after TIME; this switches to
+#: effects replication (the only mode since 7.0, where the function is gone or a no-op;
+#: fakeredis lacks it).
+PRELUDE = "if redis.replicate_commands then redis.replicate_commands() end\n"
+
+
+class BuildError(Exception):
+    """Scripts whose headers and bodies disagree, or a lib that cannot be composed: each
+    line of the message is one problem, as ``file.lua:line: what to fix``."""
 
 
 def lua_dir() -> Traversable:
@@ -25,92 +115,458 @@ def lua_dir() -> Traversable:
 
 @dataclass(frozen=True, slots=True)
 class Script:
-    """One operation's script: its name, full source and the SHA1 that EVALSHA names."""
+    """One operation's script: its name, full source and the SHA1 that EVALSHA names.
+
+    ``lines[i]`` is the (file, line) that line ``i + 1`` of ``source`` came from.
+    """
 
     name: str
     source: bytes = field(repr=False)
     sha: str
+    lines: tuple[tuple[str, int], ...] = field(default=(), repr=False, compare=False)
+
+    def where(self, line: int) -> str:
+        """``file.lua:line`` of line ``line`` (from 1) of the source sent (for a line it
+        does not have, ``name(composed):line``)."""
+        if 1 <= line <= len(self.lines):
+            file, at = self.lines[line - 1]
+            return f"{file}:{at}"
+        return f"{self.name}(composed):{line}"
+
+    def map_error(self, text: str) -> str:
+        """An error text with each position in the source sent (``user_script:104``,
+        ``@user_script: 104``, fakeredis' ``[string "<python>"]:104``) written as the file
+        and line it came from (``_lib.lua:142``)."""
+        return _POSITION.sub(lambda m: self.where(int(m.group(1) or m.group(2))), text)
 
 
-# A fragment is one top-level `local` definition of a lib file (with the comment lines right
-# above it), up to the next one. `local A, B = ...` defines both names.
-_FRAGMENT = re.compile(rb"^(?:--[^\n]*\n)*local (?:function )?([A-Za-z_]\w*(?:, [A-Za-z_]\w*)*)",
-                       re.M)
-_WORD = re.compile(rb"[A-Za-z_]\w*")
-_COMMENT = re.compile(rb"--[^\n]*")
+_POSITION = re.compile(r'@?user_script: ?(\d+)|\[string "[^"\n]*"\]:(\d+)')
 
 
-def _words(source: bytes) -> set[bytes]:
-    return set(_WORD.findall(_COMMENT.sub(b"", source)))
+# ---------------------------------------------------------------------------- reading Lua
+
+_LEX = re.compile(r"""
+    (?P<comment>--\[(?P<ceq>=*)\[.*?\](?P=ceq)\]|--[^\n]*)
+  | (?P<string>\[(?P<seq>=*)\[.*?\](?P=seq)\]|"(?:\\.|[^"\\\n])*"|'(?:\\.|[^'\\\n])*')
+  | (?P<number>(?:\d|\.\d)(?:[eE][+-]|[\w.])*)
+  | (?P<name>[A-Za-z_]\w*)
+  | (?P<op>\.\.\.|\.\.|==|~=|<=|>=|[^\s\w])
+""", re.X | re.S)
+
+_KEYWORDS = frozenset({
+    "and", "break", "do", "else", "elseif", "end", "false", "for", "function", "if", "in",
+    "local", "nil", "not", "or", "repeat", "return", "then", "true", "until", "while",
+})
+
+#: The globals of a Redis script (Lua 5.1 and the server's libraries).
+LUA_GLOBALS = frozenset({
+    "_G", "_VERSION", "assert", "collectgarbage", "dofile", "error", "gcinfo", "getfenv",
+    "getmetatable", "ipairs", "load", "loadfile", "loadstring", "module", "newproxy", "next",
+    "pairs", "pcall", "print", "rawequal", "rawget", "rawset", "require", "select", "setfenv",
+    "setmetatable", "tonumber", "tostring", "type", "unpack", "xpcall", "coroutine", "debug",
+    "math", "os", "string", "table", "bit", "cjson", "cmsgpack", "struct", "redis", "KEYS",
+    "ARGV",
+})
 
 
-def fragments(lib: bytes) -> list[tuple[bytes, bytes]]:
-    """A lib file's fragments as (name, source), in file order (its header is dropped). A
-    fragment defining several names is listed once per name, with the same source."""
-    starts = list(_FRAGMENT.finditer(lib))
-    ends = [m.start() for m in starts[1:]] + [len(lib)]
-    return [(name, lib[m.start():end].rstrip() + b"\n")
-            for m, end in zip(starts, ends, strict=True)
-            for name in m.group(1).split(b", ")]
+@dataclass
+class Names:
+    """The names a piece of Lua uses freely (not as a field, a table key or a declaration)
+    and the names it declares (locals, parameters, loop variables): name -> first line."""
+
+    used: dict[str, int] = field(default_factory=dict)
+    declared: dict[str, int] = field(default_factory=dict)
 
 
-def used_fragments(lib: bytes, body: bytes) -> bytes:
-    """The fragments of ``lib`` that ``body`` uses, directly or through another fragment.
+def _tokens(text: str, line: int) -> Iterator[tuple[str, str, int]]:
+    pos = 0
+    for m in _LEX.finditer(text):
+        line += text.count("\n", pos, m.start())
+        pos = m.start()
+        kind = m.lastgroup  # the outer group: it closes after the one nested in it
+        if kind != "comment":
+            yield kind or "", m.group(), line
 
-    Every fragment a script sends is code the server runs on each call (it defines the
-    functions anew), so a script carries only what it calls.
+
+def names(text: str, line: int = 1) -> Names:
+    """What ``text`` (Lua starting at ``line``) uses and declares.
+
+    Scopes are not followed: a name declared anywhere counts as declared.
     """
-    parts = fragments(lib)
-    needed: set[bytes] = set()
-    words = _words(body)
-    while True:
-        more = {name for name, _ in parts if name in words} - needed
-        if not more:
+    toks = list(_tokens(text, line))
+    out = Names()
+    n = len(toks)
+
+    def at(j: int) -> str:
+        return toks[j][1] if j < n else ""
+
+    def is_name(j: int) -> bool:
+        return j < n and toks[j][0] == "name" and toks[j][1] not in _KEYWORDS
+
+    def declare(j: int) -> None:
+        out.declared.setdefault(toks[j][1], toks[j][2])
+
+    def name_list(j: int) -> int:
+        while is_name(j):
+            declare(j)
+            j += 1
+            if at(j) != ",":
+                break
+            j += 1
+        return j
+
+    def params(j: int) -> int:
+        if at(j) != "(":
+            return j
+        j = name_list(j + 1)
+        if at(j) == "...":
+            j += 1
+        return j + 1 if at(j) == ")" else j
+
+    brackets: list[str] = []
+    i = 0
+    while i < n:
+        kind, tok, ln = toks[i]
+        if kind == "op":
+            if tok in "([{":
+                brackets.append(tok)
+            elif tok in ")]}" and brackets:
+                brackets.pop()
+        elif kind == "name" and tok == "local":
+            if at(i + 1) == "function" and is_name(i + 2):
+                declare(i + 2)
+                i = params(i + 3)
+            else:
+                i = name_list(i + 1)
+            continue
+        elif kind == "name" and tok == "function":
+            j = i + 1
+            if is_name(j):  # function a.b:c(...): a is a use, the rest fields
+                out.used.setdefault(toks[j][1], toks[j][2])
+                j += 1
+                while at(j) in (".", ":") and is_name(j + 1):
+                    if at(j) == ":":  # a method: `self` is its first parameter
+                        out.declared.setdefault("self", toks[j][2])
+                    j += 2
+            i = params(j)
+            continue
+        elif kind == "name" and tok == "for":
+            i = name_list(i + 1)
+            continue
+        elif kind == "name" and tok not in _KEYWORDS:
+            prev = toks[i - 1] if i else ("", "", 0)
+            field_access = prev[0] == "op" and prev[1] in (".", ":")
+            table_key = (bool(brackets) and brackets[-1] == "{" and prev[1] in ("{", ",", ";")
+                         and at(i + 1) == "=")
+            if not (field_access or table_key):
+                out.used.setdefault(tok, ln)
+        i += 1
+    return out
+
+
+# ---------------------------------------------------------------------------- libs
+
+@dataclass(frozen=True)
+class Fragment:
+    """One top-level definition of a lib, with the comment lines right above it."""
+
+    names: tuple[str, ...]
+    source: str
+    #: The lib line the fragment's first line is (0 for a generated one).
+    line: int
+    file: str
+    scan: Names
+
+
+@dataclass(frozen=True)
+class Lib:
+    """A lib file split into fragments, with the problems found in it."""
+
+    name: str
+    fragments: tuple[Fragment, ...]
+    #: name -> the fragment that defines it.
+    defines: dict[str, Fragment]
+    problems: tuple[str, ...]
+
+    def needs(self, fragment: Fragment) -> set[str]:
+        """The lib names ``fragment`` uses (over-approximated: every use counts, even of a
+        local of its own with a lib name; at worst a fragment too many is sent)."""
+        return set(fragment.scan.used) & set(self.defines) - set(fragment.names)
+
+    def closure(self, wanted: Iterable[str]) -> list[Fragment]:
+        """The fragments defining ``wanted`` and everything they use, in lib order."""
+        chosen: set[int] = set()
+        todo = [self.defines[n] for n in wanted if n in self.defines]
+        while todo:
+            frag = todo.pop()
+            if id(frag) in chosen:
+                continue
+            chosen.add(id(frag))
+            todo.extend(self.defines[n] for n in self.needs(frag))
+        return [f for f in self.fragments if id(f) in chosen]
+
+
+# A fragment starts at a top-level `local` (with the comment lines right above it) and runs
+# up to the next one. `local A, B = ...` defines both names.
+_FRAGMENT = re.compile(r"^(?:--[^\n]*\n)*local (?:function )?([A-Za-z_]\w*(?:, *[A-Za-z_]\w*)*)",
+                       re.M)
+
+
+def generated_line(enum: type[IntEnum]) -> str:
+    """The Lua ``local`` line that defines ``enum``'s names as its values."""
+    members = list(enum)
+    return (f"local {', '.join(m.name for m in members)} = "
+            f"{', '.join(str(int(m)) for m in members)}")
+
+
+def _generated(enum: type[IntEnum]) -> Fragment:
+    source = (f"-- Generated by redisstore.scripts from its {enum.__name__}: named there only.\n"
+              f"{generated_line(enum)}\n")
+    return Fragment(tuple(m.name for m in enum), source, 1, f"<{enum.__name__}>",
+                    names(source))
+
+
+def _code_only(source: str) -> str:
+    return "\n".join(line for line in source.split("\n")
+                     if line.strip() and not line.startswith("--")).strip()
+
+
+@lru_cache(maxsize=8)
+def parse_lib(name: str, text: str, generated: tuple[type[IntEnum], ...] = (),
+              may_define: bool = False) -> Lib:
+    """Split the lib ``name`` (``text``, the file's content) into fragments, after the
+    ``generated`` ones, and check it. With ``may_define`` the lib may carry a generated
+    line itself, exactly as generated."""
+    file = f"{name}.lua"
+    problems: list[str] = []
+    frags: list[Fragment] = []
+    made = {n: enum for enum in generated for n in enum.__members__}
+    by_hand: set[type[IntEnum]] = set()
+    starts = list(_FRAGMENT.finditer(text))
+    ends = [m.start() for m in starts[1:]] + [len(text)]
+    for m, end in zip(starts, ends, strict=True):
+        line = text.count("\n", 0, m.start()) + 1
+        source = text[m.start():end].rstrip() + "\n"
+        defined = tuple(n.strip() for n in m.group(1).split(","))
+        def_line = text.count("\n", 0, m.end()) + 1
+        clash = [n for n in defined if n in made]
+        if clash:
+            enum = made[clash[0]]
+            if may_define and _code_only(source) == generated_line(enum):
+                by_hand.add(enum)
+            else:
+                how = (f"it must read exactly `{generated_line(enum)}`, or go"
+                       if may_define else "delete it")
+                problems.append(
+                    f"{file}:{def_line}: defines {', '.join(clash)}, which redisstore.scripts "
+                    f"generates from {enum.__name__}: {how} (the names are defined once, in "
+                    "Python)")
+                continue
+        frags.append(Fragment(defined, source, line, file, names(source, line)))
+    frags[:0] = [_generated(enum) for enum in generated if enum not in by_hand]
+    defines: dict[str, Fragment] = {}
+    for frag in frags:
+        for n in frag.names:
+            if n in defines:
+                problems.append(f"{file}:{frag.line}: defines {n} again (first at "
+                                f"{defines[n].file}:{defines[n].line}): keep one")
+            else:
+                defines[n] = frag
+    order = {id(f): i for i, f in enumerate(frags)}
+    for frag in frags:
+        own = frag.scan.declared
+        for n, ln in sorted(frag.scan.used.items(), key=lambda kv: kv[1]):
+            if n in own:
+                continue
+            if n in defines:
+                other = defines[n]
+                if order[id(other)] > order[id(frag)]:
+                    problems.append(
+                        f"{file}:{ln}: {frag.names[0]} uses {n}, which is defined below it "
+                        f"({other.file}:{other.line}): a Lua local is visible only after its "
+                        f"definition, so move {n} above {frag.names[0]}")
+            elif n not in LUA_GLOBALS:
+                problems.append(f"{file}:{ln}: {frag.names[0]} uses {n}, which neither "
+                                f"{file} nor Lua defines")
+    return Lib(name, tuple(frags), defines, tuple(problems))
+
+
+# ---------------------------------------------------------------------------- scripts
+
+_INCLUDE = re.compile(r"^---[ \t]*@include\b(.*)$")
+_ALMOST = re.compile(r"^-+[ \t]*@?include\b")
+
+
+def header_lines(text: str) -> list[str]:
+    """A script's header: the run of ``--`` lines at its top."""
+    head = []
+    for line in text.split("\n"):
+        if not line.startswith("--"):
             break
-        needed |= more
-        for name, source in parts:
-            if name in more:
-                words |= _words(source)
-    chosen: list[bytes] = []
-    for name, source in parts:
-        if name in needed and source not in chosen:
-            chosen.append(source)
-    return b"".join(chosen)
+        head.append(line)
+    return head
 
 
-def load(name: str, lib: str = "_lib") -> Script:
-    """Read ``lua/<name>.lua`` with the fragments of ``lua/<lib>.lua`` that it uses in front."""
-    folder = lua_dir()
-    body = (folder / f"{name}.lua").read_bytes()
-    # Redis 5.x/6.x with lua-replicate-commands off replicate a script by its source, and
-    # refuse a write after TIME; this switches to effects replication (the only mode since
-    # 7.0, where the function is gone or a no-op; fakeredis lacks it).
-    source = (b"if redis.replicate_commands then redis.replicate_commands() end\n"
-              + used_fragments((folder / f"{lib}.lua").read_bytes(), body) + b"\n" + body)
-    return Script(name, source, hashlib.sha1(source).hexdigest())
+def includes(name: str, text: str) -> tuple[dict[str, int], list[str]]:
+    """The names a script's header includes (name -> line) and the problems of its
+    ``--- @include`` lines."""
+    file = f"{name}.lua"
+    head = len(header_lines(text))
+    found: dict[str, int] = {}
+    problems: list[str] = []
+    seen_line = False
+    for ln, line in enumerate(text.split("\n"), 1):
+        m = _INCLUDE.match(line)
+        if m is None:
+            if _ALMOST.match(line):
+                problems.append(f"{file}:{ln}: `{line.strip()}`: an include line starts "
+                                "`--- @include` (three dashes, an at sign)")
+            continue
+        if ln > head:
+            problems.append(f"{file}:{ln}: a `--- @include` line below the header: includes "
+                            "belong to the header, the comment lines at the top")
+            continue
+        seen_line = True
+        rest = m.group(1)
+        if not re.fullmatch(r"[\sA-Za-z0-9_,]*", rest):
+            problems.append(f"{file}:{ln}: `{line.strip()}`: an include line is "
+                            "`--- @include name, name, ...` (lib names, commas or spaces)")
+        for n in re.findall(r"[A-Za-z_]\w*", rest):
+            if n in found:
+                problems.append(f"{file}:{ln}: includes {n} twice (also line {found[n]})")
+            found.setdefault(n, ln)
+    if not seen_line:
+        problems.append(f"{file}:1: no `--- @include` line in the header")
+    return found, problems
 
 
-RUN_NOW = load("run_now")
-RUN_GET = load("run_get")
-RUN_INSERT = load("run_insert")
-RUN_COMPARE_AND_SET = load("run_compare_and_set")
-RUN_RENEW = load("run_renew")
-RUN_CLAIM_EXPIRED = load("run_claim_expired")
-RUN_CLAIM_READY = load("run_claim_ready")
-RUN_REFRESH = load("run_refresh")
-RUN_QUARANTINED = load("run_quarantined")
+def _suggest(name: str, known: Iterable[str]) -> str:
+    close = difflib.get_close_matches(name, list(known), n=1)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
+def _include_lines(wanted: Iterable[str], lib: Lib) -> str:
+    names_in_order = sorted(set(wanted), key=lambda n: (lib.defines[n].line, n))
+    out, line = [], "--- @include"
+    for n in names_in_order:
+        if len(line) + len(n) + 2 > 92:
+            out.append(line.rstrip(","))
+            line = "--- @include"
+        line += f" {n},"
+    out.append(line.rstrip(","))
+    return "\n".join(out)
+
+
+def check(name: str, text: str, lib: Lib) -> list[str]:
+    """The problems of script ``name`` (``text``, its file) against ``lib``."""
+    file, libfile = f"{name}.lua", f"{lib.name}.lua"
+    wanted, problems = includes(name, text)
+    scan = names(text)
+    uses = {n: ln for n, ln in scan.used.items() if n in lib.defines}
+    for n, ln in sorted(scan.declared.items(), key=lambda kv: kv[1]):
+        if n in lib.defines:
+            problems.append(f"{file}:{ln}: declares {n}, a name {libfile} defines: rename this "
+                            "local (the header cannot tell the two apart)")
+    for n, ln in sorted(scan.used.items(), key=lambda kv: kv[1]):
+        if n not in lib.defines and n not in LUA_GLOBALS and n not in scan.declared:
+            problems.append(f"{file}:{ln}: uses {n}, which neither {libfile} nor Lua defines"
+                            f"{_suggest(n, lib.defines)}")
+    for n, ln in sorted(uses.items(), key=lambda kv: kv[1]):
+        if n not in wanted and n not in scan.declared:
+            frag = lib.defines[n]
+            problems.append(f"{file}:{ln}: uses {n} ({frag.file}:{frag.line}), which its "
+                            "header does not include")
+    for n, ln in sorted(wanted.items(), key=lambda kv: kv[1]):
+        if n not in lib.defines:
+            problems.append(f"{file}:{ln}: includes {n}, which {libfile} does not define"
+                            f"{_suggest(n, lib.defines)}")
+        elif n not in uses:
+            problems.append(f"{file}:{ln}: includes {n}, which the script does not use")
+    if problems:
+        used = [n for n in uses if n not in scan.declared]
+        problems.append(f"{file}: its header's includes should read:\n"
+                        + _include_lines(used, lib))
+    return problems
+
+
+def compose(name: str, text: str, lib: Lib, wanted: Iterable[str]) -> Script:
+    """Script ``name``: the prelude, the fragments of ``lib`` that ``wanted`` needs, then
+    ``text``; with the line map."""
+    parts: list[tuple[str, str, int]] = [(PRELUDE, "<prelude>", 1)]
+    parts += [(f.source, f.file, f.line) for f in lib.closure(wanted)]
+    parts.append((text if text.endswith("\n") else text + "\n", f"{name}.lua", 1))
+    lines: list[tuple[str, int]] = []
+    for source, file, first in parts:
+        lines += [(file, first + i) for i in range(source.count("\n"))]
+    data = "".join(source for source, _, _ in parts).encode()
+    return Script(name, data, hashlib.sha1(data).hexdigest(), tuple(lines))
+
+
+def read_lib(folder: Traversable, lib: str) -> Lib:
+    """The lib ``lua/<lib>.lua`` of ``folder``, parsed, with its generated fragments."""
+    return parse_lib(lib, (folder / f"{lib}.lua").read_text(encoding="utf-8"),
+                     GENERATED.get(lib, ()), lib in MAY_DEFINE)
+
+
+def load(name: str, lib: str = "_lib", folder: Traversable | None = None) -> Script:
+    """Script ``lua/<name>.lua``, built with the fragments of ``lua/<lib>.lua`` its header
+    includes; raise :class:`BuildError` on any problem of the script or of its lib."""
+    return load_all([(name, lib)], folder)[name]
+
+
+def load_all(specs: Iterable[tuple[str, str]],
+             folder: Traversable | None = None) -> dict[str, Script]:
+    """Every script of ``specs`` (``(name, lib)`` pairs) by name, or one BuildError that
+    lists every problem of all of them and of their libs."""
+    folder = lua_dir() if folder is None else folder
+    problems: list[str] = []
+    libs: dict[str, Lib] = {}
+    out: dict[str, Script] = {}
+    for name, libname in specs:
+        if libname not in libs:
+            libs[libname] = read_lib(folder, libname)
+            problems += libs[libname].problems
+        text = (folder / f"{name}.lua").read_text(encoding="utf-8")
+        found = check(name, text, libs[libname])
+        problems += found
+        if not found:
+            out[name] = compose(name, text, libs[libname], includes(name, text)[0])
+    if problems:
+        raise BuildError("the Lua scripts do not build (redisstore/scripts.py explains the "
+                         "header):\n" + "\n".join(problems))
+    return out
+
+
+RUN_NAMES = ("run_now", "run_get", "run_insert", "run_compare_and_set", "run_renew",
+             "run_claim_expired", "run_claim_ready", "run_refresh", "run_quarantined",
+             "run_migrate")
+REPO_NAMES = ("repo_save", "repo_load", "repo_delete", "repo_list_in_flight",
+              "repo_register_group", "repo_group_exists", "repo_migrate")
+
+_BUILT = load_all([(n, "_lib") for n in RUN_NAMES] + [(n, "_repo_lib") for n in REPO_NAMES])
+
+RUN_NOW = _BUILT["run_now"]
+RUN_GET = _BUILT["run_get"]
+RUN_INSERT = _BUILT["run_insert"]
+RUN_COMPARE_AND_SET = _BUILT["run_compare_and_set"]
+RUN_RENEW = _BUILT["run_renew"]
+RUN_CLAIM_EXPIRED = _BUILT["run_claim_expired"]
+RUN_CLAIM_READY = _BUILT["run_claim_ready"]
+RUN_REFRESH = _BUILT["run_refresh"]
+RUN_QUARANTINED = _BUILT["run_quarantined"]
+RUN_MIGRATE = _BUILT["run_migrate"]
 
 RUN_SCRIPTS = (RUN_NOW, RUN_GET, RUN_INSERT, RUN_COMPARE_AND_SET, RUN_RENEW, RUN_CLAIM_EXPIRED,
-               RUN_CLAIM_READY, RUN_REFRESH, RUN_QUARANTINED)
+               RUN_CLAIM_READY, RUN_REFRESH, RUN_QUARANTINED, RUN_MIGRATE)
 
 # The instance repository's scripts, with their own fragments (lua/_repo_lib.lua).
-REPO_SAVE = load("repo_save", lib="_repo_lib")
-REPO_LOAD = load("repo_load", lib="_repo_lib")
-REPO_DELETE = load("repo_delete", lib="_repo_lib")
-REPO_LIST_IN_FLIGHT = load("repo_list_in_flight", lib="_repo_lib")
-REPO_REGISTER_GROUP = load("repo_register_group", lib="_repo_lib")
-REPO_GROUP_EXISTS = load("repo_group_exists", lib="_repo_lib")
-REPO_MIGRATE = load("repo_migrate", lib="_repo_lib")
+REPO_SAVE = _BUILT["repo_save"]
+REPO_LOAD = _BUILT["repo_load"]
+REPO_DELETE = _BUILT["repo_delete"]
+REPO_LIST_IN_FLIGHT = _BUILT["repo_list_in_flight"]
+REPO_REGISTER_GROUP = _BUILT["repo_register_group"]
+REPO_GROUP_EXISTS = _BUILT["repo_group_exists"]
+REPO_MIGRATE = _BUILT["repo_migrate"]
 
 REPO_SCRIPTS = (REPO_SAVE, REPO_LOAD, REPO_DELETE, REPO_LIST_IN_FLIGHT, REPO_REGISTER_GROUP,
                 REPO_GROUP_EXISTS, REPO_MIGRATE)

@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 from .protocol import Durability, Operation, Shell, check_io
 from .repository import InstanceRecord, Logger, RepositoryOps
 from .runops import RunOps
-from .runs import MAX_RECORD, Current, Discover, Lease, Quarantined
+from .runs import MAX_RECORD, MIGRATE_COUNT, Current, Discover, Lease, Migrated, Quarantined
 from .transport import Transport
 
 T = TypeVar("T")
@@ -80,6 +80,27 @@ class RedisRunStore(Shell[RunOps]):
         """Index entries that claims dropped as damaged (a run missing, of another type, or
         corrupt), with the reason, up to ``limit``; docs/faults.md says how to repair."""
         return self._io.drive(self._ops.quarantined(limit))
+
+    def migrate(self, *, count: int = MIGRATE_COUNT) -> Migrated:
+        """Move the namespace to the newest run layout this library knows, in bounded steps.
+
+        Layout 2 stores each run as one string (about half the memory of layout 1's hash);
+        a namespace stays at layout 1 until this is called. Call it once every node runs a
+        version that knows layout 2: from the first step on, a library that knows only
+        layout 1 refuses the namespace (``Misconfigured``) instead of misreading it, while
+        this one reads both and rewrites each run on its next write. Each step is one
+        script that visits at most ``count`` keys of the server (SCAN) and rewrites at most
+        4 MiB of records; steps go on until a whole pass is done. Safe to run from several
+        nodes at once, to stop and resume (the cursor is kept in the namespace), and on a
+        new namespace. Damaged runs are left as they are and listed by
+        :meth:`quarantined` under the index ``"migrate"``.
+        """
+        report = Migrated()
+        while True:
+            step = self._write(self._ops.migrate_step(count))
+            report = report.then(step)
+            if step[1]:
+                return report
 
     def _write(self, op: Operation[T]) -> T:
         # The one-time server check runs before the store's first write (after the

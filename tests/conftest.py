@@ -127,12 +127,17 @@ def namespaces(shared_redis: redis.Redis) -> Iterator[list[str]]:
 
 
 class RedisSuite(RunStoreConformance):
-    """The suite on a redis-py client of some server."""
+    """The suite on a redis-py client of some server, in a namespace of run layout
+    ``layout`` (1: as every namespace starts; 2: after ``migrate()``)."""
 
     client: Any
+    layout = 2
 
     def make_store(self, *, discover: Discover | None = None) -> RunStore:
-        return RedisRunStore(self.client, namespace=unique_namespace(), discover=discover)
+        store = RedisRunStore(self.client, namespace=unique_namespace(), discover=discover)
+        if self.layout == 2:
+            store.migrate(count=1000)
+        return store
 
     def reopen(self, store: RunStore, *, discover: Discover | None,
                projection_version: int) -> RunStore:

@@ -46,11 +46,22 @@ class TestFakeRedisRunStore(RedisSuite):
         self.clock.advance(ms)
 
 
+class TestFakeRedisRunStoreLayout1(TestFakeRedisRunStore):
+    """Layout 1 (one hash per run), as a namespace stays until ``migrate()``."""
+
+    layout = 1
+
+
 @pytest.mark.server
 class TestRedis7RunStore(RedisSuite):
     @pytest.fixture(autouse=True)
     def _backend(self, redis7: Server) -> None:
         self.client = redis7.client()
+
+
+@pytest.mark.server
+class TestRedis7RunStoreLayout1(TestRedis7RunStore):
+    layout = 1
 
 
 @pytest.mark.server

@@ -152,6 +152,14 @@ class SideBySide(RuleBasedStateMachine):
     def refresh(self, run: str, version: int) -> None:
         self.both(version, "refresh", run)
 
+    @rule(count=st.sampled_from([1, 3, 1000]))
+    def migrate_step(self, count: int) -> None:
+        """One bounded step of moving the Redis side to layout 2, at any point: a
+        namespace part hashes, part strings answers exactly as memory does."""
+        store = self.sides[1][0]
+        assert isinstance(store, RedisRunStore)
+        store._io.drive(store._ops.migrate_step(count))
+
     @rule(ms=st.sampled_from([1, 5, 20]))
     def advance(self, ms: int) -> None:
         self.ms += ms

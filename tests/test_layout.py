@@ -1,0 +1,265 @@
+"""Run layouts: a namespace starts at layout 1 (one hash per run) and ``migrate()`` moves it
+to layout 2 (one string per run: record, header, trailer), in bounded steps, while the store
+is in use; a library that knows only layout 1 then refuses the namespace; a damaged layout 2
+value is corrupt, never misread."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+import redis
+from servers import unique_namespace
+
+from redisstore import (
+    At,
+    Claim,
+    Conflict,
+    Corrupt,
+    Free,
+    Held,
+    Hold,
+    Migrated,
+    Quarantined,
+    RedisRunStore,
+    Release,
+    StoreError,
+    scripts,
+)
+from redisstore.keys import Keyspace
+
+LONG = 600_000
+
+
+def dump(client: redis.Redis, namespace: str) -> dict[bytes, Any]:
+    return {key: client.dump(key) for key in client.scan_iter(match=f"{{{namespace}}}:*")}
+
+
+def kinds(client: redis.Redis, namespace: str) -> set[bytes]:
+    """The key types of the namespace's runs."""
+    keys = Keyspace(namespace)
+    return {client.type(k) for k in client.scan_iter(match=keys.run("*"))}
+
+
+def populated(client: redis.Redis, runs: int = 12) -> RedisRunStore:
+    """A layout 1 namespace with runs in every state: held, free, ready, waiting."""
+    store = RedisRunStore(client, namespace=unique_namespace(),
+                          discover=lambda r: At(0) if r.startswith(b"ready") else None)
+    for i in range(runs):
+        if i % 3 == 0:
+            store.insert(f"r{i}", f"held {i}".encode(), Claim("node-a", LONG))
+        elif i % 3 == 1:
+            store.insert(f"r{i}", f"ready {i}".encode(), Release())
+        else:
+            store.insert(f"r{i}", f"free {i}".encode(), Release())
+    return store
+
+
+def test_a_namespace_stays_at_layout_1_until_migrated(client: redis.Redis) -> None:
+    store = populated(client)
+    assert kinds(client, store.namespace) == {b"hash"}
+    before = {f"r{i}": store.get(f"r{i}") for i in range(12)}
+    report = store.migrate(count=1000)
+    assert (report.moved, report.damaged) == (12, 0)
+    assert kinds(client, store.namespace) == {b"string"}
+    assert {f"r{i}": store.get(f"r{i}") for i in range(12)} == before
+    # Done: a second call is one step that moves nothing.
+    assert store.migrate() == Migrated(0, 0, 1)
+    assert sorted(store.claim_ready("node-b", LONG, 10)) == ["r1", "r10", "r4", "r7"]
+
+
+def test_migration_goes_in_bounded_steps(client: redis.Redis) -> None:
+    store = populated(client, runs=30)
+    report = store.migrate(count=1)
+    assert report.moved == 30
+    assert report.steps > 1
+    assert kinds(client, store.namespace) == {b"string"}
+
+
+def test_a_step_moves_at_most_4_mib_of_records_but_always_one_run(client: redis.Redis) -> None:
+    store = RedisRunStore(client, namespace=unique_namespace(),
+                          max_record_bytes=8 * 1024 * 1024)
+    big = b"x" * (3 * 1024 * 1024)
+    for i in range(3):
+        store.insert(f"big{i}", big + bytes([i]), Release())
+    report = store.migrate(count=1000)
+    assert report.moved == 3
+    assert report.steps >= 3  # 3 MiB + 3 MiB is over one step's 4 MiB
+    assert store.get("big2").record == big + b"\x02"
+
+
+def test_a_library_that_knows_only_layout_1_refuses_a_migrated_namespace(
+        client: redis.Redis) -> None:
+    store = populated(client)
+    keys = Keyspace(store.namespace)
+    # The same script as a library of layout 1 sends it: its check_layout refuses newer.
+    old = scripts.Script("run_get_v1", scripts.RUN_GET.source.replace(
+        b"local LAYOUT = 2", b"local LAYOUT = 1"), "")
+    assert old.source != scripts.RUN_GET.source
+
+    def old_get(run: str) -> Any:
+        return client.eval(old.source, 2, keys.run(run), keys.meta, keys.prefix, run)
+
+    assert old_get("r2")[0] == 0  # layout 1: read as before
+    store.migrate(count=1)
+    assert old_get("r2")[:2] == [8, 2]  # TOO_NEW, layout 2: refused, never misread
+
+
+def test_a_damaged_run_is_left_and_listed_and_the_others_move(client: redis.Redis) -> None:
+    store = populated(client)
+    keys = Keyspace(store.namespace)
+    client.hset(keys.run("r5"), "rev", "nan")
+    report = store.migrate()
+    assert (report.moved, report.damaged) == (11, 1)
+    assert Quarantined("migrate", "r5", "rev") in store.quarantined()
+    assert client.type(keys.run("r5")) == b"hash"
+    with pytest.raises(Corrupt):
+        store.get("r5")
+    assert store.get("r4").record == b"ready 4"
+
+
+def test_only_the_namespaces_own_keys_move_even_with_glob_characters(
+        client: redis.Redis) -> None:
+    base = unique_namespace()
+    tricky = RedisRunStore(client, namespace=base + "*[ab]?\\")
+    other = RedisRunStore(client, namespace=base + "Xa?\\")
+    tricky.insert("r", b"mine", Release())
+    other.insert("r", b"theirs", Release())
+    assert tricky.migrate().moved == 1
+    assert client.type(Keyspace(other.namespace).run("r")) == b"hash"
+    assert client.type(Keyspace(tricky.namespace).run("r")) == b"string"
+
+
+@pytest.mark.parametrize("owner_length", [1, 150, 400])
+def test_headers_that_grow_and_shrink_read_back_exactly(client: redis.Redis,
+                                                        owner_length: int) -> None:
+    store = RedisRunStore(client, namespace=unique_namespace(),
+                          discover=lambda r: At(0) if r == b"ready" else None)
+    store.migrate()
+    owner = "o" * owner_length
+    store.insert("r", b"ready", Release())
+    assert store.claim_ready(owner, LONG, 1) == ["r"]  # the header grows
+    current = store.get("r")
+    assert current.holder == Held(owner, True) and current.claim is not None
+    assert store.renew(owner, ["r"], LONG) == ["r"]
+    store.compare_and_set("r", 1, b"ready", Release())  # record rewritten, header shrinks
+    assert store.claim_ready("p", LONG, 1) == ["r"]
+    store.compare_and_set("r", 2, b"", Hold("p"))  # an empty record
+    assert store.get("r").record == b""
+    assert store.claim_expired("q", LONG, 1) == []
+    store.compare_and_set("r", 3, b"x" * 300, Release())
+    assert store.get("r").record == b"x" * 300
+    assert store.get("r").holder == Free()
+
+
+DAMAGES = {
+    "truncated": lambda v: v[:-1],
+    "no trailer": lambda v: v[:-3],
+    "trailer digits": lambda v: v[:-1] + b"7",
+    "region too long": lambda v: v[:-3] + b"992",
+    "empty": lambda v: b"",
+    "revision nan": lambda v: v.replace(b"\x001,", b"\x00nan,"),
+    "text overruns": lambda v: v.replace(b",6:node-a,", b",9:node-a,"),
+    "junk in a number": lambda v: v.replace(b",6:node-a,", b",6:node-a,zz"),
+}
+
+
+@pytest.mark.parametrize("damage", sorted(DAMAGES))
+def test_a_damaged_string_is_corrupt_and_never_stops_the_others(client: redis.Redis,
+                                                                 damage: str) -> None:
+    store = RedisRunStore(client, namespace=unique_namespace())
+    store.migrate()
+    keys = Keyspace(store.namespace)
+    for run in ("bad", "good"):
+        store.insert(run, b"\x00", Claim("node-a", 1))
+    value = client.get(keys.run("bad"))
+    assert value is not None
+    damaged = DAMAGES[damage](value)
+    assert damaged != value
+    client.set(keys.run("bad"), damaged)
+    before = dump(client, store.namespace)
+    for call in (lambda: store.get("bad"),
+                 lambda: store.compare_and_set("bad", 1, b"z", Hold("node-a")),
+                 lambda: store.insert("bad", b"z", Release()),
+                 lambda: store.refresh("bad")):
+        with pytest.raises(StoreError):
+            call()
+        assert dump(client, store.namespace) == before
+    assert store.renew("node-a", ["bad"], LONG) == []
+    time.sleep(0.01)  # both leases (1 ms) expire
+    # The expired good run is claimed; the damaged one is quarantined, not a wall.
+    claimed: list[str] = []
+    for _ in range(50):
+        claimed += store.claim_expired("node-b", LONG, 10)
+        if claimed:
+            break
+    assert claimed == ["good"]
+    assert [q.run for q in store.quarantined()] == ["bad"]
+
+
+def test_migration_under_load_loses_no_write(client: redis.Redis) -> None:
+    """Writers chain compare-and-sets on their own runs while a migrator moves the namespace
+    one key per step: every acknowledged write is the run's state at the end."""
+    store = populated(client, runs=0)
+    writers, per_writer, rounds = 4, 5, 25
+    for w in range(writers):
+        for j in range(per_writer):
+            store.insert(f"w{w}-{j}", b"0", Claim(f"node-{w}", LONG))
+    errors: list[BaseException] = []
+    acked: dict[str, tuple[int, bytes]] = {}
+
+    def write(w: int) -> None:
+        try:
+            for n in range(1, rounds + 1):
+                for j in range(per_writer):
+                    run = f"w{w}-{j}"
+                    record = f"{w}:{j}:{n}".encode()
+                    store.compare_and_set(run, n, record, Hold(f"node-{w}"))
+                    acked[run] = (n + 1, record)
+                    if n % 5 == 0:
+                        assert store.renew(f"node-{w}", [run], LONG) == [run]
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=write, args=(w,)) for w in range(writers)]
+    for t in threads:
+        t.start()
+    steps = 0
+    while any(t.is_alive() for t in threads):
+        store.migrate(count=1)
+        steps += 1
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    store.migrate()
+    assert kinds(client, store.namespace) == {b"string"}
+    for run, (revision, record) in acked.items():
+        current = store.get(run)
+        assert (current.revision, current.record) == (revision, record)
+        assert current.holder == Held(f"node-{run[1]}", True)
+    with pytest.raises(Conflict):
+        store.compare_and_set("w0-0", 1, b"stale", Hold("node-0"))
+    assert steps > 0
+
+
+def test_names_over_the_cap_are_refused_in_python_and_in_the_script(
+        client: redis.Redis) -> None:
+    store = RedisRunStore(client, namespace=unique_namespace())
+    store.migrate()
+    keys = Keyspace(store.namespace)
+    huge = "o" * 65_537
+    for call in (lambda: store.insert("r", b"x", Claim(huge, LONG)),
+                 lambda: store.insert(huge, b"x", Release()),
+                 lambda: store.insert("\ud800", b"x", Release())):
+        with pytest.raises(ValueError):
+            call()
+    # A tenant with EVALSHA is refused by the script itself, before it writes.
+    client.script_load(scripts.RUN_INSERT.source)
+    with pytest.raises(redis.ResponseError, match="BADARG"):
+        client.evalsha(scripts.RUN_INSERT.sha, 4, keys.run("r"), keys.leases, keys.ready,
+                       keys.meta, keys.prefix, "r", b"x", "c", huge, LONG, "", "", "", "", 1)
+    assert client.exists(keys.run("r")) == 0
+    store.insert("r", b"x", Claim("o" * 65_536, LONG))  # at the cap: stored and read back
+    assert store.get("r").holder == Held("o" * 65_536, True)

@@ -1,0 +1,720 @@
+"""The Lua build (redisstore/scripts.py): headers name their includes and the loader holds
+them to what the bodies use; a server's line numbers are mapped back to the files; the reply
+codes come from one definition; scripts touch the KEYS they declare and nothing outside
+their slot; every header has its fields in order."""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import re
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import fakeredis
+import pytest
+from redis.crc import key_slot
+from servers import Server, unique_namespace
+
+from redisstore import (
+    At,
+    Changed,
+    Claim,
+    InstanceLease,
+    InstanceRecord,
+    Poll,
+    RedisRepository,
+    RedisRunStore,
+    Release,
+    Status,
+    Unavailable,
+    protocol,
+    runops,
+    scripts,
+)
+from redisstore.keys import Keyspace
+from redisstore.outcomes import ErrorReply
+from redisstore.protocol import Call, ask
+from redisstore.runs import Wait
+from redisstore.transport import Transport
+
+LONG = 600_000
+LUA = Path(str(scripts.lua_dir()))
+
+
+def build(tmp_path: Path, files: dict[str, str], specs: list[tuple[str, str]],
+          ) -> dict[str, scripts.Script]:
+    """Build ``specs`` from ``files`` (name -> Lua text) written to a folder of their own."""
+    for name, text in files.items():
+        (tmp_path / f"{name}.lua").write_text(text)
+    return scripts.load_all(specs, folder=tmp_path)
+
+
+def build_error(tmp_path: Path, files: dict[str, str], specs: list[tuple[str, str]]) -> str:
+    with pytest.raises(scripts.BuildError) as caught:
+        build(tmp_path, files, specs)
+    return str(caught.value)
+
+
+LIB = """-- _t.lua: a test lib.
+
+local P = ARGV[1]
+
+-- a doubles
+local function a(x)
+  return x * 2
+end
+
+local function b(x)
+  return a(x) + 1
+end
+
+local UNUSED = 'c'
+"""
+
+
+def script(body: str, include: str = "--- @include b", name: str = "s") -> str:
+    return (f"-- {name}: a test script.\n-- KEYS[1]  P..\"k\"\n-- ARGV[1]  key prefix\n"
+            f"-- Reply    a number\n{include}\n{body}")
+
+
+# ---------------------------------------------------------------------------- the build
+
+
+def test_an_include_brings_what_it_uses_in_lib_order_and_nothing_else(tmp_path: Path) -> None:
+    built = build(tmp_path, {"_t": LIB, "s": script("return b(1)\n")}, [("s", "_t")])
+    source = built["s"].source.decode()
+    assert source.startswith(scripts.PRELUDE)
+    assert "-- a doubles\nlocal function a" in source  # its comment travels with it
+    assert source.index("local function a") < source.index("local function b")
+    assert "UNUSED" not in source and "local P" not in source
+
+
+def test_the_shipped_scripts_carry_what_they_use_and_only_that() -> None:
+    """Every lib name a sent fragment uses is sent; every fragment sent is included by the
+    header or used by another one sent."""
+    for script_ in (*scripts.RUN_SCRIPTS, *scripts.REPO_SCRIPTS):
+        lib = scripts.read_lib(scripts.lua_dir(), "_lib" if script_.name.startswith("run_")
+                               else "_repo_lib")
+        wanted, problems = scripts.includes(script_.name,
+                                            (LUA / f"{script_.name}.lua").read_text())
+        assert problems == []
+        source = script_.source.decode()
+        sent = [f for f in lib.fragments if f.source in source]
+        names_sent = {n for f in sent for n in f.names}
+        assert set(wanted) <= names_sent, script_.name
+        for frag in sent:
+            assert set(frag.scan.used) & set(lib.defines) <= names_sent, (script_.name,
+                                                                          frag.names)
+            assert set(frag.names) & set(wanted) or any(
+                set(frag.names) & set(other.scan.used) for other in sent if other is not frag
+            ), (script_.name, frag.names, "sent but not used")
+
+
+@pytest.mark.parametrize(("body", "include", "expected"), [
+    ("return a(1) + b(2)\n", "--- @include b", r"s\.lua:6: uses a \(_t\.lua:5\), which its "
+                                                r"header does not include"),
+    ("return b(2)\n", "--- @include a, b", r"s\.lua:5: includes a, which the script does not "
+                                           r"use"),
+    ("return b(2)\n", "--- @include b, bb", r"s\.lua:5: includes bb, which _t\.lua does not "
+                                            r"define \(did you mean b\?\)"),
+    ("return b(2)\n", "-- (no include line)", r"s\.lua:1: no `--- @include` line"),
+    ("return b(2)\n--- @include b\n", "--- @include b", r"s\.lua:7: a `--- @include` line "
+                                                        r"below the header"),
+    ("return bb(2)\n", "--- @include", r"s\.lua:6: uses bb, which neither _t\.lua nor Lua "
+                                       r"defines \(did you mean b\?\)"),
+    ("local a = 1\nreturn b(a)\n", "--- @include b", r"s\.lua:6: declares a, a name _t\.lua "
+                                                     r"defines"),
+    ("return b(2)\n", "--- @include b, b", r"s\.lua:5: includes b twice"),
+    ("return b(2)\n", "--- @include b; a", r"an include line is `--- @include name"),
+    ("return b(2)\n", "-- @include b", r"s\.lua:5: `-- @include b`: an include line starts "
+                                       r"`--- @include`"),
+])
+def test_the_loader_refuses_a_header_that_disagrees_with_the_body(
+        tmp_path: Path, body: str, include: str, expected: str) -> None:
+    message = build_error(tmp_path, {"_t": LIB, "s": script(body, include)}, [("s", "_t")])
+    assert re.search(expected, message), message
+
+
+def test_the_error_says_what_the_includes_should_read(tmp_path: Path) -> None:
+    message = build_error(tmp_path, {"_t": LIB, "s": script("return a(1) + b(2)\n")},
+                          [("s", "_t")])
+    assert message.endswith("s.lua: its header's includes should read:\n--- @include a, b")
+
+
+def test_a_bare_include_says_the_script_uses_no_fragment(tmp_path: Path) -> None:
+    built = build(tmp_path, {"_t": LIB, "s": script("return 1\n", "--- @include")},
+                  [("s", "_t")])
+    assert built["s"].source.decode() == scripts.PRELUDE + script("return 1\n",
+                                                                  "--- @include")
+
+
+def test_fields_strings_comments_and_table_keys_are_no_uses(tmp_path: Path) -> None:
+    body = ("local t = {a = 1, ['b'] = 2}\n-- a(1)\nlocal s = 'a' .. \"b\" .. [[a]]\n"
+            "--[[ b(1) ]]\nreturn t.a + t:b() + #s + b(1)\n")
+    build(tmp_path, {"_t": LIB, "s": script(body)}, [("s", "_t")])
+
+
+def test_names_tells_uses_from_declarations_fields_and_keys() -> None:
+    scan = scripts.names("local t = {}\nfunction t:m(a)\n  return self.x + a + g\nend\n"
+                         "local function f(x, ...)\n  for k, v in pairs(x) do print(k, v) end\n"
+                         "  for i = 1, 3 do print(i) end\n"
+                         "  return {k = 1, [2] = h}, x.y, x:z(w), 'q', 0x1f, 1e3\nend\n", 10)
+    assert sorted(scan.used) == ["a", "g", "h", "i", "k", "pairs", "print", "self", "t", "v",
+                                 "w", "x"]
+    assert sorted(scan.declared) == ["a", "f", "i", "k", "self", "t", "v", "x"]
+    assert scan.used["g"] == 12 and scan.declared["f"] == 14
+
+
+def test_every_problem_of_every_script_is_reported_at_once(tmp_path: Path) -> None:
+    message = build_error(
+        tmp_path, {"_t": LIB, "s": script("return a(1)\n"),
+                   "u": script("return UNUSED\n", name="u")}, [("s", "_t"), ("u", "_t")])
+    assert "s.lua:6: uses a" in message and "u.lua:6: uses UNUSED" in message
+
+
+@pytest.mark.parametrize(("lib", "expected"), [
+    (LIB.replace("local function b(x)\n  return a(x) + 1", "local function b(x)\n  return "
+                 "c(x) + 1") + "\nlocal function c(x)\n  return x\nend\n",
+     r"_t\.lua:11: b uses c, which is defined below it \(_t\.lua:16\)"),
+    (LIB + "\nlocal function d()\n  return e()\nend\n",
+     r"_t\.lua:17: d uses e, which neither _t\.lua nor Lua defines"),
+    (LIB + "\nlocal function a()\nend\n", r"_t\.lua:16: defines a again \(first at _t\.lua:5"),
+])
+def test_the_loader_refuses_a_lib_that_cannot_work(tmp_path: Path, lib: str,
+                                                   expected: str) -> None:
+    message = build_error(tmp_path, {"_t": lib, "s": script("return b(1)\n")}, [("s", "_t")])
+    assert re.search(expected, message), message
+
+
+# ---------------------------------------------------------------------------- reply codes
+
+
+def test_the_reply_codes_are_one_definition() -> None:
+    assert runops.Code is scripts.Code
+    assert scripts.generated_line(scripts.Code) == (
+        "local " + ", ".join(c.name for c in scripts.Code) + " = "
+        + ", ".join(str(c.value) for c in scripts.Code))
+    lib = (LUA / "_lib.lua").read_text()
+    assert not re.search(r"^local OK\b", lib, re.M), "_lib.lua must not name the codes"
+
+
+def test_a_lib_that_names_the_codes_itself_does_not_build(tmp_path: Path) -> None:
+    lib = LIB + "\nlocal OK, NOT_FOUND = 0, 1\n"
+    message = build_error(tmp_path, {"_lib": lib, "s": script("return b(OK)\n",
+                                                                "--- @include b, OK")},
+                          [("s", "_lib")])
+    assert re.search(r"_lib\.lua:16: defines OK, NOT_FOUND, which redisstore\.scripts "
+                     r"generates from Code: delete it", message), message
+
+
+def test_a_lib_allowed_to_carry_the_codes_must_carry_them_exactly(tmp_path: Path) -> None:
+    exact = LIB + "\n" + scripts.generated_line(scripts.Code) + "\n"
+    files = {"_repo_lib": exact, "s": script("return OK\n", "--- @include OK")}
+    built = build(tmp_path, files, [("s", "_repo_lib")])
+    assert built["s"].lines[1] == ("_repo_lib.lua", 16)  # the lib's own line is sent
+    files["_repo_lib"] = exact.replace("7, 8", "7, 9")
+    message = build_error(tmp_path, files, [("s", "_repo_lib")])
+    assert "it must read exactly `local OK, NOT_FOUND" in message
+
+
+@pytest.mark.parametrize("lib", ["_lib", "_repo_lib"])
+def test_the_scripts_see_the_codes_python_names(tmp_path: Path, lib: str) -> None:
+    """A script of the real lib answers its codes; fakeredis runs it."""
+    (tmp_path / f"{lib}.lua").write_text((LUA / f"{lib}.lua").read_text())
+    names = ", ".join(c.name for c in scripts.Code)
+    (tmp_path / "codes.lua").write_text(
+        f"-- codes: every reply code.\n--- @include {names}\nreturn {{{names}}}\n")
+    built = scripts.load_all([("codes", lib)], folder=tmp_path)["codes"]
+    assert fakeredis.FakeRedis().eval(built.source, 0) == [c.value for c in scripts.Code]
+
+
+# ---------------------------------------------------------------------------- line mapping
+
+
+def test_every_line_sent_maps_to_the_line_it_came_from() -> None:
+    generated = {f"<{e.__name__}>": e for enums in scripts.GENERATED.values() for e in enums}
+    for script_ in (*scripts.RUN_SCRIPTS, *scripts.REPO_SCRIPTS):
+        sent = script_.source.decode().split("\n")
+        assert len(script_.lines) == len(sent) - 1  # the source ends with a newline
+        for text, (file, line) in zip(sent, script_.lines, strict=False):
+            if file == "<prelude>":
+                origin = scripts.PRELUDE.split("\n")
+            elif file in generated:
+                origin = scripts._generated(generated[file]).source.split("\n")
+            else:
+                origin = (LUA / file).read_text().split("\n")
+            assert origin[line - 1] == text, (script_.name, file, line)
+
+
+@pytest.mark.parametrize("text", [
+    "user_script:{n}: BADARG x script: 0123456789012345678901234567890123456789, on "
+    "@user_script:{n}.",
+    "Error running script (call to f_0a): @user_script:{n}: user_script:{n}: BADARG x",
+    "Error running script (call to f_0a): @user_script: {n}: -READONLY You can't write",
+    'Error running script (call to f_0a): @user_script:?: [string "<python>"]:{n}: BADARG x'
+    '\nstack traceback:\n\t[string "<python>"]:{n}: in function \'arg_int\'',
+])
+def test_a_server_position_is_mapped_to_its_file_and_line(text: str) -> None:
+    script_ = scripts.RUN_CLAIM_EXPIRED
+    n = next(i for i, (file, _) in enumerate(script_.lines, 1) if file == "_lib.lua")
+    mapped = script_.map_error(text.format(n=n))
+    assert "user_script:" + str(n) not in mapped and f"]:{n}" not in mapped
+    assert mapped.count(f"_lib.lua:{script_.lines[n - 1][1]}") == text.count("{n}")
+    assert script_.map_error("user_script:100000: x") == "run_claim_expired(composed):100000: x"
+
+
+def _line_of(text: str, pattern: str, first: int = 1) -> int:
+    return next(i for i, line in enumerate(text.split("\n"), first) if re.search(pattern, line))
+
+
+def _client(request: pytest.FixtureRequest, backend: str) -> Any:
+    if backend == "fakeredis":
+        return fakeredis.FakeRedis()
+    server: Server = request.getfixturevalue(backend)
+    return server.client()
+
+
+BACKENDS = ["fakeredis", *(pytest.param(b, marks=pytest.mark.server)
+                           for b in ("redis7", "redis62", "valkey8"))]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_an_error_in_the_lib_names_its_line_in_the_lib(request: pytest.FixtureRequest,
+                                                       backend: str) -> None:
+    keys = Keyspace(unique_namespace())
+    arg_int = scripts.read_lib(scripts.lua_dir(), "_lib").defines["arg_int"]
+    line = _line_of(arg_int.source, r"\berror\(", arg_int.line)
+    call = Call(scripts.RUN_CLAIM_EXPIRED, (keys.leases, keys.meta),
+                (keys.prefix, "me", "soon", 10), lambda r: r)  # ttl 'soon': arg_int raises
+    with pytest.raises(Unavailable) as caught:
+        Transport(_client(request, backend)).drive(ask(call))
+    message = str(caught.value)
+    assert "run_claim_expired: server error: " in message, message
+    assert f"_lib.lua:{line}: BADARG ARGV[3]" in message, message
+    assert "user_script:" not in message.replace("@user_script:?", ""), message
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_an_error_in_a_body_names_its_line_in_the_script(request: pytest.FixtureRequest,
+                                                         backend: str) -> None:
+    keys = Keyspace(unique_namespace())
+    line = _line_of((LUA / "run_quarantined.lua").read_text(), r"error\('BADARG ARGV\[2\]")
+    call = Call(scripts.RUN_QUARANTINED, (keys.quarantine,), (keys.prefix, "x"), lambda r: r,
+                write=False)
+    with pytest.raises(Unavailable) as caught:
+        Transport(_client(request, backend)).drive(ask(call))
+    assert f"run_quarantined.lua:{line}: BADARG ARGV[2]" in str(caught.value)
+
+
+@pytest.mark.parametrize("backend", ["fakeredis",
+                                     pytest.param("redis7", marks=pytest.mark.server)])
+def test_a_script_that_does_not_compile_names_its_line(request: pytest.FixtureRequest,
+                                                       tmp_path: Path, backend: str) -> None:
+    """Redis refuses it at SCRIPT LOAD, fakeredis when it runs: both name the file's line."""
+    bad = build(tmp_path, {"_t": LIB, "s": script("local x = = b(1)\nreturn x\n")},
+                [("s", "_t")])["s"]
+    with pytest.raises(Unavailable) as caught:
+        Transport(_client(request, backend)).drive(ask(Call(bad, ("{n}:k",), ("{n}:",),
+                                                            lambda r: r)))
+    doing = "s" if backend == "fakeredis" else "SCRIPT LOAD s"
+    assert re.match(rf"{doing}: server error: .*: s\.lua:6: unexpected symbol",
+                    str(caught.value)), str(caught.value)
+
+
+def test_an_error_without_a_position_is_left_as_it_is() -> None:
+    call = Call(scripts.RUN_NOW, ("k",), ("{n}:",), lambda r: r)
+    error = ErrorReply("READONLY", "You can't write against a replica")
+    assert str(protocol.script_error(call, error, write=True)) == (
+        "server error: READONLY You can't write against a replica; nothing was applied")
+
+
+# ---------------------------------------------------------------------------- headers
+
+_ENTRY = r"(?:KEYS|ARGV)\[\d+(?:\.\.\d*)?\]"
+_EXPR = re.compile(r"""P(?:\s*\.\.\s*(?:"[^"]*"|'[^']*'|[A-Za-z_]\w*))*""")
+
+
+@dataclass
+class Header:
+    """The fields of a script's header."""
+
+    name: str
+    lines: list[str]
+    #: KEYS[i] -> its description ('P.."leases" (names the slot; not read)').
+    keys: dict[int, str] = field(default_factory=dict)
+    #: ARGV[i] -> its description.
+    argv: dict[int, str] = field(default_factory=dict)
+    #: Field -> the indexes of the lines it starts on.
+    fields: dict[str, list[int]] = field(default_factory=dict)
+
+
+def header(name: str, text: str | None = None) -> Header:
+    if text is None:
+        text = (LUA / f"{name}.lua").read_text()
+    head = Header(name, scripts.header_lines(text))
+    for i, line in enumerate(head.lines):
+        kind = next((k for k, p in (("KEYS", "-- KEYS["), ("ARGV", "-- ARGV["),
+                                    ("Reply", "-- Reply"), ("Also", "-- Also "),
+                                    ("include", "--- @include")) if line.startswith(p)), None)
+        if kind is not None:
+            head.fields.setdefault(kind, []).append(i)
+        if kind in ("KEYS", "ARGV"):
+            for m in re.finditer(rf"({_ENTRY})\s+(.*?)(?=\s+{_ENTRY}|$)", line[3:]):
+                index = int(re.findall(r"\d+", m.group(1))[0])
+                (head.keys if kind == "KEYS" else head.argv)[index] = m.group(2).strip()
+    return head
+
+
+def lint(head: Header) -> list[str]:
+    """What is wrong with a header's fields: every script's has KEYS, ARGV, Reply and its
+    includes, in this order, each KEYS entry a key expression and ARGV[1] the prefix."""
+    problems = []
+    if not head.lines or not head.lines[0].startswith(f"-- {head.name}:"):
+        problems.append("the first line is not `-- <name>: what it does`")
+    spans = {kind: head.fields.get(kind, []) for kind in ("KEYS", "ARGV", "Reply", "include")}
+    for kind, where in spans.items():
+        if not where:
+            problems.append(f"no {kind} field")
+    if all(spans.values()):
+        order = [spans["KEYS"], spans["ARGV"], spans["Reply"], spans["include"]]
+        for before, after in itertools.pairwise(order):
+            if max(before) > min(after):
+                problems.append(f"fields out of order: line {max(before) + 1} after line "
+                                f"{min(after) + 1}")
+        if spans["include"] != list(range(min(spans["include"]), len(head.lines))):
+            problems.append("the include lines are not the header's last lines")
+    if sorted(head.keys) != list(range(1, len(head.keys) + 1)):
+        problems.append(f"KEYS entries {sorted(head.keys)} are not KEYS[1..n]")
+    for index, text in head.keys.items():
+        if not _EXPR.match(text):
+            problems.append(f"KEYS[{index}] `{text}` is not a key expression like P..\"name\"")
+    if not head.argv.get(1, "").startswith("key prefix"):
+        problems.append("ARGV[1] is not the key prefix")
+    return problems
+
+
+SCRIPT_NAMES = [s.name for s in (*scripts.RUN_SCRIPTS, *scripts.REPO_SCRIPTS)]
+
+
+@pytest.mark.parametrize("name", SCRIPT_NAMES)
+def test_every_header_has_keys_argv_reply_and_includes_in_order(name: str) -> None:
+    assert lint(header(name)) == []
+
+
+def test_every_script_of_the_folder_is_built() -> None:
+    files = sorted(p.stem for p in LUA.glob("*.lua") if not p.stem.startswith("_"))
+    assert files == sorted(SCRIPT_NAMES)
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("-- s: x\n-- ARGV[1]  key prefix\n-- KEYS[1]  P..'k'\n-- Reply  1\n--- @include\n",
+     "fields out of order"),
+    ("-- s: x\n-- KEYS[1]  P..'k'\n-- ARGV[1]  key prefix\n--- @include\n-- Reply  1\n",
+     "fields out of order"),
+    ("-- s: x\n-- KEYS[1]  P..'k'\n-- ARGV[1]  key prefix\n-- Reply  1\n", "no include"),
+    ("-- s: x\n-- KEYS[1]  the hash\n-- ARGV[1]  key prefix\n-- Reply  1\n--- @include\n",
+     "is not a key expression"),
+    ("-- s: x\n-- KEYS[2]  P..'k'\n-- ARGV[1]  key prefix\n-- Reply  1\n--- @include\n",
+     "not KEYS[1..n]"),
+    ("-- s: x\n-- KEYS[1]  P..'k'\n-- ARGV[1]  run\n-- Reply  1\n--- @include\n",
+     "ARGV[1] is not the key prefix"),
+    ("-- t: x\n-- KEYS[1]  P..'k'\n-- ARGV[1]  key prefix\n-- Reply  1\n--- @include\n",
+     "the first line"),
+])
+def test_the_header_lint_finds_each_fault(text: str, expected: str) -> None:
+    assert any(expected in p for p in lint(header("s", text))), lint(header("s", text))
+
+
+def expected_key(head: Header, index: int, argv: tuple[str, ...]) -> str:
+    """KEYS[index] of ``head`` with the arguments sent: P is ARGV[1], a name the ARGV entry
+    whose description starts with it."""
+    expr = _EXPR.match(head.keys[index])
+    assert expr, (head.name, index)
+    out = []
+    for part in re.split(r"\s*\.\.\s*", expr.group()):
+        if part == "P":
+            out.append(argv[0])
+        elif part[0] in "\"'":
+            out.append(part[1:-1])
+        else:
+            named = [i for i, d in head.argv.items() if re.match(rf"{part}\b", d)]
+            assert named, f"{head.name}: KEYS[{index}] names {part}, which no ARGV entry is"
+            out.append(argv[named[0] - 1])
+    return "".join(out)
+
+
+def test_a_key_expression_is_read_with_the_arguments_sent() -> None:
+    head = header("s", '-- s: x\n-- KEYS[1]  P.."r:"..run   KEYS[2] P..\'leases\' (not read)\n'
+                       "-- ARGV[1]  key prefix  ARGV[2] run\n-- Reply  1\n--- @include\n")
+    assert expected_key(head, 1, ("{n}:", "a")) == "{n}:r:a"
+    assert expected_key(head, 2, ("{n}:", "a")) == "{n}:leases"
+
+
+# ---------------------------------------------------------------------------- keys
+
+# The keys of each command the scripts send: the first argument, every argument, none.
+FIRST_KEY = frozenset({
+    "GET", "SET", "SETRANGE", "GETRANGE", "STRLEN", "INCR", "INCRBY", "APPEND", "TYPE", "HGET",
+    "HMGET", "HSET", "HDEL", "HEXISTS", "HSCAN", "HSTRLEN", "HLEN", "HGETALL", "HSETNX",
+    "HINCRBY", "ZADD", "ZREM", "ZSCORE", "ZRANGE", "ZRANGEBYSCORE", "ZCARD", "ZCOUNT", "ZRANK",
+    "ZMSCORE", "ZRANGEBYLEX", "SADD", "SREM", "SSCAN", "SISMEMBER", "SCARD", "SMEMBERS",
+    "RPUSH",
+})
+ALL_KEYS = frozenset({"DEL", "EXISTS", "UNLINK", "TOUCH", "MGET"})
+NO_KEYS = frozenset({"TIME", "SCAN", "PING"})
+WRITES = frozenset({
+    "SET", "SETRANGE", "INCR", "INCRBY", "APPEND", "HSET", "HDEL", "HSETNX", "HINCRBY", "ZADD",
+    "ZREM", "SADD", "SREM", "DEL", "UNLINK", "RPUSH",
+})
+
+TRACE = "__trace"
+
+# Ahead of an instrumented script: a local `redis` that notes every command it is given.
+_SHADOW = r"""local __real, __trace = redis, {}
+local function __note(...)
+  local args = {...}
+  for i = 1, #args do args[i] = tostring(args[i]) end
+  __trace[#__trace + 1] = table.concat(args, '\0')
+end
+local redis = setmetatable({
+  call = function(...) __note(...) return __real.call(...) end,
+  pcall = function(...) __note(...) return __real.pcall(...) end,
+}, {__index = __real})
+"""
+
+
+def instrumented(script_: scripts.Script) -> scripts.Script:
+    """``script_`` with its body run as a function, and each command it sent pushed to
+    ARGV[1].."__trace" after it: its name, its KEYS, then one entry per command."""
+    lines = script_.source.decode().split("\n")
+    start = next(i for i, (file, _) in enumerate(script_.lines)
+                 if file == f"{script_.name}.lua")
+    source = "\n".join([
+        _SHADOW, *lines[:start], "local __reply = (function()", *lines[start:], "end)()",
+        f"__real.call('RPUSH', ARGV[1] .. '{TRACE}', '{script_.name}', "
+        "table.concat(KEYS, '\\0'), unpack(__trace))", "return __reply"]).encode()
+    return scripts.Script(script_.name, source, hashlib.sha1(source).hexdigest())
+
+
+@dataclass
+class Run:
+    """One execution of a script: what it was sent and the commands it sent."""
+
+    name: str
+    keys: tuple[str, ...]
+    commands: list[list[str]]
+
+
+@dataclass
+class Sent:
+    """One EVALSHA as a batch carried it."""
+
+    name: str
+    keys: tuple[str, ...]
+    argv: tuple[str, ...]
+
+
+@pytest.fixture
+def traced(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Sent]]:
+    """Every script instrumented; yields the EVALSHAs the driver sends."""
+    by_sha: dict[bytes, str] = {}
+    for attr, value in list(vars(scripts).items()):
+        if isinstance(value, scripts.Script):
+            new = instrumented(value)
+            by_sha[new.sha.encode()] = new.name
+            monkeypatch.setattr(scripts, attr, new)
+    for group in ("RUN_SCRIPTS", "REPO_SCRIPTS"):
+        monkeypatch.setattr(scripts, group, tuple(getattr(scripts, s.name.upper())
+                                                  for s in getattr(scripts, group)))
+    sent: list[Sent] = []
+    last: list[Call[Any]] = []
+    original = protocol.Driver._batch_of
+
+    def batch_of(self: protocol.Driver[Any], call: Call[Any]) -> protocol.Batch:
+        batch = original(self, call)
+        command = batch.commands[0]
+        if command[0] == b"EVALSHA" and not (last and last[-1] is call):  # not a resend
+            last[:] = [call]
+            n = int(command[2])
+            text = [c.decode() if isinstance(c, bytes) else str(c) for c in command[3:]]
+            assert isinstance(command[1], bytes)
+            sent.append(Sent(by_sha[command[1]], tuple(text[:n]), tuple(text[n:])))
+        return batch
+
+    monkeypatch.setattr(protocol.Driver, "_batch_of", batch_of)
+    yield sent
+
+
+def runs_of(client: Any, prefix: str) -> list[Run]:
+    """The executions the instrumented scripts noted under ``prefix``."""
+    entries = [e.decode() for e in client.lrange(prefix + TRACE, 0, -1)]
+    runs: list[Run] = []
+    names = {s.name for s in (*scripts.RUN_SCRIPTS, *scripts.REPO_SCRIPTS)}
+    i = 0
+    while i < len(entries):
+        assert entries[i] in names, entries[i]
+        run = Run(entries[i], tuple(entries[i + 1].split("\0")), [])
+        i += 2
+        while i < len(entries) and entries[i] not in names:
+            run.commands.append(entries[i].split("\0"))
+            i += 1
+        runs.append(run)
+    return runs
+
+
+def touched(command: list[str]) -> tuple[list[str], bool]:
+    """The keys a command names and whether it writes."""
+    name = command[0].upper()
+    assert name in FIRST_KEY | ALL_KEYS | NO_KEYS, (
+        f"{name}: add it to the key table of tests/test_scripts.py")
+    keys = (command[1:2] if name in FIRST_KEY else command[1:] if name in ALL_KEYS else [])
+    return keys, name in WRITES
+
+
+def key_problems(sent: list[Sent], runs: list[Run], prefix: str) -> list[str]:
+    """Where the scripts' keys disagree with their headers."""
+    problems = []
+    heads = {name: header(name) for name in {s.name for s in sent}}
+    for call in sent:
+        head = heads[call.name]
+        if call.argv[0] != prefix:
+            problems.append(f"{call.name}: ARGV[1] {call.argv[0]!r} is not the prefix")
+        if len(call.keys) != len(head.keys):
+            problems.append(f"{call.name}: sent {len(call.keys)} KEYS, the header declares "
+                            f"{len(head.keys)}")
+            continue
+        for i, key in enumerate(call.keys, 1):
+            want = expected_key(head, i, call.argv)
+            if key != want:
+                problems.append(f"{call.name}: KEYS[{i}] is {key!r}, the header says {want!r}")
+    used: dict[str, set[int]] = {}
+    for run in runs:
+        head = heads.get(run.name) or header(run.name)
+        slot = key_slot(run.keys[0].encode())
+        also = "\n".join(head.lines[i] for i in head.fields.get("Also", []))
+        for command in run.commands:
+            for key in touched(command)[0]:
+                if key in run.keys:
+                    used.setdefault(run.name, set()).add(run.keys.index(key) + 1)
+                    continue
+                if key == prefix + TRACE:
+                    continue
+                if not key.startswith(prefix) or key_slot(key.encode()) != slot:
+                    problems.append(f"{run.name}: touches {key!r}, outside its KEYS' slot")
+                write = touched(command)[1]
+                if not re.search(r"^-- Also touches\b" if write else r"^-- Also (touches|reads)\b",
+                                 also, re.M) or "same hash tag" not in also:
+                    problems.append(
+                        f"{run.name}: {'writes' if write else 'reads'} {key!r} ({command[0]}), "
+                        "not in its KEYS, and its header has no `-- Also "
+                        f"{'touches' if write else 'reads'}, undeclared (same hash tag): ...` "
+                        "line")
+    for name in {run.name for run in runs}:
+        head = heads.get(name) or header(name)
+        for i, text in head.keys.items():
+            if i not in used.get(name, set()) and "not read" not in text:
+                problems.append(f"{name}: declares KEYS[{i}] {text!r} but never touched it")
+    return sorted(set(problems))
+
+
+def test_the_key_check_finds_each_fault() -> None:
+    prefix = "{n}:"
+    good = Sent("run_get", (prefix + "r:a", prefix + "meta"), (prefix, "a"))
+    assert key_problems([good], [Run("run_get", good.keys, [["HGET", prefix + "r:a", "x"],
+                                                            ["HGET", prefix + "meta", "l"]])],
+                        prefix) == []
+    wrong = [replace(good, keys=(prefix + "r:b", prefix + "meta")),
+             replace(good, keys=(prefix + "r:a",)), replace(good, argv=("{m}:", "a"))]
+    for bad in wrong:
+        assert key_problems([bad], [], prefix), bad
+    outside = Run("run_get", good.keys, [["HGET", prefix + "r:a", "x"],
+                                         ["HGET", prefix + "meta", "x"], ["GET", "{m}:x"]])
+    assert any("outside its KEYS' slot" in p for p in key_problems([good], [outside], prefix))
+    untold = Run("run_get", good.keys, [["HGET", prefix + "r:a", "x"],
+                                        ["HGET", prefix + "meta", "x"],
+                                        ["HSET", prefix + "r:b", "x", "1"]])
+    assert any("no `-- Also touches" in p for p in key_problems([good], [untold], prefix))
+    unread = Run("run_get", good.keys, [["HGET", prefix + "r:a", "x"]])
+    assert any("never touched" in p for p in key_problems([good], [unread], prefix))
+    with pytest.raises(AssertionError, match="add it to the key table"):
+        touched(["BITOP", "AND", "x", "y"])
+
+
+def discover(record: bytes) -> Wait | None:
+    kind, _, arg = record.decode().partition(":")
+    return {"dep": lambda: Changed(arg), "poll": lambda: Poll(arg, 1),
+            "at": lambda: At(0)}.get(kind, lambda: None)()
+
+
+def run_store_scenario(client: Any) -> str:
+    """Every operation of the run store, through the paths that touch other keys: a
+    dependency and its waiters, a poll key, a damaged index entry, expiry, migration."""
+    store = RedisRunStore(client, namespace=unique_namespace(), discover=discover)
+    keys = Keyspace(store.namespace)
+    store.insert("d", b"plain", Claim("a", LONG))
+    store.insert("w", b"dep:d", Release())
+    store.insert("p", b"poll:k", Release())
+    store.insert("t", b"at:", Release())
+    store.compare_and_set("d", 1, b"plain", Claim("a", LONG))
+    store.get("d")
+    store.now()
+    store.renew("a", ["d", "w"], LONG)
+    client.zadd(keys.ready, {"ghost": 0})
+    store.claim_ready("b", LONG, 10)
+    store.insert("e", b"plain", Claim("a", 1))
+    client.zadd(keys.leases, {"ghost": 0})
+    time.sleep(0.01)
+    store.claim_expired("b", LONG, 10)
+    store.refresh("w")
+    store.quarantined()
+    migrate: Callable[[], Any] | None = getattr(store, "migrate", None)
+    if migrate is not None:
+        migrate()
+        store.compare_and_set("d", 2, b"plain", Release())
+        store.get("d")
+    return keys.prefix
+
+
+T0 = datetime(2031, 5, 6, 7, 8, 9, tzinfo=UTC)
+
+
+def repository_scenario(client: Any) -> str:
+    """Every operation of the repository, with a group change and a terminal eviction."""
+    repo = RedisRepository(client, namespace=unique_namespace(), max_terminal=1)
+    repo.migrate()
+    repo.register_group("g1")
+    repo.register_group("g2")
+    repo.group_exists("g1")
+    lease = InstanceLease(expiry=T0, owner="o", incarnation=1)
+    first = InstanceRecord(id="i1", payload=b"x", group="g1", lease=lease)
+    repo.save(first)
+    repo.save(replace(first, rec_version=1, group="g2"))
+    repo.list_in_flight("g2", T0 + timedelta(hours=1))
+    for id in ("i2", "i3"):
+        repo.save(InstanceRecord(id=id, payload=b"x", group="g1", status=Status.COMPLETED))
+    repo.load("i1")
+    repo.load("nothing")
+    repo.delete("i1")
+    repo.delete("nothing")
+    return Keyspace(repo.namespace).prefix
+
+
+@pytest.mark.parametrize("backend", ["fakeredis",
+                                     pytest.param("redis7", marks=pytest.mark.server)])
+@pytest.mark.parametrize(("scenario", "group"), [(run_store_scenario, "RUN_SCRIPTS"),
+                                                  (repository_scenario, "REPO_SCRIPTS")])
+def test_scripts_read_the_keys_they_declare(request: pytest.FixtureRequest, backend: str,
+                                           traced: list[Sent], scenario: Any,
+                                           group: str) -> None:
+    client = _client(request, backend)
+    prefix = scenario(client)
+    runs = runs_of(client, prefix)
+    assert key_problems(traced, runs, prefix) == []
+    called = {s.name for s in traced}
+    assert called >= {s.name for s in getattr(scripts, group)}, "an operation left out"
+    assert {run.name for run in runs} == called
