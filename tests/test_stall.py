@@ -1,0 +1,180 @@
+"""Stall tests at scale: every run-store script at its caps, in namespaces of 300,000 runs,
+blocks the server less than its busy threshold, and no client gets BUSY because of it.
+
+A Redis script runs alone; past ``busy-reply-threshold`` every other client gets ``BUSY``.
+The server here runs with ``busy-reply-threshold 100`` and ``slowlog-log-slower-than 0``;
+each measured call is sent alone between ``SLOWLOG RESET`` and ``SLOWLOG GET``, and a
+thread PINGs the server all along. This is a bound, not a benchmark: the scenarios are
+``benchmarks/bench_stall.py``'s (its docstring says what each one does), run with fewer
+repeats, and their figures are printed for the CI log. The library aims at 10 ms per script
+(docs/runs.md, caps); these tests hold the hard line, the 100 ms after which other clients
+are refused.
+
+SLOWLOG counts wall time, so on a shared machine it also counts the time the server sat
+runnable while other processes had the CPUs (seen here: an 8 MiB insert at 238 ms of
+SLOWLOG with 77 ms on a CPU). The bound is therefore on a script's own time: its SLOWLOG
+duration, capped by what the server's main thread ran on a CPU during the call (Linux
+schedstat; where that cannot be read, SLOWLOG alone). BUSY replies fail the test unless a
+measured call passed the threshold and its own time did not: the machine's load, printed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import os
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+from servers import EPHEMERAL, Server, missing, redis_binary, start
+
+from redisstore import scripts
+from redisstore.protocol import Call, Operation
+
+pytestmark = [pytest.mark.server, pytest.mark.slow]
+
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+BUSY_US = 100_000  # the server's busy-reply-threshold (100 ms), in SLOWLOG's µs
+RUNS = 300_000
+REPEATS = 3
+
+
+def bench_stall() -> ModuleType:
+    """benchmarks/bench_stall.py, which holds the scenarios (not in an sdist)."""
+    if not (BENCHMARKS / "bench_stall.py").exists():
+        missing("benchmarks/bench_stall.py is not in this tree")
+    if str(BENCHMARKS) not in sys.path:
+        sys.path.insert(0, str(BENCHMARKS))
+    return importlib.import_module("bench_stall")
+
+
+@pytest.fixture(scope="module")
+def stall_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    server = start(redis_binary(), "redis-server (Redis 7)", tmp_path_factory.mktemp("stall"),
+                   (*EPHEMERAL, "--busy-reply-threshold", "100",
+                    "--slowlog-log-slower-than", "0"))
+    yield server
+    server.stop()
+
+
+def own_us(figure: Any) -> list[int]:
+    """Each repeat's own time: SLOWLOG's µs, capped by the server's CPU µs when known."""
+    if len(figure.cpu_us) != len(figure.server_us):
+        return list(figure.server_us)
+    return [min(wall, cpu) for wall, cpu in zip(figure.server_us, figure.cpu_us, strict=True)]
+
+
+def problems(figures: list[Any], busy: int) -> list[str]:
+    """What breaks the bound: a script whose own time reached the busy threshold, or BUSY
+    replies that no measured call over the threshold explains."""
+    found = [f"{f.script} ({f.scenario}): {max(own_us(f)):,} µs of its own, SLOWLOG "
+             f"{f.server_us}, on a CPU {f.cpu_us}, waiting for one {f.wait_us}"
+             for f in figures if max(own_us(f)) >= BUSY_US]
+    if busy and not any(f.worst >= BUSY_US for f in figures):
+        found.append(f"{busy} BUSY replies, yet no measured call reached the threshold")
+    return found
+
+
+def run(b: ModuleType, server: Server, capsys: pytest.CaptureFixture[str], title: str,
+        work: Any) -> Any:
+    """``work(bench)`` with the busy probe running; print the figures; then the bound."""
+    bench = b.Bench(server.port, REPEATS, log=lambda line: None)
+    before = b.busy_replies(bench.admin)
+    prober = b.Prober(server.port)
+    prober.start()
+    started = time.monotonic()
+    try:
+        work(bench)
+    finally:
+        prober.stop()
+    busy = b.busy_replies(bench.admin) - before
+    figures = bench.figures
+    worst = max(figures, key=lambda f: max(own_us(f)))
+    over = [f for f in figures if f.worst >= b.TARGET_US]
+    loaded = [f for f in figures if f.worst >= BUSY_US]
+    with capsys.disabled():
+        print(f"\n{title}: {len(figures)} scenarios in {time.monotonic() - started:.0f} s, "
+              f"load average {os.getloadavg()[0]:.2f}; worst stall {max(own_us(worst)):,} µs "
+              f"of its own, {worst.worst:,} µs SLOWLOG ({worst.script}: {worst.scenario}); "
+              f"{busy} BUSY replies; over the 10 ms target: "
+              + (", ".join(f"{f.script} ({f.scenario}) {f.worst:,} µs" for f in over)
+                 or "none"))
+        if loaded:
+            print("past the busy threshold in SLOWLOG only while the server waited for a "
+                  "CPU: " + ", ".join(f"{f.script} ({f.scenario}) {f.server_us} µs, "
+                                      f"waiting {f.wait_us}" for f in loaded))
+        print(b.table(bench))
+    assert prober.pings > 0, "the probe never reached the server"
+    assert all(f.server_us for f in figures)
+    assert problems(figures, busy + bench.busy_seen) == []
+    return bench
+
+
+def test_a_script_over_the_busy_threshold_breaks_the_bound(stall_server: Server) -> None:
+    """The instruments can fail: a script that spins 600 ms shows up in SLOWLOG, as its own
+    time, as BUSY replies to the probe and in INFO errorstats, and breaks the bound."""
+    b = bench_stall()
+    source = (b"local t = redis.call('TIME') local s = t[1] * 1e6 + t[2] "
+              b"repeat t = redis.call('TIME') until t[1] * 1e6 + t[2] - s > 600000 "
+              b"return {0, 1, 0, -1}")
+    spin = scripts.Script("spin", source, hashlib.sha1(source).hexdigest())
+    stall_server.client().script_load(source)
+
+    def op() -> Operation[Any]:
+        return (yield Call(spin, (), (), lambda reply: reply, write=False)).unwrap()
+
+    bench = b.Bench(stall_server.port, 1, log=lambda line: None)
+    before = b.busy_replies(bench.admin)
+    prober = b.Prober(stall_server.port, every=0.002)
+    prober.start()
+    try:
+        bench.measure("spin 600 ms", "spin", 0, 0, bench.admin, lambda i: op())
+        time.sleep(0.05)
+    finally:
+        prober.stop()
+    busy = b.busy_replies(bench.admin) - before
+    (figure,) = bench.figures
+    assert figure.worst >= 600_000
+    assert prober.busy >= 1 and busy >= 1
+    found = problems(bench.figures, busy)
+    assert found and found[0].startswith("spin (spin 600 ms)")
+    assert problems([], busy) == [f"{busy} BUSY replies, yet no measured call reached the "
+                                  "threshold"]
+
+
+@pytest.mark.parametrize("layout", [2, 1])
+def test_every_run_script_at_its_caps_over_300k_runs_stays_below_the_busy_threshold(
+        stall_server: Server, capsys: pytest.CaptureFixture[str], layout: int) -> None:
+    b = bench_stall()
+    db = {2: 0, 1: 1}[layout]
+
+    def work(bench: Any) -> None:
+        b.suite(bench, layout, db, b.Plan(runs=RUNS, per_item=False))
+
+    try:
+        bench = run(b, stall_server, capsys, f"layout {layout}, {RUNS:,} runs", work)
+    finally:
+        stall_server.client(db=db).flushdb()  # our own server: give the memory back
+    measured = {f.script for f in bench.figures}
+    expected = {s.name for s in scripts.RUN_SCRIPTS} - {"run_migrate"}
+    assert measured == expected, "every run script has a stall scenario (migrate: below)"
+
+
+def test_migrate_steps_at_their_caps_stay_below_the_busy_threshold(
+        stall_server: Server, capsys: pytest.CaptureFixture[str]) -> None:
+    b = bench_stall()
+
+    def work(bench: Any) -> None:
+        b.migration(bench, 2, b.Plan(per_item=False))
+
+    try:
+        bench = run(b, stall_server, capsys, "migration to layout 2", work)
+    finally:
+        for db in (2, 3, 4):
+            stall_server.client(db=db).flushdb()
+    assert [f.script for f in bench.figures].count("run_migrate") == 3
