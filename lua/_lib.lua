@@ -167,6 +167,12 @@ local function later(...)
 end
 
 local function commit()
+  if #WRITES == 0 then return end
+  -- Under maxmemory Redis refuses a script's first write (OOM) only if that write is one
+  -- that can grow memory (HDEL, ZREM... are not), and lets every later write through. So
+  -- the first write is always such a one: it records the namespace's layout, which changes
+  -- nothing but a missing meta key. check_layout ran first (NS is the namespace's).
+  redis.call('HSETNX', META, 'layout', int(NS))
   for i = 1, #WRITES do redis.call(unpack(WRITES[i])) end
 end
 

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
-from servers import unique_namespace
+from servers import redis_binary, start, unique_namespace
 
 from redisstore import (
     At,
@@ -263,3 +264,34 @@ def test_names_over_the_cap_are_refused_in_python_and_in_the_script(
     assert client.exists(keys.run("r")) == 0
     store.insert("r", b"x", Claim("o" * 65_536, LONG))  # at the cap: stored and read back
     assert store.get("r").holder == Held("o" * 65_536, True)
+
+
+@pytest.mark.server
+def test_out_of_memory_refuses_every_write_before_it_writes(tmp_path: Path) -> None:
+    """Redis checks maxmemory only at a script's first write, and only if that write can
+    grow memory: a script whose first write was an HDEL or a ZREM wrote on past the limit."""
+    server = start(redis_binary(), "redis-server", tmp_path,
+                   ("--save", "", "--appendonly", "no", "--maxmemory", "3mb",
+                    "--maxmemory-policy", "noeviction"))
+    try:
+        client = server.client()
+        store = RedisRunStore(client, namespace=unique_namespace(),
+                              discover=lambda r: At(0))
+        store.migrate()
+        store.insert("held", b"x", Claim("node-a", LONG))
+        store.insert("free", b"x", Release())
+        with pytest.raises(StoreError) as caught:
+            for i in range(10_000):
+                store.insert(f"run-{i}", b"x" * 2048, Release())
+        assert getattr(caught.value, "outcome", None) == "not_applied"
+        assert "OOM" in str(caught.value)
+        before = dump(client, store.namespace)
+        for call in (lambda: store.insert("late", b"x", Release()),
+                     lambda: store.compare_and_set("free", 1, b"y", Claim("n", LONG)),
+                     lambda: store.claim_ready("node-b", LONG, 10),
+                     lambda: store.renew("node-a", ["held"], LONG)):
+            with pytest.raises(StoreError, match="OOM"):
+                call()
+            assert dump(client, store.namespace) == before
+    finally:
+        server.kill()
