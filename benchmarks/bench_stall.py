@@ -516,8 +516,9 @@ def suite(bench: Bench, layout: int, db: int, plan: Plan) -> None:
     bench.measure(f"claim_ready({CLAIM}) over {n} ready", "run_claim_ready", layout, CLAIM,
                   c, lambda i: ready.claim_ready("me", LONG, CLAIM), claimed(CLAIM))
     if plan.per_item:
-        bench.measure(f"claim_ready(100) over {n} ready", "run_claim_ready", layout, 100,
-                      c, lambda i: ready.claim_ready("me", LONG, 100), claimed(100))
+        few = max(1, CLAIM // 5)
+        bench.measure(f"claim_ready({few}) over {n} ready", "run_claim_ready", layout, few,
+                      c, lambda i: ready.claim_ready("me", LONG, few), claimed(few))
         bench.costs.append(cost(f"claimed run (claim_ready, layout {layout})",
                                 bench.figures[-1], bench.figures[-2], CLAIM))
     bench.measure(f"claim_ready({CLAIM}) behind {VISIT} damaged entries",
@@ -542,8 +543,9 @@ def suite(bench: Bench, layout: int, db: int, plan: Plan) -> None:
     bench.measure(f"claim_expired({CLAIM}) over {n} expired", "run_claim_expired", layout,
                   CLAIM, c, lambda i: expired.claim_expired("me", LONG, CLAIM), claimed(CLAIM))
     if plan.per_item:
-        bench.measure(f"claim_expired(100) over {n} expired", "run_claim_expired", layout,
-                      100, c, lambda i: expired.claim_expired("me", LONG, 100), claimed(100))
+        few = max(1, CLAIM // 5)
+        bench.measure(f"claim_expired({few}) over {n} expired", "run_claim_expired", layout,
+                      few, c, lambda i: expired.claim_expired("me", LONG, few), claimed(few))
         bench.costs.append(cost(f"claimed run (claim_expired, layout {layout})",
                                 bench.figures[-1], bench.figures[-2], CLAIM))
     bench.measure(f"claim_expired({CLAIM}) behind {VISIT} damaged entries",
@@ -567,8 +569,9 @@ def suite(bench: Bench, layout: int, db: int, plan: Plan) -> None:
     bench.measure(f"renew of {RENEW} live leases", "run_renew", layout, RENEW, c,
                   lambda i: expired.renew("me", held[:RENEW], LONG), renewed(RENEW))
     if plan.per_item:
-        bench.measure("renew of 100 live leases", "run_renew", layout, 100, c,
-                      lambda i: expired.renew("me", held[:100], LONG), renewed(100))
+        few = max(1, RENEW // 5)
+        bench.measure(f"renew of {few} live leases", "run_renew", layout, few, c,
+                      lambda i: expired.renew("me", held[:few], LONG), renewed(few))
         bench.costs.append(cost(f"renewed run (layout {layout})", bench.figures[-1],
                                 bench.figures[-2], RENEW))
 

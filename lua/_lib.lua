@@ -75,24 +75,24 @@ local NS = 1
 
 -- Caps (docs/runs.md gives each one's measured per-item cost). The Python side checks
 -- the same caps first; these hold for anyone with EVALSHA.
-local MAX_CLAIM = 500
+local MAX_CLAIM = 100
 
-local MAX_VISIT = 1000
+local MAX_VISIT = 200
 
-local MAX_RENEW = 1000
+local MAX_RENEW = 250
 
-local MAX_FANOUT = 500
+local MAX_FANOUT = 100
 
-local MAX_RECORD = 8388608
+local MAX_RECORD = 2097152
 
 -- Ids, owners and wait keys: a layout 2 header holds four of them within MAX_HEADER.
 local MAX_TEXT = 65536
 
 -- run_migrate: keys a step's SCAN visits, and record bytes a step rewrites (at least one
 -- run, so an 8 MiB record still moves).
-local MAX_MIGRATE = 1000
+local MAX_MIGRATE = 200
 
-local MAX_MIGRATE_BYTES = 4194304
+local MAX_MIGRATE_BYTES = 524288
 
 -- Exact integers in a Lua double: revisions, times, ttls and counts stay at or below it.
 local MAX_INT = 9007199254740991

@@ -21,13 +21,13 @@ MAX_REVISION = 2**53 - 1
 # Caps that keep every script short (docs/runs.md gives the measured per-item costs). The
 # scripts check the same caps (lua/_lib.lua): they hold for anyone with EVALSHA.
 #: Most runs one claim_ready / claim_expired hands out.
-MAX_CLAIM = 500
+MAX_CLAIM = 100
 #: Most runs one renew takes.
-MAX_RENEW = 1000
+MAX_RENEW = 250
 #: Default cap on a record's size (a store's ``max_record_bytes``).
 MAX_RECORD = 1 << 20
 #: The highest ``max_record_bytes`` a store takes (the scripts refuse bigger records).
-MAX_RECORD_CEILING = 8 << 20
+MAX_RECORD_CEILING = 2 << 20
 
 
 #: Longest id, owner, dependency or poll key, in UTF-8 bytes (the scripts check it too): a
@@ -194,8 +194,8 @@ MIGRATE_COUNT = 200
 
 
 def check_migrate_count(count: object) -> int:
-    """A migration step's SCAN COUNT: an int in [1, 1000]."""
-    return check_int("count", count, minimum=1, maximum=1000)
+    """A migration step's SCAN COUNT: an int in [1, MIGRATE_COUNT]."""
+    return check_int("count", count, minimum=1, maximum=MIGRATE_COUNT)
 
 
 # ---------------------------------------------------------------------------- readiness

@@ -89,11 +89,11 @@ class RedisRunStore(Shell[RunOps]):
         version that knows layout 2: from the first step on, a library that knows only
         layout 1 refuses the namespace (``Misconfigured``) instead of misreading it, while
         this one reads both and rewrites each run on its next write. Each step is one
-        script that visits at most ``count`` keys of the server (SCAN) and rewrites at most
-        4 MiB of records; steps go on until a whole pass is done. Safe to run from several
-        nodes at once, to stop and resume (the cursor is kept in the namespace), and on a
-        new namespace. Damaged runs are left as they are and listed by
-        :meth:`quarantined` under the index ``"migrate"``.
+        script that visits at most ``count`` keys of the server (SCAN, at most 200) and
+        rewrites at most 512 KiB of records (at least one run); steps go on until a whole
+        pass is done. Safe to run from several nodes at once, to stop and resume (the
+        cursor is kept in the namespace), and on a new namespace. Damaged runs are left
+        as they are and listed by :meth:`quarantined` under the index ``"migrate"``.
         """
         report = Migrated()
         while True:

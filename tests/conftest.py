@@ -136,7 +136,7 @@ class RedisSuite(RunStoreConformance):
     def make_store(self, *, discover: Discover | None = None) -> RunStore:
         store = RedisRunStore(self.client, namespace=unique_namespace(), discover=discover)
         if self.layout == 2:
-            store.migrate(count=1000)
+            store.migrate()
         return store
 
     def reopen(self, store: RunStore, *, discover: Discover | None,

@@ -62,7 +62,7 @@ def test_a_namespace_stays_at_layout_1_until_migrated(client: redis.Redis) -> No
     store = populated(client)
     assert kinds(client, store.namespace) == {b"hash"}
     before = {f"r{i}": store.get(f"r{i}") for i in range(12)}
-    report = store.migrate(count=1000)
+    report = store.migrate()
     assert (report.moved, report.damaged) == (12, 0)
     assert kinds(client, store.namespace) == {b"string"}
     assert {f"r{i}": store.get(f"r{i}") for i in range(12)} == before
@@ -79,15 +79,17 @@ def test_migration_goes_in_bounded_steps(client: redis.Redis) -> None:
     assert kinds(client, store.namespace) == {b"string"}
 
 
-def test_a_step_moves_at_most_4_mib_of_records_but_always_one_run(client: redis.Redis) -> None:
+def test_a_step_moves_at_most_512_kib_of_records_but_always_one_run(
+        client: redis.Redis) -> None:
     store = RedisRunStore(client, namespace=unique_namespace(),
-                          max_record_bytes=8 * 1024 * 1024)
-    big = b"x" * (3 * 1024 * 1024)
+                          max_record_bytes=2 * 1024 * 1024)
+    big = b"x" * (300 * 1024)
     for i in range(3):
         store.insert(f"big{i}", big + bytes([i]), Release())
-    report = store.migrate(count=1000)
-    assert report.moved == 3
-    assert report.steps >= 3  # 3 MiB + 3 MiB is over one step's 4 MiB
+    store.insert("huge", b"h" * (2 * 1024 * 1024), Release())  # over the budget alone
+    report = store.migrate()
+    assert report.moved == 4
+    assert report.steps >= 4  # 300 KiB + 300 KiB is over one step's 512 KiB
     assert store.get("big2").record == big + b"\x02"
 
 
