@@ -195,6 +195,14 @@ local function later(...)
   WRITES[#WRITES + 1] = {...}
 end
 
+-- Queue a write ahead of every other. Under maxmemory Redis refuses a script's first write
+-- (OOM) only if that write can grow memory (DEL, ZREM cannot), and then lets every later
+-- write through: a save queues its record first, so its evictions never open the way past
+-- the limit.
+local function first(...)
+  table.insert(WRITES, 1, {...})
+end
+
 local function commit()
   for i = 1, #WRITES do redis.call(unpack(WRITES[i])) end
 end

@@ -15,7 +15,7 @@
 --- @include P, CONFLICT, CORRUPT, NOT_FOUND, OK, MAX_EVICT, MAX_PAYLOAD, MAX_VERSION
 --- @include MAX_US, MIN_US, int, inst_key, inflight_key, decimal, expiry_ok, offset_ok
 --- @include incarnation_ok, class_of, arg_int, arg_text, arg_any, arg_key, of_type, later
---- @include commit, reply, load_record
+--- @include commit, reply, load_record, first
 local id = arg_text(2)
 local k = arg_key(1, inst_key(id))
 local expected = arg_int(3, 0, MAX_VERSION - 1)
@@ -99,7 +99,7 @@ if to_terminal then
 end
 
 if keep then
-  later('HSET', k, 'v', int(stored + 1), 'pl', payload, 'g', group, 't', tenant, 'x', expiry,
+  first('HSET', k, 'v', int(stored + 1), 'pl', payload, 'g', group, 't', tenant, 'x', expiry,
         'xo', offset, 'o', owner, 'n', incarnation, 's', status, 'k', class)
 elseif r then
   later('DEL', k)
