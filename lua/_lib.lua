@@ -52,8 +52,6 @@
 -- waiters are still to be re-indexed, P.."fanout-cursor" their SSCAN cursors).
 -- P.."meta" (hash): layout, the namespace's layout version (absent: 1).
 
-local P = ARGV[1]
-
 local LEASES = P .. 'leases'
 
 local READY = P .. 'ready'
@@ -112,10 +110,6 @@ local function now_ms()
   return NOW
 end
 
-local function int(n)
-  return string.format('%d', n)
-end
-
 local function push(list, ...)
   for _, v in ipairs({...}) do list[#list + 1] = v end
 end
@@ -125,30 +119,10 @@ local function opt_text(n)
   return int(n)
 end
 
--- A canonical decimal integer in [lo, hi] (no sign, no leading zero, at most 16 digits),
--- as a number; nil for anything else.
-local function decimal(s, lo, hi)
-  if type(s) ~= 'string' or #s == 0 or #s > 16 then return nil end
-  if s ~= '0' and not string.find(s, '^[1-9]%d*$') then return nil end
-  local n = tonumber(s)
-  if n < lo or n > hi then return nil end
-  return n
-end
-
 -- '' (none) or a decimal in [lo, hi]: false for none, nil for bad.
 local function opt_decimal(s, lo, hi)
   if s == '' then return false end
   return decimal(s, lo, hi)
-end
-
--- An ARGV number, or the BADARG error raised before anything is written.
-local function arg_int(i, lo, hi)
-  local n = decimal(ARGV[i], lo, hi)
-  if n == nil then
-    error('BADARG ARGV[' .. i .. '] must be an integer in [' .. int(lo) .. ', ' ..
-      int(hi) .. ']')
-  end
-  return n
 end
 
 local function arg_text(i)
@@ -157,13 +131,6 @@ local function arg_text(i)
     error('BADARG ARGV[' .. i .. '] must be non-empty text of at most ' .. MAX_TEXT .. ' bytes')
   end
   return s
-end
-
--- Queued writes, sent by commit() once every check passed.
-local WRITES = {}
-
-local function later(...)
-  WRITES[#WRITES + 1] = {...}
 end
 
 local function commit()

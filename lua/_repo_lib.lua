@@ -42,8 +42,6 @@
 -- records of class 'c'), P.."terminal" (zset id -> sequence of the transition to terminal,
 -- from the counter P.."terminal-seq"), P.."groups" (set).
 
-local P = ARGV[1]
-
 local OK, NOT_FOUND, EXISTS, CONFLICT, REFUSED, CORRUPT, TOO_NEW = 0, 1, 2, 3, 4, 7, 8
 
 -- Caps (docs/repository.md gives the measured per-item costs; redisstore.repository has
@@ -66,10 +64,6 @@ local MAX_OFFSET = 86399999999
 
 local MIN_INT64, MAX_INT64 = '-9223372036854775808', '9223372036854775807'
 
-local function int(n)
-  return string.format('%d', n)
-end
-
 local function now_us()
   local t = redis.call('TIME')
   return int(tonumber(t[1]) * 1000000 + tonumber(t[2]))
@@ -81,16 +75,6 @@ end
 
 local function inflight_key(group)
   return P .. 'inflight:' .. group
-end
-
--- A canonical decimal integer in [lo, hi] (no sign, no leading zero, at most 16 digits),
--- as a number; nil for anything else.
-local function decimal(s, lo, hi)
-  if type(s) ~= 'string' or #s == 0 or #s > 16 then return nil end
-  if s ~= '0' and not string.find(s, '^[1-9]%d*$') then return nil end
-  local n = tonumber(s)
-  if n < lo or n > hi then return nil end
-  return n
 end
 
 -- a <= b for two canonical signed decimal texts, exact at any size: as numbers while both
@@ -148,16 +132,6 @@ local function class_of(status)
   return 'c'
 end
 
--- An ARGV number, or the BADARG error raised before anything is written.
-local function arg_int(i, lo, hi)
-  local n = decimal(ARGV[i], lo, hi)
-  if n == nil then
-    error('BADARG ARGV[' .. i .. '] must be an integer in [' .. int(lo) .. ', ' ..
-      int(hi) .. ']')
-  end
-  return n
-end
-
 local function arg_text(i)
   local s = ARGV[i]
   if s == nil or s == '' then error('BADARG ARGV[' .. i .. '] must be non-empty') end
@@ -186,13 +160,6 @@ end
 local function of_type(key, kind)
   local t = key_type(key)
   return t == 'none' or t == kind
-end
-
--- Queued writes, sent by commit() once every check passed.
-local WRITES = {}
-
-local function later(...)
-  WRITES[#WRITES + 1] = {...}
 end
 
 -- Queue a write ahead of every other. Under maxmemory Redis refuses a script's first write

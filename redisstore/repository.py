@@ -32,7 +32,7 @@ from .errors import (
 )
 from .keys import Keyspace
 from .protocol import EVICTING, Call, Operation, ask, config_get, text
-from .runops import Code
+from .runops import Code, reply_parts
 from .runs import check_int, check_text
 
 #: Version of the repository's key layout; ``migrate`` records it in the namespace.
@@ -373,9 +373,7 @@ def answer(id: str, *, stale: Callable[[Any], StoreError] | None = None,
     ``stale`` makes CONFLICT's error from the stored version."""
 
     def parse(reply: Any) -> Any:
-        if not isinstance(reply, list) or len(reply) < 2:
-            raise ValueError("not a {code, payload} reply")
-        code, payload = reply[0], reply[1]
+        code, payload = reply_parts(reply)
         if code == Code.OK:
             return payload
         if code == Code.CORRUPT:

@@ -72,14 +72,20 @@ def holder_of(owner: Any, live: Any) -> Holder:
     return Held(text(owner), bool(live))
 
 
+def reply_parts(reply: Any) -> tuple[Any, Any]:
+    """The (code, payload) of a ``{code, payload, dropped, next_due}`` reply, the shape of
+    every script of both ports; ValueError for anything else."""
+    if not isinstance(reply, list) or len(reply) < 2:
+        raise ValueError("not a {code, payload} reply")
+    return reply[0], reply[1]
+
+
 def answer(run: str, namespace: str) -> Callable[[Any], Any]:
     """A parser for ``{code, payload, ...}`` replies: the payload on OK, else the contract's
     answer (NotFound, Conflict...) or Corrupt / Misconfigured."""
 
     def parse(reply: Any) -> Any:
-        if not isinstance(reply, list) or len(reply) < 2:
-            raise ValueError("not a {code, payload} reply")
-        code, payload = reply[0], reply[1]
+        code, payload = reply_parts(reply)
         if code == Code.OK:
             return payload
         if code == Code.NOT_FOUND:

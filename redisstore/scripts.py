@@ -278,7 +278,7 @@ class Fragment:
     scan: Names
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # hashed by identity: parse_lib's cache keys on a base
 class Lib:
     """A lib file split into fragments, with the problems found in it."""
 
@@ -333,10 +333,10 @@ def _code_only(source: str) -> str:
 
 @lru_cache(maxsize=8)
 def parse_lib(name: str, text: str, generated: tuple[type[IntEnum], ...] = (),
-              may_define: bool = False) -> Lib:
+              may_define: bool = False, base: Lib | None = None) -> Lib:
     """Split the lib ``name`` (``text``, the file's content) into fragments, after the
-    ``generated`` ones, and check it. With ``may_define`` the lib may carry a generated
-    line itself, exactly as generated."""
+    ``generated`` ones and those of ``base`` (a lib it extends), and check it. With
+    ``may_define`` the lib may carry a generated line itself, exactly as generated."""
     file = f"{name}.lua"
     problems: list[str] = []
     frags: list[Fragment] = []
@@ -364,7 +364,8 @@ def parse_lib(name: str, text: str, generated: tuple[type[IntEnum], ...] = (),
                 continue
         frags.append(Fragment(defined, source, line, file, names(source, line)))
     frags[:0] = [_generated(enum) for enum in generated if enum not in by_hand]
-    defines: dict[str, Fragment] = {}
+    inherited = base.fragments if base is not None else ()
+    defines: dict[str, Fragment] = dict(base.defines) if base is not None else {}
     for frag in frags:
         for n in frag.names:
             if n in defines:
@@ -372,7 +373,7 @@ def parse_lib(name: str, text: str, generated: tuple[type[IntEnum], ...] = (),
                                 f"{defines[n].file}:{defines[n].line}): keep one")
             else:
                 defines[n] = frag
-    order = {id(f): i for i, f in enumerate(frags)}
+    order = {id(f): i for i, f in enumerate((*inherited, *frags))}
     for frag in frags:
         own = frag.scan.declared
         for n, ln in sorted(frag.scan.used.items(), key=lambda kv: kv[1]):
@@ -388,7 +389,8 @@ def parse_lib(name: str, text: str, generated: tuple[type[IntEnum], ...] = (),
             elif n not in LUA_GLOBALS:
                 problems.append(f"{file}:{ln}: {frag.names[0]} uses {n}, which neither "
                                 f"{file} nor Lua defines")
-    return Lib(name, tuple(frags), defines, tuple(problems))
+    return Lib(name, (*inherited, *frags), defines,
+               (*(base.problems if base is not None else ()), *problems))
 
 
 # ---------------------------------------------------------------------------- scripts
@@ -502,10 +504,18 @@ def compose(name: str, text: str, lib: Lib, wanted: Iterable[str]) -> Script:
     return Script(name, data, hashlib.sha1(data).hexdigest(), tuple(lines))
 
 
+#: The lib every lib extends: fragments both ports' scripts use (its definitions come
+#: first, so a lib's own may use them).
+COMMON = "_common"
+
+
 def read_lib(folder: Traversable, lib: str) -> Lib:
-    """The lib ``lua/<lib>.lua`` of ``folder``, parsed, with its generated fragments."""
+    """The lib ``lua/<lib>.lua`` of ``folder`` on top of ``lua/_common.lua``, parsed, with
+    its generated fragments."""
+    common = folder / f"{COMMON}.lua"
+    base = parse_lib(COMMON, common.read_text(encoding="utf-8")) if common.is_file() else None
     return parse_lib(lib, (folder / f"{lib}.lua").read_text(encoding="utf-8"),
-                     GENERATED.get(lib, ()), lib in MAY_DEFINE)
+                     GENERATED.get(lib, ()), lib in MAY_DEFINE, base)
 
 
 def load(name: str, lib: str = "_lib", folder: Traversable | None = None) -> Script:

@@ -225,7 +225,8 @@ def test_a_lib_allowed_to_carry_the_codes_must_carry_them_exactly(tmp_path: Path
 @pytest.mark.parametrize("lib", ["_lib", "_repo_lib"])
 def test_the_scripts_see_the_codes_python_names(tmp_path: Path, lib: str) -> None:
     """A script of the real lib answers its codes; fakeredis runs it."""
-    (tmp_path / f"{lib}.lua").write_text((LUA / f"{lib}.lua").read_text())
+    for file in (f"{lib}.lua", f"{scripts.COMMON}.lua"):
+        (tmp_path / file).write_text((LUA / file).read_text())
     names = ", ".join(c.name for c in scripts.Code)
     (tmp_path / "codes.lua").write_text(
         f"-- codes: every reply code.\n--- @include {names}\nreturn {{{names}}}\n")
@@ -295,7 +296,7 @@ def test_an_error_in_the_lib_names_its_line_in_the_lib(request: pytest.FixtureRe
         Transport(_client(request, backend)).drive(ask(call))
     message = str(caught.value)
     assert "run_claim_expired: server error: " in message, message
-    assert f"_lib.lua:{line}: BADARG ARGV[3]" in message, message
+    assert f"{arg_int.file}:{line}: BADARG ARGV[3]" in message, message
     assert "user_script:" not in message.replace("@user_script:?", ""), message
 
 

@@ -1,0 +1,37 @@
+-- _common.lua: fragments both libs build on (lua/_lib.lua for the run store,
+-- lua/_repo_lib.lua for the instance repository). redisstore.scripts puts this file's
+-- definitions ahead of each lib's own, so a lib and its scripts use them as their own; a
+-- script's header includes them like any lib name.
+
+local P = ARGV[1]
+
+local function int(n)
+  return string.format('%d', n)
+end
+
+-- A canonical decimal integer in [lo, hi] (no sign, no leading zero, at most 16 digits),
+-- as a number; nil for anything else.
+local function decimal(s, lo, hi)
+  if type(s) ~= 'string' or #s == 0 or #s > 16 then return nil end
+  if s ~= '0' and not string.find(s, '^[1-9]%d*$') then return nil end
+  local n = tonumber(s)
+  if n < lo or n > hi then return nil end
+  return n
+end
+
+-- An ARGV number, or the BADARG error raised before anything is written.
+local function arg_int(i, lo, hi)
+  local n = decimal(ARGV[i], lo, hi)
+  if n == nil then
+    error('BADARG ARGV[' .. i .. '] must be an integer in [' .. int(lo) .. ', ' ..
+      int(hi) .. ']')
+  end
+  return n
+end
+
+-- Queued writes, sent by commit() once every check passed.
+local WRITES = {}
+
+local function later(...)
+  WRITES[#WRITES + 1] = {...}
+end
