@@ -35,3 +35,27 @@ local WRITES = {}
 local function later(...)
   WRITES[#WRITES + 1] = {...}
 end
+
+-- Look at every key the queued writes name, before the first of them: in a cluster slot
+-- that is being moved, a key already on the other node fails here (ABORTED: nothing was
+-- written), never halfway through the writes.
+local function touch_writes()
+  local seen = {}
+  for i = 1, #WRITES do
+    local k = WRITES[i][2]
+    if not seen[k] then
+      seen[k] = true
+      local r = redis.pcall('EXISTS', k)
+      if type(r) == 'table' then error('ABORTED ' .. tostring(r.err)) end
+    end
+  end
+end
+
+-- The reason for a pcall'd read that failed: 'type' for WRONGTYPE (the key is of another
+-- type: the run is corrupt). Any other error (a cluster key that moved away...) aborts the
+-- script: it comes before any write, so the caller is told nothing was applied.
+local function wrong_type(reply)
+  local err = tostring(reply.err)  -- fakeredis hands a userdata
+  if string.sub(err, 1, 9) == 'WRONGTYPE' then return 'type' end
+  error('ABORTED ' .. err)
+end

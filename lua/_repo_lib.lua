@@ -171,6 +171,7 @@ local function first(...)
 end
 
 local function commit()
+  touch_writes()
   for i = 1, #WRITES do redis.call(unpack(WRITES[i])) end
 end
 
@@ -230,7 +231,7 @@ end
 -- and the field that fails. fields is the list of names read (v always first).
 local function load_record(k, fields)
   local v = redis.pcall('HMGET', k, unpack(fields))
-  if v.err then return false, 'type' end
+  if v.err then return false, wrong_type(v) end
   local r = {}
   for i = 1, #fields do r[fields[i]] = v[i] end
   if not r.v then

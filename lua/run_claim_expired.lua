@@ -9,13 +9,14 @@
 -- Also touches, undeclared (same hash tag): P.."r:"..run of each entry visited (read; written
 -- when claimed), P.."quarantine" (an entry quarantined).
 --- @include CORRUPT, OK, LEASES, MAX_CLAIM, MAX_TTL, now_ms, int, arg_int, arg_text, later
---- @include commit, check_layout, of_type, save, DROPPED, due, hold, next_due
+--- @include commit, check_layout, of_type, save, DROPPED, due, hold, next_due, QUARANTINE
 local owner = arg_text(2)
 local ttl = arg_int(3, 1, MAX_TTL)
 local limit = arg_int(4, 0, MAX_CLAIM)
 local bad_layout = check_layout()
 if bad_layout then return bad_layout end
 if not of_type(LEASES, 'zset') then return {CORRUPT, 'index:leases', 0, -1} end
+if not of_type(QUARANTINE, 'hash') then return {CORRUPT, 'quarantine', 0, -1} end
 local now = now_ms()
 local out = {}
 for run, s in due(LEASES, 'leases', limit, out) do

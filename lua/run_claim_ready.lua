@@ -11,9 +11,9 @@
 -- Also touches, undeclared (same hash tag): P.."r:"..run of each entry visited and of the
 -- dependencies it checks (read; written when claimed), P.."d:"..dep and P.."fanout-cursor"
 -- (the pending re-indexing), P.."quarantine" (an entry quarantined).
---- @include CORRUPT, OK, READY, FANOUT, FANOUT_CURSOR, MAX_CLAIM, MAX_TTL, now_ms, int
---- @include arg_int, arg_text, later, commit, check_layout, save, revision_of, DROPPED
---- @include due, eligible_at, hold, indexes_ok, fan_out, next_due
+--- @include CORRUPT, OK, P, int, arg_int, later, READY, QUARANTINE, FANOUT, FANOUT_CURSOR
+--- @include MAX_CLAIM, MAX_TTL, now_ms, arg_text, commit, check_layout, of_type, save
+--- @include revision_of, DROPPED, due, eligible_at, hold, indexes_ok, fan_out, next_due
 local owner = arg_text(2)
 local ttl = arg_int(3, 1, MAX_TTL)
 local limit = arg_int(4, 0, MAX_CLAIM)
@@ -24,7 +24,13 @@ local bad = indexes_ok(nil)
 if bad then return {CORRUPT, bad, 0, -1} end
 local now = now_ms()
 local pending = redis.call('ZRANGE', FANOUT, 0, 0)[1]
-if pending then
+if pending and not of_type(P .. 'd:' .. pending, 'set') then
+  -- Its waiters' set was replaced by another type: nothing to re-index, never a wall.
+  later('ZREM', FANOUT, pending)
+  later('HDEL', FANOUT_CURSOR, pending)
+  later('HSET', QUARANTINE, 'fanout|' .. pending, 'type')
+  DROPPED = DROPPED + 1
+elseif pending then
   local cursor = redis.call('HGET', FANOUT_CURSOR, pending) or '0'
   if not string.find(cursor, '^%d+$') or #cursor > 20 then cursor = '0' end
   cursor = fan_out(pending, cursor, pv)

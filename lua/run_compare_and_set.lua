@@ -30,7 +30,7 @@ if (kind == 'h' and s.own ~= owner)
     or (kind == 'c' and s.own and s.own ~= owner and holder(s)[2] == 1) then
   return {REFUSED, holder(s), 0, -1}
 end
-local bad = indexes_ok(w)
+local bad = indexes_ok(w, s)
 if bad then return {CORRUPT, bad, 0, -1} end
 write(run, s, s.rev + 1, record, kind, owner, ttl, w, pv)
 commit()

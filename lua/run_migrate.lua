@@ -8,23 +8,28 @@
 -- rewritten by their next write or by a step here. A step converts the layout 1 runs of
 -- one SCAN page, records of at most MAX_MIGRATE_BYTES in all (at least one run), and keeps
 -- the cursor on the page until all of it is converted. A damaged run is left as it is and
--- listed in the quarantine as "migrate|run". The pass ends when SCAN's cursor comes back
--- to 0: the cursor is removed, and layout 2 without a cursor means done.
+-- listed in the quarantine as "migrate|run". A pass ends when SCAN's cursor comes back to
+-- 0; a pass that moved runs is followed by another, and the first that moves none removes
+-- the cursor: layout 2 without a cursor means done.
 -- Also touches, undeclared (same hash tag): P.."r:"..run of each run its SCAN page finds,
 -- P.."quarantine" (a damaged run).
---- @include CORRUPT, OK, P, QUARANTINE, META, NS, MAX_MIGRATE, MAX_MIGRATE_BYTES, arg_int
---- @include later, commit, check_layout, of_type, load, save
+--- @include CORRUPT, OK, P, int, decimal, arg_int, later, QUARANTINE, META, NS
+--- @include MAX_MIGRATE, MAX_MIGRATE_BYTES, MAX_INT, commit, check_layout, of_type, load
+--- @include save
 local count = arg_int(2, 1, MAX_MIGRATE)
 local bad_layout = check_layout()
 if bad_layout then return bad_layout end
 local first = NS == 1
-local cursor = '0'
+local cursor, pass_moved = '0', 0
 if not first then
-  cursor = redis.call('HGET', META, 'migrate-cursor')
+  local got = redis.call('HMGET', META, 'migrate-cursor', 'migrate-moved')
+  cursor = got[1]
   if not cursor then return {OK, {0, 1, 0}, 0, -1} end
   if not string.find(cursor, '^%d+$') or #cursor > 20 then
     return {CORRUPT, 'meta.migrate-cursor', 0, -1}
   end
+  pass_moved = decimal(got[2] or '0', 0, MAX_INT)
+  if not pass_moved then return {CORRUPT, 'meta.migrate-moved', 0, -1} end
 end
 if not of_type(QUARANTINE, 'hash') then return {CORRUPT, 'quarantine', 0, -1} end
 NS = 2
@@ -47,19 +52,28 @@ for _, k in ipairs(page[2]) do
       save(run, s)
       moved = moved + 1
     else
+      -- Counted once, though a page cut by the byte budget is visited again.
+      if redis.call('HEXISTS', QUARANTINE, 'migrate|' .. run) == 0 then
+        damaged = damaged + 1
+      end
       later('HSET', QUARANTINE, 'migrate|' .. run, bad or 'missing')
-      damaged = damaged + 1
     end
   end
 end
 if first then later('HSET', META, 'layout', '2') end
 local done = 0
 if whole then cursor = page[1] end
-if whole and cursor == '0' then
-  later('HDEL', META, 'migrate-cursor')
+pass_moved = pass_moved + moved
+if whole and cursor == '0' and pass_moved == 0 then
+  later('HDEL', META, 'migrate-cursor', 'migrate-moved')
   done = 1
+elseif whole and cursor == '0' then
+  -- A pass that moved runs is followed by another: a cursor kept across a restart or a
+  -- failover means nothing to the new server process (SCAN may have skipped keys), so
+  -- only a whole pass that finds nothing to move ends the migration.
+  later('HSET', META, 'migrate-cursor', '0', 'migrate-moved', '0')
 else
-  later('HSET', META, 'migrate-cursor', cursor)
+  later('HSET', META, 'migrate-cursor', cursor, 'migrate-moved', int(pass_moved))
 end
 commit()
 return {OK, {moved, done, damaged}, 0, -1}

@@ -17,7 +17,7 @@ local bad_layout = check_layout()
 if bad_layout then return bad_layout end
 local s, refusal = load_at(run, expected)
 if not s then return refusal end
-local bad = indexes_ok(w)
+local bad = indexes_ok(w, s)
 if bad then return {CORRUPT, bad, 0, -1} end
 apply_wait(run, s, w, pv)
 save(run, s)

@@ -63,15 +63,17 @@ class Exchange:
 REFUSED = frozenset({
     "NOSCRIPT", "BUSY", "LOADING", "READONLY", "OOM", "NOREPLICAS", "MISCONF", "CLUSTERDOWN",
     "TRYAGAIN", "MASTERDOWN", "MOVED", "ASK", "CROSSSLOT", "NOAUTH", "WRONGPASS", "NOPERM",
-    "EXECABORT", "UNKILLABLE", "NOTBUSY", "BADARG",
+    "EXECABORT", "UNKILLABLE", "NOTBUSY", "BADARG", "ABORTED",
 })
 
 # Redis 6.2 wraps an error raised inside a script: "ERR Error running script (call to
 # f_...): @user_script:91: -READONLY You can't write...". The code is after the dash.
 _WRAPPED = re.compile(r"@user_script: ?\d+: -([A-Z]+) ")
-# The library's scripts raise "BADARG ..." (a plain string: Redis 6.2 cannot raise a table),
-# which the server prefixes with "ERR user_script:12: " (fakeredis: '[string "..."]:12: ').
-_OURS = re.compile(r"(?:user_script: ?\d+|\[string \"[^\"]*\"\]:\d+): (BADARG) ")
+# The library's scripts raise "BADARG ..." (bad arguments) or "ABORTED ..." (a read of the
+# check phase failed, e.g. a cluster key that moved away) before their first write, as a
+# plain string (Redis 6.2 cannot raise a table), which the server prefixes with
+# "ERR user_script:12: " (fakeredis: '[string "..."]:12: ').
+_OURS = re.compile(r"(?:user_script: ?\d+|\[string \"[^\"]*\"\]:\d+): (BADARG|ABORTED) ")
 # An error raised by a command a script called (Redis >= 7 appends where it happened).
 _IN_SCRIPT = re.compile(r"script: [0-9a-f]{40}, on @user_script:\d+\.?$")
 

@@ -32,7 +32,7 @@ MAX_RECORD_CEILING = 2 << 20
 
 #: Longest id, owner, dependency or poll key, in UTF-8 bytes (the scripts check it too): a
 #: run's stored header holds several of them and has a bounded length.
-MAX_TEXT = 65_536
+MAX_TEXT = 2048
 
 
 def check_text(name: str, value: object, *, empty: bool = False) -> str:

@@ -152,7 +152,7 @@ class SideBySide(RuleBasedStateMachine):
     def refresh(self, run: str, version: int) -> None:
         self.both(version, "refresh", run)
 
-    @rule(count=st.sampled_from([1, 3, 1000]))
+    @rule(count=st.sampled_from([1, 3, 200]))
     def migrate_step(self, count: int) -> None:
         """One bounded step of moving the Redis side to layout 2, at any point: a
         namespace part hashes, part strings answers exactly as memory does."""
