@@ -654,9 +654,14 @@ local function write(run, s, rev, record, kind, owner, ttl, w, pv)
 end
 
 -- The next backend time a claim could take an entry of index (after now), or -1.
+-- A damaged score (inf, 1.5, beyond 2^53) is skipped: among the first few, the first that
+-- is a time counts (this runs after commit, so it must not fail).
 local function next_due(index)
-  local head = redis.call('ZRANGEBYSCORE', index, '(' .. int(now_ms()), '+inf', 'LIMIT', 0, 1,
+  local head = redis.call('ZRANGEBYSCORE', index, '(' .. int(now_ms()), '+inf', 'LIMIT', 0, 8,
                           'WITHSCORES')
-  if head[2] then return tonumber(head[2]) end
+  for i = 2, #head, 2 do
+    local t = decimal(head[i], 0, MAX_INT)
+    if t then return t end
+  end
   return -1
 end

@@ -31,9 +31,8 @@ What must hold, on fakeredis, Redis 7 and Valkey 8:
   the tier (on the real servers; fakeredis runs a script in this process, where only the
   call's duration is checked once it returns).
 
-Run-store defects the tier finds are not fixed here (the run scripts are being rewritten):
-the sweep leaves those damages out (:func:`known_defect`) and each has its own strict xfail
-test below, with a minimal reproduction.
+A defect the tier found in the run scripts (next_due returned an index score unchecked: inf
+came back as -2**63, or failed the call after its writes on fakeredis) has its own test below.
 """
 
 from __future__ import annotations
@@ -380,23 +379,6 @@ def touched(damage: Damage, namespace: str, population: Population,
     return (named or ALL), records  # the whole key: its run's, or the namespace's
 
 
-def known_defect(damage: Damage, namespace: str) -> str | None:
-    """Why the run scripts are known to mishandle ``damage`` (None: they are not). Such a
-    damage is left out of the sweep and reproduced by a strict xfail test below; when the
-    run scripts are fixed, that test passes, fails as strict, and this goes."""
-    name = damage.key.decode(errors="replace")[len(namespace) + 3:]
-    if (damage.key_type == "zset" and damage.kind in ("ghost", "score")
-            and damage.value == float("inf") and not name.startswith(REPO_KEYS)):
-        return NEXT_DUE
-    return None
-
-
-NEXT_DUE = ("run scripts: next_due (lua/_lib.lua) returns the score of the first index entry "
-            "after now unchecked; an entry scored inf makes the reply's next_due "
-            "-9223372036854775808 on Redis / Valkey, and fakeredis fails the call after the "
-            "claim was written (Unavailable, outcome unknown)")
-
-
 # ---------------------------------------------------------------------------- the checks
 
 
@@ -598,8 +580,6 @@ def test_one_damaged_key_never_breaks_the_contract(backend: Callable[[], redis.R
         done = 0
         for combo in combos(pristine, ids):
             damage = draw_damage(data, combo, pristine, ids)
-            if known_defect(damage, namespace) is not None:
-                continue  # reproduced by its own xfail test
             restore(client, namespace, pristine)
             assert snapshot(client, namespace) == pristine
             damage.apply(client)
@@ -631,7 +611,6 @@ def plain_client(request: pytest.FixtureRequest) -> redis.Redis:
     return server.client()
 
 
-@pytest.mark.xfail(strict=True, reason=NEXT_DUE)
 @pytest.mark.parametrize("index", ["ready", "leases"])
 def test_an_index_entry_scored_inf_gives_a_sane_next_due(plain_client: redis.Redis,
                                                          index: str) -> None:

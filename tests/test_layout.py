@@ -398,3 +398,21 @@ def test_a_pending_fan_out_whose_waiters_set_was_replaced_is_dropped_not_a_wall(
     assert len(claimed) == 100  # the re-indexed waiters are claimed; no wall
     assert client.zcard(keys.fanout) == 0
     assert Quarantined("fanout", "dep", "type") in store.quarantined()
+
+
+def test_next_due_is_the_earliest_later_entry_and_skips_damaged_scores(
+        client: redis.Redis) -> None:
+    from redisstore.runops import RunOps
+
+    store = RedisRunStore(client, namespace=unique_namespace())
+    store.migrate()
+    keys = Keyspace(store.namespace)
+    store.insert("a", b"x", Claim("n", LONG))
+    store.insert("b", b"x", Claim("n", 2 * LONG))
+    expiry = int(client.zscore(keys.leases, "a") or 0)
+    client.zadd(keys.leases, {"ghost": expiry - 0.5, "ghost2": float("inf")})
+    call = next(RunOps(store.namespace, None, 1).claim_expired("me", LONG, 10))
+    assert call.script is not None
+    client.script_load(call.script.source)
+    reply = client.execute_command(*call.command())
+    assert reply[1] == [] and reply[3] == expiry
