@@ -11,9 +11,9 @@
 -- Also reads, undeclared (same hash tag): the hash of each entry visited. Each entry is
 -- listed only when its own record says so (of this group, class 'c', expiry '' or <= now):
 -- an entry pointing at nothing, at another type or at a record that moved is skipped.
---- @include CORRUPT, OK, MAX_PAGE, MAX_US, MIN_US, now_us, inst_key, inflight_key, int_le
---- @include signed, expiry_ok, class_of, arg_int, arg_text, arg_any, arg_key, key_type
---- @include reply, score, score_text, rank_after
+--- @include arg_int, CORRUPT, OK, MAX_PAGE, wrong_type, MAX_US, MIN_US, now_us, inst_key
+--- @include inflight_key, int_le, signed, expiry_ok, class_of, arg_text, arg_any, arg_key
+--- @include key_type, reply, score, score_text, rank_after
 local group = arg_text(2)
 local key = arg_key(1, inflight_key(group))
 local now = arg_any(3)
@@ -45,6 +45,7 @@ for i = 1, #page, 2 do
   local id = page[i]
   if score(page[i + 1]) > top then return reply(OK, {ids, false, false, now}) end
   local f = redis.pcall('HMGET', inst_key(id), 'g', 'k', 's', 'x')
+  if f.err then wrong_type(f) end  -- a key of another type is skipped; any other error aborts
   if not f.err and f[1] == group and f[2] == 'c' and f[3] and class_of(f[3]) == 'c'
       and f[4] and expiry_ok(f[4]) and (f[4] == '' or int_le(f[4], now)) then
     ids[#ids + 1] = id

@@ -3,11 +3,14 @@
 -- ARGV[1]  key prefix           ARGV[2] this library's layout version
 -- Reply    {OK, version found (0 none)} | {TOO_NEW, version found} when it is newer
 --          | {CORRUPT, 'repo-layout'} (nothing written on either)
---- @include P, CORRUPT, OK, TOO_NEW, int, decimal, arg_int, arg_key, reply
+--- @include P, int, decimal, arg_int, CORRUPT, OK, TOO_NEW, wrong_type, arg_key, reply
 local layout = arg_key(1, P .. 'repo-layout')
 local mine = arg_int(2, 1, 1000000)
 local got = redis.pcall('GET', layout)
-if type(got) == 'table' then return reply(CORRUPT, 'repo-layout') end
+if type(got) == 'table' then
+  wrong_type(got)
+  return reply(CORRUPT, 'repo-layout')
+end
 local found = 0
 if got then
   found = decimal(got, 1, 1000000)

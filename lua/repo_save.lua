@@ -12,10 +12,10 @@
 -- Also touches, undeclared (same hash tag): the record's previous group index when it
 -- leaves it, and the hashes of the terminal records it evicts. The class (which indexes
 -- hold the record) is derived from the status here, as record_class does in Python.
---- @include P, CONFLICT, CORRUPT, NOT_FOUND, OK, MAX_EVICT, MAX_PAYLOAD, MAX_VERSION
---- @include MAX_US, MIN_US, int, inst_key, inflight_key, decimal, expiry_ok, offset_ok
---- @include incarnation_ok, class_of, arg_int, arg_text, arg_any, arg_key, of_type, later
---- @include commit, reply, load_record, first
+--- @include P, int, decimal, arg_int, later, CONFLICT, CORRUPT, NOT_FOUND, OK, MAX_EVICT
+--- @include MAX_PAYLOAD, wrong_type, MAX_VERSION, MAX_US, MIN_US, inst_key, inflight_key
+--- @include expiry_ok, offset_ok, incarnation_ok, class_of, arg_text, arg_any, arg_key
+--- @include of_type, first, commit, reply, load_record
 local id = arg_text(2)
 local k = arg_key(1, inst_key(id))
 local expected = arg_int(3, 0, MAX_VERSION - 1)
@@ -49,7 +49,10 @@ if r then stored, old_group, was = r.v, r.g, r.k end
 -- group is still checked before the version.)
 if old_group ~= group then
   local known = redis.pcall('SISMEMBER', groups, group)
-  if type(known) == 'table' then return reply(CORRUPT, 'index:groups') end
+  if type(known) == 'table' then
+    wrong_type(known)  -- (any other error aborts: nothing written)
+    return reply(CORRUPT, 'index:groups')
+  end
   if known == 0 then return reply(NOT_FOUND, 'group') end
 end
 if stored ~= expected then return reply(CONFLICT, stored) end
@@ -68,7 +71,10 @@ end
 local evicted, keep, seq = {}, true, 0
 if to_terminal then
   local got = redis.pcall('GET', seq_key)
-  if type(got) == 'table' then return reply(CORRUPT, 'terminal-seq') end
+  if type(got) == 'table' then
+    wrong_type(got)
+    return reply(CORRUPT, 'terminal-seq')
+  end
   if got then
     seq = decimal(got, 0, MAX_VERSION - 1)
     if not seq then return reply(CORRUPT, 'terminal-seq') end
@@ -86,7 +92,9 @@ if to_terminal then
         later('ZREM', terminal, old)
         -- Only a terminal record is deleted: an entry whose key is missing, of another
         -- type or of an active record is dropped from the index and the key left alone.
-        if redis.pcall('HGET', inst_key(old), 'k') == 't' then
+        local class_of_old = redis.pcall('HGET', inst_key(old), 'k')
+        if type(class_of_old) == 'table' then wrong_type(class_of_old) end
+        if class_of_old == 't' then
           later('DEL', inst_key(old))
           evicted[#evicted + 1] = old
         end

@@ -713,3 +713,53 @@ def test_migrate_refuses_a_damaged_layout_key(client: redis.Redis, bad: str) -> 
         repo.migrate()
     assert caught.value.field == "repo-layout"
     assert snapshot(client, namespace) == before
+
+
+@pytest.fixture(params=["redis7", "valkey8"])
+def acl_server(request: pytest.FixtureRequest) -> Server:
+    server: Server = request.getfixturevalue(request.param)
+    return server
+
+
+def _terminal_save(repo: RedisRepository) -> object:
+    return repo.save(rec("active", status=Status.COMPLETED, rec_version=1))
+
+
+# (the read command the user may not run, the call that meets it in its check phase)
+DENIED_READS = [
+    ("sismember", lambda repo: repo.save(rec("new"))),              # the group registry
+    ("get", _terminal_save),                                         # the terminal counter
+    ("hget", _terminal_save),                                        # an eviction candidate
+    ("hmget", lambda repo: repo.list_in_flight(G, T0)),              # a listed record
+    ("hmget", lambda repo: repo.load("active")),                     # the record
+    ("get", lambda repo: repo.migrate()),                            # the layout key
+]
+
+
+@pytest.mark.server
+@pytest.mark.parametrize(("denied", "call"), DENIED_READS)
+def test_a_read_refused_for_another_reason_than_its_type_aborts(
+        acl_server: Server, denied: str, call: Any) -> None:
+    # Only WRONGTYPE means damaged data; any other error of a check-phase read (an ACL, a
+    # cluster key that moved away) aborts the script before it writes: ABORTED, not_applied,
+    # not a Corrupt blaming the data, and never a listing or an eviction that skips quietly.
+    admin = acl_server.client()
+    namespace = unique_namespace()
+    user = f"app-{namespace}"
+    setup = RedisRepository(admin, namespace=namespace, max_terminal=1)
+    setup.register_group(G)
+    setup.save(rec("active"))
+    setup.save(rec("done", status=Status.COMPLETED))
+    admin.execute_command("ACL", "SETUSER", user, "on", ">secret", "~*", "&*", "+@all",
+                          f"-{denied}")
+    try:
+        client = acl_server.client(username=user, password="secret")
+        repo = RedisRepository(client, namespace=namespace, max_terminal=1,
+                               logger=RecordingLogger())
+        before = snapshot(admin, namespace)
+        with pytest.raises(Unavailable) as caught:
+            call(repo)
+        assert (caught.value.code, caught.value.outcome) == ("ABORTED", "not_applied")
+        assert snapshot(admin, namespace) == before
+    finally:
+        admin.execute_command("ACL", "DELUSER", user)
