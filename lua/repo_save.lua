@@ -123,10 +123,13 @@ end
 if was == 't' and class ~= 't' then later('ZREM', terminal, id) end
 if to_terminal then
   -- Ordered by when the record became terminal: a later terminal save keeps its place.
-  later('SET', seq_key, int(seq))
   if keep then
+    later('SET', seq_key, int(seq))
     later('ZADD', terminal, int(seq), id)
   else
+    -- No record is written (it is evicted itself): the counter is the one write that can
+    -- grow memory, so it goes first, for maxmemory to refuse the save whole (see first).
+    first('SET', seq_key, int(seq))
     later('ZREM', terminal, id)
     evicted[#evicted + 1] = id
   end

@@ -763,3 +763,31 @@ def test_a_read_refused_for_another_reason_than_its_type_aborts(
         assert snapshot(admin, namespace) == before
     finally:
         admin.execute_command("ACL", "DELUSER", user)
+
+
+@pytest.mark.server
+def test_a_save_that_evicts_its_own_record_is_refused_whole_when_memory_is_full(
+        tmp_path: Path) -> None:
+    # With max_terminal=0 a terminal save writes no record, only evictions and the counter:
+    # Redis checks maxmemory at a script's first write only if that write can grow memory,
+    # so the counter must go first or the evictions open the way past the limit.
+    server = start(redis_binary(), "redis-server (Redis 7)", tmp_path,
+                   (*EPHEMERAL, "--maxmemory", "3mb", "--maxmemory-policy", "noeviction"))
+    try:
+        client = server.client()
+        repo, space = fresh(client, max_terminal=1000)
+        repo.save(rec("late"))
+        for i in range(3):
+            repo.save(rec(f"done-{i}", status=Status.COMPLETED))
+        with pytest.raises(Unavailable):
+            for i in range(10_000):
+                repo.save(rec(f"fill-{i}", payload=b"x" * 2048))
+        lowered = RedisRepository(client, namespace=space.namespace, max_terminal=0,
+                                  logger=RecordingLogger())
+        before = snapshot(client, space.namespace)
+        with pytest.raises(Unavailable) as caught:
+            lowered.save(rec("late", status=Status.COMPLETED, rec_version=1))
+        assert caught.value.outcome == "not_applied" and "OOM" in caught.value.reason
+        assert snapshot(client, space.namespace) == before
+    finally:
+        server.kill()
