@@ -287,12 +287,12 @@ def listpack_setting(client: redis.Redis) -> tuple[str, str]:
 
 
 def run_rows(client: redis.Redis, port: int, sizes: list[int], threads: int,
-             parts: str = "AB") -> list[Row]:
+             parts: str = "AB", layouts: tuple[int, ...] = (1, 2)) -> list[Row]:
     ids_by_size = {n: [str(uuid.uuid4()) for _ in range(n)] for n in sizes}
     dependency = str(uuid.uuid4())
     limit_name, _ = listpack_setting(client)
     rows: list[Row] = []
-    for layout, state in [(layout, state) for layout in (1, 2)
+    for layout, state in [(layout, state) for layout in layouts
                           for state in ("free", "held", "ready", "waiting")]:
         row = Row("A", f"RedisRunStore layout {layout} (public API)", state)
         rows.append(row)
@@ -327,6 +327,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--part", choices=["A", "AB"], default="AB",
                         help="A: the library's layouts only; AB: also the raw candidates")
+    parser.add_argument("--layout", type=int, choices=[1, 2], action="append",
+                        help="part A's run layouts (repeatable; default both)")
     args = parser.parse_args(argv)
     sizes = [SMALL, BIG] if args.big else [SMALL]
     binary = server_binary(args.valkey)
@@ -344,7 +346,8 @@ def main(argv: list[str] | None = None) -> None:
             entries_name: entries, "record_bytes": len(RECORD), "run_id_chars": 36,
             "header_bytes": HEADER, "threads": args.threads, "redisstore": library(),
         }
-        rows = run_rows(client, port, sizes, args.threads, args.part)
+        rows = run_rows(client, port, sizes, args.threads, args.part,
+                        tuple(args.layout or (1, 2)))
     print(f"server {environment['server']} ({binary}), allocator {environment['allocator']}, "
           f"{limit_name} {limit}, {entries_name} {entries}")
     print(f"bytes per run beyond its {len(RECORD)}-byte record (36-char uuid4 run ids, "

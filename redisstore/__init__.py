@@ -18,7 +18,7 @@ from .errors import (
 )
 from .memory import MemoryRepository, MemoryRunStore
 from .protocol import Durability
-from .repository import InstanceLease, InstanceRecord, Repository, Status
+from .repository import InFlightPage, InstanceLease, InstanceRecord, Repository, Status
 from .runs import (
     At,
     Changed,
@@ -61,6 +61,7 @@ __all__ = [
     "Held",
     "Hold",
     "Holder",
+    "InFlightPage",
     "InstanceLease",
     "InstanceRecord",
     "Lease",

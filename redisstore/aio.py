@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 
 from .outcomes import Exchange, Lost, Reply
 from .protocol import Batch, Driver, Durability, Operation, Shell, check_io
-from .repository import InstanceRecord, Logger, RepositoryOps
+from .repository import MAX_PAGE, InFlightPage, InstanceRecord, Logger, RepositoryOps
 from .runops import RunOps
 from .runs import MAX_RECORD, MIGRATE_COUNT, Current, Discover, Lease, Migrated, Quarantined
 from .wire import Connections, check_client, describe, error_reply, is_error_reply, pack
@@ -295,6 +295,13 @@ class AsyncRedisRepository(Shell[RepositoryOps]):
     async def list_in_flight(self, group: str, now: datetime | None = None) -> list[str]:
         """See :meth:`redisstore.RedisRepository.list_in_flight`."""
         return await self._io.drive(self._ops.list_in_flight(group, now))
+
+    async def list_in_flight_page(self, group: str, now: datetime | None = None, *,
+                                  cursor: str | None = None,
+                                  limit: int = MAX_PAGE) -> InFlightPage:
+        """See :meth:`redisstore.RedisRepository.list_in_flight_page`."""
+        return await self._io.drive(self._ops.list_in_flight_page(group, now, cursor=cursor,
+                                                                  limit=limit))
 
     async def register_group(self, group: str) -> None:
         """See :meth:`redisstore.RedisRepository.register_group`."""

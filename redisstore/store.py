@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from .protocol import Durability, Operation, Shell, check_io
-from .repository import InstanceRecord, Logger, RepositoryOps
+from .repository import MAX_PAGE, InFlightPage, InstanceRecord, Logger, RepositoryOps
 from .runops import RunOps
 from .runs import MAX_RECORD, MIGRATE_COUNT, Current, Discover, Lease, Migrated, Quarantined
 from .transport import Transport
@@ -150,6 +150,14 @@ class RedisRepository(Shell[RepositoryOps]):
         """Ids of ``group``'s records that are not terminal, not suspended, and whose lease
         is expired or absent at ``now`` (None: the server's clock). Unregistered: ``[]``."""
         return self._io.drive(self._ops.list_in_flight(group, now))
+
+    def list_in_flight_page(self, group: str, now: datetime | None = None, *,
+                            cursor: str | None = None, limit: int = MAX_PAGE) -> InFlightPage:
+        """One page of :meth:`list_in_flight`: at most ``limit`` (<= 1000) ids, and the
+        ``cursor`` of the next page (None once the listing is complete); docs/repository.md
+        says what a listing across pages guarantees."""
+        return self._io.drive(self._ops.list_in_flight_page(group, now, cursor=cursor,
+                                                            limit=limit))
 
     def register_group(self, group: str) -> None:
         """Establish ``group`` in the registry (idempotent)."""

@@ -4,7 +4,6 @@ Redis 6.2 (also with ``lua-replicate-commands no``), Valkey 8.1 and the machine'
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 
 import fakeredis
@@ -14,18 +13,6 @@ from servers import Server, unique_namespace
 
 from redisstore import MemoryRepository, RedisRepository, Repository
 from redisstore.conformance import RepositoryConformance
-from redisstore.repository import MAX_PAGE, InFlightPage
-
-
-class PagedRedisRepository(RedisRepository):
-    """RedisRepository with ``list_in_flight_page``, exactly as the shell in store.py is to
-    forward it (one line: drive the operation); until it does, the suite reaches the
-    script and the operation through this."""
-
-    def list_in_flight_page(self, group: str, now: datetime | None = None, *,
-                            cursor: str | None = None, limit: int = MAX_PAGE) -> InFlightPage:
-        return self._io.drive(self._ops.list_in_flight_page(group, now, cursor=cursor,
-                                                            limit=limit))
 
 
 class TestMemoryRepository(RepositoryConformance):
@@ -39,7 +26,7 @@ class TestFakeRedisRepository(RepositoryConformance):
         self.client = fakeredis.FakeRedis()
 
     def make_repository(self, *, max_terminal: int = 1024, logger: Any = None) -> Repository:
-        return PagedRedisRepository(self.client, namespace=unique_namespace(),
+        return RedisRepository(self.client, namespace=unique_namespace(),
                                     max_terminal=max_terminal, logger=logger)
 
 
@@ -50,7 +37,7 @@ class TestRedis7Repository(RepositoryConformance):
         self.client = redis7.client()
 
     def make_repository(self, *, max_terminal: int = 1024, logger: Any = None) -> Repository:
-        return PagedRedisRepository(self.client, namespace=unique_namespace(),
+        return RedisRepository(self.client, namespace=unique_namespace(),
                                     max_terminal=max_terminal, logger=logger)
 
 
@@ -85,5 +72,5 @@ class TestSharedRedisRepository(RepositoryConformance):
     def make_repository(self, *, max_terminal: int = 1024, logger: Any = None) -> Repository:
         namespace = unique_namespace()
         self.namespaces.append(namespace)
-        return PagedRedisRepository(self.client, namespace=namespace,
+        return RedisRepository(self.client, namespace=namespace,
                                     max_terminal=max_terminal, logger=logger)

@@ -51,7 +51,6 @@ import redis
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from servers import Server, drop_namespace, unique_namespace
-from test_conformance_repository import PagedRedisRepository
 
 from redisstore import (
     At,
@@ -64,6 +63,7 @@ from redisstore import (
     InstanceLease,
     InstanceRecord,
     Quarantined,
+    RedisRepository,
     RedisRunStore,
     Release,
     Seize,
@@ -150,10 +150,10 @@ class Population:
 
 
 def populate(client: redis.Redis, namespace: str, counts: dict[str, int],
-             layout: int) -> tuple[RedisRunStore, PagedRedisRepository, Population]:
+             layout: int) -> tuple[RedisRunStore, RedisRepository, Population]:
     """Runs in each state and repository records, through the public API of both ports."""
     store = RedisRunStore(client, namespace=namespace, discover=discover, timeout=DEADLINE)
-    repo = PagedRedisRepository(client, namespace=namespace, max_terminal=3,
+    repo = RedisRepository(client, namespace=namespace, max_terminal=3,
                                 timeout=DEADLINE)
     runs: list[Run] = []
     for state in RUN_STATES:
@@ -425,7 +425,7 @@ def record_or_none(result: Any) -> bool:
     return result is None or isinstance(result, InstanceRecord)
 
 
-def every_operation(check: Checker, store: RedisRunStore, repo: PagedRedisRepository,
+def every_operation(check: Checker, store: RedisRunStore, repo: RedisRepository,
                     population: Population) -> None:
     """Every operation of both ports, on every run and record, judged by the contract."""
     ids = [r.id for r in population.runs] + ["run-absent", "dep-00"]
@@ -478,7 +478,7 @@ def every_operation(check: Checker, store: RedisRunStore, repo: PagedRedisReposi
     check("migrate repository", repo.migrate, lambda r: r is None)
 
 
-def untouched_still_work(check: Checker, store: RedisRunStore, repo: PagedRedisRepository,
+def untouched_still_work(check: Checker, store: RedisRunStore, repo: RedisRepository,
                          population: Population, runs_hit: set[str] | None,
                          records_hit: set[str] | None) -> None:
     """What the damage did not touch reads back as written; expired and ready runs are
@@ -520,7 +520,7 @@ def untouched_still_work(check: Checker, store: RedisRunStore, repo: PagedRedisR
         assert spared_listed <= set(listed) <= population.listed | records_hit, listed
 
 
-def survivors(check: Checker, store: RedisRunStore, repo: PagedRedisRepository,
+def survivors(check: Checker, store: RedisRunStore, repo: RedisRepository,
               population: Population, runs_hit: set[str] | None,
               records_hit: set[str] | None) -> None:
     """After every operation: no run the damage spared went, and no record but the ones
