@@ -24,8 +24,7 @@
 --   index, an evicted record).
 --
 -- Replies: {code, payload, dropped, next_due}, the run store's shape and codes
--- (redisstore.scripts.Code; the build checks this file's line against it, and generates
--- it once the line is gone): OK 0, NOT_FOUND 1 (payload false: no record; 'group': the
+-- (redisstore.scripts.Code, which the build writes in as one generated line): OK 0, NOT_FOUND 1 (payload false: no record; 'group': the
 -- group is not registered), CONFLICT 3 (payload: stored version), CORRUPT 7 (payload: the
 -- field), TOO_NEW 8 (payload: the stored layout). No repository script quarantines or
 -- schedules anything: dropped is 0 and next_due -1.
@@ -41,8 +40,6 @@
 -- Indexes: P.."inflight:"..group (zset id -> lease expiry µs, '-inf' without one; only
 -- records of class 'c'), P.."terminal" (zset id -> sequence of the transition to terminal,
 -- from the counter P.."terminal-seq"), P.."groups" (set).
-
-local OK, NOT_FOUND, EXISTS, CONFLICT, REFUSED, CORRUPT, TOO_NEW = 0, 1, 2, 3, 4, 7, 8
 
 -- Caps (docs/repository.md gives the measured per-item costs; redisstore.repository has
 -- the same numbers and checks them first, these hold for anyone with EVALSHA).

@@ -48,9 +48,7 @@ name defined below it (a Lua local is visible only after its definition) or defi
 a name defined twice, or a generated name defined by hand.
 
 **Generated definitions.** The reply codes are named once, in :class:`Code`; the build writes
-them into the scripts as one Lua ``local`` line (:data:`GENERATED`). ``_lib.lua`` must not
-define them; ``_repo_lib.lua`` may still carry that line by hand, checked to be exactly the
-generated one (:data:`MAY_DEFINE`).
+them into the scripts as one Lua ``local`` line (:data:`GENERATED`); no lib defines them.
 
 **Line mapping.** :attr:`Script.lines` maps each line of the source sent to the file and line
 it came from; :meth:`Script.map_error` rewrites a server's ``user_script:104`` (Redis,
@@ -87,11 +85,8 @@ class Code(IntEnum):
 
 #: The Lua definitions the build writes into each lib, from Python: each enum becomes one
 #: fragment ``local NAME, ... = value, ...`` ahead of the lib's own, and the lib must not
-#: define those names itself...
+#: define those names itself.
 GENERATED: dict[str, tuple[type[IntEnum], ...]] = {"_lib": (Code,), "_repo_lib": (Code,)}
-#: ...but for the libs here, which may still carry that line by hand: the build then checks
-#: that it is exactly the generated line (same names, order and values) and sends the lib's.
-MAY_DEFINE = frozenset({"_repo_lib"})
 
 #: The line of every script before its fragments. Redis 5.x/6.x with lua-replicate-commands
 #: off replicate a script by its source, and refuse a write after TIME; this switches to
@@ -326,22 +321,15 @@ def _generated(enum: type[IntEnum]) -> Fragment:
                     names(source))
 
 
-def _code_only(source: str) -> str:
-    return "\n".join(line for line in source.split("\n")
-                     if line.strip() and not line.startswith("--")).strip()
-
-
 @lru_cache(maxsize=8)
 def parse_lib(name: str, text: str, generated: tuple[type[IntEnum], ...] = (),
-              may_define: bool = False, base: Lib | None = None) -> Lib:
+              base: Lib | None = None) -> Lib:
     """Split the lib ``name`` (``text``, the file's content) into fragments, after the
-    ``generated`` ones and those of ``base`` (a lib it extends), and check it. With
-    ``may_define`` the lib may carry a generated line itself, exactly as generated."""
+    ``generated`` ones and those of ``base`` (a lib it extends), and check it."""
     file = f"{name}.lua"
     problems: list[str] = []
     frags: list[Fragment] = []
     made = {n: enum for enum in generated for n in enum.__members__}
-    by_hand: set[type[IntEnum]] = set()
     starts = list(_FRAGMENT.finditer(text))
     ends = [m.start() for m in starts[1:]] + [len(text)]
     for m, end in zip(starts, ends, strict=True):
@@ -352,18 +340,13 @@ def parse_lib(name: str, text: str, generated: tuple[type[IntEnum], ...] = (),
         clash = [n for n in defined if n in made]
         if clash:
             enum = made[clash[0]]
-            if may_define and _code_only(source) == generated_line(enum):
-                by_hand.add(enum)
-            else:
-                how = (f"it must read exactly `{generated_line(enum)}`, or go"
-                       if may_define else "delete it")
-                problems.append(
-                    f"{file}:{def_line}: defines {', '.join(clash)}, which redisstore.scripts "
-                    f"generates from {enum.__name__}: {how} (the names are defined once, in "
-                    "Python)")
-                continue
+            problems.append(
+                f"{file}:{def_line}: defines {', '.join(clash)}, which redisstore.scripts "
+                f"generates from {enum.__name__}: delete it (the names are defined once, in "
+                "Python)")
+            continue
         frags.append(Fragment(defined, source, line, file, names(source, line)))
-    frags[:0] = [_generated(enum) for enum in generated if enum not in by_hand]
+    frags[:0] = [_generated(enum) for enum in generated]
     inherited = base.fragments if base is not None else ()
     defines: dict[str, Fragment] = dict(base.defines) if base is not None else {}
     for frag in frags:
@@ -515,7 +498,7 @@ def read_lib(folder: Traversable, lib: str) -> Lib:
     common = folder / f"{COMMON}.lua"
     base = parse_lib(COMMON, common.read_text(encoding="utf-8")) if common.is_file() else None
     return parse_lib(lib, (folder / f"{lib}.lua").read_text(encoding="utf-8"),
-                     GENERATED.get(lib, ()), lib in MAY_DEFINE, base)
+                     GENERATED.get(lib, ()), base)
 
 
 def load(name: str, lib: str = "_lib", folder: Traversable | None = None) -> Script:

@@ -212,16 +212,6 @@ def test_a_lib_that_names_the_codes_itself_does_not_build(tmp_path: Path) -> Non
                      r"generates from Code: delete it", message), message
 
 
-def test_a_lib_allowed_to_carry_the_codes_must_carry_them_exactly(tmp_path: Path) -> None:
-    exact = LIB + "\n" + scripts.generated_line(scripts.Code) + "\n"
-    files = {"_repo_lib": exact, "s": script("return OK\n", "--- @include OK")}
-    built = build(tmp_path, files, [("s", "_repo_lib")])
-    assert built["s"].lines[1] == ("_repo_lib.lua", 16)  # the lib's own line is sent
-    files["_repo_lib"] = exact.replace("7, 8", "7, 9")
-    message = build_error(tmp_path, files, [("s", "_repo_lib")])
-    assert "it must read exactly `local OK, NOT_FOUND" in message
-
-
 @pytest.mark.parametrize("lib", ["_lib", "_repo_lib"])
 def test_the_scripts_see_the_codes_python_names(tmp_path: Path, lib: str) -> None:
     """A script of the real lib answers its codes; fakeredis runs it."""
