@@ -55,7 +55,10 @@ class Call(Generic[T]):
 
 
 def _encoded(args: tuple[Arg, ...]) -> tuple[bytes | int, ...]:
-    return tuple(a.encode() if isinstance(a, str) else a for a in args)
+    # surrogateescape: a name that came back from the server as bytes that are not UTF-8
+    # (see text) goes back as the same bytes.
+    return tuple(a.encode("utf-8", "surrogateescape") if isinstance(a, str) else a
+                 for a in args)
 
 
 @dataclass(frozen=True, slots=True)
@@ -326,13 +329,22 @@ class Driver(Generic[T]):
             commands += (self._durability.command(),)
         return Batch(commands, call.write, call.keys)
 
+    def _loading_batch_of(self, call: Call[Any]) -> Batch:
+        """SCRIPT LOAD of the call's script, then the call (after NOSCRIPT)."""
+        assert call.script is not None
+        batch = self._batch_of(call)
+        return Batch(((b"SCRIPT", b"LOAD", call.script.source), *batch.commands), batch.write,
+                     batch.keys)
+
 
 # ---------------------------------------------------------------------------- replies
 
 
 def text(value: Any) -> str:
-    """A reply string as str (replies come undecoded)."""
-    return value.decode() if isinstance(value, bytes) else str(value)
+    """A reply string as str (replies come undecoded). Bytes that are not UTF-8 (a run id a
+    raw EVALSHA stored) decode with surrogateescape, so a claim that took such a run still
+    answers, and the name sent back names the same key."""
+    return value.decode("utf-8", "surrogateescape") if isinstance(value, bytes) else str(value)
 
 
 # ---------------------------------------------------------------------------- operations

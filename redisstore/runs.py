@@ -44,14 +44,14 @@ def check_text(name: str, value: object, *, empty: bool = False) -> str:
         raise ValueError(f"{name} must not be empty")
     if len(value) > MAX_TEXT // 4:  # only then can the UTF-8 be over the cap
         try:
-            size = len(value.encode())
+            size = len(value.encode("utf-8", "surrogateescape"))
         except UnicodeEncodeError as exc:
             raise ValueError(f"{name} is not encodable as UTF-8: {exc}") from None
         if size > MAX_TEXT:
             raise ValueError(f"{name} is {size} bytes of UTF-8, over the cap of {MAX_TEXT}")
     elif not value.isascii():
         try:
-            value.encode()
+            value.encode("utf-8", "surrogateescape")  # as protocol.text decoded it
         except UnicodeEncodeError as exc:
             raise ValueError(f"{name} is not encodable as UTF-8: {exc}") from None
     return value

@@ -416,3 +416,30 @@ def test_next_due_is_the_earliest_later_entry_and_skips_damaged_scores(
     client.script_load(call.script.source)
     reply = client.execute_command(*call.command())
     assert reply[1] == [] and reply[3] == expiry
+
+
+@pytest.mark.parametrize("layout", [1, 2])
+def test_a_run_id_that_is_not_utf8_never_breaks_a_claim_and_round_trips(
+        client: redis.Redis, layout: int) -> None:
+    """A tenant with EVALSHA can store any bytes as a run id or owner; a claim that takes
+    such a run still answers (the name decodes with surrogateescape) and that name, sent
+    back, names the same run."""
+    store = RedisRunStore(client, namespace=unique_namespace())
+    if layout == 2:
+        store.migrate()
+    keys = Keyspace(store.namespace)
+    raw = b"\xff\xfe"
+    client.script_load(scripts.RUN_INSERT.source)
+    for run, owner in ((raw, b"n"), (b"odd-owner", b"\xfa")):
+        client.evalsha(scripts.RUN_INSERT.sha, 4, keys.prefix.encode() + b"r:" + run,
+                       keys.leases, keys.ready, keys.meta, keys.prefix, run, b"x", "c",
+                       owner, 1, "", "", "", "", 1)
+    store.insert("good", b"x", Claim("n", 1))
+    time.sleep(0.01)
+    name = raw.decode("utf-8", "surrogateescape")
+    assert store.get("odd-owner").holder == Held(b"\xfa".decode("utf-8", "surrogateescape"),
+                                                 False)
+    claimed = store.claim_expired("me", LONG, 10)
+    assert sorted(claimed) == sorted(["good", name, "odd-owner"])
+    assert store.renew("me", [name], LONG) == [name]
+    assert store.get(name).holder == Held("me", True)
