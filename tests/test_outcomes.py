@@ -24,6 +24,7 @@ from redisstore import (
     RedisRepository,
     RedisRunStore,
     Unavailable,
+    scripts,
 )
 from redisstore.outcomes import ErrorReply, Exchange, Lost, Reply, error_outcome, split_error
 from redisstore.protocol import MAX_RELOADS, Driver
@@ -37,28 +38,74 @@ def driver(durability: Durability | None = None) -> Driver[None]:
     return Driver(ops.compare_and_set("r", 1, b"x", Hold("me")), durability)
 
 
-def test_noscript_reloads_then_gives_up_as_not_applied() -> None:
+def test_noscript_loads_and_sends_again_then_evals_then_gives_up_as_not_applied() -> None:
     d = driver()
-    for _ in range(MAX_RELOADS):
-        assert d.next_batch() is not None
-        d.receive(Exchange((ErrorReply("NOSCRIPT", "No matching script"),)))
-        load = d.next_batch()
-        assert load is not None and load.commands[0][:2] == (b"SCRIPT", b"LOAD")
-        d.receive(Exchange((Reply(b"sha"),)))
+    first = d.next_batch()
+    assert first is not None and first.commands[0][0] == b"EVALSHA"
     d.receive(Exchange((ErrorReply("NOSCRIPT", "No matching script"),)))
+    # SCRIPT LOAD and the same call, pipelined: a script the server will not load is
+    # refused there, and the two usually run back to back.
+    again = d.next_batch()
+    assert again is not None and again.write
+    assert again.commands == (
+        (b"SCRIPT", b"LOAD", scripts.RUN_COMPARE_AND_SET.source), first.commands[0])
+    d.receive(Exchange((Reply(b"sha"), ErrorReply("NOSCRIPT", "No matching script"))))
+    for _ in range(MAX_RELOADS - 1):
+        # A flush came between them: EVAL runs and caches the script in one command.
+        again = d.next_batch()
+        assert again is not None and again.write
+        assert again.commands == ((b"EVAL", scripts.RUN_COMPARE_AND_SET.source,
+                                   *first.commands[0][2:]),)
+        d.receive(Exchange((ErrorReply("NOSCRIPT", "No matching script"),)))
     assert d.next_batch() is None
     with pytest.raises(Unavailable) as caught:
         d.result()
     assert (caught.value.outcome, caught.value.code) == ("not_applied", "NOSCRIPT")
 
 
-def test_noscript_then_success_is_invisible() -> None:
+def test_a_lost_reply_to_the_eval_resend_is_unknown_for_a_write() -> None:
     d = driver()
     d.receive(Exchange((ErrorReply("NOSCRIPT", "x"),)))
-    d.receive(Exchange((Reply(b"sha"),)))
-    d.receive(Exchange((OK,)))
+    d.receive(Exchange((Reply(b"sha"), ErrorReply("NOSCRIPT", "x"))))
+    d.receive(Exchange((), Lost(True, "cut")))  # the EVAL ran, or not
+    with pytest.raises(Unavailable) as caught:
+        d.result()
+    assert caught.value.outcome == "unknown"
+
+
+def test_noscript_then_success_is_invisible() -> None:
+    d = driver(Durability(replicas=1, timeout=100))
+    d.receive(Exchange((ErrorReply("NOSCRIPT", "x"), ErrorReply("ERR", "not run"))))
+    again = d.next_batch()
+    assert again is not None
+    assert [c[0] for c in again.commands] == [b"SCRIPT", b"EVALSHA", b"WAIT"]  # confirmed
+    d.receive(Exchange((Reply(b"sha"), OK, Reply(1))))
     assert d.next_batch() is None
     assert d.result() is None
+
+
+def test_a_lost_reply_after_noscript_is_the_calls_own() -> None:
+    """The call went out behind SCRIPT LOAD: a write whose reply was lost is unknown."""
+    for replies in ((), (Reply(b"sha"),)):
+        d = driver()
+        d.receive(Exchange((ErrorReply("NOSCRIPT", "x"),)))
+        d.receive(Exchange(replies, Lost(True, "cut")))
+        with pytest.raises(Unavailable) as caught:
+            d.result()
+        assert caught.value.outcome == "unknown"
+
+
+def test_a_refused_load_is_not_applied() -> None:
+    """A script the server will not load (a compile error, no right to load) never ran."""
+    d = driver()
+    d.receive(Exchange((ErrorReply("NOSCRIPT", "x"),)))
+    d.receive(Exchange((ErrorReply("ERR", "Error compiling script (new function): "
+                                          "user_script:6: unexpected symbol near '='"),
+                        ErrorReply("NOSCRIPT", "x"))))
+    with pytest.raises(Unavailable) as caught:
+        d.result()
+    assert caught.value.outcome == "not_applied"
+    assert caught.value.reason.startswith("SCRIPT LOAD")
 
 
 @pytest.mark.parametrize(("lost", "outcome"), [
