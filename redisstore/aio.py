@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import select
 import time
 import weakref
 from collections.abc import Iterable
@@ -98,6 +99,19 @@ def pool_for(source: Any) -> AsyncPool:
 
 
 async def _stale(conn: Any) -> bool:
+    """Whether an idle connection has data or EOF waiting (see transport._stale)."""
+    # Ask the socket first. The clients' probes read the stream, which learns of an EOF
+    # only once the loop has run the socket's read callback: right after a cut, the probe
+    # of redis-py 6 and 8 alike still said "idle", and a write went out on a closed
+    # connection (an unknown outcome instead of a reconnect).
+    extra = getattr(getattr(conn, "_writer", None), "get_extra_info", None)
+    sock = extra("socket") if callable(extra) else None
+    if sock is not None:
+        try:
+            if select.select([sock.fileno()], [], [], 0)[0]:
+                return True
+        except (OSError, ValueError):
+            return True
     # redis-py 8 renamed can_read_destructive to can_read; valkey-py keeps the old name.
     probe = getattr(conn, "can_read", None) or conn.can_read_destructive
     try:

@@ -142,6 +142,22 @@ def _every_write(store: RedisRunStore) -> list[tuple[str, Callable[[], object]]]
     ]
 
 
+def _cut_then(proxy: FaultProxy, store: RedisRunStore, write: Callable[[], object]) -> None:
+    """Cut every connection, then make ``write`` at once. An asyncio store's call runs on its
+    loop right after the cut, in the same step: the loop has not yet run the read callback
+    that would tell the client's stream about the EOF, only the socket knows."""
+    if not isinstance(store, Synced):
+        proxy.cut_all()
+        write()
+        return
+
+    async def cut_and_insert() -> None:
+        proxy.cut_all()
+        await store.store.insert("new", b"new-token", Release())
+
+    store._loop.run(cut_and_insert())
+
+
 @pytest.mark.parametrize("connection", ["new", "pooled"])
 @pytest.mark.parametrize("library", LIBRARIES)
 def test_a_cut_before_the_request_is_sent_is_not_applied(
@@ -158,10 +174,12 @@ def test_a_cut_before_the_request_is_sent_is_not_applied(
     time.sleep(0.01)  # the dead lease (1 ms) ran out
     with run_store(library, proxy, namespace, ready=connection == "pooled") as store:
         proxy.refuse()  # every new connection is closed at once
-        proxy.cut_all()  # and so is every open one, idle in the store's pool
         for name, write in _every_write(store):
             with pytest.raises(Unavailable) as caught:
-                write()
+                if name == "insert":  # the first: cut every open connection right before it
+                    _cut_then(proxy, store, write)
+                else:
+                    write()
             assert (caught.value.outcome, caught.value.code) == ("not_applied", None), \
                 (name, caught.value.reason)
         assert proxy.connections_refused >= len(_every_write(store))
@@ -420,8 +438,11 @@ def replica(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Se
 def test_writing_to_a_replica_is_readonly_unavailable(replica: tuple[Server, Server]) -> None:
     primary, copy = replica
     namespace = unique_namespace()
-    RedisRunStore(primary.client(), namespace=namespace).insert("run", b"r1", Claim("me", LONG))
-    time.sleep(0.2)
+    # Confirmed by the replica before the insert returns (a fixed pause was too short on a
+    # loaded machine).
+    RedisRunStore(primary.client(), namespace=namespace,
+                  durability=Durability(replicas=1, timeout=4000)).insert(
+        "run", b"r1", Claim("me", LONG))
     store = RedisRunStore(copy.client(), namespace=namespace)
     assert store.get("run").revision == 1  # reads are fine on a replica
     with pytest.raises(Unavailable) as caught:
