@@ -289,6 +289,9 @@ def test_out_of_memory_refuses_every_write_before_it_writes(tmp_path: Path) -> N
                 store.insert(f"run-{i}", b"x" * 2048, Release())
         assert getattr(caught.value, "outcome", None) == "not_applied"
         assert "OOM" in str(caught.value)
+        # Used memory hovers at the limit (a refused call frees its buffers): put the limit
+        # well below it, so that every write below meets it.
+        client.config_set("maxmemory", "1mb")
         before = dump(client, store.namespace)
         for call in (lambda: store.insert("late", b"x", Release()),
                      lambda: store.compare_and_set("free", 1, b"y", Claim("n", LONG)),

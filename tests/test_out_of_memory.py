@@ -37,6 +37,9 @@ def test_a_terminal_save_that_evicts_is_refused_whole_when_memory_is_full(
             for i in range(10_000):
                 repo.save(InstanceRecord(f"fill-{i}", b"x" * 2048, "g"))
         assert caught.value.outcome == "not_applied" and "OOM" in caught.value.reason
+        # Used memory hovers at the limit (a refused call frees its buffers): put the limit
+        # well below it, so that the save below meets it.
+        client.config_set("maxmemory", "1mb")
         lowered = RedisRepository(client, namespace=repo.namespace, max_terminal=1)
         before = dump(client, repo.namespace)
         with pytest.raises(StoreError, match="OOM"):
