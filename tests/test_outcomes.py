@@ -313,6 +313,8 @@ def trickling_server() -> Iterator[int]:
                 conn, _ = listener.accept()
             except TimeoutError:
                 continue
+            except OSError:  # the listener was closed at teardown
+                return
             threading.Thread(target=trickle, args=(conn,), daemon=True).start()
 
     threading.Thread(target=serve, daemon=True).start()
@@ -336,7 +338,9 @@ def test_a_hung_server_costs_one_deadline_per_call(
     store = RedisRunStore(client, namespace="hung", timeout=300)
     for call in (lambda: store.get("r"), lambda: store.insert("r", b"x", Claim("me", 1000))):
         elapsed, error = _timed(call)
-        assert elapsed < 0.3 + 0.25, elapsed  # the deadline plus the watchdog's tick
+        # One deadline (not socket_timeout's 30 s, nor forever): the deadline, the watchdog's
+        # 50 ms tick, and room for a loaded CI machine.
+        assert elapsed < 0.3 + 0.5, elapsed
         assert "deadline" in error.reason
 
 
@@ -344,7 +348,7 @@ def test_a_trickling_server_costs_one_deadline_per_call(trickling_server: int) -
     client = redis.Redis(port=trickling_server, socket_timeout=2)
     store = RedisRunStore(client, namespace="trickle", timeout=1200)
     elapsed, error = _timed(lambda: store.insert("r", b"x", Claim("me", 1000)))
-    assert elapsed < 1.2 + 0.25, elapsed
+    assert elapsed < 1.2 + 0.5, elapsed
     assert error.outcome in ("not_applied", "unknown")
 
 
@@ -361,5 +365,5 @@ def test_a_hung_server_costs_one_deadline_per_async_call(
         return time.monotonic() - start, caught.value
 
     elapsed, error = asyncio.run(main())
-    assert elapsed < 0.3 + 0.1, elapsed
+    assert elapsed < 0.3 + 0.5, elapsed  # one deadline, with room for a loaded machine
     assert "deadline" in error.reason
