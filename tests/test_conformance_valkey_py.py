@@ -28,48 +28,42 @@ def _sync(server: Server) -> Any:
     return valkey.Valkey(host="127.0.0.1", port=server.port, socket_timeout=10)
 
 
-class TestValkeyPyRunStore(runs_tier.TestValkey8RunStore):
+class ValkeyPy:
+    """Each tier below replaces its parent's redis-py client by valkey-py's (its fixture has
+    the parent's name): this proves it did."""
+
+    client: Any
+
+    def test_the_client_is_valkey_py(self) -> None:
+        assert type(self.client).__module__.startswith("valkey"), type(self.client)
+
+
+class TestValkeyPyRunStore(ValkeyPy, runs_tier.TestValkey8RunStore):
     @pytest.fixture(autouse=True)
     def _backend(self, valkey8: Server) -> None:
         self.client = _sync(valkey8)
 
-    def test_the_client_is_valkey_py(self) -> None:
-        """The fixture above replaces the parent's redis-py client (same name)."""
-        assert type(self.client).__module__.startswith("valkey"), type(self.client)
 
-
-class TestValkeyPyRepository(repository_tier.TestValkey8Repository):
+class TestValkeyPyRepository(ValkeyPy, repository_tier.TestValkey8Repository):
     @pytest.fixture(autouse=True)
     def _backend(self, valkey8: Server) -> None:
         self.client = _sync(valkey8)
 
-    def test_the_client_is_valkey_py(self) -> None:
-        """The fixture above replaces the parent's redis-py client (same name)."""
-        assert type(self.client).__module__.startswith("valkey"), type(self.client)
 
-
-class TestValkeyPyAsyncRunStore(async_tier.TestValkey8AsyncRunStore):
+class TestValkeyPyAsyncRunStore(ValkeyPy, async_tier.TestValkey8AsyncRunStore):
     @pytest.fixture(autouse=True)
     def _backend(self, loop_thread: async_tier.LoopThread,
                  valkey8: Server) -> Iterator[None]:
         yield from self.connect(
             loop_thread, lambda: valkey_asyncio.Valkey(host="127.0.0.1", port=valkey8.port))
 
-    def test_the_client_is_valkey_py(self) -> None:
-        """The fixture above replaces the parent's redis-py client (same name)."""
-        assert type(self.client).__module__.startswith("valkey"), type(self.client)
 
-
-class TestValkeyPyAsyncRepository(async_tier.TestValkey8AsyncRepository):
+class TestValkeyPyAsyncRepository(ValkeyPy, async_tier.TestValkey8AsyncRepository):
     @pytest.fixture(autouse=True)
     def _backend(self, loop_thread: async_tier.LoopThread,
                  valkey8: Server) -> Iterator[None]:
         yield from self.connect(
             loop_thread, lambda: valkey_asyncio.Valkey(host="127.0.0.1", port=valkey8.port))
-
-    def test_the_client_is_valkey_py(self) -> None:
-        """The fixture above replaces the parent's redis-py client (same name)."""
-        assert type(self.client).__module__.startswith("valkey"), type(self.client)
 
 
 
