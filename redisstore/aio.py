@@ -98,6 +98,16 @@ def pool_for(source: Any) -> AsyncPool:
     return pool
 
 
+def _readable(fd: int) -> bool:
+    """Whether the socket has data, EOF or an error waiting, without blocking. poll, not
+    select: select refuses descriptors >= 1024, which a busy process has."""
+    if hasattr(select, "poll"):
+        poller = select.poll()
+        poller.register(fd, select.POLLIN | select.POLLPRI)  # POLLHUP/POLLERR come anyway
+        return bool(poller.poll(0))
+    return bool(select.select([fd], [], [], 0)[0])  # pragma: no cover - no poll (Windows)
+
+
 async def _stale(conn: Any) -> bool:
     """Whether an idle connection has data or EOF waiting (see transport._stale)."""
     # Ask the socket first. The clients' probes read the stream, which learns of an EOF
@@ -108,7 +118,7 @@ async def _stale(conn: Any) -> bool:
     sock = extra("socket") if callable(extra) else None
     if sock is not None:
         try:
-            if select.select([sock.fileno()], [], [], 0)[0]:
+            if _readable(sock.fileno()):
                 return True
         except (OSError, ValueError):
             return True
