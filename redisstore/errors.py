@@ -61,7 +61,7 @@ class Unavailable(StoreError):
     ``outcome`` says what became of the operation:
 
     - ``"not_applied"``: nothing was sent, or the server refused the call before anything
-      ran (``READONLY``, ``OOM``, ``BUSY``, ``NOSCRIPT`` after every reload...). Nothing
+      ran (``READONLY``, ``OOM``, ``BUSY``, ``NOSCRIPT`` after every reload (and EVAL)...). Nothing
       changed: retry when the server is back.
     - ``"unknown"``: a write was sent and its reply was lost (cut, timeout): it was applied
       entirely or not at all. Read the run back (:func:`redisstore.confirm_write`) before

@@ -117,8 +117,8 @@ def hint(error: ErrorReply) -> str:
         return (" (this server runs no Lua scripts; with fakeredis install its Lua extra: "
                 "pip install 'fakeredis[lua]')")
     if "can't run this command" in text or error.code == "NOPERM":
-        return (" (the ACL user lacks a command the store needs; redisstore.acl_rule gives "
-                "the rights, docs/security.md explains them)")
+        return (" (the ACL user lacks a command the store needs: EVALSHA, EVAL, SCRIPT LOAD, "
+                "and the commands its scripts call on the namespace's keys)")
     return ""
 
 
