@@ -34,6 +34,7 @@ from .runs import MAX_RECORD, MIGRATE_COUNT, Current, Discover, Lease, Migrated,
 from .wire import Connections, check_client, describe, error_reply, is_error_reply, pack
 
 T = TypeVar("T")
+S = TypeVar("S", bound="_Closes")
 
 
 class _NoRetry:
@@ -55,8 +56,8 @@ class AsyncPool(Connections):
     """The asyncio twin of :class:`redisstore.transport.Pool`: the store's connections to
     one server, made like the client pool's own, one call at a time on each."""
 
-    def __init__(self, source: Any) -> None:
-        super().__init__(source, _NoRetry())
+    def __init__(self, source: Any, checks: set[str]) -> None:
+        super().__init__(source, _NoRetry(), checks)
         self._freed = asyncio.Condition()
 
     async def acquire(self) -> tuple[Any, bool]:
@@ -68,9 +69,22 @@ class AsyncPool(Connections):
         return got
 
     def release(self, conn: Any) -> None:
-        """Give back a clean connection."""
+        """Give back a clean connection (or drop it, if the pool was closed meanwhile)."""
+        if not self._keep(conn):
+            self._open -= 1
+            self._wake()
+            asyncio.get_running_loop().create_task(conn.disconnect(nowait=True))
+            return
         self._idle.append(conn)
         self._wake()
+
+    async def aclose(self) -> None:
+        """Disconnect the idle connections now and the busy ones as their calls end."""
+        idle = self._close_idle()
+        self._wake()
+        for conn in idle:
+            with contextlib.suppress(Exception):
+                await conn.disconnect()
 
     async def discard(self, conn: Any) -> None:
         """Drop a connection after a failure (without waiting on it: we may be cancelled)."""
@@ -87,14 +101,29 @@ class AsyncPool(Connections):
             asyncio.get_running_loop().create_task(notify())
 
 
-_POOLS: weakref.WeakKeyDictionary[Any, AsyncPool] = weakref.WeakKeyDictionary()
+# An asyncio connection belongs to the loop that opened it, and a client may outlive its
+# loop (``asyncio.run`` twice with one client, or a test runner's loop per test): one pool
+# per client pool and running loop, so no call ever gets a connection of another loop.
+# The server checks hold for the server, whatever the loop.
+_POOLS: weakref.WeakKeyDictionary[Any, weakref.WeakKeyDictionary[Any, AsyncPool]] = \
+    weakref.WeakKeyDictionary()
+_CHECKS: weakref.WeakKeyDictionary[Any, set[str]] = weakref.WeakKeyDictionary()
+
+
+def checks_for(source: Any) -> set[str]:
+    """The one-time server checks done for a client's connection pool."""
+    return _CHECKS.setdefault(source, set())
 
 
 def pool_for(source: Any) -> AsyncPool:
-    """The one :class:`AsyncPool` for a client's connection pool."""
-    pool = _POOLS.get(source)
+    """The :class:`AsyncPool` of a client's connection pool on the running loop."""
+    loop = asyncio.get_running_loop()
+    pools = _POOLS.get(source)
+    if pools is None:
+        pools = _POOLS[source] = weakref.WeakKeyDictionary()
+    pool = pools.get(loop)
     if pool is None:
-        pool = _POOLS[source] = AsyncPool(source)
+        pool = pools[loop] = AsyncPool(source, checks_for(source))
     return pool
 
 
@@ -144,9 +173,14 @@ class AsyncTransport:
         self.client = client
         self.durability = durability
         self.timeout = timeout
-        self._pool = pool_for(client.connection_pool)
         #: The one-time server checks done for this client, shared by its stores.
-        self.checks = self._pool.checks
+        self.checks = checks_for(client.connection_pool)
+
+    async def aclose(self) -> None:
+        """Disconnect the store's connections on the running loop (shared by every store
+        on this client: the others connect again on their next call). The client itself
+        is not closed."""
+        await pool_for(self.client.connection_pool).aclose()
 
     async def drive(self, op: Operation[T]) -> T:
         """Run an operation to its end: send each batch it makes, report what came back."""
@@ -161,7 +195,7 @@ class AsyncTransport:
         state = {"sent": False}
         conn: Any = None
         cancels = _Cancels()
-        pool = self._pool
+        pool = pool_for(self.client.connection_pool)
         try:
             async with asyncio.timeout_at(_loop_deadline(deadline)):
                 conn, fresh = await pool.acquire()
@@ -225,7 +259,25 @@ class _Cancels:
             raise asyncio.CancelledError
 
 
-class AsyncRedisRunStore(Shell[RunOps]):
+class _Closes:
+    """``aclose()`` and ``async with``: see :class:`redisstore.RedisRunStore.close`."""
+
+    _io: AsyncTransport
+
+    async def aclose(self) -> None:
+        """Disconnect the store's own connections opened on the running loop: the idle ones
+        now, the busy ones as their calls end. Shared by every store on the same client,
+        they connect again on the next call. The client is yours to close."""
+        await self._io.aclose()
+
+    async def __aenter__(self: S) -> S:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+class AsyncRedisRunStore(_Closes, Shell[RunOps]):
     """The leased run backend on a ``redis.asyncio`` client: the asyncio twin of
     :class:`redisstore.RedisRunStore`, with the same options, methods (``async def``),
     errors and semantics. A cancelled write is of unknown outcome (see the module)."""
@@ -292,7 +344,7 @@ class AsyncRedisRunStore(Shell[RunOps]):
         return await self._io.drive(self._ops.guarded(op))
 
 
-class AsyncRedisRepository(Shell[RepositoryOps]):
+class AsyncRedisRepository(_Closes, Shell[RepositoryOps]):
     """The instance repository on a ``redis.asyncio`` client: the asyncio twin of
     :class:`redisstore.RedisRepository`, with the same options, methods (``async def``),
     errors and semantics. A cancelled ``save`` or ``delete`` is of unknown outcome: load

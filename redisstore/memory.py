@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from typing import TypeVar
 
 from . import repository as repo
 from .errors import AlreadyExists, ConcurrentUpdate, Conflict, LeaseRefused, NotFound, UnknownGroup
@@ -54,6 +55,23 @@ def system_clock() -> int:
     return time.time_ns() // 1_000_000
 
 
+M = TypeVar("M", bound="_NothingToClose")
+
+
+class _NothingToClose:
+    """``close()`` and ``with``, as the Redis stores have them, so code written for those
+    runs unchanged on the memory references (which hold no connections)."""
+
+    def close(self) -> None:
+        """Nothing to release: here for parity with :meth:`redisstore.RedisRunStore.close`."""
+
+    def __enter__(self: M) -> M:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 @dataclass(slots=True)
 class _Run:
     rev: int
@@ -67,7 +85,7 @@ class _Run:
     poll_time: int | None = None  # last ready-claim time of the current Poll key
 
 
-class MemoryRunStore:
+class MemoryRunStore(_NothingToClose):
     """The leased run backend kept in this process: the reference for tests.
 
     ``clock`` returns the backend time in UTC ms (inject one to control time in tests).
@@ -322,7 +340,7 @@ def _order_score(text: str) -> float | int:
         raise ValueError(f"cursor must be one a page returned, got a score {text!r}") from None
 
 
-class MemoryRepository:
+class MemoryRepository(_NothingToClose):
     """The instance repository kept in this process: the reference for tests.
 
     Records are stored and returned as copies (values are immutable and payloads are

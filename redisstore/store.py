@@ -14,9 +14,29 @@ from .runs import MAX_RECORD, MIGRATE_COUNT, Current, Discover, Lease, Migrated,
 from .transport import Transport
 
 T = TypeVar("T")
+S = TypeVar("S", bound="_Closes")
 
 
-class RedisRunStore(Shell[RunOps]):
+class _Closes:
+    """``close()`` and ``with``: the store's own connections are given back to the server."""
+
+    _io: Transport
+
+    def close(self) -> None:
+        """Disconnect the store's own connections to the server: the idle ones now, the
+        busy ones as their calls end. They are shared by every store on the same client,
+        and any of them connects again on its next call, so closing is always safe. The
+        client is yours: close it too when you are done with it."""
+        self._io.close()
+
+    def __enter__(self: S) -> S:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class RedisRunStore(_Closes, Shell[RunOps]):
     """The leased run backend on a ``redis.Redis``-compatible client.
 
     Every method is one server-side Lua script, one round trip (``refresh`` reads, then
@@ -108,7 +128,7 @@ class RedisRunStore(Shell[RunOps]):
         return self._io.drive(self._ops.guarded(op))  # type: ignore[no-any-return]
 
 
-class RedisRepository(Shell[RepositoryOps]):
+class RedisRepository(_Closes, Shell[RepositoryOps]):
     """The instance repository on a ``redis.Redis``-compatible client.
 
     Every method is one server-side Lua script, one round trip. ``save`` is a

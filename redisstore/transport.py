@@ -140,9 +140,22 @@ class Pool(Connections):
 
     def release(self, conn: Any) -> None:
         """Give back a connection that is clean (every reply read)."""
+        if not self._keep(conn):
+            self.discard(conn)
+            return
         with self._cond:
             self._idle.append(conn)
             self._cond.notify()
+
+    def close(self) -> None:
+        """Disconnect the idle connections now and the busy ones as their calls end. The
+        pool stays usable: the next call connects again."""
+        with self._cond:
+            idle = self._close_idle()
+            self._cond.notify_all()
+        for conn in idle:
+            with contextlib.suppress(Exception):
+                conn.disconnect()
 
     def discard(self, conn: Any) -> None:
         """Drop a connection after a failure: it may still receive a late reply."""
@@ -190,6 +203,13 @@ class Transport:
         self._pool = None if self._cluster else pool_for(client.connection_pool)
         #: The one-time server checks done for this client, shared by its stores.
         self.checks: set[str] = set() if self._pool is None else self._pool.checks
+        self._used: weakref.WeakSet[Pool] = weakref.WeakSet()  # a cluster's node pools
+
+    def close(self) -> None:
+        """Disconnect the store's connections (shared by every store on this client: the
+        others connect again on their next call). The client itself is not closed."""
+        for pool in [self._pool] if self._pool is not None else list(self._used):
+            pool.close()
 
     def drive(self, op: Operation[T]) -> T:
         """Run an operation to its end: send each batch it makes, report what came back."""
@@ -207,6 +227,7 @@ class Transport:
         try:
             node = self.client.get_node_from_key(batch.keys[0] if batch.keys else "")
             pool = pool_for(self.client.get_redis_connection(node).connection_pool)
+            self._used.add(pool)
         except Exception as exc:
             return Exchange((), Lost(False, f"no cluster node for the slot: {describe(exc)}"))
         got = self.exchange(pool, batch, deadline)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import weakref
 from typing import Any
 
 from .outcomes import ErrorReply, split_error
@@ -102,7 +103,7 @@ class Connections:
     server, made like the client pool's own (same class and settings), at most its
     ``max_connections`` open. The shells add only how a caller waits for one."""
 
-    def __init__(self, source: Any, no_retry: Any) -> None:
+    def __init__(self, source: Any, no_retry: Any, checks: set[str] | None = None) -> None:
         self._cls = source.connection_class
         self._kwargs = dict(source.connection_kwargs)
         self._max = getattr(source, "max_connections", None) or 2**31
@@ -110,8 +111,11 @@ class Connections:
         self._idle: list[Any] = []
         self._open = 0
         self._pid = os.getpid()
+        # Bumped by close(): a connection made before it is dropped when its call ends.
+        self._generation = 0
+        self._made: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
         #: The one-time server checks done on this server (redisstore.runops.RunOps).
-        self.checks: set[str] = set()
+        self.checks: set[str] = set() if checks is None else checks
 
     def _take(self) -> tuple[Any, bool] | None:
         """An idle connection, or a new one (not connected yet), or None when
@@ -125,4 +129,17 @@ class Connections:
         self._open += 1
         conn = self._cls(**self._kwargs)
         conn.retry = self._no_retry  # connect once, within the call's deadline
+        self._made[conn] = self._generation
         return conn, True
+
+    def _keep(self, conn: Any) -> bool:
+        """Whether a connection whose call ended cleanly goes back to the idle list (it
+        does unless the pool was closed since it was made)."""
+        return self._made.get(conn) == self._generation
+
+    def _close_idle(self) -> list[Any]:
+        """Start a new generation and hand over the idle connections to disconnect."""
+        self._generation += 1
+        idle, self._idle = self._idle, []
+        self._open -= len(idle)
+        return idle

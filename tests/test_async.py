@@ -62,8 +62,7 @@ def test_200_tasks_racing_compare_and_set_have_one_winner_per_revision(redis7: S
     winners: dict[tuple[str, int], list[str]] = collections.defaultdict(list)
 
     async def main() -> dict[str, Current]:
-        # 200 tasks, 50 connections: a task waits for a free connection (redis-py's plain
-        # pool would refuse the 101st with MaxConnectionsError, an Unavailable).
+        # 200 tasks, 50 connections: a task waits for a free connection.
         pool = redis.asyncio.BlockingConnectionPool(host="127.0.0.1", port=redis7.port,
                                                     max_connections=50)
         client = redis.asyncio.Redis(connection_pool=pool)
