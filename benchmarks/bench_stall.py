@@ -58,7 +58,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shutil
 import statistics
 import sys
@@ -87,10 +86,9 @@ SENTINEL = "\x00run\x00"  # the run id a template is built with, then replaced
 
 
 def lua_caps() -> dict[str, int]:
-    """The caps the scripts enforce, as ``lua/_lib.lua`` defines them (``MAX_CLAIM`` ...)."""
-    text = (scripts.lua_dir() / "_lib.lua").read_text(encoding="utf-8")
-    return {name: int(value)
-            for name, value in re.findall(r"^local (MAX_[A-Z_]+) = (\d+)\s*$", text, re.M)}
+    """The caps the scripts enforce (``MAX_CLAIM`` ...): ``redisstore.runs.Cap``, which the
+    build writes into ``lua/_lib.lua``."""
+    return {name: int(value) for name, value in runs.Cap.__members__.items()}
 
 
 CAPS = lua_caps()
@@ -98,7 +96,8 @@ CLAIM = CAPS["MAX_CLAIM"]
 VISIT = CAPS["MAX_VISIT"]
 RENEW = CAPS["MAX_RENEW"]
 FANOUT = CAPS["MAX_FANOUT"]
-MAX_RECORD = CAPS["MAX_RECORD"]
+MAX_RECORD = CAPS["MAX_RECORD_CEILING"]
+CLAIM_BYTES = CAPS["MAX_CLAIM_BYTES"]
 MIGRATE = CAPS["MAX_MIGRATE"]
 MIGRATE_BYTES = CAPS["MAX_MIGRATE_BYTES"]
 
@@ -539,6 +538,10 @@ def suite(bench: Bench, layout: int, db: int, plan: Plan) -> None:
         bench.costs.append(cost(f"damaged index entry visited (quarantined, layout {layout})",
                                 bench.figures[-2], bench.figures[-1], VISIT))
 
+    bench.measure(f"claim_ready({CLAIM}, records=True) over {n} ready", "run_claim_ready",
+                  layout, CLAIM, c, lambda i: ready.claim_ready("me", LONG, CLAIM, True),
+                  claimed(CLAIM))
+
     # claim_expired
     bench.measure(f"claim_expired({CLAIM}) over {n} expired", "run_claim_expired", layout,
                   CLAIM, c, lambda i: expired.claim_expired("me", LONG, CLAIM), claimed(CLAIM))
@@ -609,6 +612,22 @@ def big_records(bench: Bench, c: redis.Redis, ops: RunOps, layout: int, where: s
         bench.measure(f"get of a {size} MiB record", "run_get", layout, size, c,
                       lambda i, s=size: ops.get(f"big{s}-{i}"), got)
     figures = {f.scenario: f for f in bench.figures[-6:]}
+    # A claim with records at its byte budget: MAX_CLAIM_BYTES of 1 MiB records, ready.
+    namespace = f"stall-budget-l{layout}"
+    if layout == 2:
+        bench.migrated_empty(c, namespace)
+    budget = RunOps(namespace, lambda record: At(0), 0)
+    fits = CLAIM_BYTES // MiB
+    mebibyte = b"m" * MiB
+
+    def fill_budget(i: int) -> None:
+        for k in range(fits):
+            bench.drive(c, budget.insert(f"budget{i}-{k}", mebibyte, Release()))
+
+    bench.measure(f"claim_ready with records of {fits} MiB (the byte budget)",
+                  "run_claim_ready", layout, fits, c,
+                  lambda i: budget.claim_ready("me", LONG, CLAIM, True), claimed(fits),
+                  before=fill_budget)
     for verb in ("insert", "compare_and_set", "get"):
         bench.costs.append(cost(f"MiB of record ({verb}, layout {layout})",
                                 figures[f"{verb} of a 1 MiB record"],

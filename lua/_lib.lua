@@ -71,29 +71,6 @@ local LAYOUT = 2
 -- run. A namespace stays at 1 until migrate() moves it.
 local NS = 1
 
--- Caps (docs/runs.md gives each one's measured per-item cost). The Python side checks
--- the same caps first; these hold for anyone with EVALSHA.
-local MAX_CLAIM = 100
-
-local MAX_VISIT = 200
-
-local MAX_RENEW = 250
-
-local MAX_FANOUT = 100
-
-local MAX_RECORD = 2097152
-
--- Ids, owners and wait keys: a layout 2 header holds four of them, and a claim or renew
--- reads and writes a header per run (about 2.6 µs per KiB): at 2 KiB each, 100 claims stay
--- within a few ms.
-local MAX_TEXT = 2048
-
--- run_migrate: keys a step's SCAN visits, and record bytes a step rewrites (at least one
--- run, so an 8 MiB record still moves).
-local MAX_MIGRATE = 200
-
-local MAX_MIGRATE_BYTES = 524288
-
 -- Exact integers in a Lua double: revisions, times, ttls and counts stay at or below it.
 local MAX_INT = 9007199254740991
 
@@ -459,6 +436,32 @@ local function holder(s)
   if not s.own then return {false, 0} end
   if s.exp > now_ms() then return {s.own, 1} end
   return {s.own, 0}
+end
+
+-- A run as read: the reply shape of run_get and of each run a claim with records hands
+-- back: {revision, record, owner|false, live 0|1, claim_key|false, claim_dep_rev|'',
+-- claimed_at|false}.
+local function current(s, rec)
+  local h = holder(s)
+  return {s.rev, rec, h[1], h[2], s.ck or false, opt_text(s.cdr), s.cat or false}
+end
+
+-- Record bytes handed back so far by this claim.
+local SPENT = 0
+
+-- A claim with records (budget > 0 bytes, at most MAX_CLAIM_BYTES) hands back each claimed
+-- run's record: the record of run, or nil when it would take the claim past budget after
+-- taken runs (the claim stops before it: the first run always goes), or false when the
+-- record is missing (a damaged layout 1 run), quarantined from index (called name).
+local function claimed_record(run, s, budget, taken, name, index)
+  local rec = record_of(run, s)
+  if not rec then
+    quarantine(name, index, run, 'rec')
+    return false
+  end
+  if taken > 0 and SPENT + #rec > budget then return nil end
+  SPENT = SPENT + #rec
+  return rec
 end
 
 -- READY may hold a run only while it is free and has a wait.

@@ -2,7 +2,10 @@
 -- KEYS[1]  P.."leases"          KEYS[2] P.."meta"
 -- ARGV[1]  key prefix           ARGV[2] owner             ARGV[3] ttl ms
 -- ARGV[4]  limit (at most MAX_CLAIM)
+-- ARGV[5]  record budget: 0 for ids only, else bytes (at most MAX_CLAIM_BYTES) of records
+--          to hand back with the runs; the claim stops before the run that would pass it
 -- Reply    {OK, {claimed run ids, in claim order}, dropped, next_due} | {TOO_NEW, layout}
+--          with records: {OK, {{run, current}, ...}, dropped, next_due} (current as run_get)
 -- Visits at most limit + MAX_VISIT index entries. The run's own expiry decides, not the
 -- index score: an entry whose run is missing, of another type or corrupt is quarantined;
 -- one whose run is free is dropped; one whose lease was extended is re-scored.
@@ -10,9 +13,11 @@
 -- when claimed), P.."quarantine" (an entry quarantined).
 --- @include CORRUPT, OK, LEASES, MAX_CLAIM, MAX_TTL, now_ms, int, arg_int, arg_text, later
 --- @include commit, check_layout, of_type, save, DROPPED, due, hold, next_due, QUARANTINE
+--- @include MAX_CLAIM_BYTES, claimed_record, current
 local owner = arg_text(2)
 local ttl = arg_int(3, 1, MAX_TTL)
 local limit = arg_int(4, 0, MAX_CLAIM)
+local budget = arg_int(5, 0, MAX_CLAIM_BYTES)
 local bad_layout = check_layout()
 if bad_layout then return bad_layout end
 if not of_type(LEASES, 'zset') then return {CORRUPT, 'index:leases', 0, -1} end
@@ -25,9 +30,13 @@ for run, s in due(LEASES, 'leases', limit, out) do
   elseif s.exp > now then
     later('ZADD', LEASES, int(s.exp), run)
   else
-    hold(run, s, owner, now + ttl)
-    save(run, s)
-    out[#out + 1] = run
+    local rec = budget > 0 and claimed_record(run, s, budget, #out, 'leases', LEASES)
+    if rec == nil then break end  -- the records would pass the budget: stop before it
+    if budget == 0 or rec then
+      hold(run, s, owner, now + ttl)
+      save(run, s)
+      if budget > 0 then out[#out + 1] = {run, current(s, rec)} else out[#out + 1] = run end
+    end
   end
 end
 commit()

@@ -3,7 +3,10 @@
 -- KEYS[4]  P.."fanout"
 -- ARGV[1]  key prefix           ARGV[2] owner             ARGV[3] ttl ms
 -- ARGV[4]  limit (at most MAX_CLAIM)                       ARGV[5] caller's projection version
+-- ARGV[6]  record budget: 0 for ids only, else bytes (at most MAX_CLAIM_BYTES) of records
+--          to hand back with the runs; the claim stops before the run that would pass it
 -- Reply    {OK, {claimed run ids, in claim order}, dropped, next_due} | {TOO_NEW, layout}
+--          with records: {OK, {{run, current}, ...}, dropped, next_due} (current as run_get)
 -- First finishes (up to MAX_FANOUT waiters) the re-indexing of a dependency with many
 -- waiters; then visits at most limit + MAX_VISIT index entries. The run decides, not the
 -- index (stale metadata, a lower projection version): an entry is claimed, re-scored,
@@ -14,10 +17,12 @@
 --- @include CORRUPT, OK, P, int, arg_int, later, READY, QUARANTINE, FANOUT, FANOUT_CURSOR
 --- @include MAX_CLAIM, MAX_TTL, now_ms, arg_text, commit, check_layout, of_type, save
 --- @include revision_of, DROPPED, due, eligible_at, hold, indexes_ok, fan_out, next_due
+--- @include MAX_CLAIM_BYTES, claimed_record, current
 local owner = arg_text(2)
 local ttl = arg_int(3, 1, MAX_TTL)
 local limit = arg_int(4, 0, MAX_CLAIM)
 local pv = arg_int(5, 0, 2147483648)
+local budget = arg_int(6, 0, MAX_CLAIM_BYTES)
 local bad_layout = check_layout()
 if bad_layout then return bad_layout end
 local bad = indexes_ok(nil)
@@ -44,21 +49,25 @@ end
 local out = {}
 for run, s in due(READY, 'ready', limit, out) do
   local t = eligible_at(s, pv)
-  if t ~= nil and t <= now then
-    hold(run, s, owner, now + ttl)
-    s.ck, s.cdr, s.cat = '', false, now
-    if s.wk == 'c' then
-      s.ck, s.cdr = s.wa, revision_of(s.wa)
-    elseif s.wk == 'p' then
-      s.ck, s.pt = s.wa, now
-    end
-    save(run, s)
+  if t == nil then
     later('ZREM', READY, run)
-    out[#out + 1] = run
-  elseif t == nil then
-    later('ZREM', READY, run)
-  else
+  elseif t > now then
     later('ZADD', READY, int(t), run)
+  else
+    local rec = budget > 0 and claimed_record(run, s, budget, #out, 'ready', READY)
+    if rec == nil then break end  -- the records would pass the budget: stop before it
+    if budget == 0 or rec then
+      hold(run, s, owner, now + ttl)
+      s.ck, s.cdr, s.cat = '', false, now
+      if s.wk == 'c' then
+        s.ck, s.cdr = s.wa, revision_of(s.wa)
+      elseif s.wk == 'p' then
+        s.ck, s.pt = s.wa, now
+      end
+      save(run, s)
+      later('ZREM', READY, run)
+      if budget > 0 then out[#out + 1] = {run, current(s, rec)} else out[#out + 1] = run end
+    end
   end
 end
 commit()

@@ -12,12 +12,12 @@
 -- Also touches, undeclared (same hash tag): P.."r:"..dep (its dependency's revision),
 -- P.."d:"..dep (the waiters of its old and new dependency), P.."d:"..run and the P.."r:" of
 -- those waiters (re-indexed), P.."fanout", P.."fanout-cursor", P.."quarantine".
---- @include CORRUPT, OK, REFUSED, MAX_RECORD, MAX_INT, arg_int, arg_text, commit
+--- @include CORRUPT, OK, REFUSED, MAX_RECORD_CEILING, MAX_INT, arg_int, arg_text, commit
 --- @include check_layout, load_at, holder, arg_wait, arg_lease, indexes_ok, write
 local run = arg_text(2)
 local expected = arg_int(3, 0, MAX_INT - 2)
 local record = ARGV[4]
-if #record > MAX_RECORD then error('BADARG the record is over ' .. MAX_RECORD .. ' bytes') end
+if #record > MAX_RECORD_CEILING then error('BADARG the record is over ' .. MAX_RECORD_CEILING .. ' bytes') end
 local kind, owner, ttl = arg_lease(5)
 local w, pv = arg_wait(8)
 local bad_layout = check_layout()

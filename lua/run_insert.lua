@@ -10,10 +10,10 @@
 -- Also touches, undeclared (same hash tag): P.."r:"..dep (its dependency's revision),
 -- P.."d:"..dep (the waiters of its dependency), P.."d:"..run and the P.."r:" of those
 -- waiters (re-indexed), P.."fanout", P.."fanout-cursor", P.."quarantine".
---- @include CORRUPT, EXISTS, OK, MAX_RECORD, arg_text, commit, check_layout, load
+--- @include CORRUPT, EXISTS, OK, MAX_RECORD_CEILING, arg_text, commit, check_layout, load
 --- @include arg_wait, arg_lease, indexes_ok, write
 local run, record = arg_text(2), ARGV[3]
-if #record > MAX_RECORD then error('BADARG the record is over ' .. MAX_RECORD .. ' bytes') end
+if #record > MAX_RECORD_CEILING then error('BADARG the record is over ' .. MAX_RECORD_CEILING .. ' bytes') end
 local kind, owner, ttl = arg_lease(4)
 local w, pv = arg_wait(7)
 local bad_layout = check_layout()

@@ -24,13 +24,22 @@ import time
 import weakref
 from collections.abc import Iterable
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar, overload
 
 from .outcomes import Exchange, Lost, Reply
 from .protocol import Batch, Driver, Durability, Operation, Shell, check_io
 from .repository import MAX_PAGE, InFlightPage, InstanceRecord, Logger, RepositoryOps
 from .runops import RunOps
-from .runs import MAX_RECORD, MIGRATE_COUNT, Current, Discover, Lease, Migrated, Quarantined
+from .runs import (
+    MAX_RECORD,
+    MIGRATE_COUNT,
+    Claimed,
+    Current,
+    Discover,
+    Lease,
+    Migrated,
+    Quarantined,
+)
 from .wire import Connections, check_client, describe, error_reply, is_error_reply, pack
 
 T = TypeVar("T")
@@ -313,13 +322,31 @@ class AsyncRedisRunStore(_Closes, Shell[RunOps]):
         """See :meth:`redisstore.RedisRunStore.renew`."""
         return await self._write(self._ops.renew(owner, runs, ttl))
 
-    async def claim_expired(self, owner: str, ttl: int, limit: int) -> list[str]:
-        """See :meth:`redisstore.RedisRunStore.claim_expired`."""
-        return await self._write(self._ops.claim_expired(owner, ttl, limit))
+    @overload
+    async def claim_expired(self, owner: str, ttl: int, limit: int, *,
+                            records: Literal[False] = False) -> list[str]: ...
 
-    async def claim_ready(self, owner: str, ttl: int, limit: int) -> list[str]:
+    @overload
+    async def claim_expired(self, owner: str, ttl: int, limit: int, *,
+                            records: Literal[True]) -> list[Claimed]: ...
+
+    async def claim_expired(self, owner: str, ttl: int, limit: int, *,
+                            records: bool = False) -> list[str] | list[Claimed]:
+        """See :meth:`redisstore.RedisRunStore.claim_expired`."""
+        return await self._write(self._ops.claim_expired(owner, ttl, limit, records))
+
+    @overload
+    async def claim_ready(self, owner: str, ttl: int, limit: int, *,
+                          records: Literal[False] = False) -> list[str]: ...
+
+    @overload
+    async def claim_ready(self, owner: str, ttl: int, limit: int, *,
+                          records: Literal[True]) -> list[Claimed]: ...
+
+    async def claim_ready(self, owner: str, ttl: int, limit: int, *,
+                          records: bool = False) -> list[str] | list[Claimed]:
         """See :meth:`redisstore.RedisRunStore.claim_ready`."""
-        return await self._write(self._ops.claim_ready(owner, ttl, limit))
+        return await self._write(self._ops.claim_ready(owner, ttl, limit, records))
 
     async def refresh(self, run: str) -> bool:
         """See :meth:`redisstore.RedisRunStore.refresh`."""

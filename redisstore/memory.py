@@ -12,16 +12,18 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import TypeVar
+from typing import Literal, TypeVar, overload
 
 from . import repository as repo
 from .errors import AlreadyExists, ConcurrentUpdate, Conflict, LeaseRefused, NotFound, UnknownGroup
 from .repository import InstanceRecord, Logger
 from .runs import (
+    MAX_CLAIM_BYTES,
     MIGRATE_COUNT,
     At,
     Changed,
     Claim,
+    Claimed,
     ClaimInfo,
     Current,
     Discover,
@@ -36,6 +38,7 @@ from .runs import (
     Release,
     Seize,
     Wait,
+    check_flag,
     check_lease,
     check_limit,
     check_migrate_count,
@@ -70,6 +73,23 @@ class _NothingToClose:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class _Budget:
+    """The record bytes a claim with records hands back, as the scripts count them: a run
+    fits while the total stays within MAX_CLAIM_BYTES, and the first run always fits."""
+
+    def __init__(self, records: bool) -> None:
+        self.records = records
+        self.spent = 0
+
+    def fits(self, record: bytes, taken: list[str]) -> bool:
+        if not self.records:
+            return True
+        if taken and self.spent + len(record) > MAX_CLAIM_BYTES:
+            return False
+        self.spent += len(record)
+        return True
 
 
 @dataclass(slots=True)
@@ -129,7 +149,10 @@ class MemoryRunStore(_NothingToClose):
             state = self._runs.get(run)
             if state is None:
                 raise NotFound(run)
-            return Current(state.rev, state.rec, self._holder(state, self._clock()), state.claim)
+            return self._current(state, self._clock())
+
+    def _current(self, state: _Run, now: int) -> Current:
+        return Current(state.rev, state.rec, self._holder(state, now), state.claim)
 
     # ------------------------------------------------------------------ writes
 
@@ -189,23 +212,53 @@ class MemoryRunStore(_NothingToClose):
                     renewed.append(run)
             return renewed
 
-    def claim_expired(self, owner: str, ttl: int, limit: int) -> list[str]:
-        """Claim up to ``limit`` held, expired leases, the longest-expired first."""
+    @overload
+    def claim_expired(self, owner: str, ttl: int, limit: int, *,
+                      records: Literal[False] = False) -> list[str]: ...
+
+    @overload
+    def claim_expired(self, owner: str, ttl: int, limit: int, *,
+                      records: Literal[True]) -> list[Claimed]: ...
+
+    def claim_expired(self, owner: str, ttl: int, limit: int, *,
+                      records: bool = False) -> list[str] | list[Claimed]:
+        """Claim up to ``limit`` held, expired leases, the longest-expired first; with
+        ``records``, as :class:`Claimed` values (see
+        :meth:`redisstore.RedisRunStore.claim_expired`)."""
         owner, ttl, limit = check_owner(owner), check_ttl(ttl), check_limit(limit)
+        records = check_flag("records", records)
         with self._lock:
             now = self._clock()
             expired = sorted((s.exp, run) for run, s in self._runs.items()
                              if s.own is not None and s.exp <= now)
-            claimed = [run for _, run in expired[:limit]]
-            for run in claimed:
-                self._take(run, self._runs[run], owner, now + ttl)
-            return claimed
+            budget = _Budget(records)
+            claimed: list[str] = []
+            for _, run in expired[:limit]:
+                state = self._runs[run]
+                if not budget.fits(state.rec, claimed):
+                    break
+                self._take(run, state, owner, now + ttl)
+                claimed.append(run)
+            return self._claimed(claimed, records, now)
 
-    def claim_ready(self, owner: str, ttl: int, limit: int) -> list[str]:
-        """Claim up to ``limit`` free runs whose wait is eligible, the earliest first."""
+    @overload
+    def claim_ready(self, owner: str, ttl: int, limit: int, *,
+                    records: Literal[False] = False) -> list[str]: ...
+
+    @overload
+    def claim_ready(self, owner: str, ttl: int, limit: int, *,
+                    records: Literal[True]) -> list[Claimed]: ...
+
+    def claim_ready(self, owner: str, ttl: int, limit: int, *,
+                    records: bool = False) -> list[str] | list[Claimed]:
+        """Claim up to ``limit`` free runs whose wait is eligible, the earliest first; with
+        ``records``, as :class:`Claimed` values (see
+        :meth:`redisstore.RedisRunStore.claim_expired`)."""
         owner, ttl, limit = check_owner(owner), check_ttl(ttl), check_limit(limit)
+        records = check_flag("records", records)
         with self._lock:
             now = self._clock()
+            budget = _Budget(records)
             claimed: list[str] = []
             while len(claimed) < limit:
                 due = sorted((t, run) for run, t in self._ready.items() if t <= now)
@@ -215,13 +268,21 @@ class MemoryRunStore(_NothingToClose):
                     state = self._runs[run]
                     at = self._eligible_at(state, now)
                     if at is not None and at <= now:
+                        if not budget.fits(state.rec, claimed):
+                            return self._claimed(claimed, records, now)
                         self._claim_ready(run, state, owner, now, ttl)
                         claimed.append(run)
                     elif at is None:
                         del self._ready[run]
                     else:
                         self._ready[run] = at
-            return claimed
+            return self._claimed(claimed, records, now)
+
+    def _claimed(self, runs: list[str], records: bool,
+                 now: int) -> list[str] | list[Claimed]:
+        if not records:
+            return runs
+        return [Claimed(run, self._current(self._runs[run], now)) for run in runs]
 
     def refresh(self, run: str) -> bool:
         """Re-derive the run's wait from its current record; True if it now has one."""

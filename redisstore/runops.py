@@ -26,8 +26,10 @@ from .errors import (
 from .keys import Keyspace
 from .protocol import EVICTING, Arg, Call, Durability, Operation, ask, config_get, text
 from .runs import (
+    MAX_CLAIM_BYTES,
     Changed,
     Claim,
+    Claimed,
     ClaimInfo,
     Current,
     Discover,
@@ -40,6 +42,7 @@ from .runs import (
     Quarantined,
     Seize,
     Wait,
+    check_flag,
     check_lease,
     check_limit,
     check_max_record,
@@ -110,6 +113,11 @@ def answer(run: str, namespace: str) -> Callable[[Any], Any]:
 def parse_names(payload: Any) -> list[str]:
     """A list of run ids."""
     return [text(name) for name in payload]
+
+
+def parse_claimed(payload: Any) -> list[Claimed]:
+    """A claim's payload with records: {run, current} pairs."""
+    return [Claimed(text(run), parse_current(current)) for run, current in payload]
 
 
 def parse_current(payload: list[Any]) -> Current:
@@ -288,26 +296,32 @@ class RunOps:
                                       (self.keys.prefix, owner, ttl, *names), self._answer()))
         return parse_names(payload)
 
-    def claim_expired(self, owner: str, ttl: int, limit: int) -> Operation[list[str]]:
-        """Claim up to limit held, expired leases."""
+    def claim_expired(self, owner: str, ttl: int, limit: int,
+                      records: bool = False) -> Operation[list[str] | list[Claimed]]:
+        """Claim up to limit held, expired leases (with their records: Claimed values)."""
         owner, ttl, limit = check_owner(owner), check_ttl(ttl), check_limit(limit)
+        records = check_flag("records", records)
         if limit == 0:
             return []
-        payload = yield from ask(Call(scripts.RUN_CLAIM_EXPIRED,
-                                      (self.keys.leases, self.keys.meta),
-                                      (self.keys.prefix, owner, ttl, limit), self._answer()))
-        return parse_names(payload)
+        payload = yield from ask(Call(
+            scripts.RUN_CLAIM_EXPIRED, (self.keys.leases, self.keys.meta),
+            (self.keys.prefix, owner, ttl, limit, MAX_CLAIM_BYTES if records else 0),
+            self._answer()))
+        return parse_claimed(payload) if records else parse_names(payload)
 
-    def claim_ready(self, owner: str, ttl: int, limit: int) -> Operation[list[str]]:
-        """Claim up to limit free, eligible runs."""
+    def claim_ready(self, owner: str, ttl: int, limit: int,
+                    records: bool = False) -> Operation[list[str] | list[Claimed]]:
+        """Claim up to limit free, eligible runs (with their records: Claimed values)."""
         owner, ttl, limit = check_owner(owner), check_ttl(ttl), check_limit(limit)
+        records = check_flag("records", records)
         if limit == 0:
             return []
         payload = yield from ask(Call(
             scripts.RUN_CLAIM_READY,
             (self.keys.ready, self.keys.leases, self.keys.meta, self.keys.fanout),
-            (self.keys.prefix, owner, ttl, limit, self.projection_version), self._answer()))
-        return parse_names(payload)
+            (self.keys.prefix, owner, ttl, limit, self.projection_version,
+             MAX_CLAIM_BYTES if records else 0), self._answer()))
+        return parse_claimed(payload) if records else parse_names(payload)
 
     def refresh(self, run: str) -> Operation[bool]:
         """Re-derive the run's wait from its current record; True when it has one."""

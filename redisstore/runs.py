@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Protocol, TypeAlias, runtime_checkable
+from enum import IntEnum
+from typing import Literal, Protocol, TypeAlias, overload, runtime_checkable
 
 from .errors import NotFound
 
@@ -18,21 +19,41 @@ MAX_MS = 2**47
 #: The highest revision a run can reach: every revision is exact in a Lua double.
 MAX_REVISION = 2**53 - 1
 
-# Caps that keep every script short (docs/runs.md gives the measured per-item costs). The
-# scripts check the same caps (lua/_lib.lua): they hold for anyone with EVALSHA.
-#: Most runs one claim_ready / claim_expired hands out.
-MAX_CLAIM = 100
-#: Most runs one renew takes.
-MAX_RENEW = 250
+class Cap(IntEnum):
+    """The caps that keep every run script short, named here only: the build writes them
+    into the scripts (``lua/_lib.lua``), which check them for anyone with EVALSHA, and the
+    stores check them first. docs/runs.md gives each one's measured per-item cost."""
+
+    #: Most runs one claim_ready / claim_expired hands out.
+    MAX_CLAIM = 100
+    #: Most index entries a claim visits beyond its limit (stale or damaged ones).
+    MAX_VISIT = 200
+    #: Most runs one renew takes.
+    MAX_RENEW = 250
+    #: Most waiters one write re-indexes; a dependency with more is finished by claims.
+    MAX_FANOUT = 100
+    #: The highest ``max_record_bytes`` a store takes (the scripts refuse bigger records).
+    MAX_RECORD_CEILING = 2 << 20
+    #: Longest id, owner, dependency or poll key, in UTF-8 bytes: a run's stored header
+    #: holds several, and a claim or renew reads and writes one per run (about 2.6 µs per
+    #: KiB), so 100 claims stay within a few ms.
+    MAX_TEXT = 2048
+    #: Keys one migration step's SCAN visits.
+    MAX_MIGRATE = 200
+    #: Record bytes one migration step rewrites (at least one run, so any record moves).
+    MAX_MIGRATE_BYTES = 512 << 10
+    #: Record bytes a claim with ``records=True`` hands back: it stops before the run whose
+    #: record would pass them (it always hands back at least one run).
+    MAX_CLAIM_BYTES = 4 << 20
+
+
+MAX_CLAIM = int(Cap.MAX_CLAIM)
+MAX_RENEW = int(Cap.MAX_RENEW)
+MAX_TEXT = int(Cap.MAX_TEXT)
+MAX_RECORD_CEILING = int(Cap.MAX_RECORD_CEILING)
+MAX_CLAIM_BYTES = int(Cap.MAX_CLAIM_BYTES)
 #: Default cap on a record's size (a store's ``max_record_bytes``).
 MAX_RECORD = 1 << 20
-#: The highest ``max_record_bytes`` a store takes (the scripts refuse bigger records).
-MAX_RECORD_CEILING = 2 << 20
-
-
-#: Longest id, owner, dependency or poll key, in UTF-8 bytes (the scripts check it too): a
-#: run's stored header holds several of them and has a bounded length.
-MAX_TEXT = 2048
 
 
 def check_text(name: str, value: object, *, empty: bool = False) -> str:
@@ -54,6 +75,14 @@ def check_text(name: str, value: object, *, empty: bool = False) -> str:
             value.encode("utf-8", "surrogateescape")  # as protocol.text decoded it
         except UnicodeEncodeError as exc:
             raise ValueError(f"{name} is not encodable as UTF-8: {exc}") from None
+    return value
+
+
+def check_flag(name: str, value: object) -> bool:
+    """A bool argument (an int or anything else is a TypeError: ``records=1`` is a typo
+    more often than a choice)."""
+    if type(value) is not bool:
+        raise TypeError(f"{name} must be True or False, not {type(value).__name__}")
     return value
 
 
@@ -164,6 +193,15 @@ class Current:
 
 
 @dataclass(frozen=True, slots=True)
+class Claimed:
+    """A run that a claim with ``records=True`` handed out, as it stands once claimed
+    (``current.holder`` is the claimer's live lease): no ``get`` needed after the claim."""
+
+    run: str
+    current: Current
+
+
+@dataclass(frozen=True, slots=True)
 class Quarantined:
     """An index entry a claim dropped as damaged: ``index`` (``"leases"``, ``"ready"``, or
     ``"d:<dependency>"``) pointed at ``run``, which was ``reason`` (``"missing"``,
@@ -190,7 +228,7 @@ class Migrated:
 
 
 #: Keys one migration step visits (SCAN COUNT); docs/runs.md gives the cost.
-MIGRATE_COUNT = 200
+MIGRATE_COUNT = int(Cap.MAX_MIGRATE)
 
 
 def check_migrate_count(count: object) -> int:
@@ -351,12 +389,32 @@ class RunStore(Protocol):
         """Extend ``owner``'s live leases among ``runs``; returns those runs."""
         ...
 
-    def claim_expired(self, owner: str, ttl: int, limit: int) -> list[str]:
-        """Claim up to ``limit`` held, expired leases, the longest-expired first."""
+    @overload
+    def claim_expired(self, owner: str, ttl: int, limit: int, *,
+                      records: Literal[False] = False) -> list[str]: ...
+
+    @overload
+    def claim_expired(self, owner: str, ttl: int, limit: int, *,
+                      records: Literal[True]) -> list[Claimed]: ...
+
+    def claim_expired(self, owner: str, ttl: int, limit: int, *,
+                      records: bool = False) -> list[str] | list[Claimed]:
+        """Claim up to ``limit`` held, expired leases, the longest-expired first; with
+        ``records``, each as :class:`Claimed` (up to MAX_CLAIM_BYTES of records)."""
         ...
 
-    def claim_ready(self, owner: str, ttl: int, limit: int) -> list[str]:
-        """Claim up to ``limit`` free, eligible runs, the earliest eligible first."""
+    @overload
+    def claim_ready(self, owner: str, ttl: int, limit: int, *,
+                    records: Literal[False] = False) -> list[str]: ...
+
+    @overload
+    def claim_ready(self, owner: str, ttl: int, limit: int, *,
+                    records: Literal[True]) -> list[Claimed]: ...
+
+    def claim_ready(self, owner: str, ttl: int, limit: int, *,
+                    records: bool = False) -> list[str] | list[Claimed]:
+        """Claim up to ``limit`` free, eligible runs, the earliest eligible first; with
+        ``records``, each as :class:`Claimed` (up to MAX_CLAIM_BYTES of records)."""
         ...
 
     def refresh(self, run: str) -> bool:

@@ -5,12 +5,21 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar, overload
 
 from .protocol import Durability, Operation, Shell, check_io
 from .repository import MAX_PAGE, InFlightPage, InstanceRecord, Logger, RepositoryOps
 from .runops import RunOps
-from .runs import MAX_RECORD, MIGRATE_COUNT, Current, Discover, Lease, Migrated, Quarantined
+from .runs import (
+    MAX_RECORD,
+    MIGRATE_COUNT,
+    Claimed,
+    Current,
+    Discover,
+    Lease,
+    Migrated,
+    Quarantined,
+)
 from .transport import Transport
 
 T = TypeVar("T")
@@ -84,13 +93,41 @@ class RedisRunStore(_Closes, Shell[RunOps]):
         """Extend each lease ``owner`` holds live among ``runs`` to ``ttl`` ms from now."""
         return self._write(self._ops.renew(owner, runs, ttl))
 
-    def claim_expired(self, owner: str, ttl: int, limit: int) -> list[str]:
-        """Claim up to ``limit`` held, expired leases, the longest-expired first."""
-        return self._write(self._ops.claim_expired(owner, ttl, limit))
+    @overload
+    def claim_expired(self, owner: str, ttl: int, limit: int, *,
+                      records: Literal[False] = False) -> list[str]: ...
 
-    def claim_ready(self, owner: str, ttl: int, limit: int) -> list[str]:
-        """Claim up to ``limit`` free runs whose wait is eligible, the earliest first."""
-        return self._write(self._ops.claim_ready(owner, ttl, limit))
+    @overload
+    def claim_expired(self, owner: str, ttl: int, limit: int, *,
+                      records: Literal[True]) -> list[Claimed]: ...
+
+    def claim_expired(self, owner: str, ttl: int, limit: int, *,
+                      records: bool = False) -> list[str] | list[Claimed]:
+        """Claim up to ``limit`` held, expired leases, the longest-expired first.
+
+        With ``records=True`` each comes back as ``Claimed(run, current)``, its record
+        included, in the same round trip; the claim then stops before the run whose record
+        would take the reply past ``MAX_CLAIM_BYTES`` (4 MiB; the first run always comes),
+        so it may return fewer than ``limit`` while more are claimable.
+        """
+        return self._write(self._ops.claim_expired(owner, ttl, limit, records))
+
+    @overload
+    def claim_ready(self, owner: str, ttl: int, limit: int, *,
+                    records: Literal[False] = False) -> list[str]: ...
+
+    @overload
+    def claim_ready(self, owner: str, ttl: int, limit: int, *,
+                    records: Literal[True]) -> list[Claimed]: ...
+
+    def claim_ready(self, owner: str, ttl: int, limit: int, *,
+                    records: bool = False) -> list[str] | list[Claimed]:
+        """Claim up to ``limit`` free runs whose wait is eligible, the earliest first.
+
+        ``records=True`` hands back ``Claimed(run, current)`` values, as
+        :meth:`claim_expired` does.
+        """
+        return self._write(self._ops.claim_ready(owner, ttl, limit, records))
 
     def refresh(self, run: str) -> bool:
         """Re-derive the run's wait from its current record; True if it now has one."""

@@ -56,6 +56,7 @@ from redisstore import (
     At,
     Changed,
     Claim,
+    Claimed,
     Current,
     Free,
     Held,
@@ -421,6 +422,14 @@ def is_names(result: Any, among: set[str] | None = None) -> bool:
             and len(result) == len(set(result)) and (among is None or set(result) <= among))
 
 
+def is_claimed(result: Any) -> bool:
+    """A claim's answer with records: Claimed values of distinct runs, each held by the
+    claimer ("claimer", live)."""
+    return (isinstance(result, list) and all(isinstance(c, Claimed) for c in result)
+            and len({c.run for c in result}) == len(result)
+            and all(c.current.holder == Held("claimer", True) for c in result))
+
+
 def record_or_none(result: Any) -> bool:
     return result is None or isinstance(result, InstanceRecord)
 
@@ -448,6 +457,10 @@ def every_operation(check: Checker, store: RedisRunStore, repo: RedisRepository,
     check("renew", lambda: store.renew("me", ids, LONG), lambda r: is_names(r, set(ids)))
     check("claim_expired", lambda: store.claim_expired("me", LONG, MAX_CLAIM), is_names)
     check("claim_ready", lambda: store.claim_ready("other", LONG, MAX_CLAIM), is_names)
+    check("claim_ready records", lambda: store.claim_ready("claimer", LONG, MAX_CLAIM,
+                                                           records=True), is_claimed)
+    check("claim_expired records", lambda: store.claim_expired("claimer", LONG, MAX_CLAIM,
+                                                               records=True), is_claimed)
     check("quarantined", store.quarantined,
           lambda r: isinstance(r, list) and all(isinstance(q, Quarantined) for q in r))
     for run in population.runs:
@@ -494,6 +507,7 @@ def untouched_still_work(check: Checker, store: RedisRunStore, repo: RedisReposi
             assert (got.revision, got.record, got.holder) == (1, run.record, holder), run
         want = {r.id for r in spared if r.state == "expired"}
         never = {r.id for r in spared if r.state != "expired"}
+        records = {r.id: r.record for r in spared}
         claimed: set[str] = set()
         for _ in range(2):  # a first call may spend its visits quarantining bad entries
             got = check("claim_expired spared",
@@ -503,10 +517,13 @@ def untouched_still_work(check: Checker, store: RedisRunStore, repo: RedisReposi
         want = {r.id for r in spared if r.state == "ready"}
         never = {r.id for r in spared if r.state != "ready"}
         claimed = set()
-        for _ in range(2):
-            got = check("claim_ready spared",
-                        lambda: store.claim_ready("claimer", LONG, MAX_CLAIM), is_names)
-            claimed |= set(got) if isinstance(got, list) else set()
+        for _ in range(2):  # with records: each spared run comes back as it was written
+            got = check("claim_ready spared", lambda: store.claim_ready(
+                "claimer", LONG, MAX_CLAIM, records=True), is_claimed)
+            for c in got if isinstance(got, list) else []:
+                claimed.add(c.run)
+                if c.run in records:
+                    assert c.current.record == records[c.run], c
         assert want <= claimed and not (claimed & never), (want, claimed)
     if records_hit is not None:
         for id, rec in population.records.items():

@@ -83,8 +83,8 @@ class SideBySide(RuleBasedStateMachine):
     def teardown(self) -> None:
         self.patch.stop()
 
-    def both(self, version: int, name: str, *args: Any) -> Any:
-        answers = [outcome(lambda s=side: getattr(s[version], name)(*args))
+    def both(self, version: int, name: str, *args: Any, **kwargs: Any) -> Any:
+        answers = [outcome(lambda s=side: getattr(s[version], name)(*args, **kwargs))
                    for side in self.sides]
         assert answers[0] == answers[1], (name, args, answers)
         return answers[0]
@@ -136,14 +136,16 @@ class SideBySide(RuleBasedStateMachine):
     def renew(self, owner: str, runs: list[str], ttl: int) -> None:
         self.both(0, "renew", owner, runs, ttl)
 
-    @rule(owner=st.sampled_from(OWNERS), ttl=TTLS, limit=st.integers(0, 5))
-    def claim_expired(self, owner: str, ttl: int, limit: int) -> None:
-        self.both(0, "claim_expired", owner, ttl, limit)
+    @rule(owner=st.sampled_from(OWNERS), ttl=TTLS, limit=st.integers(0, 5),
+          records=st.booleans())
+    def claim_expired(self, owner: str, ttl: int, limit: int, records: bool) -> None:
+        self.both(0, "claim_expired", owner, ttl, limit, records=records)
 
     @rule(owner=st.sampled_from(OWNERS), ttl=TTLS, limit=st.integers(0, 5),
-          version=st.sampled_from([0, 1]))
-    def claim_ready(self, owner: str, ttl: int, limit: int, version: int) -> None:
-        self.both(version, "claim_ready", owner, ttl, limit)
+          version=st.sampled_from([0, 1]), records=st.booleans())
+    def claim_ready(self, owner: str, ttl: int, limit: int, version: int,
+                    records: bool) -> None:
+        self.both(version, "claim_ready", owner, ttl, limit, records=records)
 
     # Claims come twice as often as the other rules: they are what the test is about.
     claim_ready_again = claim_ready

@@ -14,7 +14,7 @@ import pytest
 
 from ..discovery import json_wait
 from ..errors import NotFound
-from ..runs import Claim, ClaimInfo, Free, Held, Hold, Release, RunStore, Seize
+from ..runs import Claim, Claimed, ClaimInfo, Free, Held, Hold, Release, RunStore, Seize
 from .base import LONG, ME, OTHER, RunSuite
 
 
@@ -292,6 +292,28 @@ class ReadinessRules(RunSuite):
         self.release(store, "released")
         current = store.get("released")
         assert (current.holder, current.claim) == (Free(), None)
+
+    def test_claim_ready_with_records_hands_back_runs_with_their_claim_info(self) -> None:
+        store = self.ready_store()
+        store.insert("dep", rec(None), Release())
+        store.insert("waiter", rec({"changed": "dep"}, n=1), Release())
+        store.insert("poller", rec({"poll": "k", "interval": 60_000}), Release())
+        store.insert("timer", rec({"at": 0}), Claim(OTHER, LONG))
+        store.compare_and_set("timer", 1, rec({"at": 0}, n=2), Release())
+        claimed = store.claim_ready(ME, LONG, 10, records=True)
+        assert sorted(c.run for c in claimed) == ["poller", "timer", "waiter"]
+        for c in claimed:
+            assert isinstance(c, Claimed)
+            assert c.current == store.get(c.run)
+            assert c.current.holder == Held(ME, True) and c.current.claim is not None
+        by_run = {c.run: c.current for c in claimed}
+        assert by_run["timer"].revision == 2 and by_run["timer"].record == rec({"at": 0}, n=2)
+        waiter = by_run["waiter"].claim
+        assert waiter is not None
+        assert (waiter.key, waiter.dependency_revision) == ("dep", 1)
+        poller = by_run["poller"].claim
+        assert poller is not None and poller.key == "k"
+        assert store.claim_ready(OTHER, LONG, 10, records=True) == []
 
     # ------------------------------------------------------------------ staleness
 

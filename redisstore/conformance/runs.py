@@ -15,9 +15,11 @@ import pytest
 
 from ..errors import AlreadyExists, Conflict, LeaseRefused, NotFound
 from ..runs import (
+    MAX_CLAIM_BYTES,
     At,
     Changed,
     Claim,
+    Claimed,
     Free,
     Held,
     Hold,
@@ -293,6 +295,45 @@ class LeaseRules(RunSuite):
         self.expire(store)
         assert store.claim_expired(OTHER, LONG, 1) == ["run"]
 
+    # ------------------------------------------------------------------ claims with records
+
+    def test_claim_expired_with_records_hands_back_each_run_as_stored(self) -> None:
+        store = self.make_store()
+        store.insert("a", b"record-a", Claim(OTHER, self.short_ttl))
+        store.insert("b", b"\x00b", Claim(OTHER, self.short_ttl))
+        store.compare_and_set("b", 1, b"record-b2", Hold(OTHER))
+        store.insert("live", b"live", Claim(OTHER, LONG))
+        self.expire(store)
+        claimed = store.claim_expired(ME, LONG, 10, records=True)
+        assert sorted(c.run for c in claimed) == ["a", "b"]
+        for c in claimed:
+            assert isinstance(c, Claimed)
+            assert c.current == store.get(c.run)  # exactly what a get says after the claim
+            assert c.current.holder == Held(ME, True)
+        by_run = {c.run: c.current for c in claimed}
+        assert (by_run["a"].revision, by_run["a"].record) == (1, b"record-a")
+        assert (by_run["b"].revision, by_run["b"].record) == (2, b"record-b2")
+        assert store.claim_expired(OTHER, LONG, 10, records=True) == []
+        assert store.claim_expired(OTHER, LONG, 10) == []  # without records: ids, as ever
+
+    def test_a_claim_with_records_stops_before_passing_its_byte_budget(self) -> None:
+        # MAX_CLAIM_BYTES (4 MiB) of records at most; the run that would pass it waits for
+        # the next claim.
+        store = self.make_store()
+        size = 1 << 20  # the default max_record_bytes
+        fits = MAX_CLAIM_BYTES // size
+        for i in range(fits + 1):
+            store.insert(f"run-{i}", bytes([i]) * size, Claim(OTHER, self.short_ttl))
+            self.advance(store, 2)
+        self.expire(store)
+        first = store.claim_expired(ME, LONG, 10, records=True)
+        assert [c.run for c in first] == [f"run-{i}" for i in range(fits)]
+        assert all(c.current.record == bytes([i]) * size for i, c in enumerate(first))
+        rest = store.claim_expired(ME, LONG, 10, records=True)
+        assert [(c.run, c.current.record) for c in rest] == [
+            (f"run-{fits}", bytes([fits]) * size)]
+        assert self.held(store, f"run-{fits}") == Held(ME, True)
+
     # ------------------------------------------------------------------ records
 
     @pytest.mark.parametrize("record", [
@@ -343,6 +384,9 @@ class LeaseRules(RunSuite):
         lambda s: s.claim_expired("me", 10, 1.5),
         lambda s: s.claim_ready("me", 10, -1),
         lambda s: s.claim_ready("me", -1, 1),
+        lambda s: s.claim_expired("me", 10, 1, records=1),
+        lambda s: s.claim_expired("me", 10, 1, records="yes"),
+        lambda s: s.claim_ready("me", 10, 1, records=None),
         lambda s: s.get(""),
         lambda s: s.refresh(""),
     ])
