@@ -3,7 +3,7 @@
 Every public name is importable from here; docs/api.md lists them.
 """
 
-from .aio import AsyncRedisRepository, AsyncRedisRunStore
+from .aio import AsyncPipeline, AsyncRedisRepository, AsyncRedisRunStore
 from .errors import (
     AlreadyExists,
     ConcurrentUpdate,
@@ -17,6 +17,7 @@ from .errors import (
     UnknownGroup,
 )
 from .memory import MemoryRepository, MemoryRunStore
+from .pipeline import Pending
 from .protocol import Durability
 from .repository import InFlightPage, InstanceLease, InstanceRecord, Repository, Status
 from .runs import (
@@ -42,10 +43,11 @@ from .runs import (
     aconfirm_write,
     confirm_write,
 )
-from .store import RedisRepository, RedisRunStore
+from .store import Pipeline, RedisRepository, RedisRunStore
 
 __all__ = [
     "AlreadyExists",
+    "AsyncPipeline",
     "AsyncRedisRepository",
     "AsyncRedisRunStore",
     "At",
@@ -73,6 +75,8 @@ __all__ = [
     "Migrated",
     "Misconfigured",
     "NotFound",
+    "Pending",
+    "Pipeline",
     "Poll",
     "Quarantined",
     "RedisRepository",

@@ -27,7 +27,8 @@ from datetime import datetime
 from typing import Any, Literal, TypeVar, overload
 
 from .outcomes import Exchange, Lost, Reply
-from .protocol import Batch, Driver, Durability, Operation, Shell, check_io
+from .pipeline import Pipelined
+from .protocol import Batch, Driver, Durability, Machine, Operation, Shell, check_io
 from .repository import MAX_PAGE, InFlightPage, InstanceRecord, Logger, RepositoryOps
 from .runops import RunOps
 from .runs import (
@@ -194,10 +195,14 @@ class AsyncTransport:
     async def drive(self, op: Operation[T]) -> T:
         """Run an operation to its end: send each batch it makes, report what came back."""
         driver = Driver(op, self.durability)
-        deadline = time.monotonic() + self.timeout / 1000
-        while (batch := driver.next_batch()) is not None:
-            driver.receive(await self._send(batch, deadline))
+        await self.run(driver)
         return driver.result()
+
+    async def run(self, machine: Machine) -> None:
+        """Send each batch of ``machine`` (a driver, a pipeline), within one deadline."""
+        deadline = time.monotonic() + self.timeout / 1000
+        while (batch := machine.next_batch()) is not None:
+            machine.receive(await self._send(batch, deadline))
 
     async def _send(self, batch: Batch, deadline: float) -> Exchange:
         replies: list[Any] = []
@@ -286,6 +291,36 @@ class _Closes:
         await self.aclose()
 
 
+class AsyncPipeline(Pipelined):
+    """Calls of one :class:`AsyncRedisRunStore` sent together in one round trip, at the end
+    of its ``async with`` block (or by :meth:`send`): the asyncio twin of
+    :class:`redisstore.store.Pipeline`."""
+
+    def __init__(self, io: AsyncTransport, ops: RunOps) -> None:
+        super().__init__(ops, io.durability)
+        self._io = io
+
+    async def send(self) -> None:
+        """Send the queued calls; each :class:`Pending` then holds its answer."""
+        group = self._group()
+        if group is None:
+            return
+        try:
+            await self._io.run(group)
+        except BaseException as exc:  # cancelled, interrupted: every call gets an answer
+            group.interrupted(type(exc).__name__)
+            raise
+
+    async def __aenter__(self) -> AsyncPipeline:
+        return self
+
+    async def __aexit__(self, kind: type[BaseException] | None, *rest: object) -> None:
+        if kind is not None:
+            self._abandon()
+        elif not self._sent:
+            await self.send()
+
+
 class AsyncRedisRunStore(_Closes, Shell[RunOps]):
     """The leased run backend on a ``redis.asyncio`` client: the asyncio twin of
     :class:`redisstore.RedisRunStore`, with the same options, methods (``async def``),
@@ -304,6 +339,20 @@ class AsyncRedisRunStore(_Closes, Shell[RunOps]):
     async def now(self) -> int:
         """See :meth:`redisstore.RedisRunStore.now`."""
         return await self._io.drive(self._ops.now())
+
+    def pipeline(self) -> AsyncPipeline:
+        """Queue calls and send them in one round trip (see
+        :meth:`redisstore.RedisRunStore.pipeline`)::
+
+            async with store.pipeline() as pipe:
+                done = pipe.compare_and_set(run, revision, record, Release())
+                nxt = pipe.claim_ready("node-a", 30_000, 1, records=True)
+            claimed = nxt.result()
+
+        A task cancelled while the pipeline is in flight leaves each write in it of
+        unknown outcome, as one cancelled write is.
+        """
+        return AsyncPipeline(self._io, self._ops)
 
     async def get(self, run: str) -> Current:
         """See :meth:`redisstore.RedisRunStore.get`."""

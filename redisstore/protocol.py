@@ -234,6 +234,18 @@ def settle(call: Call[T], durability: Durability | None, got: Exchange) -> Settl
     return Settled(value)
 
 
+class Machine(Protocol):
+    """What a shell runs: a :class:`Driver` (one operation) or a pipeline's ``Group``."""
+
+    def next_batch(self) -> Batch | None:
+        """The batch to send now, or None when it is over."""
+        ...
+
+    def receive(self, got: Exchange) -> None:
+        """What the batch just sent got back."""
+        ...
+
+
 class Driver(Generic[T]):
     """Runs one operation as the batches a shell sends, one after the other.
 

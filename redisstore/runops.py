@@ -201,9 +201,13 @@ class RunOps:
     def _answer(self, run: str = "") -> Callable[[Any], Any]:
         return answer(run, self.keys.namespace)
 
+    def checked(self) -> bool:
+        """Whether :meth:`server_check` has passed for this client."""
+        return self.checks >= self._needed
+
     def guarded(self, op: Operation[Any]) -> Operation[Any]:
         """``op`` preceded, until it has passed once, by :meth:`server_check`."""
-        return op if self.checks >= self._needed else self._checked_first(op)
+        return op if self.checked() else self._checked_first(op)
 
     def _checked_first(self, op: Operation[Any]) -> Operation[Any]:
         # The arguments are checked first (a bad one raises before anything is sent), then

@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any, Literal, TypeVar, overload
 
+from .pipeline import Pipelined
 from .protocol import Durability, Operation, Shell, check_io
 from .repository import MAX_PAGE, InFlightPage, InstanceRecord, Logger, RepositoryOps
 from .runops import RunOps
@@ -45,6 +46,35 @@ class _Closes:
         self.close()
 
 
+class Pipeline(Pipelined):
+    """Calls of one :class:`RedisRunStore` sent together in one round trip, at the end of
+    its ``with`` block (or by :meth:`send`): see :meth:`RedisRunStore.pipeline`."""
+
+    def __init__(self, io: Transport, ops: RunOps) -> None:
+        super().__init__(ops, io.durability)
+        self._io = io
+
+    def send(self) -> None:
+        """Send the queued calls; each :class:`Pending` then holds its answer."""
+        group = self._group()
+        if group is None:
+            return
+        try:
+            self._io.run(group)
+        except BaseException as exc:  # cancelled, interrupted: every call gets an answer
+            group.interrupted(type(exc).__name__)
+            raise
+
+    def __enter__(self) -> Pipeline:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, *rest: object) -> None:
+        if kind is not None:
+            self._abandon()
+        elif not self._sent:
+            self.send()
+
+
 class RedisRunStore(_Closes, Shell[RunOps]):
     """The leased run backend on a ``redis.Redis``-compatible client.
 
@@ -72,6 +102,23 @@ class RedisRunStore(_Closes, Shell[RunOps]):
     def now(self) -> int:
         """The backend clock (Redis ``TIME``), UTC Unix milliseconds."""
         return self._io.drive(self._ops.now())
+
+    def pipeline(self) -> Pipeline:
+        """Queue calls and send them in one round trip::
+
+            with store.pipeline() as pipe:
+                done = pipe.compare_and_set(run, revision, record, Release())
+                nxt = pipe.claim_ready("node-a", 30_000, 1, records=True)
+            done.result()          # None, or raises this call's own error
+            claimed = nxt.result()
+
+        Each queued method takes the arguments of the store method of its name and returns
+        a :class:`~redisstore.pipeline.Pending`. The calls run in the order queued, each
+        on its own (not a transaction: other clients' calls may run between them, and one
+        call's error does not stop the next); each write is sent exactly once. A block that
+        raises sends nothing. docs/runs.md has the rules.
+        """
+        return Pipeline(self._io, self._ops)
 
     def get(self, run: str) -> Current:
         """The run's latest record, revision and holder; raises ``NotFound``."""

@@ -24,7 +24,7 @@ import weakref
 from typing import Any, TypeVar
 
 from .outcomes import Exchange, Lost, Reply
-from .protocol import Batch, Driver, Durability, Operation
+from .protocol import Batch, Driver, Durability, Machine, Operation
 from .wire import Connections, check_client, describe, error_reply, is_error_reply, pack
 
 T = TypeVar("T")
@@ -214,10 +214,14 @@ class Transport:
     def drive(self, op: Operation[T]) -> T:
         """Run an operation to its end: send each batch it makes, report what came back."""
         driver = Driver(op, self.durability)
-        deadline = time.monotonic() + self.timeout / 1000
-        while (batch := driver.next_batch()) is not None:
-            driver.receive(self._send(batch, deadline))
+        self.run(driver)
         return driver.result()
+
+    def run(self, machine: Machine) -> None:
+        """Send each batch of ``machine`` (a driver, a pipeline), within one deadline."""
+        deadline = time.monotonic() + self.timeout / 1000
+        while (batch := machine.next_batch()) is not None:
+            machine.receive(self._send(batch, deadline))
 
     def _send(self, batch: Batch, deadline: float) -> Exchange:
         if not self._cluster:

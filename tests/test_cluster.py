@@ -89,3 +89,20 @@ def test_a_moved_slot_is_unavailable_once_then_followed(
     assert "MOVED" in caught.value.reason and caught.value.outcome == "not_applied"
     store.insert("run", b"r1", Claim("me", 60_000))  # the next call goes to the new node
     assert target.client().exists(Keyspace(namespace).run("run")) == 1
+
+
+def test_pipelines_go_to_the_namespace_node(cluster: list[Server],
+                                            cluster_client: RedisCluster) -> None:
+    stores = [RedisRunStore(cluster_client, namespace=f"piped-{i}") for i in range(6)]
+    for i, store in enumerate(stores):
+        with store.pipeline() as pipe:
+            inserted = [pipe.insert(f"run-{n}", f"{i}/{n}".encode(), Claim("me", 60_000))
+                        for n in range(4)]
+            read = pipe.get("run-0")
+        assert all(p.result() is None for p in inserted)
+        assert read.result().record == f"{i}/0".encode()
+        assert store.renew("me", [f"run-{n}" for n in range(4)], 60_000) == [
+            f"run-{n}" for n in range(4)]
+    nodes = {cluster_client.get_node_from_key(Keyspace(s.namespace).leases).port
+             for s in stores}
+    assert len(nodes) >= 2  # the pipelines did go to different nodes

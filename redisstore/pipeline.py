@@ -1,0 +1,244 @@
+"""Pipelines: many calls of one run store in one round trip.
+
+Sans-I/O like the rest of the core: a pipeline queues :class:`~redisstore.protocol.Driver`
+values (one per call, built at once, so a bad argument raises where the call is queued),
+and :class:`Group` runs them together as batches a shell sends. Each round trip carries the
+next batch of every call still running, in the order the calls were queued; a call needs a
+second one only when it must be sent again (after ``NOSCRIPT``, when nothing ran; a read
+whose connection broke) or reads before it writes (``refresh``). Every rule of one call
+holds for each call of a pipeline: a write goes out exactly once, and each call gets its own
+answer or its own error, decided by its own driver.
+
+With ``Durability``, one confirmation (``WAIT`` / ``WAITAOF``) at the end of a round trip
+covers every write in it (``WAIT`` counts every write sent before it on the connection).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, Generic, Literal, TypeVar, overload
+
+from .errors import NOT_APPLIED, UNKNOWN, StoreError, Unavailable
+from .outcomes import ErrorReply, Exchange, Lost, Reply
+from .protocol import Batch, Driver, Durability, Operation
+from .runops import RunOps
+from .runs import Claimed, Current, Lease
+
+T = TypeVar("T")
+
+
+class Pending(Generic[T]):
+    """What a call queued in a pipeline will answer: :meth:`result` gives its value or
+    raises its own error, once the pipeline has been sent."""
+
+    __slots__ = ("_driver", "_error")
+
+    def __init__(self, driver: Driver[T] | None) -> None:
+        self._driver = driver
+        self._error: BaseException | None = None
+
+    def done(self) -> bool:
+        """Whether the call has its answer (the pipeline was sent)."""
+        return self._error is not None or (self._driver is not None
+                                           and self._driver.next_batch() is None)
+
+    def result(self) -> T:
+        """The call's value, or raise its error (``Conflict``, ``Unavailable``...);
+        ``RuntimeError`` before the pipeline was sent."""
+        if self._error is not None:
+            raise self._error
+        if self._driver is None or self._driver.next_batch() is not None:
+            raise RuntimeError("the pipeline has not been sent yet: leave its with block "
+                               "(or call send()) first")
+        return self._driver.result()
+
+    def _fail(self, error: BaseException) -> None:
+        self._error = error
+
+
+class Group:
+    """The calls of one pipeline as one machine of batches (``next_batch`` / ``receive``,
+    like a :class:`~redisstore.protocol.Driver`): each round trip sends the batch of every
+    call still running, in queue order.
+
+    ``first``, when given, runs alone before the calls: the store's one-time server check,
+    which must pass before any write is sent. If it fails, every call fails with its error
+    and nothing else is sent.
+    """
+
+    def __init__(self, calls: list[Pending[Any]], durability: Durability | None,
+                 first: Driver[None] | None = None) -> None:
+        self._calls = calls
+        self._durability = durability
+        self._first = first
+        self._round: list[tuple[Driver[Any], Batch, int]] = []
+        self._confirmed = False
+
+    def next_batch(self) -> Batch | None:
+        """The batch to send now, or None when every call has its answer."""
+        if self._first is not None:
+            batch = self._first.next_batch()
+            if batch is not None:
+                return batch
+            try:
+                self._first.result()
+            except StoreError as error:
+                for call in self._calls:
+                    call._fail(error)
+                self._calls = []
+            self._first = None
+        self._round = []
+        commands: list[tuple[bytes | int, ...]] = []
+        keys: tuple[str, ...] = ()
+        write = False
+        for call in self._calls:
+            driver = call._driver
+            batch = driver.next_batch() if driver is not None else None
+            if driver is None or batch is None:
+                continue
+            own = batch.commands
+            if batch.write and self._durability is not None:
+                own = own[:-1]  # its own confirmation: the round's one covers it
+            commands.extend(own)
+            self._round.append((driver, batch, len(own)))
+            keys = keys or batch.keys
+            write = write or batch.write
+        if not self._round:
+            return None
+        self._confirmed = write and self._durability is not None
+        if self._confirmed:
+            assert self._durability is not None
+            commands.append(self._durability.command())
+        return Batch(tuple(commands), write, keys)
+
+    def interrupted(self, why: str) -> None:
+        """The shell stopped in the middle (a cancelled task, KeyboardInterrupt): each call
+        still without its answer gets one. A write of the round in flight may have been
+        applied (``unknown``); anything else was not sent (``not_applied``)."""
+        in_flight = {id(driver) for driver, _, _ in self._round} if self._first is None \
+            else set()
+        for call in self._calls:
+            if call.done() or call._driver is None:
+                continue
+            batch = call._driver.next_batch()
+            sent = id(call._driver) in in_flight and batch is not None and batch.write
+            call._fail(Unavailable(f"the pipeline was interrupted ({why})",
+                                   outcome=UNKNOWN if sent else NOT_APPLIED))
+
+    def receive(self, got: Exchange) -> None:
+        """What the batch just sent got back: each call gets its own part of it."""
+        if self._first is not None:
+            self._first.receive(got)
+            return
+        replies = got.replies
+        size = sum(n for _, _, n in self._round)
+        confirmation: Reply | ErrorReply | None = None
+        if self._confirmed and len(replies) > size:
+            confirmation = replies[size]
+        at = 0
+        for driver, batch, n in self._round:
+            mine = replies[at:at + n]
+            at += n
+            lost: Lost | None = got.lost if len(mine) < n else None
+            if len(mine) == n and batch.write and self._durability is not None:
+                if confirmation is not None:
+                    mine = (*mine, confirmation)
+                else:
+                    lost = got.lost or Lost(True, "no confirmation came back")
+            driver.receive(Exchange(tuple(mine), lost))
+
+
+class Pipelined:
+    """The calls a pipeline queues, for the sync and asyncio pipelines alike: each takes the
+    arguments of the store method of its name, checks them at once (a bad one raises here,
+    and nothing is queued) and returns a :class:`Pending`. See docs/runs.md."""
+
+    def __init__(self, ops: RunOps, durability: Durability | None) -> None:
+        self._ops = ops
+        self._durability = durability
+        self._calls: list[Pending[Any]] = []
+        self._writes = False
+        self._sent = False
+
+    def now(self) -> Pending[int]:
+        """Queue :meth:`redisstore.RedisRunStore.now`."""
+        return self._queue(self._ops.now(), write=False)
+
+    def get(self, run: str) -> Pending[Current]:
+        """Queue :meth:`redisstore.RedisRunStore.get`."""
+        return self._queue(self._ops.get(run), write=False)
+
+    def insert(self, run: str, record: bytes, lease: Lease) -> Pending[None]:
+        """Queue :meth:`redisstore.RedisRunStore.insert`."""
+        return self._queue(self._ops.insert(run, record, lease))
+
+    def compare_and_set(self, run: str, expected: int, record: bytes,
+                        lease: Lease) -> Pending[None]:
+        """Queue :meth:`redisstore.RedisRunStore.compare_and_set`."""
+        return self._queue(self._ops.compare_and_set(run, expected, record, lease))
+
+    def renew(self, owner: str, runs: Iterable[str], ttl: int) -> Pending[list[str]]:
+        """Queue :meth:`redisstore.RedisRunStore.renew`."""
+        return self._queue(self._ops.renew(owner, runs, ttl))
+
+    @overload
+    def claim_expired(self, owner: str, ttl: int, limit: int, *,
+                      records: Literal[False] = False) -> Pending[list[str]]: ...
+
+    @overload
+    def claim_expired(self, owner: str, ttl: int, limit: int, *,
+                      records: Literal[True]) -> Pending[list[Claimed]]: ...
+
+    def claim_expired(self, owner: str, ttl: int, limit: int, *,
+                      records: bool = False) -> Pending[Any]:
+        """Queue :meth:`redisstore.RedisRunStore.claim_expired`."""
+        return self._queue(self._ops.claim_expired(owner, ttl, limit, records))
+
+    @overload
+    def claim_ready(self, owner: str, ttl: int, limit: int, *,
+                    records: Literal[False] = False) -> Pending[list[str]]: ...
+
+    @overload
+    def claim_ready(self, owner: str, ttl: int, limit: int, *,
+                    records: Literal[True]) -> Pending[list[Claimed]]: ...
+
+    def claim_ready(self, owner: str, ttl: int, limit: int, *,
+                    records: bool = False) -> Pending[Any]:
+        """Queue :meth:`redisstore.RedisRunStore.claim_ready`."""
+        return self._queue(self._ops.claim_ready(owner, ttl, limit, records))
+
+    def refresh(self, run: str) -> Pending[bool]:
+        """Queue :meth:`redisstore.RedisRunStore.refresh` (it reads, then writes: it takes
+        a second round trip)."""
+        return self._queue(self._ops.refresh(run))
+
+    def __len__(self) -> int:
+        return len(self._calls)
+
+    def _queue(self, op: Operation[T], *, write: bool = True) -> Pending[T]:
+        if self._sent:
+            raise RuntimeError("this pipeline was sent: start another one")
+        pending = Pending(Driver(op, self._durability))  # checks the arguments now
+        self._calls.append(pending)
+        self._writes = self._writes or write
+        return pending
+
+    def _group(self) -> Group | None:
+        """The calls to send, once (None: nothing to send)."""
+        if self._sent:
+            raise RuntimeError("this pipeline was sent already")
+        self._sent = True
+        if not self._calls:
+            return None
+        first = None
+        if self._writes and not self._ops.checked():
+            first = Driver(self._ops.server_check(), None)
+        return Group(self._calls, self._durability, first)
+
+    def _abandon(self) -> None:
+        """The with block raised: nothing is sent, and each call says so."""
+        self._sent = True
+        error = Unavailable("the pipeline was not sent: its with block raised",
+                            outcome=NOT_APPLIED)
+        for call in self._calls:
+            call._fail(error)

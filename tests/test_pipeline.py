@@ -1,0 +1,299 @@
+"""Pipelines: many calls of one run store in one round trip (``store.pipeline()``).
+
+Each queued call gets its own answer or its own error, exactly what the same call alone
+would give; the whole pipeline is one round trip (counted at the shell); a write goes out
+exactly once, even when the replies of the round are lost; a bad argument raises where the
+call is queued; a block that raises sends nothing; ``NOSCRIPT`` costs a second round trip
+and nothing else; with ``Durability`` one ``WAIT`` covers the writes of a round.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any
+
+import fakeredis
+import pytest
+import redis
+import redis.asyncio
+from faultproxy import FaultProxy
+from servers import Server, unique_namespace
+
+from redisstore import (
+    AlreadyExists,
+    AsyncRedisRunStore,
+    At,
+    Claim,
+    Claimed,
+    Conflict,
+    Durability,
+    Held,
+    Hold,
+    LeaseRefused,
+    NotFound,
+    RedisRunStore,
+    Release,
+    Unavailable,
+    scripts,
+)
+from redisstore.pipeline import Pending
+from redisstore.transport import Transport
+
+LONG = 600_000
+
+
+def ready(record: bytes) -> At | None:
+    """Every run is ready at once, until its record says it is done."""
+    return None if record == b"done" else At(0)
+
+
+def loaded(client: Any) -> Any:
+    """``client`` with every run script in its server's cache, so a round trip counted is
+    a pipeline's own, not a first load (a test of NOSCRIPT flushes them)."""
+    for script in scripts.RUN_SCRIPTS:
+        client.script_load(script.source)
+    return client
+
+
+@pytest.fixture
+def round_trips(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The number of commands of each batch the sync shell sends."""
+    sent: list[int] = []
+    send = Transport._send
+
+    def counting(self: Transport, batch: Any, deadline: float) -> Any:
+        sent.append(len(batch.commands))
+        return send(self, batch, deadline)
+
+    monkeypatch.setattr(Transport, "_send", counting)
+    return sent
+
+
+def test_every_call_gets_its_own_answer_in_one_round_trip(
+        client: redis.Redis, round_trips: list[int]) -> None:
+    store = RedisRunStore(loaded(client), namespace=unique_namespace(), discover=ready)
+    store.insert("held", b"h1", Claim("other", LONG))
+    store.insert("free", b"f1", Release())
+    store.insert("done", b"d1", Claim("me", LONG))
+    round_trips.clear()
+
+    with store.pipeline() as pipe:
+        new = pipe.insert("new", b"n1", Claim("me", LONG))
+        again = pipe.insert("held", b"x", Release())
+        stale = pipe.compare_and_set("free", 7, b"x", Release())
+        refused = pipe.compare_and_set("held", 1, b"x", Hold("me"))
+        absent = pipe.get("absent")
+        release = pipe.compare_and_set("done", 1, b"d2", Release())
+        claim = pipe.claim_ready("me", LONG, 10, records=True)
+        renewed = pipe.renew("me", ["new", "held"], LONG)
+        read = pipe.get("new")
+        now = pipe.now()
+        assert len(pipe) == 10 and not new.done()
+    assert len(round_trips) == 1 and round_trips[0] == 10  # one batch, one command per call
+
+    assert new.result() is None and new.done()
+    with pytest.raises(AlreadyExists):
+        again.result()
+    with pytest.raises(Conflict) as conflict:
+        stale.result()
+    assert conflict.value.current == 1
+    with pytest.raises(LeaseRefused):
+        refused.result()
+    with pytest.raises(NotFound):
+        absent.result()
+    assert release.result() is None
+    claimed = claim.result()
+    # "done" was released earlier in the same pipeline: the claim sees it.
+    assert sorted(c.run for c in claimed) == ["done", "free"]
+    assert all(isinstance(c, Claimed) and c.current == store.get(c.run) for c in claimed)
+    assert renewed.result() == ["new"]
+    assert read.result().holder == Held("me", True)
+    assert isinstance(now.result(), int)
+    assert store.get("held").record == b"h1"  # every refusal wrote nothing
+
+
+def test_the_worker_step_is_one_round_trip(client: redis.Redis,
+                                           round_trips: list[int]) -> None:
+    # Write-and-release the run just finished, claim the next with its record.
+    store = RedisRunStore(loaded(client), namespace=unique_namespace(), discover=ready)
+    for i in range(3):
+        store.insert(f"job-{i}", b"todo", Release())
+    current = store.claim_ready("w", LONG, 1, records=True)[0]
+    round_trips.clear()
+    done = 0
+    while True:
+        with store.pipeline() as pipe:
+            pipe.compare_and_set(current.run, current.current.revision, b"done", Release())
+            nxt = pipe.claim_ready("w", LONG, 1, records=True)
+        done += 1
+        got = nxt.result()
+        if not got:
+            break
+        current = got[0]
+        assert done <= 3, "a job came back"
+    assert done == 3 and len(round_trips) == 3
+    # A released run with no wait left: none is claimable again, each was done once.
+    assert all(store.get(f"job-{i}").record == b"done" for i in range(3))
+
+
+def test_a_bad_argument_raises_where_it_is_queued(client: redis.Redis) -> None:
+    store = RedisRunStore(client, namespace=unique_namespace())
+    with store.pipeline() as pipe:
+        first = pipe.insert("a", b"1", Release())
+        with pytest.raises(ValueError):
+            pipe.insert("", b"1", Release())
+        with pytest.raises(TypeError):
+            pipe.claim_ready("me", LONG, 1, records=1)  # type: ignore[call-overload]
+        assert len(pipe) == 1
+    assert first.result() is None
+    assert store.get("a").revision == 1
+
+
+def test_a_block_that_raises_sends_nothing(client: redis.Redis,
+                                           round_trips: list[int]) -> None:
+    store = RedisRunStore(client, namespace=unique_namespace())
+    store.now()
+    round_trips.clear()
+    queued: list[Pending[Any]] = []
+    with pytest.raises(KeyError), store.pipeline() as pipe:
+        queued.append(pipe.insert("a", b"1", Release()))
+        raise KeyError("the caller's own error")
+    assert round_trips == []
+    with pytest.raises(Unavailable) as caught:
+        queued[0].result()
+    assert caught.value.outcome == "not_applied"
+    with pytest.raises(NotFound):
+        store.get("a")
+
+
+def test_a_pipeline_is_sent_once(client: redis.Redis) -> None:
+    store = RedisRunStore(client, namespace=unique_namespace())
+    pipe = store.pipeline()
+    pending = pipe.insert("a", b"1", Release())
+    with pytest.raises(RuntimeError):
+        pending.result()  # not sent yet
+    pipe.send()
+    assert pending.result() is None
+    with pytest.raises(RuntimeError):
+        pipe.insert("b", b"1", Release())
+    with pytest.raises(RuntimeError):
+        pipe.send()
+    empty = store.pipeline()
+    empty.send()  # nothing queued: nothing sent
+
+
+def test_noscript_costs_a_round_trip_and_nothing_else(client: redis.Redis,
+                                                      round_trips: list[int]) -> None:
+    store = RedisRunStore(client, namespace=unique_namespace())
+    store.insert("a", b"1", Release())
+    client.script_flush()
+    round_trips.clear()
+    with store.pipeline() as pipe:
+        cas = pipe.compare_and_set("a", 1, b"2", Release())
+        new = pipe.insert("b", b"1", Release())
+        read = pipe.get("a")
+    assert round_trips == [3, 6]  # then SCRIPT LOAD and the call again, for each call
+    assert cas.result() is None and new.result() is None
+    assert read.result().revision in (1, 2)  # the read may run before the reloaded write
+    assert (store.get("a").revision, store.get("b").revision) == (2, 1)
+
+
+@pytest.mark.server
+def test_one_confirmation_covers_the_writes_of_a_round(redis7: Server) -> None:
+    admin = redis7.client()
+    store = RedisRunStore(redis7.client(), namespace=unique_namespace(),
+                          durability=Durability(replicas=0, timeout=100))
+    store.insert("first", b"1", Release())  # the one-time server check
+
+    def waits() -> int:
+        stats = admin.info("commandstats").get("cmdstat_wait", {})
+        return int(stats.get("calls", 0))
+
+    before = waits()
+    with store.pipeline() as pipe:
+        writes = [pipe.insert(f"run-{i}", b"1", Release()) for i in range(5)]
+        read = pipe.get("first")
+        refused = pipe.insert("first", b"x", Release())
+    assert waits() == before + 1
+    assert all(w.result() is None for w in writes)
+    assert read.result().revision == 1
+    with pytest.raises(AlreadyExists):
+        refused.result()
+
+
+@pytest.mark.server
+def test_lost_replies_leave_each_write_unknown_and_applied_once(redis7: Server) -> None:
+    namespace = unique_namespace()
+    direct = RedisRunStore(redis7.client(), namespace=namespace)
+    direct.insert("a", b"1", Release())
+    with FaultProxy(redis7.port) as proxy:
+        client = redis.Redis(host=proxy.host, port=proxy.port, socket_timeout=0.3)
+        store = RedisRunStore(client, namespace=namespace)
+        store.get("a")  # connected, scripts loaded, server checked
+        store.insert("warm", b"1", Release())
+        proxy.drop_replies(1)
+        with store.pipeline() as pipe:
+            cas = pipe.compare_and_set("a", 1, b"2", Release())
+            new = pipe.insert("b", b"1", Release())
+            read = pipe.get("a")
+        for write in (cas, new):
+            with pytest.raises(Unavailable) as caught:
+                write.result()
+            assert caught.value.outcome == "unknown"
+        assert read.result().revision == 2  # a read is sent again, on a new connection
+        assert proxy.replies_dropped == 1
+    assert (direct.get("a").revision, direct.get("b").revision) == (2, 1)  # once each
+
+
+def test_asyncio_pipeline(round_trips: list[int]) -> None:
+    async def main() -> None:
+        client = fakeredis.FakeAsyncRedis()
+        store = AsyncRedisRunStore(client, namespace=unique_namespace(), discover=ready)
+        await store.insert("a", b"1", Release())
+        async with store.pipeline() as pipe:
+            cas = pipe.compare_and_set("a", 1, b"2", Release())
+            stale = pipe.compare_and_set("a", 1, b"3", Release())
+            claim = pipe.claim_ready("me", LONG, 5, records=True)
+        assert cas.result() is None
+        with pytest.raises(Conflict):
+            stale.result()
+        assert [(c.run, c.current.record) for c in claim.result()] == [("a", b"2")]
+
+    asyncio.run(main())
+
+
+@pytest.mark.server
+def test_a_cancelled_pipeline_answers_every_call(redis7: Server) -> None:
+    async def main() -> None:
+        namespace = unique_namespace()
+        with FaultProxy(redis7.port) as proxy:
+            client = redis.asyncio.Redis(host=proxy.host, port=proxy.port)
+            store = AsyncRedisRunStore(client, namespace=namespace)
+            await store.insert("warm", b"1", Release())
+            proxy.drop_replies(1, hang=True)
+            pipe = store.pipeline()
+            write = pipe.insert("a", b"1", Release())
+            read = pipe.get("warm")
+            task = asyncio.ensure_future(pipe.send())
+            await asyncio.sleep(0.2)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            with pytest.raises(Unavailable) as caught:
+                write.result()
+            assert caught.value.outcome == "unknown"
+            with pytest.raises(Unavailable) as caught:
+                read.result()
+            assert caught.value.outcome == "not_applied"
+            await client.aclose()
+
+    asyncio.run(main())
+
+
+@pytest.fixture
+def cluster_client(request: pytest.FixtureRequest) -> Iterator[Any]:
+    nodes = request.getfixturevalue("cluster")
+    client = redis.RedisCluster(host="127.0.0.1", port=nodes[0].port)
+    yield client
+    client.close()
