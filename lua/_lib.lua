@@ -413,13 +413,25 @@ end
 -- The due entries of index (score <= now) with their run's state, visiting at most
 -- limit + MAX_VISIT of them and stopping once out holds limit runs. An entry whose run is
 -- missing, of another type or corrupt is quarantined on the way.
+-- Entries are read in pages, the first just a little longer than limit: a claim of one run
+-- over a large index copies a few entries into the script, not limit + MAX_VISIT. The
+-- offsets hold because every write waits for commit.
 local function due(index, name, limit, out)
-  local runs = redis.call('ZRANGEBYSCORE', index, '-inf', int(now_ms()), 'LIMIT', 0,
-                          limit + MAX_VISIT)
-  local i = 0
+  local cap = limit + MAX_VISIT
+  local runs, read, i = {}, 0, 0
+  local function more()
+    local n = math.min(math.max(2 * (limit - #out), 8), cap - read)
+    if n <= 0 then return false end
+    local page = redis.call('ZRANGEBYSCORE', index, '-inf', int(now_ms()), 'LIMIT', read, n)
+    for _, run in ipairs(page) do runs[#runs + 1] = run end
+    read = read + n
+    return #page == n
+  end
+  local full = more()
   return function()
     while #out < limit do
       i = i + 1
+      if runs[i] == nil and full then full = more() end
       local run = runs[i]
       if run == nil then return nil end
       local s, bad = load(run)
@@ -453,15 +465,22 @@ local SPENT = 0
 -- run's record: the record of run, or nil when it would take the claim past budget after
 -- taken runs (the claim stops before it: the first run always goes), or false when the
 -- record is missing (a damaged layout 1 run), quarantined from index (called name).
+-- The size is checked before the record is read: a record that does not fit costs nothing.
 local function claimed_record(run, s, budget, taken, name, index)
-  local rec = record_of(run, s)
-  if not rec then
+  local size = s.len
+  if s.v == 1 then
+    size = nil
+    if redis.call('HEXISTS', run_key(run), 'rec') == 1 then
+      size = redis.call('HSTRLEN', run_key(run), 'rec')
+    end
+  end
+  if size == nil then
     quarantine(name, index, run, 'rec')
     return false
   end
-  if taken > 0 and SPENT + #rec > budget then return nil end
-  SPENT = SPENT + #rec
-  return rec
+  if taken > 0 and SPENT + size > budget then return nil end
+  SPENT = SPENT + size
+  return record_of(run, s)
 end
 
 -- READY may hold a run only while it is free and has a wait.

@@ -115,7 +115,7 @@ class AsyncPool(Connections):
 # loop (``asyncio.run`` twice with one client, or a test runner's loop per test): one pool
 # per client pool and running loop, so no call ever gets a connection of another loop.
 # The server checks hold for the server, whatever the loop.
-_POOLS: weakref.WeakKeyDictionary[Any, weakref.WeakKeyDictionary[Any, AsyncPool]] = \
+_POOLS: weakref.WeakKeyDictionary[Any, dict[asyncio.AbstractEventLoop, AsyncPool]] = \
     weakref.WeakKeyDictionary()
 _CHECKS: weakref.WeakKeyDictionary[Any, set[str]] = weakref.WeakKeyDictionary()
 
@@ -130,9 +130,15 @@ def pool_for(source: Any) -> AsyncPool:
     loop = asyncio.get_running_loop()
     pools = _POOLS.get(source)
     if pools is None:
-        pools = _POOLS[source] = weakref.WeakKeyDictionary()
+        pools = _POOLS[source] = {}
     pool = pools.get(loop)
     if pool is None:
+        # A new loop: forget the pools of loops that are closed. Their connections cannot
+        # be closed cleanly any more (``aclose()`` before a loop ends does that); dropped,
+        # they are closed as they are collected. A pool holds its loop (its connections'
+        # streams do), so without this every asyncio.run would leave one behind.
+        for gone in [other for other in pools if other.is_closed()]:
+            del pools[gone]
         pool = pools[loop] = AsyncPool(source, checks_for(source))
     return pool
 

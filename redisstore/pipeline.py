@@ -15,6 +15,7 @@ covers every write in it (``WAIT`` counts every write sent before it on the conn
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable
 from typing import Any, Generic, Literal, TypeVar, overload
 
@@ -31,11 +32,12 @@ class Pending(Generic[T]):
     """What a call queued in a pipeline will answer: :meth:`result` gives its value or
     raises its own error, once the pipeline has been sent."""
 
-    __slots__ = ("_driver", "_error")
+    __slots__ = ("_driver", "_error", "_write")
 
-    def __init__(self, driver: Driver[T] | None) -> None:
+    def __init__(self, driver: Driver[T] | None, write: bool = True) -> None:
         self._driver = driver
         self._error: BaseException | None = None
+        self._write = write
 
     def done(self) -> bool:
         """Whether the call has its answer (the pipeline was sent)."""
@@ -53,7 +55,20 @@ class Pending(Generic[T]):
         return self._driver.result()
 
     def _fail(self, error: BaseException) -> None:
-        self._error = error
+        """Answer with ``error``, unless the call has its answer already."""
+        if not self.done():
+            self._error = error
+
+
+#: A round trip carries at most this many calls, and at most this many bytes of arguments
+#: (records), beyond its first call: the server runs a round trip's scripts back to back,
+#: so a longer one would hold other clients up; the rest go in the next round trip.
+MAX_ROUND_CALLS = 100
+MAX_ROUND_BYTES = 2 << 20
+
+
+def _size(batch: Batch) -> int:
+    return sum(len(a) if isinstance(a, bytes) else 8 for c in batch.commands for a in c)
 
 
 class Group:
@@ -72,6 +87,9 @@ class Group:
         self._durability = durability
         self._first = first
         self._round: list[tuple[Driver[Any], Batch, int]] = []
+        #: Drivers of this round whose SCRIPT LOAD an earlier call of the round sent: the
+        #: index of that load's reply.
+        self._shared: dict[int, int] = {}
         self._confirmed = False
 
     def next_batch(self) -> Batch | None:
@@ -83,22 +101,40 @@ class Group:
             try:
                 self._first.result()
             except StoreError as error:
+                # The server may not hold the store's keys (it evicts): no write goes out.
+                # Reads do, as they would alone.
                 for call in self._calls:
-                    call._fail(error)
-                self._calls = []
+                    if call._write:
+                        call._fail(_copy(error))
             self._first = None
         self._round = []
+        self._shared = {}
         commands: list[tuple[bytes | int, ...]] = []
         keys: tuple[str, ...] = ()
         write = False
+        loads: dict[bytes | int, int] = {}
+        size = 0
         for call in self._calls:
             driver = call._driver
-            batch = driver.next_batch() if driver is not None else None
+            batch = driver.next_batch() if driver is not None and not call.done() else None
             if driver is None or batch is None:
                 continue
+            size += _size(batch)
+            if self._round and (len(self._round) >= MAX_ROUND_CALLS
+                                or size > MAX_ROUND_BYTES):
+                break  # the next round trip takes the rest, in order
             own = batch.commands
             if batch.write and self._durability is not None:
                 own = own[:-1]  # its own confirmation: the round's one covers it
+            if own and own[0][:2] == (b"SCRIPT", b"LOAD"):
+                # After NOSCRIPT: each script is loaded once per round trip, by the first
+                # call that needs it; the others share that load's reply.
+                source = own[0][2]
+                if source in loads:
+                    self._shared[id(driver)] = loads[source]
+                    own = own[1:]
+                else:
+                    loads[source] = len(commands)
             commands.extend(own)
             self._round.append((driver, batch, len(own)))
             keys = keys or batch.keys
@@ -140,7 +176,14 @@ class Group:
             mine = replies[at:at + n]
             at += n
             lost: Lost | None = got.lost if len(mine) < n else None
-            if len(mine) == n and batch.write and self._durability is not None:
+            shared = self._shared.get(id(driver))
+            if shared is not None:
+                if shared >= len(replies):
+                    mine, lost = (), got.lost or Lost(True, "no reply came back")
+                else:
+                    mine = (replies[shared], *mine)
+            whole = len(mine) == n + (shared is not None)
+            if whole and batch.write and self._durability is not None:
                 if confirmation is not None:
                     mine = (*mine, confirmation)
                 else:
@@ -218,7 +261,7 @@ class Pipelined:
     def _queue(self, op: Operation[T], *, write: bool = True) -> Pending[T]:
         if self._sent:
             raise RuntimeError("this pipeline was sent: start another one")
-        pending = Pending(Driver(op, self._durability))  # checks the arguments now
+        pending = Pending(Driver(op, self._durability), write)  # checks the arguments now
         self._calls.append(pending)
         self._writes = self._writes or write
         return pending
@@ -236,9 +279,19 @@ class Pipelined:
         return Group(self._calls, self._durability, first)
 
     def _abandon(self) -> None:
-        """The with block raised: nothing is sent, and each call says so."""
+        """The with block raised: a pipeline not sent yet never will be, and each call
+        says so. (One sent already keeps every answer it got.)"""
+        if self._sent:
+            return
         self._sent = True
-        error = Unavailable("the pipeline was not sent: its with block raised",
-                            outcome=NOT_APPLIED)
         for call in self._calls:
-            call._fail(error)
+            call._fail(Unavailable("the pipeline was not sent: its with block raised",
+                                   outcome=NOT_APPLIED))
+
+
+def _copy(error: StoreError) -> StoreError:
+    """A fresh instance of ``error`` for each call it answers (an exception raised from
+    several places would pile up their tracebacks)."""
+    fresh = copy.copy(error)
+    fresh.__traceback__ = None
+    return fresh

@@ -339,9 +339,11 @@ class Driver(Generic[T]):
         except StopIteration as stop:
             self._call, self._batch, self._result = None, None, stop.value
             return
-        except StoreError as error:
+        except Exception as error:
             if settled is None:
                 raise  # raised before anything was sent: the caller sees it at once
+            # After a reply (a discover that raises in refresh, say): the operation's own
+            # error, kept for result(), so a pipeline's other calls still get theirs.
             self._call, self._batch, self._error = None, None, error
             return
         self._call, self._reloads, self._retries = call, 0, 0

@@ -154,7 +154,7 @@ class RedisRunStore(_Closes, Shell[RunOps]):
 
         With ``records=True`` each comes back as ``Claimed(run, current)``, its record
         included, in the same round trip; the claim then stops before the run whose record
-        would take the reply past ``MAX_CLAIM_BYTES`` (4 MiB; the first run always comes),
+        would take the reply past ``MAX_CLAIM_BYTES`` (2 MiB; the first run always comes),
         so it may return fewer than ``limit`` while more are claimable.
         """
         return self._write(self._ops.claim_expired(owner, ttl, limit, records))

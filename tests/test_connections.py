@@ -10,9 +10,11 @@ so the tests see what an operator would see.
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
 import time
 import uuid
+import warnings
 from collections.abc import Iterator
 
 import pytest
@@ -168,3 +170,24 @@ def test_one_async_client_serves_one_event_loop_after_another(server: Server) ->
     for round_ in range(3):
         asyncio.run(insert(f"loop{round_}-"))
         assert asyncio.run(read(f"loop{round_}-")) == [1, 1, 1, 1]
+
+
+def test_pools_of_closed_loops_are_let_go(server: Server, admin: redis.Redis,
+                                          name: str) -> None:
+    # asyncio.run after asyncio.run with one client, never aclose(): each loop's pool is
+    # dropped once the loop is closed and another runs, and its connections with it.
+    client = redis.asyncio.Redis(host="127.0.0.1", port=server.port, client_name=name)
+    store = AsyncRedisRunStore(client, namespace=unique_namespace())
+
+    async def insert(prefix: str) -> None:
+        await asyncio.gather(*(store.insert(f"{prefix}{i}", b"{}", Release())
+                               for i in range(4)))
+
+    for round_ in range(10):
+        asyncio.run(insert(f"loop{round_}-"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)
+        gc.collect()
+    # The last loop's four, not forty (at most two loops' worth while the collector runs).
+    assert connected(admin, name) <= 8
+    assert settles_at(admin, name, 4) <= 8

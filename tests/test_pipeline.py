@@ -31,6 +31,7 @@ from redisstore import (
     Held,
     Hold,
     LeaseRefused,
+    Misconfigured,
     NotFound,
     RedisRunStore,
     Release,
@@ -264,7 +265,8 @@ def test_asyncio_pipeline(round_trips: list[int]) -> None:
 
 
 @pytest.mark.server
-def test_a_cancelled_pipeline_answers_every_call(redis7: Server) -> None:
+@pytest.mark.parametrize("explicit", [True, False], ids=["send", "async-with"])
+def test_a_cancelled_pipeline_answers_every_call(redis7: Server, explicit: bool) -> None:
     async def main() -> None:
         namespace = unique_namespace()
         with FaultProxy(redis7.port) as proxy:
@@ -275,7 +277,15 @@ def test_a_cancelled_pipeline_answers_every_call(redis7: Server) -> None:
             pipe = store.pipeline()
             write = pipe.insert("a", b"1", Release())
             read = pipe.get("warm")
-            task = asyncio.ensure_future(pipe.send())
+
+            async def send() -> None:
+                if explicit:
+                    await pipe.send()
+                else:
+                    async with pipe:  # sent as the block ends, and cancelled there
+                        pass
+
+            task = asyncio.ensure_future(send())
             await asyncio.sleep(0.2)
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
@@ -297,3 +307,92 @@ def cluster_client(request: pytest.FixtureRequest) -> Iterator[Any]:
     client = redis.RedisCluster(host="127.0.0.1", port=nodes[0].port)
     yield client
     client.close()
+
+
+def test_answers_that_came_back_stand_when_the_block_raises_after_send(
+        client: redis.Redis) -> None:
+    store = RedisRunStore(client, namespace=unique_namespace())
+    with pytest.raises(RuntimeError), store.pipeline() as pipe:
+        new = pipe.insert("a", b"1", Release())
+        absent = pipe.get("absent")
+        pipe.send()
+        pipe.insert("late", b"1", Release())  # queued after send: RuntimeError
+    assert new.result() is None  # applied, and said so: not "not_applied"
+    with pytest.raises(NotFound):
+        absent.result()
+    assert store.get("a").revision == 1
+
+
+def test_a_discover_that_raises_in_refresh_fails_only_that_call(client: redis.Redis) -> None:
+    namespace = unique_namespace()
+    RedisRunStore(client, namespace=namespace).insert("bad", b"not json", Release())
+    RedisRunStore(client, namespace=namespace).insert("good", b"1", Release())
+
+    def picky(record: bytes) -> At | None:
+        if record == b"not json":
+            raise ValueError("cannot read this record")
+        return None
+
+    store = RedisRunStore(client, namespace=namespace, discover=picky)
+    with store.pipeline() as pipe:
+        refresh = pipe.refresh("bad")
+        cas = pipe.compare_and_set("good", 1, b"2", Release())
+        stale = pipe.compare_and_set("good", 1, b"3", Release())
+        now = pipe.now()
+    with pytest.raises(ValueError):
+        refresh.result()
+    assert cas.result() is None
+    with pytest.raises(Conflict):
+        stale.result()
+    assert isinstance(now.result(), int)
+    assert store.get("good").revision == 2
+
+
+def test_a_long_pipeline_goes_in_round_trips_of_at_most_100_calls(
+        client: redis.Redis, round_trips: list[int]) -> None:
+    store = RedisRunStore(loaded(client), namespace=unique_namespace())
+    store.insert("warm", b"1", Release())  # the one-time server check
+    round_trips.clear()
+    with store.pipeline() as pipe:
+        inserted = [pipe.insert(f"run-{i:03d}", b"1", Release()) for i in range(250)]
+        again = [pipe.insert(f"run-{i:03d}", b"x", Release()) for i in range(0, 250, 50)]
+    assert round_trips == [100, 100, 55]
+    assert all(p.result() is None for p in inserted)
+    for p in again:  # queued after the inserts of the same runs: they ran after them
+        with pytest.raises(AlreadyExists):
+            p.result()
+
+
+def test_after_noscript_each_script_is_loaded_once_per_round_trip(
+        client: redis.Redis, round_trips: list[int]) -> None:
+    store = RedisRunStore(client, namespace=unique_namespace())
+    store.insert("warm", b"1", Release())
+    client.script_flush()
+    round_trips.clear()
+    with store.pipeline() as pipe:
+        inserted = [pipe.insert(f"run-{i}", b"1", Release()) for i in range(10)]
+        reads = [pipe.get(f"run-{i}") for i in range(3)]
+    # Then one SCRIPT LOAD per script (insert, get) and every call again.
+    assert round_trips == [13, 15]
+    assert all(p.result() is None for p in inserted)
+    assert all(r.result().revision == 1 for r in reads)
+
+
+@pytest.mark.server
+def test_on_an_evicting_server_the_writes_are_refused_and_the_reads_answered(
+        redis7: Server) -> None:
+    admin = redis7.client()
+    admin.config_set("maxmemory-policy", "allkeys-lru")
+    try:
+        store = RedisRunStore(redis7.client(), namespace=unique_namespace())
+        with store.pipeline() as pipe:
+            write = pipe.insert("a", b"1", Release())
+            now = pipe.now()
+            absent = pipe.get("a")
+        with pytest.raises(Misconfigured):
+            write.result()
+        assert isinstance(now.result(), int)
+        with pytest.raises(NotFound):
+            absent.result()
+    finally:
+        admin.config_set("maxmemory-policy", "noeviction")

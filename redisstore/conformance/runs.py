@@ -317,7 +317,7 @@ class LeaseRules(RunSuite):
         assert store.claim_expired(OTHER, LONG, 10) == []  # without records: ids, as ever
 
     def test_a_claim_with_records_stops_before_passing_its_byte_budget(self) -> None:
-        # MAX_CLAIM_BYTES (4 MiB) of records at most; the run that would pass it waits for
+        # MAX_CLAIM_BYTES (2 MiB) of records at most; the run that would pass it waits for
         # the next claim.
         store = self.make_store()
         size = 1 << 20  # the default max_record_bytes
