@@ -56,16 +56,21 @@ def backend(request: pytest.FixtureRequest) -> Any:
 
 
 @pytest.mark.server
-def test_200_tasks_racing_compare_and_set_have_one_winner_per_revision(redis7: Server) -> None:
+@pytest.mark.parametrize("pool", ["blocking-50", "default"])
+def test_200_tasks_racing_compare_and_set_have_one_winner_per_revision(
+        redis7: Server, pool: str) -> None:
     tasks, runs, attempts = 200, 4, 6
     outcomes: collections.Counter[str] = collections.Counter()
     winners: dict[tuple[str, int], list[str]] = collections.defaultdict(list)
 
     async def main() -> dict[str, Current]:
-        # 200 tasks, 50 connections: a task waits for a free connection.
-        pool = redis.asyncio.BlockingConnectionPool(host="127.0.0.1", port=redis7.port,
-                                                    max_connections=50)
-        client = redis.asyncio.Redis(connection_pool=pool)
+        # 200 tasks, 50 connections (or the default pool's 100): a task waits for a free
+        # connection, never refused.
+        if pool == "default":
+            client = redis.asyncio.Redis(host="127.0.0.1", port=redis7.port)
+        else:
+            client = redis.asyncio.Redis(connection_pool=redis.asyncio.BlockingConnectionPool(
+                host="127.0.0.1", port=redis7.port, max_connections=50))
         store = AsyncRedisRunStore(client, namespace=unique_namespace())
         names = [f"run-{i}" for i in range(runs)]
         for name in names:
