@@ -4,13 +4,14 @@
 Only I/O lives here. Every operation, what it sends and what each reply means, is the same
 sans-I/O generator the sync stores drive (:mod:`redisstore.protocol`,
 :mod:`redisstore.repository`); this module awaits the round trips it asks for. The rules of
-the sync shell hold (see :mod:`redisstore.transport`): a write is sent exactly once on one
-pooled connection, bypassing the client's retry; reads go through the client; NOSCRIPT
-loads the script and sends again; the durability confirmation is pipelined behind the write.
+the sync shell hold (see :mod:`redisstore.transport`): a write is sent exactly once on a
+connection of the store's own pool, bypassing the client's retry; NOSCRIPT loads the script
+and sends again; the durability confirmation is pipelined behind the write. Concurrent
+calls are pipelined together on a few connections (:class:`Mux`).
 
-Cancellation: a task cancelled while its write is in flight drops that connection (it may
-still receive the write's reply, which would answer the next command) and re-raises
-``CancelledError``. The write is then of unknown outcome, exactly like an ``Unavailable``
+Cancellation: a task cancelled while its write is in flight re-raises ``CancelledError``;
+its reply is still read, in order, and dropped (a call cancelled before its batch was
+written is never sent). The write is then of unknown outcome, exactly like an ``Unavailable``
 write: one script is atomic, so it was applied entirely or not at all, and
 :func:`redisstore.aconfirm_write` tells which. See docs/async.md.
 """
@@ -18,6 +19,7 @@ write: one script is atomic, so it was applied entirely or not at all, and
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import select
 import time
@@ -26,8 +28,8 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any, Literal, TypeVar, overload
 
-from .outcomes import Exchange, Lost, Reply
-from .pipeline import Pipelined
+from .outcomes import ErrorReply, Exchange, Lost, Reply
+from .pipeline import MAX_ROUND_BYTES, MAX_ROUND_CALLS, Pipelined, batch_size
 from .protocol import Batch, Driver, Durability, Machine, Operation, Shell, check_io
 from .repository import MAX_PAGE, InFlightPage, InstanceRecord, Logger, RepositoryOps
 from .runops import RunOps
@@ -175,12 +177,197 @@ async def _stale(conn: Any) -> bool:
         return True
 
 
+class _Waiter:
+    """One call's batch in the multiplexer: sent, dropped (its caller gave up before it was
+    sent: it never will be), and the replies read so far."""
+
+    __slots__ = ("batch", "deadline", "dropped", "future", "replies", "sent")
+
+    def __init__(self, batch: Batch, deadline: float, future: asyncio.Future[Exchange]) -> None:
+        self.batch = batch
+        self.deadline = deadline
+        self.future = future
+        self.sent = False
+        self.dropped = False
+        self.replies: list[Reply | ErrorReply] = []
+
+    def answer(self, got: Exchange) -> None:
+        if not self.future.done():
+            self.future.set_result(got)
+
+
+class Mux:
+    """Auto-pipelining for one client pool on one event loop: the batches of concurrent
+    calls are coalesced into one write on one connection, and their replies read in order.
+
+    A call queues its batch and waits for its own :class:`Exchange`. A flusher takes every
+    batch queued (at most MAX_ROUND_CALLS calls and MAX_ROUND_BYTES of arguments), sends
+    them in one write and hands each its replies; at most ``flushes`` flushers run at once,
+    each on one connection of the store's pool, so any number of tasks needs a few
+    connections. Every rule of one call holds:
+
+    - a batch goes out once; a call that gives up (its deadline, a cancel) before its batch
+      was sent is never sent (``not_applied``); after, its reply is read and dropped (the
+      write's outcome is unknown), and the connection stays in use;
+    - a connection lost mid-flush: a call whose replies were all read has its answer; the
+      others of that write get a lost exchange that says it was sent (a write: unknown);
+      one lost before anything was written says nothing was sent;
+    - a flush is bounded by the latest deadline of its calls; each call by its own.
+    """
+
+    def __init__(self, pool: AsyncPool, flushes: int = 4) -> None:
+        self._pool = pool
+        self._queue: collections.deque[_Waiter] = collections.deque()
+        self._flushing = 0
+        self._max = flushes
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def exchange(self, batch: Batch, deadline: float, timeout: int) -> Exchange:
+        """Send ``batch`` with the next flush; what came back for it."""
+        loop = asyncio.get_running_loop()
+        waiter = _Waiter(batch, deadline, loop.create_future())
+        self._queue.append(waiter)
+        if self._flushing < self._max:
+            self._flushing += 1
+            task = loop.create_task(self._flush_all())
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        try:
+            async with asyncio.timeout_at(_loop_deadline(deadline)):
+                return await asyncio.shield(waiter.future)
+        except TimeoutError:
+            if waiter.future.done():
+                return waiter.future.result()
+            waiter.dropped = True
+            return Exchange(tuple(waiter.replies), Lost(waiter.sent,
+                                                        f"deadline of {timeout} ms exceeded",
+                                                        True))
+        except asyncio.CancelledError:
+            waiter.dropped = True  # not sent: never will be; sent: its reply is dropped
+            raise
+
+    async def _flush_all(self) -> None:
+        try:
+            while self._queue:
+                take: list[_Waiter] = []
+                size = 0
+                while self._queue and len(take) < MAX_ROUND_CALLS:
+                    waiter = self._queue[0]
+                    if waiter.dropped:
+                        self._queue.popleft()
+                        continue
+                    size += batch_size(waiter.batch)
+                    if take and size > MAX_ROUND_BYTES:
+                        break
+                    take.append(self._queue.popleft())
+                if take:
+                    await self._flush(take)
+        finally:
+            self._flushing -= 1
+
+    async def _flush(self, take: list[_Waiter]) -> None:
+        pool = self._pool
+        conn: Any = None
+        try:
+            async with asyncio.timeout_at(_loop_deadline(max(w.deadline for w in take))):
+                conn, fresh = await pool.acquire()
+                if not fresh and await _stale(conn):
+                    await pool.discard(conn)
+                    conn, fresh = await pool.acquire()
+                if fresh:
+                    await conn.connect()
+                live = [w for w in take if not w.dropped]  # gave up waiting: never sent
+                if not live:
+                    pool.release(conn)
+                    return
+                confirm = _one_confirmation(live)
+                commands: list[tuple[bytes | int, ...]] = []
+                for waiter in live:
+                    waiter.sent = True
+                    commands.extend(waiter.batch.commands[:-1] if waiter in confirm
+                                    else waiter.batch.commands)
+                if confirm:  # the one confirmation they share, after all of them
+                    commands.append(next(iter(confirm)).batch.commands[-1])
+                await conn.send_packed_command(pack(conn, tuple(commands)))
+                for waiter in live:
+                    own = len(waiter.batch.commands) - (waiter in confirm)
+                    for _ in range(own):
+                        waiter.replies.append(await _read(conn))
+                    if waiter not in confirm:
+                        waiter.answer(Exchange(tuple(waiter.replies)))
+                if confirm:
+                    confirmation = await _read(conn)
+                    for waiter in confirm:
+                        waiter.replies.append(confirmation)
+                        waiter.answer(Exchange(tuple(waiter.replies)))
+        except BaseException as exc:
+            # Cut, timed out, or this flusher cancelled (the loop is closing): the
+            # connection may still receive replies, which would answer the next write on
+            # it. Drop it; every call without its answer learns what became of it.
+            if conn is not None:
+                await pool.discard(conn)
+            timed_out = isinstance(exc, TimeoutError)
+            reason = "the flush's deadline passed" if timed_out else describe(exc)
+            code = error_reply(exc).code if is_error_reply(exc) else None
+            for waiter in take:
+                waiter.answer(Exchange(tuple(waiter.replies),
+                                       Lost(waiter.sent, reason, timed_out, code)))
+            if not isinstance(exc, Exception):
+                raise
+            return
+        pool.release(conn)
+
+
+async def _read(conn: Any) -> Reply | ErrorReply:
+    try:
+        return Reply(await conn.read_response(disable_decoding=True))
+    except Exception as exc:
+        if not is_error_reply(exc):
+            raise
+        return error_reply(exc)
+
+
+def _one_confirmation(live: list[_Waiter]) -> set[_Waiter]:
+    """The writes of a flush whose durability confirmations one can replace: when two or
+    more writes end with the same ``WAIT`` / ``WAITAOF``, one at the end of the flush covers
+    them all (it counts every write sent before it on the connection)."""
+    ends: dict[tuple[bytes | int, ...], set[_Waiter]] = {}
+    for waiter in live:
+        last = waiter.batch.commands[-1] if waiter.batch.write else None
+        if last is not None and last[0] in (b"WAIT", b"WAITAOF") \
+                and len(waiter.batch.commands) > 1:
+            ends.setdefault(last, set()).add(waiter)
+    if len(ends) != 1:
+        return set()  # none, or stores of several durabilities: each keeps its own
+    (group,) = ends.values()
+    return group if len(group) > 1 else set()
+
+
+_MUXES: weakref.WeakKeyDictionary[Any, dict[asyncio.AbstractEventLoop, Mux]] = \
+    weakref.WeakKeyDictionary()
+
+
+def mux_for(source: Any) -> Mux:
+    """The :class:`Mux` of a client's connection pool on the running loop."""
+    loop = asyncio.get_running_loop()
+    muxes = _MUXES.get(source)
+    if muxes is None:
+        muxes = _MUXES[source] = {}
+    mux = muxes.get(loop)
+    if mux is None:
+        for gone in [other for other in muxes if other.is_closed()]:
+            del muxes[gone]
+        mux = muxes[loop] = Mux(pool_for(source))
+    return mux
+
+
 class AsyncTransport:
     """Runs operations on a ``redis.asyncio.Redis`` client (or valkey-py's, or
     ``FakeAsyncRedis``). ``timeout`` is each operation's deadline, in ms.
 
-    Any number of tasks share a store: each call uses its own connection of the store's pool
-    (made like the client's), never one another task is using.
+    Any number of tasks share a store: their calls are pipelined together on a few
+    connections of the store's pool (made like the client's), each call's replies read in
+    order and handed to it alone (:class:`Mux`).
     """
 
     def __init__(self, client: Any, durability: Durability | None = None,
@@ -211,45 +398,8 @@ class AsyncTransport:
             machine.receive(await self._send(batch, deadline))
 
     async def _send(self, batch: Batch, deadline: float) -> Exchange:
-        replies: list[Any] = []
-        state = {"sent": False}
-        conn: Any = None
-        cancels = _Cancels()
-        pool = pool_for(self.client.connection_pool)
-        try:
-            async with asyncio.timeout_at(_loop_deadline(deadline)):
-                conn, fresh = await pool.acquire()
-                if not fresh and await _stale(conn):
-                    await pool.discard(conn)
-                    conn, fresh = await pool.acquire()
-                if fresh:
-                    await conn.connect()
-                cancels.deliver()  # before anything is sent: the write is surely not applied
-                data = pack(conn, batch.commands)
-                state["sent"] = True
-                await conn.send_packed_command(data)
-                cancels.deliver()  # sent: from here on a cancel leaves the outcome unknown
-                for _ in batch.commands:
-                    try:
-                        replies.append(Reply(await conn.read_response(disable_decoding=True)))
-                    except Exception as exc:
-                        if not is_error_reply(exc):
-                            raise
-                        replies.append(error_reply(exc))
-        except BaseException as exc:
-            # Cancelled, timed out or cut: the connection may still receive this batch's
-            # reply, which would answer the next command sent on it. Drop it.
-            if conn is not None:
-                await pool.discard(conn)
-            if not isinstance(exc, Exception):
-                raise  # CancelledError: the caller's (see the module on what it means)
-            timed_out = isinstance(exc, TimeoutError) and time.monotonic() >= deadline - 0.001
-            reason = (f"deadline of {self.timeout} ms exceeded" if timed_out
-                      else describe(exc))
-            code = error_reply(exc).code if is_error_reply(exc) else None
-            return Exchange(tuple(replies), Lost(state["sent"], reason, timed_out, code))
-        pool.release(conn)
-        return Exchange(tuple(replies))
+        return await mux_for(self.client.connection_pool).exchange(batch, deadline,
+                                                                   self.timeout)
 
 
 def _loop_deadline(deadline: float) -> float:
@@ -257,26 +407,6 @@ def _loop_deadline(deadline: float) -> float:
     # CPython's default loop, but say so rather than rely on it).
     loop = asyncio.get_running_loop()
     return loop.time() + (deadline - time.monotonic())
-
-
-class _Cancels:
-    """Delivers a cancellation that redis-py swallowed.
-
-    With a ``socket_timeout``, redis-py reads through ``asyncio.wait_for``, which on Python
-    3.11 returns the inner result when a cancel arrives as the read completes (CPython
-    gh-86296; 3.12 rewrote ``wait_for``): the cancel is lost, and a caller's
-    ``asyncio.timeout`` would wait for the whole round trip. ``Task.cancelling()`` still
-    counts that cancel, so it can be raised where it would have landed.
-    """
-
-    def __init__(self) -> None:
-        self.task = asyncio.current_task()
-        self.before = self.task.cancelling() if self.task is not None else 0
-
-    def deliver(self) -> None:
-        """Raise CancelledError if the task was cancelled since this object was made."""
-        if self.task is not None and self.task.cancelling() > self.before:
-            raise asyncio.CancelledError
 
 
 class _Closes:

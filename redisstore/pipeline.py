@@ -67,7 +67,8 @@ MAX_ROUND_CALLS = 100
 MAX_ROUND_BYTES = 2 << 20
 
 
-def _size(batch: Batch) -> int:
+def batch_size(batch: Batch) -> int:
+    """The bytes of a batch's arguments (an int counts 8), for the round trip caps."""
     return sum(len(a) if isinstance(a, bytes) else 8 for c in batch.commands for a in c)
 
 
@@ -119,7 +120,7 @@ class Group:
             batch = driver.next_batch() if driver is not None and not call.done() else None
             if driver is None or batch is None:
                 continue
-            size += _size(batch)
+            size += batch_size(batch)
             if self._round and (len(self._round) >= MAX_ROUND_CALLS
                                 or size > MAX_ROUND_BYTES):
                 break  # the next round trip takes the rest, in order

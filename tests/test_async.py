@@ -26,6 +26,7 @@ from redisstore import (
     Held,
     Hold,
     LeaseRefused,
+    NotFound,
     RedisRunStore,
     Release,
     StoreError,
@@ -350,5 +351,60 @@ def test_bad_arguments_raise_before_anything_is_sent() -> None:
             await store.compare_and_set("run", 0, "text", Release())  # type: ignore[arg-type]
         assert await client.keys("*") == []
         await client.aclose()
+
+    asyncio.run(main())
+
+
+# ---------------------------------------------------------------------------- multiplexing
+
+
+@pytest.mark.server
+def test_many_tasks_share_a_few_connections(redis7: Server) -> None:
+    """500 tasks at once on a default client: their calls are pipelined on at most four
+    connections of the store's pool (one flush each), and each gets its own answer."""
+    name = f"mux-{unique_namespace()}"
+    admin = redis7.client()
+
+    async def main() -> int:
+        client = redis.asyncio.Redis(host="127.0.0.1", port=redis7.port, client_name=name)
+        store = AsyncRedisRunStore(client, namespace=unique_namespace())
+        await store.insert("warm", b"x", Release())
+        results = await asyncio.gather(*(store.insert(f"r{i}", f"{i}".encode(), Release())
+                                         for i in range(500)))
+        assert results == [None] * 500
+        reads = await asyncio.gather(*(store.get(f"r{i}") for i in range(500)))
+        assert [r.record for r in reads] == [f"{i}".encode() for i in range(500)]
+        seen = sum(1 for c in admin.client_list() if c.get("name") == name)
+        await store.aclose()
+        await client.aclose()
+        return seen
+
+    assert 1 <= asyncio.run(main()) <= 4
+
+
+@pytest.mark.server
+def test_a_call_cancelled_before_its_flush_is_written_is_never_sent(redis7: Server) -> None:
+    async def main() -> None:
+        namespace = unique_namespace()
+        with FaultProxy(redis7.port) as proxy:
+            # One connection: a second flush waits for it while the first one's replies
+            # are held back by the proxy.
+            client = redis.asyncio.Redis(host=proxy.host, port=proxy.port, max_connections=1)
+            store = AsyncRedisRunStore(client, namespace=namespace)
+            await store.insert("warm", b"x", Release())
+            proxy.set_delay(0.3)
+            first = asyncio.ensure_future(store.insert("first", b"1", Release()))
+            await asyncio.sleep(0.05)  # the first flush is written, its reply delayed
+            queued = asyncio.ensure_future(store.insert("never", b"1", Release()))
+            await asyncio.sleep(0.05)
+            queued.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await queued
+            await first
+            proxy.set_delay(0)
+            with pytest.raises(NotFound):
+                await store.get("never")
+            assert (await store.get("first")).revision == 1
+            await client.aclose()
 
     asyncio.run(main())

@@ -3,13 +3,17 @@ replica started by fixtures."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import redis.asyncio
 from servers import Server, redis_binary, replica_pair, unique_namespace, valkey_binary
 
 from redisstore import (
+    AlreadyExists,
+    AsyncRedisRunStore,
     Claim,
     Durability,
     Hold,
@@ -94,3 +98,34 @@ def test_waitaof_where_the_server_has_it(pair: tuple[Server, Server]) -> None:
 def test_bad_durability_is_refused(bad: dict[str, object]) -> None:
     with pytest.raises((ValueError, TypeError)):
         Durability(**bad)  # type: ignore[arg-type]
+
+
+def test_concurrent_async_writes_share_one_confirmation_per_flush(
+        pair: tuple[Server, Server]) -> None:
+    # 50 tasks write at once: the multiplexer sends their writes in a few flushes, each
+    # ended by one WAIT that covers every write before it on the connection.
+    primary, replica = pair
+    namespace = unique_namespace()
+    admin = primary.client()
+
+    def waits() -> int:
+        return int(admin.info("commandstats").get("cmdstat_wait", {}).get("calls", 0))
+
+    async def main() -> None:
+        client = redis.asyncio.Redis(host="127.0.0.1", port=primary.port)
+        store = AsyncRedisRunStore(client, namespace=namespace,
+                                   durability=Durability(replicas=1, timeout=2000))
+        await store.insert("warm", b"x", Release())
+        before = waits()
+        await asyncio.gather(*(store.insert(f"r{i}", f"{i}".encode(), Release())
+                               for i in range(50)))
+        assert waits() - before < 50 / 5  # one per flush, not one per write
+        stale = await asyncio.gather(*(store.insert(f"r{i}", b"x", Release())
+                                       for i in range(5)), return_exceptions=True)
+        assert all(isinstance(e, AlreadyExists) for e in stale)  # refusals stay answers
+        await client.aclose()
+
+    asyncio.run(main())
+    on_replica = RedisRunStore(replica.client(), namespace=namespace)
+    assert [on_replica.get(f"r{i}").record for i in range(50)] == [
+        f"{i}".encode() for i in range(50)]  # confirmed: on the replica now
