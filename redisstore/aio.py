@@ -63,6 +63,10 @@ class _NoRetry:
     def update_supported_errors(self, *args: Any, **kwargs: Any) -> None:
         """Nothing is retried, so no error list to extend."""
 
+    def get_retries(self) -> int:
+        """None (redis-py 8 asks when a health check fails)."""
+        return 0
+
 
 class AsyncPool(Connections):
     """The asyncio twin of :class:`redisstore.transport.Pool`: the store's connections to
@@ -77,7 +81,15 @@ class AsyncPool(Connections):
         ``max_connections`` are in use (the caller's deadline bounds the wait)."""
         while (got := self._take()) is None:
             async with self._freed:
-                await self._freed.wait()
+                if (got := self._take()) is not None:  # freed while we took the lock
+                    return got
+                try:
+                    await self._freed.wait()
+                except asyncio.CancelledError:
+                    # A wakeup meant for us may have come with the cancel: pass it on, or
+                    # the next waiter would sleep beside an idle connection.
+                    self._freed.notify()
+                    raise
         return got
 
     def release(self, conn: Any) -> None:
@@ -196,6 +208,13 @@ class _Waiter:
             self.future.set_result(got)
 
 
+#: A call queued behind busy flushers, one of which has been on its flush this long (s),
+#: gets one more flusher, up to MAX_FLUSHES: a flush stuck on a hung connection holds only
+#: its own calls.
+KICK_AFTER = 0.25
+MAX_FLUSHES = 32
+
+
 class Mux:
     """Auto-pipelining for one client pool on one event loop: the batches of concurrent
     calls are coalesced into one write on one connection, and their replies read in order.
@@ -218,20 +237,52 @@ class Mux:
     def __init__(self, pool: AsyncPool, flushes: int = 4) -> None:
         self._pool = pool
         self._queue: collections.deque[_Waiter] = collections.deque()
-        self._flushing = 0
         self._max = flushes
         self._tasks: set[asyncio.Task[None]] = set()
+        #: When each flush in flight started (loop time), by flush.
+        self._flushes: dict[int, float] = {}
+        self._kicking = False  # a _kick is due
+
+    def _start(self, limit: int) -> None:
+        """Start a flusher if fewer than ``limit`` run. A flusher counts while its task
+        lives, so one cancelled (a shutdown that cancels every task) frees its place."""
+        if len(self._tasks) < limit:
+            task = asyncio.get_running_loop().create_task(self._flush_all())
+            self._tasks.add(task)
+            task.add_done_callback(self._ended)
+
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if any(not w.dropped for w in self._queue) and not task.get_loop().is_closed():
+            self._start(self._max)  # calls still queued: someone must send them
+
+    def _kick(self) -> None:
+        """A call waited behind busy flushers: if one of them has been on its flush for
+        KICK_AFTER already (stuck on a hung connection, most likely: a flush under load
+        takes milliseconds), let one more flusher take the queue, on another connection."""
+        self._kicking = False
+        if not any(not w.dropped for w in self._queue):
+            return
+        loop = asyncio.get_running_loop()
+        if any(loop.time() - since >= KICK_AFTER for since in self._flushes.values()):
+            self._start(MAX_FLUSHES)
+        else:
+            self._arm()  # look again while calls wait
+
+    def _arm(self) -> None:
+        if not self._kicking:
+            self._kicking = True
+            asyncio.get_running_loop().call_later(KICK_AFTER / 2, self._kick)
 
     async def exchange(self, batch: Batch, deadline: float, timeout: int) -> Exchange:
         """Send ``batch`` with the next flush; what came back for it."""
         loop = asyncio.get_running_loop()
         waiter = _Waiter(batch, deadline, loop.create_future())
         self._queue.append(waiter)
-        if self._flushing < self._max:
-            self._flushing += 1
-            task = loop.create_task(self._flush_all())
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+        if len(self._tasks) < self._max:
+            self._start(self._max)
+        else:
+            self._arm()
         try:
             async with asyncio.timeout_at(_loop_deadline(deadline)):
                 return await asyncio.shield(waiter.future)
@@ -247,32 +298,37 @@ class Mux:
             raise
 
     async def _flush_all(self) -> None:
-        try:
-            while self._queue:
-                take: list[_Waiter] = []
-                size = 0
-                while self._queue and len(take) < MAX_ROUND_CALLS:
-                    waiter = self._queue[0]
-                    if waiter.dropped:
-                        self._queue.popleft()
-                        continue
-                    size += batch_size(waiter.batch)
-                    if take and size > MAX_ROUND_BYTES:
-                        break
-                    take.append(self._queue.popleft())
-                if take:
-                    await self._flush(take)
-        finally:
-            self._flushing -= 1
+        while self._queue:
+            take: list[_Waiter] = []
+            size = 0
+            while self._queue and len(take) < MAX_ROUND_CALLS:
+                waiter = self._queue[0]
+                if waiter.dropped:
+                    self._queue.popleft()
+                    continue
+                size += batch_size(waiter.batch)
+                if take and size > MAX_ROUND_BYTES:
+                    break
+                take.append(self._queue.popleft())
+            if take:
+                await self._flush(take)
 
     async def _flush(self, take: list[_Waiter]) -> None:
+        self._flushes[id(take)] = asyncio.get_running_loop().time()
+        try:
+            await self._flush_on_a_connection(take)
+        finally:
+            del self._flushes[id(take)]
+
+    async def _flush_on_a_connection(self, take: list[_Waiter]) -> None:
         pool = self._pool
         conn: Any = None
         try:
             async with asyncio.timeout_at(_loop_deadline(max(w.deadline for w in take))):
                 conn, fresh = await pool.acquire()
                 if not fresh and await _stale(conn):
-                    await pool.discard(conn)
+                    stale, conn = conn, None
+                    await pool.discard(stale)
                     conn, fresh = await pool.acquire()
                 if fresh:
                     await conn.connect()

@@ -48,6 +48,10 @@ class _NoRetry:
     def update_supported_errors(self, *args: Any, **kwargs: Any) -> None:
         """Nothing is retried, so no error list to extend."""
 
+    def get_retries(self) -> int:
+        """None (redis-py 8 asks when a health check fails)."""
+        return 0
+
 
 class Watchdog:
     """Shuts the socket of a call that passed its deadline, so a hung or trickling server
@@ -251,7 +255,8 @@ class Transport:
         try:
             conn, fresh = pool.acquire(deadline)
             if not fresh and _stale(conn):
-                pool.discard(conn)
+                stale, conn = conn, None
+                pool.discard(stale)
                 conn, fresh = pool.acquire(deadline)
             remaining = deadline - time.monotonic()
             if remaining <= 0:
