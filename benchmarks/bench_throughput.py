@@ -23,7 +23,8 @@ Floors and single operations (timed for ``--seconds``):
 
 - ``EVALSHA floor, sequential``: ``evalsha`` of ``return 1`` in a loop (sync client);
 - ``EVALSHA floor, 50 tasks`` / ``64 tasks``: the same from that many asyncio tasks on a
-  default ``redis.asyncio.Redis()``;
+  default ``redis.asyncio.Redis()`` (and on coredis, which multiplexes by design, when it
+  is installed);
 - ``async compare_and_set, 64 tasks``: each task writes the next revision of its own run;
 - ``compare_and_set, sync`` and ``claim_expired(100)`` (leases/s), on Redis with AOF off
   and with ``appendfsync always``, beside a private Postgres 15 cluster's lease table
@@ -219,6 +220,24 @@ def async_floor(port: int, seconds: float, tasks: int) -> Callable[[], int]:
     return run
 
 
+def coredis_floor(port: int, seconds: float, tasks: int) -> Callable[[], int] | None:
+    """The EVALSHA floor through coredis, which multiplexes by design (None: not
+    installed): what a client kind that pipelines for us would give at the floor."""
+    try:
+        import coredis
+    except ImportError:
+        return None
+
+    def run() -> int:
+        async def main() -> int:
+            client = coredis.Redis(host="127.0.0.1", port=port)
+            async with client:
+                sha = await client.script_load("return 1")
+                return await async_for_seconds(seconds, tasks, lambda i: client.evalsha(sha))
+        return asyncio.run(main())
+    return run
+
+
 def async_cas(port: int, seconds: float, tasks: int, namespace: str) -> Callable[[], int]:
     def run() -> int:
         async def main() -> int:
@@ -356,6 +375,13 @@ def main(argv: list[str] | None = None) -> None:
             x.client_us.append(client)
             drain("batched 100 (claim 100 + pipeline of 100)", drain_batched)
 
+            extra = coredis_floor(port, args.seconds, 64)
+            if extra is not None:
+                rate, server, client = timed(admin, extra)
+                x = row("EVALSHA floor, 64 tasks, coredis", "calls/s")
+                x.rates.append(rate)
+                x.server_us.append(server)
+                x.client_us.append(client)
             for name, work, unit in [
                 ("EVALSHA floor, sequential", evalsha_floor(port, args.seconds), "calls/s"),
                 ("EVALSHA floor, 50 tasks", async_floor(port, args.seconds, 50), "calls/s"),
