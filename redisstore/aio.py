@@ -125,36 +125,13 @@ class AsyncPool(Connections):
             asyncio.get_running_loop().create_task(notify())
 
 
-# An asyncio connection belongs to the loop that opened it, and a client may outlive its
-# loop (``asyncio.run`` twice with one client, or a test runner's loop per test): one pool
-# per client pool and running loop, so no call ever gets a connection of another loop.
-# The server checks hold for the server, whatever the loop.
-_POOLS: weakref.WeakKeyDictionary[Any, dict[asyncio.AbstractEventLoop, AsyncPool]] = \
-    weakref.WeakKeyDictionary()
 _CHECKS: weakref.WeakKeyDictionary[Any, set[str]] = weakref.WeakKeyDictionary()
 
 
 def checks_for(source: Any) -> set[str]:
-    """The one-time server checks done for a client's connection pool."""
+    """The one-time server checks done for a client's connection pool (they hold for the
+    server, whatever the event loop)."""
     return _CHECKS.setdefault(source, set())
-
-
-def pool_for(source: Any) -> AsyncPool:
-    """The :class:`AsyncPool` of a client's connection pool on the running loop."""
-    loop = asyncio.get_running_loop()
-    pools = _POOLS.get(source)
-    if pools is None:
-        pools = _POOLS[source] = {}
-    pool = pools.get(loop)
-    if pool is None:
-        # A new loop: forget the pools of loops that are closed. Their connections cannot
-        # be closed cleanly any more (``aclose()`` before a loop ends does that); dropped,
-        # they are closed as they are collected. A pool holds its loop (its connections'
-        # streams do), so without this every asyncio.run would leave one behind.
-        for gone in [other for other in pools if other.is_closed()]:
-            del pools[gone]
-        pool = pools[loop] = AsyncPool(source, checks_for(source))
-    return pool
 
 
 def _readable(fd: int) -> bool:
@@ -235,7 +212,7 @@ class Mux:
     """
 
     def __init__(self, pool: AsyncPool, flushes: int = 4) -> None:
-        self._pool = pool
+        self.pool = pool
         self._queue: collections.deque[_Waiter] = collections.deque()
         self._max = flushes
         self._tasks: set[asyncio.Task[None]] = set()
@@ -321,7 +298,7 @@ class Mux:
             del self._flushes[id(take)]
 
     async def _flush_on_a_connection(self, take: list[_Waiter]) -> None:
-        pool = self._pool
+        pool = self.pool
         conn: Any = None
         try:
             async with asyncio.timeout_at(_loop_deadline(max(w.deadline for w in take))):
@@ -399,6 +376,10 @@ def _one_confirmation(live: list[_Waiter]) -> set[_Waiter]:
     return group if len(group) > 1 else set()
 
 
+# An asyncio connection belongs to the loop that opened it, and a client may outlive its
+# loop (``asyncio.run`` twice with one client, or a test runner's loop per test): one Mux,
+# with its pool, per client pool and running loop, so no call ever gets a connection of
+# another loop.
 _MUXES: weakref.WeakKeyDictionary[Any, dict[asyncio.AbstractEventLoop, Mux]] = \
     weakref.WeakKeyDictionary()
 
@@ -411,10 +392,20 @@ def mux_for(source: Any) -> Mux:
         muxes = _MUXES[source] = {}
     mux = muxes.get(loop)
     if mux is None:
+        # A new loop: forget the muxes (and pools) of loops that are closed. Their
+        # connections cannot be closed cleanly any more (``aclose()`` before a loop ends
+        # does that); dropped, they are closed as they are collected. A pool holds its loop
+        # (its connections' streams do), so without this every asyncio.run would leave one
+        # behind.
         for gone in [other for other in muxes if other.is_closed()]:
             del muxes[gone]
-        mux = muxes[loop] = Mux(pool_for(source))
+        mux = muxes[loop] = Mux(AsyncPool(source, checks_for(source)))
     return mux
+
+
+def pool_for(source: Any) -> AsyncPool:
+    """The :class:`AsyncPool` of a client's connection pool on the running loop."""
+    return mux_for(source).pool
 
 
 class AsyncTransport:

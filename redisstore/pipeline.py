@@ -201,7 +201,6 @@ class Pipelined:
         self._ops = ops
         self._durability = durability
         self._calls: list[Pending[Any]] = []
-        self._writes = False
         self._sent = False
 
     def now(self) -> Pending[int]:
@@ -264,7 +263,6 @@ class Pipelined:
             raise RuntimeError("this pipeline was sent: start another one")
         pending = Pending(Driver(op, self._durability), write)  # checks the arguments now
         self._calls.append(pending)
-        self._writes = self._writes or write
         return pending
 
     def _group(self) -> Group | None:
@@ -275,7 +273,7 @@ class Pipelined:
         if not self._calls:
             return None
         first = None
-        if self._writes and not self._ops.checked():
+        if not self._ops.checked() and any(call._write for call in self._calls):
             first = Driver(self._ops.server_check(), None)
         return Group(self._calls, self._durability, first)
 
