@@ -32,7 +32,8 @@
 --
 -- Replies: {code, payload, dropped, next_due}. code: OK 0, NOT_FOUND 1, EXISTS 2,
 -- CONFLICT 3 (payload: stored revision), REFUSED 4 (payload: {owner|false, live 0|1}),
--- CORRUPT 7 (payload: the field), TOO_NEW 8 (payload: the namespace's layout). dropped:
+-- CORRUPT 7 (payload: the field), TOO_NEW 8 (payload: the namespace's layout), TOO_OLD 9
+-- (payload: the namespace's layout, below what the call needs). dropped:
 -- index entries moved to the quarantine by this call. next_due: the backend time of the
 -- next entry a claim could take (-1: none). Bad arguments raise an error whose text starts
 -- "BADARG" (a plain string: Redis 6.2 cannot raise a table), before anything is written.
@@ -46,11 +47,14 @@
 --                       dependency or poll key, seen / interval / due ('' none), deadline
 --   wrev, wpv           revision and projection version the wait was derived from
 --   pk, pt              the poll key whose last ready claim time pt is saved
+--   tk, px              layout 3 only: takeovers since the last write (absent: 0), and
+--                       1 while the run is quarantined as poison (absent: not)
 -- Indexes: P.."leases" (zset run -> lease expiry, held runs only), P.."ready" (zset run ->
 -- backend time the run is eligible from; free runs with a wait only), P.."d:"..dep (set of
 -- runs whose wait is Changed(dep)), P.."fanout" (zset dep -> time: dependencies whose
 -- waiters are still to be re-indexed, P.."fanout-cursor" their SSCAN cursors).
--- P.."meta" (hash): layout, the namespace's layout version (absent: 1).
+-- P.."meta" (hash): layout, the namespace's layout version (absent: 1); deleted-rev, the
+-- highest revision a deleted run had (absent: 0), above which insert starts.
 
 local LEASES = P .. 'leases'
 
@@ -65,10 +69,11 @@ local FANOUT_CURSOR = P .. 'fanout-cursor'
 local META = P .. 'meta'
 
 -- The newest layout this library reads and writes; a namespace with a newer one is refused.
-local LAYOUT = 2
+local LAYOUT = 3
 
 -- The namespace's layout (check_layout reads it): 1, one hash per run; 2, one string per
--- run. A namespace stays at 1 until migrate() moves it.
+-- run; 3, layout 2 with deletes and poison runs (tk, px, deleted-rev). A namespace stays at
+-- 1 until migrate() moves it.
 local NS = 1
 
 -- Exact integers in a Lua double: revisions, times, ttls and counts stay at or below it.
@@ -147,7 +152,7 @@ local function run_key(run)
 end
 
 local FIELDS = {'rev', 'own', 'exp', 'ck', 'cdr', 'cat', 'wk', 'wa', 'wn', 'wdl', 'wrev',
-                'wpv', 'pk', 'pt'}
+                'wpv', 'pk', 'pt', 'tk', 'px'}
 
 -- Layout 2 stores these fields as length-prefixed text ("6:node-a"), the others as decimals.
 local TEXT = {own = true, ck = true, wa = true, pk = true}
@@ -203,7 +208,10 @@ local function header(s)
     if s.wk ~= 'a' then wa = s.wa end
     push(f, s.wk, text_field(wa), number_field(s.wn), number_field(s.wdl), int(s.wrev),
          int(s.wpv), text_field(s.pk), number_field(s.pk and s.pt))
+  else
+    push(f, '', '', '', '', '', '', '', '')
   end
+  push(f, number_field(s.tk > 0 and s.tk), number_field(s.px and 1))
   -- Absent fields at the end are left out (a text field's own bytes may end in ',').
   while #f > 1 and f[#f] == '' do f[#f] = nil end
   return table.concat(f, ',') .. ','
@@ -257,7 +265,7 @@ local function stored_v1(k)
     return nil
   end
   -- A run moved to layout 2 by a write is rewritten whole: its record must be there.
-  if NS == 2 and redis.call('HEXISTS', k, 'rec') == 0 then return false, 'rec' end
+  if NS >= 2 and redis.call('HEXISTS', k, 'rec') == 0 then return false, 'rec' end
   local raw = {v = 1}
   for i = 1, #FIELDS do raw[FIELDS[i]] = v[i] or nil end
   return raw
@@ -274,13 +282,19 @@ local function stored(k)
 end
 
 -- Runs read by this script, as planned after its queued writes (a run read twice, or the
--- dependency of a run written here, is seen as it will be).
+-- dependency of a run written here, is seen as it will be); GONE: deleted here.
 local SEEN = {}
+
+local GONE = {}
+
+-- The most takeovers a run counts (the count stops there).
+local MAX_TAKEOVERS = 2147483648
 
 -- One run's state: a table, or nil when absent, or false plus the field that is corrupt.
 -- Numbers come back as numbers; every field is checked.
 local function load(run)
   local cached = SEEN[run]
+  if cached == GONE then return nil end
   if cached ~= nil then return cached end
   local s, bad = stored(run_key(run))
   if not s then return s, bad end
@@ -328,6 +342,10 @@ local function load(run)
     s.wk, s.wa, s.wn, s.wdl, s.wrev, s.wpv, s.pk, s.pt = false, false, false, false, false,
       false, false, false
   end
+  s.tk = decimal(s.tk or '0', 0, MAX_TAKEOVERS)
+  if not s.tk then return false, 'tk' end
+  if s.px and s.px ~= '1' then return false, 'px' end
+  s.px = s.px == '1'
   SEEN[run] = s
   return s
 end
@@ -401,6 +419,12 @@ local function quarantine(index, key, run, reason)
   DROPPED = DROPPED + 1
 end
 
+-- The highest revision a deleted run of the namespace had (0: none), or nil when the meta
+-- field is damaged. insert starts above it, so no revision of an id is ever used twice.
+local function deleted_rev()
+  return decimal(redis.call('HGET', META, 'deleted-rev') or '0', 0, MAX_INT - 2)
+end
+
 -- The run at revision expected, or nil and the reply that refuses the call.
 local function load_at(run, expected)
   local s, bad = load(run)
@@ -455,7 +479,7 @@ end
 -- claimed_at|false}.
 local function current(s, rec)
   local h = holder(s)
-  return {s.rev, rec, h[1], h[2], s.ck or false, opt_text(s.cdr), s.cat or false}
+  return {s.rev, rec, h[1], h[2], s.ck or false, opt_text(s.cdr), s.cat or false, s.tk}
 end
 
 -- Record bytes handed back so far by this claim.
@@ -665,9 +689,37 @@ local function notify_dependents(run, pv)
   end
 end
 
+-- A poison run written or released leaves the quarantine, its takeovers counted from 0; one
+-- still held is indexed again (a Hold write or its own claim leaves the lease as it is).
+local function put_back(run, s)
+  if not s.px then return end
+  later('HDEL', QUARANTINE, 'poison|' .. run)
+  s.px, s.tk = false, 0
+  if s.own then later('ZADD', LEASES, int(s.exp), run) end
+end
+
+-- The refusal of a write or delete under lease condition kind by owner, or nil. Only a
+-- Claim over another owner's lease needs the clock to decide.
+local function lease_refusal(s, kind, owner)
+  if (kind == 'h' and s.own ~= owner)
+      or (kind == 'c' and s.own and s.own ~= owner and holder(s)[2] == 1) then
+    return {REFUSED, holder(s), 0, -1}
+  end
+  return nil
+end
+
+-- A call that needs layout 3 (delete, max_takeovers) in a namespace below it: refused, so
+-- that no library that knows only layout 2 meets what it cannot read.
+local function needs_layout_3()
+  if NS < 3 then return {TOO_OLD, NS, 0, -1} end
+  return nil
+end
+
 -- The common end of insert and compare_and_set: lease, wait, one write, indexes.
 local function write(run, s, rev, record, kind, owner, ttl, w, pv)
   s.rev = rev
+  put_back(run, s)
+  s.tk = 0
   apply_lease(run, s, kind, owner, ttl)
   apply_wait(run, s, w, pv)
   save(run, s, record)

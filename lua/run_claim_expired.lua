@@ -4,8 +4,13 @@
 -- ARGV[4]  limit (at most MAX_CLAIM)
 -- ARGV[5]  record budget: 0 for ids only, else bytes (at most MAX_CLAIM_BYTES) of records
 --          to hand back with the runs; the claim stops before the run that would pass it
+-- ARGV[6]  max takeovers: '' for no bound, else a run already taken over that many times is
+--          quarantined as poison instead of claimed (layout 3 only)
 -- Reply    {OK, {claimed run ids, in claim order}, dropped, next_due} | {TOO_NEW, layout}
+--          | {TOO_OLD, layout} (a bound below layout 3)
 --          with records: {OK, {{run, current}, ...}, dropped, next_due} (current as run_get)
+-- In layout 3 a claim from another owner than the expired holder counts a takeover (tk);
+-- a poison run leaves the index, keeps its holder and is listed as "poison|run".
 -- Visits at most limit + MAX_VISIT index entries. The run's own expiry decides, not the
 -- index score: an entry whose run is missing, of another type or corrupt is quarantined;
 -- one whose run is free is dropped; one whose lease was extended is re-scored.
@@ -13,12 +18,16 @@
 -- when claimed), P.."quarantine" (an entry quarantined).
 --- @include CORRUPT, OK, LEASES, MAX_CLAIM, MAX_TTL, now_ms, int, arg_int, arg_text, later
 --- @include commit, check_layout, of_type, save, DROPPED, due, hold, next_due, QUARANTINE
---- @include MAX_CLAIM_BYTES, claimed_record, current
+--- @include MAX_CLAIM_BYTES, claimed_record, current, opt_decimal, MAX_TAKEOVERS, NS
+--- @include needs_layout_3
 local owner = arg_text(2)
 local ttl = arg_int(3, 1, MAX_TTL)
 local limit = arg_int(4, 0, MAX_CLAIM)
 local budget = arg_int(5, 0, MAX_CLAIM_BYTES)
-local bad_layout = check_layout()
+local bound = opt_decimal(ARGV[6], 0, MAX_TAKEOVERS)
+if bound == nil then error('BADARG ARGV[6] must be empty or an integer in [0, ' ..
+  MAX_TAKEOVERS .. ']') end
+local bad_layout = check_layout() or (bound and needs_layout_3())
 if bad_layout then return bad_layout end
 if not of_type(LEASES, 'zset') then return {CORRUPT, 'index:leases', 0, -1} end
 if not of_type(QUARANTINE, 'hash') then return {CORRUPT, 'quarantine', 0, -1} end
@@ -29,10 +38,18 @@ for run, s in due(LEASES, 'leases', limit, out) do
     later('ZREM', LEASES, run)
   elseif s.exp > now then
     later('ZADD', LEASES, int(s.exp), run)
+  elseif s.own ~= owner and bound and s.tk >= bound then
+    -- A poison run: out of every claim until a write or a release puts it back.
+    later('ZREM', LEASES, run)
+    later('HSET', QUARANTINE, 'poison|' .. run, 'takeovers=' .. int(s.tk))
+    DROPPED = DROPPED + 1
+    s.px = true
+    save(run, s)
   else
     local rec = budget > 0 and claimed_record(run, s, budget, #out, 'leases', LEASES)
     if rec == nil then break end  -- the records would pass the budget: stop before it
     if budget == 0 or rec then
+      if s.own ~= owner and NS >= 3 and s.tk < MAX_TAKEOVERS then s.tk = s.tk + 1 end
       hold(run, s, owner, now + ttl)
       save(run, s)
       if budget > 0 then out[#out + 1] = {run, current(s, rec)} else out[#out + 1] = run end

@@ -12,8 +12,8 @@
 -- Also touches, undeclared (same hash tag): P.."r:"..dep (its dependency's revision),
 -- P.."d:"..dep (the waiters of its old and new dependency), P.."d:"..run and the P.."r:" of
 -- those waiters (re-indexed), P.."fanout", P.."fanout-cursor", P.."quarantine".
---- @include CORRUPT, OK, REFUSED, MAX_RECORD_CEILING, MAX_INT, arg_int, arg_text, commit
---- @include check_layout, load_at, holder, arg_wait, arg_lease, indexes_ok, write
+--- @include CORRUPT, OK, MAX_RECORD_CEILING, MAX_INT, arg_int, arg_text, commit
+--- @include check_layout, load_at, lease_refusal, arg_wait, arg_lease, indexes_ok, write
 local run = arg_text(2)
 local expected = arg_int(3, 0, MAX_INT - 2)
 local record = ARGV[4]
@@ -25,11 +25,8 @@ if bad_layout then return bad_layout end
 local s, refusal = load_at(run, expected)
 if not s then return refusal end
 if s.rev >= MAX_INT - 1 then return {CORRUPT, 'rev', 0, -1} end
--- Only a Claim over another owner's lease needs the clock to decide.
-if (kind == 'h' and s.own ~= owner)
-    or (kind == 'c' and s.own and s.own ~= owner and holder(s)[2] == 1) then
-  return {REFUSED, holder(s), 0, -1}
-end
+refusal = lease_refusal(s, kind, owner)
+if refusal then return refusal end
 local bad = indexes_ok(w, s)
 if bad then return {CORRUPT, bad, 0, -1} end
 write(run, s, s.rev + 1, record, kind, owner, ttl, w, pv)

@@ -1,4 +1,5 @@
--- run_insert: create a run at revision 1, with a lease for Claim / Seize.
+-- run_insert: create a run at revision 1 (one above meta's deleted-rev, the highest revision
+-- a deleted run had), with a lease for Claim / Seize.
 -- KEYS[1]  P.."r:"..run         KEYS[2] P.."leases"       KEYS[3] P.."ready"
 -- KEYS[4]  P.."meta"
 -- ARGV[1]  key prefix           ARGV[2] run               ARGV[3] record bytes
@@ -11,7 +12,7 @@
 -- P.."d:"..dep (the waiters of its dependency), P.."d:"..run and the P.."r:" of those
 -- waiters (re-indexed), P.."fanout", P.."fanout-cursor", P.."quarantine".
 --- @include CORRUPT, EXISTS, OK, MAX_RECORD_CEILING, arg_text, commit, check_layout, load
---- @include arg_wait, arg_lease, indexes_ok, write
+--- @include arg_wait, arg_lease, indexes_ok, write, deleted_rev
 local run, record = arg_text(2), ARGV[3]
 if #record > MAX_RECORD_CEILING then error('BADARG the record is over ' .. MAX_RECORD_CEILING .. ' bytes') end
 local kind, owner, ttl = arg_lease(4)
@@ -23,6 +24,8 @@ local s = load(run)
 if s ~= nil then return {EXISTS, false, 0, -1} end
 local bad = indexes_ok(w)
 if bad then return {CORRUPT, bad, 0, -1} end
-write(run, {own = false, exp = false}, 1, record, kind, owner, ttl, w, pv)
+local floor = deleted_rev()
+if not floor then return {CORRUPT, 'meta.deleted-rev', 0, -1} end
+write(run, {own = false, exp = false}, floor + 1, record, kind, owner, ttl, w, pv)
 commit()
 return {OK, false, 0, -1}

@@ -1,30 +1,38 @@
--- run_migrate: one bounded step of moving the namespace to layout 2 (one string per run).
+-- run_migrate: one bounded step of moving the namespace to layout 3 (one string per run;
+-- deletes and poison runs).
 -- KEYS[1]  P.."meta"
 -- ARGV[1]  key prefix           ARGV[2] SCAN COUNT of this step (at most MAX_MIGRATE)
 -- Reply    {OK, {moved, done 0|1, damaged}} | {TOO_NEW, layout} | {CORRUPT, field}
--- The first step records layout 2 and a SCAN cursor in meta. From then on every write
--- stores a run as a string and a library that knows only layout 1 refuses the namespace
--- (TOO_NEW) instead of misreading it; runs still in layout 1 keep being read and are
+-- The first step records layout 3 and a SCAN cursor in meta. From then on every write
+-- stores a run as a string and a library that knows only layout 1 or 2 refuses the
+-- namespace (TOO_NEW) instead of misreading it; runs still in layout 1 keep being read and are
 -- rewritten by their next write or by a step here. A step converts the layout 1 runs of
 -- one SCAN page, records of at most MAX_MIGRATE_BYTES in all (at least one run), and keeps
 -- the cursor on the page until all of it is converted. A damaged run is left as it is and
 -- listed in the quarantine as "migrate|run". A pass ends when SCAN's cursor comes back to
 -- 0; a pass that moved runs is followed by another, and the first that moves none removes
--- the cursor: layout 2 without a cursor means done.
+-- the cursor: layout 2 or 3 without a cursor means no layout 1 run is left, so a layout 2
+-- namespace without one only needs layout 3 recorded, in one step.
 -- Also touches, undeclared (same hash tag): P.."r:"..run of each run its SCAN page finds,
 -- P.."quarantine" (a damaged run).
---- @include CORRUPT, OK, P, int, decimal, arg_int, later, QUARANTINE, META, NS
+--- @include CORRUPT, OK, P, int, decimal, arg_int, later, QUARANTINE, META, NS, LAYOUT
 --- @include MAX_MIGRATE, MAX_MIGRATE_BYTES, MAX_INT, commit, check_layout, of_type, load
 --- @include save
 local count = arg_int(2, 1, MAX_MIGRATE)
 local bad_layout = check_layout()
 if bad_layout then return bad_layout end
-local first = NS == 1
+local first = NS < LAYOUT
 local cursor, pass_moved = '0', 0
-if not first then
+if NS > 1 then
   local got = redis.call('HMGET', META, 'migrate-cursor', 'migrate-moved')
   cursor = got[1]
-  if not cursor then return {OK, {0, 1, 0}, 0, -1} end
+  if not cursor then
+    if first then
+      later('HSET', META, 'layout', int(LAYOUT))
+      commit()
+    end
+    return {OK, {0, 1, 0}, 0, -1}
+  end
   if not string.find(cursor, '^%d+$') or #cursor > 20 then
     return {CORRUPT, 'meta.migrate-cursor', 0, -1}
   end
@@ -32,7 +40,7 @@ if not first then
   if not pass_moved then return {CORRUPT, 'meta.migrate-moved', 0, -1} end
 end
 if not of_type(QUARANTINE, 'hash') then return {CORRUPT, 'quarantine', 0, -1} end
-NS = 2
+NS = LAYOUT
 -- SCAN's MATCH is a glob: the namespace's own *?[]\ are escaped.
 local pattern = string.gsub(P, '([%*%?%[%]\\])', '\\%1') .. 'r:*'
 local page = redis.call('SCAN', cursor, 'MATCH', pattern, 'COUNT', count)
@@ -60,7 +68,7 @@ for _, k in ipairs(page[2]) do
     end
   end
 end
-if first then later('HSET', META, 'layout', '2') end
+if first then later('HSET', META, 'layout', int(LAYOUT)) end
 local done = 0
 if whole then cursor = page[1] end
 pass_moved = pass_moved + moved

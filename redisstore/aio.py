@@ -554,18 +554,29 @@ class AsyncRedisRunStore(_Closes, Shell[RunOps]):
         """See :meth:`redisstore.RedisRunStore.renew`."""
         return await self._write(self._ops.renew(owner, runs, ttl))
 
-    @overload
-    async def claim_expired(self, owner: str, ttl: int, limit: int, *,
-                            records: Literal[False] = False) -> list[str]: ...
+    async def release(self, owner: str, runs: Iterable[str]) -> list[str]:
+        """See :meth:`redisstore.RedisRunStore.release`."""
+        return await self._write(self._ops.release(owner, runs))
+
+    async def delete(self, run: str, expected: int, lease: Lease) -> None:
+        """See :meth:`redisstore.RedisRunStore.delete`."""
+        await self._write(self._ops.delete(run, expected, lease))
 
     @overload
     async def claim_expired(self, owner: str, ttl: int, limit: int, *,
-                            records: Literal[True]) -> list[Claimed]: ...
+                            records: Literal[False] = False,
+                            max_takeovers: int | None = None) -> list[str]: ...
 
+    @overload
     async def claim_expired(self, owner: str, ttl: int, limit: int, *,
-                            records: bool = False) -> list[str] | list[Claimed]:
+                            records: Literal[True],
+                            max_takeovers: int | None = None) -> list[Claimed]: ...
+
+    async def claim_expired(self, owner: str, ttl: int, limit: int, *, records: bool = False,
+                            max_takeovers: int | None = None) -> list[str] | list[Claimed]:
         """See :meth:`redisstore.RedisRunStore.claim_expired`."""
-        return await self._write(self._ops.claim_expired(owner, ttl, limit, records))
+        return await self._write(self._ops.claim_expired(owner, ttl, limit, records,
+                                                         max_takeovers))
 
     @overload
     async def claim_ready(self, owner: str, ttl: int, limit: int, *,

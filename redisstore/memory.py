@@ -19,6 +19,7 @@ from .errors import AlreadyExists, ConcurrentUpdate, Conflict, LeaseRefused, Not
 from .repository import InstanceRecord, Logger
 from .runs import (
     MAX_CLAIM_BYTES,
+    MAX_VISIT,
     MIGRATE_COUNT,
     At,
     Changed,
@@ -41,6 +42,7 @@ from .runs import (
     check_flag,
     check_lease,
     check_limit,
+    check_max_takeovers,
     check_migrate_count,
     check_owner,
     check_projection_version,
@@ -103,6 +105,8 @@ class _Run:
     wrev: int = 0
     wpv: int = 0
     poll_time: int | None = None  # last ready-claim time of the current Poll key
+    takeovers: int = 0  # claim_expired handoffs to another owner since the last write
+    poisoned: bool = False  # quarantined by claim_expired(max_takeovers=...)
 
 
 class MemoryRunStore(_NothingToClose):
@@ -123,6 +127,8 @@ class MemoryRunStore(_NothingToClose):
         self._runs: dict[str, _Run] = {}
         self._ready: dict[str, int] = {}
         self._dependents: dict[str, set[str]] = {}
+        # The highest revision a deleted run had: insert starts above it (no ABA).
+        self._deleted = [0]
         self._lock = threading.RLock()
 
     def sharing(self, *, discover: Discover | None = None,
@@ -133,6 +139,7 @@ class MemoryRunStore(_NothingToClose):
         other = MemoryRunStore(clock=self._clock, discover=discover,
                                projection_version=projection_version)
         other._runs, other._ready, other._dependents = self._runs, self._ready, self._dependents
+        other._deleted = self._deleted
         other._lock = self._lock
         return other
 
@@ -152,19 +159,21 @@ class MemoryRunStore(_NothingToClose):
             return self._current(state, self._clock())
 
     def _current(self, state: _Run, now: int) -> Current:
-        return Current(state.rev, state.rec, self._holder(state, now), state.claim)
+        return Current(state.rev, state.rec, self._holder(state, now), state.claim,
+                       state.takeovers)
 
     # ------------------------------------------------------------------ writes
 
     def insert(self, run: str, record: bytes, lease: Lease) -> None:
-        """Create ``run`` at revision 1; raises ``AlreadyExists`` if it exists."""
+        """Create ``run`` at revision 1 (one above the highest revision a deleted run had);
+        raises ``AlreadyExists`` if it exists."""
         run, record, lease = check_run(run), check_record(record), check_lease(lease)
         wait = self._derive(record)
         with self._lock:
             if run in self._runs:
                 raise AlreadyExists(run)
             now = self._clock()
-            state = self._runs[run] = _Run(rev=1, rec=record)
+            state = self._runs[run] = _Run(rev=self._deleted[0] + 1, rec=record)
             if isinstance(lease, Claim | Seize):
                 self._take(run, state, lease.owner, now + lease.ttl)
             self._after_write(run, state, wait, now)
@@ -181,23 +190,62 @@ class MemoryRunStore(_NothingToClose):
             if state.rev != expected:
                 raise Conflict(state.rev)
             now = self._clock()
-            holder = self._holder(state, now)
-            if isinstance(lease, Hold):
-                allowed = isinstance(holder, Held) and holder.owner == lease.owner
-            elif isinstance(lease, Claim):
-                allowed = (not isinstance(holder, Held) or holder.owner == lease.owner
-                           or not holder.live)
-            else:
-                allowed = True
-            if not allowed:
-                raise LeaseRefused(holder)
+            self._check_lease(state, lease, now)
             state.rev += 1
             state.rec = record
+            self._put_back(run, state)
+            state.takeovers = 0
             if isinstance(lease, Claim | Seize):
                 self._take(run, state, lease.owner, now + lease.ttl)
             elif isinstance(lease, Release):
                 state.own, state.exp, state.claim = None, 0, None
             self._after_write(run, state, wait, now)
+
+    def _check_lease(self, state: _Run, lease: Lease, now: int) -> None:
+        holder = self._holder(state, now)
+        if isinstance(lease, Hold):
+            allowed = isinstance(holder, Held) and holder.owner == lease.owner
+        elif isinstance(lease, Claim):
+            allowed = (not isinstance(holder, Held) or holder.owner == lease.owner
+                       or not holder.live)
+        else:
+            allowed = True
+        if not allowed:
+            raise LeaseRefused(holder)
+
+    def delete(self, run: str, expected: int, lease: Lease) -> None:
+        """Remove ``run`` if ``expected`` is current and the lease allows (the checks of
+        :meth:`compare_and_set`); its waiters read it as revision 0."""
+        run, expected, lease = check_run(run), check_revision(expected), check_lease(lease)
+        with self._lock:
+            state = self._runs.get(run)
+            if state is None:
+                raise NotFound(run)
+            if state.rev != expected:
+                raise Conflict(state.rev)
+            now = self._clock()
+            self._check_lease(state, lease, now)
+            self._deleted[0] = max(self._deleted[0], state.rev)
+            self._set_wait(run, state, None)
+            del self._runs[run]
+            self._ready.pop(run, None)
+            self._wake_dependents(run, now)
+
+    def release(self, owner: str, runs: Iterable[str]) -> list[str]:
+        """Free each lease ``owner`` holds, live or expired, among ``runs``, without a new
+        revision; returns those runs."""
+        owner, names = check_owner(owner), check_runs(runs)
+        with self._lock:
+            now = self._clock()
+            released = []
+            for run in names:
+                state = self._runs.get(run)
+                if state is not None and state.own == owner:
+                    state.own, state.exp, state.claim = None, 0, None
+                    self._put_back(run, state)
+                    self._reindex(run, state, now, dependency_write=False)
+                    released.append(run)
+            return released
 
     def renew(self, owner: str, runs: Iterable[str], ttl: int) -> list[str]:
         """Extend each lease ``owner`` holds live among ``runs`` to ``ttl`` ms from now."""
@@ -214,30 +262,43 @@ class MemoryRunStore(_NothingToClose):
 
     @overload
     def claim_expired(self, owner: str, ttl: int, limit: int, *,
-                      records: Literal[False] = False) -> list[str]: ...
+                      records: Literal[False] = False,
+                      max_takeovers: int | None = None) -> list[str]: ...
 
     @overload
     def claim_expired(self, owner: str, ttl: int, limit: int, *,
-                      records: Literal[True]) -> list[Claimed]: ...
+                      records: Literal[True],
+                      max_takeovers: int | None = None) -> list[Claimed]: ...
 
-    def claim_expired(self, owner: str, ttl: int, limit: int, *,
-                      records: bool = False) -> list[str] | list[Claimed]:
+    def claim_expired(self, owner: str, ttl: int, limit: int, *, records: bool = False,
+                      max_takeovers: int | None = None) -> list[str] | list[Claimed]:
         """Claim up to ``limit`` held, expired leases, the longest-expired first; with
-        ``records``, as :class:`Claimed` values (see
+        ``records``, as :class:`Claimed` values; with ``max_takeovers``, a run already taken
+        over that many times goes to the quarantine instead (see
         :meth:`redisstore.RedisRunStore.claim_expired`)."""
         owner, ttl, limit = check_owner(owner), check_ttl(ttl), check_limit(limit)
         records = check_flag("records", records)
+        max_takeovers = check_max_takeovers(max_takeovers)
         with self._lock:
             now = self._clock()
             expired = sorted((s.exp, run) for run, s in self._runs.items()
-                             if s.own is not None and s.exp <= now)
+                             if s.own is not None and s.exp <= now and not s.poisoned)
             budget = _Budget(records)
             claimed: list[str] = []
-            for _, run in expired[:limit]:
+            # As the script: it visits at most limit + MAX_VISIT index entries.
+            for _, run in expired[:limit + MAX_VISIT]:
+                if len(claimed) == limit:
+                    break
                 state = self._runs[run]
+                takeover = state.own != owner
+                if takeover and max_takeovers is not None and state.takeovers >= max_takeovers:
+                    state.poisoned = True
+                    continue
                 if not budget.fits(state.rec, claimed):
                     break
                 self._take(run, state, owner, now + ttl)
+                if takeover:
+                    state.takeovers += 1
                 claimed.append(run)
             return self._claimed(claimed, records, now)
 
@@ -302,8 +363,12 @@ class MemoryRunStore(_NothingToClose):
         return Migrated()
 
     def quarantined(self, limit: int = 1000) -> list[Quarantined]:
-        """Always empty: the memory store keeps no index a foreign write could damage."""
-        return []
+        """The poison runs ``claim_expired(..., max_takeovers=N)`` stopped handing out (the
+        memory store keeps no index a foreign write could damage)."""
+        with self._lock:
+            found = sorted(run for run, s in self._runs.items() if s.poisoned)
+            return [Quarantined("poison", run, f"takeovers={self._runs[run].takeovers}")
+                    for run in found[:limit]]
 
     # ------------------------------------------------------------------ the scripts' steps
 
@@ -378,9 +443,18 @@ class MemoryRunStore(_NothingToClose):
             state.poll_time = None
         state.wait, state.wrev, state.wpv = wait, state.rev, self._pv
 
+    @staticmethod
+    def _put_back(run: str, state: _Run) -> None:
+        """A poison run written or released is out of the quarantine, its count restarted."""
+        if state.poisoned:
+            state.poisoned, state.takeovers = False, 0
+
     def _after_write(self, run: str, state: _Run, wait: Wait | None, now: int) -> None:
         self._set_wait(run, state, wait)
         self._reindex(run, state, now, dependency_write=False)
+        self._wake_dependents(run, now)
+
+    def _wake_dependents(self, run: str, now: int) -> None:
         for waiter in sorted(self._dependents.get(run, ())):
             self._reindex(waiter, self._runs[waiter], now, dependency_write=True)
 

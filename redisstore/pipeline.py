@@ -224,18 +224,28 @@ class Pipelined:
         """Queue :meth:`redisstore.RedisRunStore.renew`."""
         return self._queue(self._ops.renew(owner, runs, ttl))
 
-    @overload
-    def claim_expired(self, owner: str, ttl: int, limit: int, *,
-                      records: Literal[False] = False) -> Pending[list[str]]: ...
+    def release(self, owner: str, runs: Iterable[str]) -> Pending[list[str]]:
+        """Queue :meth:`redisstore.RedisRunStore.release`."""
+        return self._queue(self._ops.release(owner, runs))
+
+    def delete(self, run: str, expected: int, lease: Lease) -> Pending[None]:
+        """Queue :meth:`redisstore.RedisRunStore.delete`."""
+        return self._queue(self._ops.delete(run, expected, lease))
 
     @overload
     def claim_expired(self, owner: str, ttl: int, limit: int, *,
-                      records: Literal[True]) -> Pending[list[Claimed]]: ...
+                      records: Literal[False] = False,
+                      max_takeovers: int | None = None) -> Pending[list[str]]: ...
 
+    @overload
     def claim_expired(self, owner: str, ttl: int, limit: int, *,
-                      records: bool = False) -> Pending[Any]:
+                      records: Literal[True],
+                      max_takeovers: int | None = None) -> Pending[list[Claimed]]: ...
+
+    def claim_expired(self, owner: str, ttl: int, limit: int, *, records: bool = False,
+                      max_takeovers: int | None = None) -> Pending[Any]:
         """Queue :meth:`redisstore.RedisRunStore.claim_expired`."""
-        return self._queue(self._ops.claim_expired(owner, ttl, limit, records))
+        return self._queue(self._ops.claim_expired(owner, ttl, limit, records, max_takeovers))
 
     @overload
     def claim_ready(self, owner: str, ttl: int, limit: int, *,

@@ -46,6 +46,7 @@ from .runs import (
     check_lease,
     check_limit,
     check_max_record,
+    check_max_takeovers,
     check_migrate_count,
     check_owner,
     check_projection_version,
@@ -61,7 +62,7 @@ log = logging.getLogger("redisstore")
 
 #: The newest layout of the run store's keys that this library reads and writes
 #: (lua/_lib.lua's LAYOUT); a namespace stays at layout 1 until ``migrate()`` moves it.
-LAYOUT = 2
+LAYOUT = 3
 
 
 #: A script reply's status code: defined in scripts, the one place the Lua side gets them too.
@@ -105,6 +106,11 @@ def answer(run: str, namespace: str) -> Callable[[Any], Any]:
             raise Misconfigured(
                 f"namespace {namespace!r} has run layout version {int(payload)}, newer than "
                 f"this library's {LAYOUT}: upgrade redisstore on this node")
+        if code == Code.TOO_OLD:
+            raise Misconfigured(
+                f"namespace {namespace!r} has run layout version {int(payload)}; delete and "
+                f"max_takeovers need layout {LAYOUT}: call store.migrate() once every node "
+                "runs this version of redisstore (nothing was written)")
         raise ValueError(f"unknown reply code {code!r}")
 
     return parse
@@ -122,7 +128,7 @@ def parse_claimed(payload: Any) -> list[Claimed]:
 
 def parse_current(payload: list[Any]) -> Current:
     """run_get's payload as a Current."""
-    revision, record, owner, live, key, dep_rev, claimed_at = payload
+    revision, record, owner, live, key, dep_rev, claimed_at, takeovers = payload
     claim = None
     if claimed_at is not None and claimed_at is not False:
         claim = ClaimInfo(
@@ -130,7 +136,7 @@ def parse_current(payload: list[Any]) -> Current:
             dependency_revision=int(dep_rev) if dep_rev else None,
             claimed_at=int(claimed_at),
         )
-    return Current(int(revision), bytes(record), holder_of(owner, live), claim)
+    return Current(int(revision), bytes(record), holder_of(owner, live), claim, int(takeovers))
 
 
 def lease_args(lease: Lease) -> tuple[str, str, int]:
@@ -300,17 +306,38 @@ class RunOps:
                                       (self.keys.prefix, owner, ttl, *names), self._answer()))
         return parse_names(payload)
 
-    def claim_expired(self, owner: str, ttl: int, limit: int,
-                      records: bool = False) -> Operation[list[str] | list[Claimed]]:
-        """Claim up to limit held, expired leases (with their records: Claimed values)."""
+    def release(self, owner: str, runs: Iterable[str]) -> Operation[list[str]]:
+        """Free owner's leases, live or expired, among runs, without a new revision."""
+        owner, names = check_owner(owner), check_runs(runs)
+        if not names:
+            return []
+        k = self.keys
+        payload = yield from ask(Call(scripts.RUN_RELEASE, (k.leases, k.ready, k.meta),
+                                      (k.prefix, owner, self.projection_version, *names),
+                                      self._answer()))
+        return parse_names(payload)
+
+    def delete(self, run: str, expected: int, lease: Lease) -> Operation[None]:
+        """Remove the run at revision expected under the lease condition."""
+        run, expected, lease = check_run(run), check_revision(expected), check_lease(lease)
+        yield from ask(Call(scripts.RUN_DELETE, (self.keys.run(run), *self._write_keys),
+                            (self.keys.prefix, run, expected, *lease_args(lease),
+                             self.projection_version), self._answer(run)))
+
+    def claim_expired(self, owner: str, ttl: int, limit: int, records: bool = False,
+                      max_takeovers: int | None = None
+                      ) -> Operation[list[str] | list[Claimed]]:
+        """Claim up to limit held, expired leases (with their records: Claimed values; with
+        max_takeovers, a run taken over that often is quarantined instead)."""
         owner, ttl, limit = check_owner(owner), check_ttl(ttl), check_limit(limit)
         records = check_flag("records", records)
+        bound = check_max_takeovers(max_takeovers)
         if limit == 0:
             return []
         payload = yield from ask(Call(
             scripts.RUN_CLAIM_EXPIRED, (self.keys.leases, self.keys.meta),
-            (self.keys.prefix, owner, ttl, limit, MAX_CLAIM_BYTES if records else 0),
-            self._answer()))
+            (self.keys.prefix, owner, ttl, limit, MAX_CLAIM_BYTES if records else 0,
+             _opt(bound)), self._answer()))
         return parse_claimed(payload) if records else parse_names(payload)
 
     def claim_ready(self, owner: str, ttl: int, limit: int,

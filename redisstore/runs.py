@@ -28,7 +28,7 @@ class Cap(IntEnum):
     MAX_CLAIM = 100
     #: Most index entries a claim visits beyond its limit (stale or damaged ones).
     MAX_VISIT = 200
-    #: Most runs one renew takes.
+    #: Most runs one renew or release takes.
     MAX_RENEW = 250
     #: Most waiters one write re-indexes; a dependency with more is finished by claims.
     MAX_FANOUT = 100
@@ -50,6 +50,7 @@ class Cap(IntEnum):
 
 MAX_CLAIM = int(Cap.MAX_CLAIM)
 MAX_RENEW = int(Cap.MAX_RENEW)
+MAX_VISIT = int(Cap.MAX_VISIT)
 MAX_TEXT = int(Cap.MAX_TEXT)
 MAX_RECORD_CEILING = int(Cap.MAX_RECORD_CEILING)
 MAX_CLAIM_BYTES = int(Cap.MAX_CLAIM_BYTES)
@@ -185,12 +186,15 @@ class ClaimInfo:
 
 @dataclass(frozen=True, slots=True)
 class Current:
-    """A run as stored: its revision, record bytes, lease holder and ready-claim info."""
+    """A run as stored: its revision, record bytes, lease holder and ready-claim info, and
+    ``takeovers``: how many times ``claim_expired`` handed its expired lease to another
+    owner since its last write (always 0 in a namespace below layout 3)."""
 
     revision: int
     record: bytes
     holder: Holder
     claim: ClaimInfo | None = None
+    takeovers: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,7 +210,9 @@ class Claimed:
 class Quarantined:
     """An index entry a claim dropped as damaged: ``index`` (``"leases"``, ``"ready"``, or
     ``"d:<dependency>"``) pointed at ``run``, which was ``reason`` (``"missing"``,
-    ``"type"`` for a key of another type, or the name of the corrupt field)."""
+    ``"type"`` for a key of another type, or the name of the corrupt field). A poison run
+    that ``claim_expired(..., max_takeovers=N)`` stopped handing out is listed under the
+    index ``"poison"`` with the reason ``"takeovers=N"``."""
 
     index: str
     run: str
@@ -310,6 +316,12 @@ def check_limit(limit: object) -> int:
     return check_int("limit", limit, minimum=0, maximum=MAX_CLAIM)
 
 
+def check_max_takeovers(value: object) -> int | None:
+    """``claim_expired``'s ``max_takeovers``: None (no bound) or an int in [0, 2**31]."""
+    return None if value is None else check_int("max_takeovers", value, minimum=0,
+                                                maximum=2**31)
+
+
 def check_revision(expected: object) -> int:
     """An expected revision: an int in [0, 2**53 - 2] (its successor stays exact in Lua)."""
     return check_int("expected", expected, minimum=0, maximum=MAX_REVISION - 1)
@@ -340,8 +352,8 @@ def check_lease(lease: object) -> Lease:
 
 
 def check_runs(runs: object) -> list[str]:
-    """Runs to renew: an iterable of run ids (not a single str), de-duplicated in order, at
-    most MAX_RENEW of them."""
+    """Runs to renew or release: an iterable of run ids (not a single str), de-duplicated in
+    order, at most MAX_RENEW of them."""
     if isinstance(runs, str | bytes) or not isinstance(runs, Iterable):
         raise TypeError("runs must be an iterable of run ids, not a single value")
     names = list(dict.fromkeys(check_run(run) for run in runs))
@@ -390,18 +402,31 @@ class RunStore(Protocol):
         """Extend ``owner``'s live leases among ``runs``; returns those runs."""
         ...
 
-    @overload
-    def claim_expired(self, owner: str, ttl: int, limit: int, *,
-                      records: Literal[False] = False) -> list[str]: ...
+    def release(self, owner: str, runs: Iterable[str]) -> list[str]:
+        """Free the leases ``owner`` holds, live or expired, among ``runs`` without a new
+        revision; returns those runs."""
+        ...
+
+    def delete(self, run: str, expected: int, lease: Lease) -> None:
+        """Remove the run under the checks of ``compare_and_set``; ``NotFound``,
+        ``Conflict``, ``LeaseRefused``."""
+        ...
 
     @overload
     def claim_expired(self, owner: str, ttl: int, limit: int, *,
-                      records: Literal[True]) -> list[Claimed]: ...
+                      records: Literal[False] = False,
+                      max_takeovers: int | None = None) -> list[str]: ...
 
+    @overload
     def claim_expired(self, owner: str, ttl: int, limit: int, *,
-                      records: bool = False) -> list[str] | list[Claimed]:
+                      records: Literal[True],
+                      max_takeovers: int | None = None) -> list[Claimed]: ...
+
+    def claim_expired(self, owner: str, ttl: int, limit: int, *, records: bool = False,
+                      max_takeovers: int | None = None) -> list[str] | list[Claimed]:
         """Claim up to ``limit`` held, expired leases, the longest-expired first; with
-        ``records``, each as :class:`Claimed` (up to MAX_CLAIM_BYTES of records)."""
+        ``records``, each as :class:`Claimed` (up to MAX_CLAIM_BYTES of records); with
+        ``max_takeovers``, a run already taken over that often goes to the quarantine."""
         ...
 
     @overload
@@ -420,6 +445,10 @@ class RunStore(Protocol):
 
     def refresh(self, run: str) -> bool:
         """Re-derive the run's wait from its current record; True if it has one."""
+        ...
+
+    def quarantined(self, limit: int = 1000) -> list[Quarantined]:
+        """Up to ``limit`` quarantined index entries and poison runs, with the reason."""
         ...
 
 

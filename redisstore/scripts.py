@@ -84,6 +84,7 @@ class Code(IntEnum):
     REFUSED = 4
     CORRUPT = 7
     TOO_NEW = 8
+    TOO_OLD = 9
 
 
 #: The Lua definitions the build writes into each lib, from Python: each enum becomes one
@@ -536,8 +537,8 @@ def load_all(specs: Iterable[tuple[str, str]],
 
 
 RUN_NAMES = ("run_now", "run_get", "run_insert", "run_compare_and_set", "run_renew",
-             "run_claim_expired", "run_claim_ready", "run_refresh", "run_quarantined",
-             "run_migrate")
+             "run_release", "run_delete", "run_claim_expired", "run_claim_ready", "run_refresh",
+             "run_quarantined", "run_migrate")
 REPO_NAMES = ("repo_save", "repo_load", "repo_delete", "repo_list_in_flight",
               "repo_register_group", "repo_group_exists", "repo_migrate")
 
@@ -548,14 +549,17 @@ RUN_GET = _BUILT["run_get"]
 RUN_INSERT = _BUILT["run_insert"]
 RUN_COMPARE_AND_SET = _BUILT["run_compare_and_set"]
 RUN_RENEW = _BUILT["run_renew"]
+RUN_RELEASE = _BUILT["run_release"]
+RUN_DELETE = _BUILT["run_delete"]
 RUN_CLAIM_EXPIRED = _BUILT["run_claim_expired"]
 RUN_CLAIM_READY = _BUILT["run_claim_ready"]
 RUN_REFRESH = _BUILT["run_refresh"]
 RUN_QUARANTINED = _BUILT["run_quarantined"]
 RUN_MIGRATE = _BUILT["run_migrate"]
 
-RUN_SCRIPTS = (RUN_NOW, RUN_GET, RUN_INSERT, RUN_COMPARE_AND_SET, RUN_RENEW, RUN_CLAIM_EXPIRED,
-               RUN_CLAIM_READY, RUN_REFRESH, RUN_QUARANTINED, RUN_MIGRATE)
+RUN_SCRIPTS = (RUN_NOW, RUN_GET, RUN_INSERT, RUN_COMPARE_AND_SET, RUN_RENEW, RUN_RELEASE,
+               RUN_DELETE, RUN_CLAIM_EXPIRED, RUN_CLAIM_READY, RUN_REFRESH, RUN_QUARANTINED,
+               RUN_MIGRATE)
 
 # The instance repository's scripts, with their own fragments (lua/_repo_lib.lua).
 REPO_SAVE = _BUILT["repo_save"]

@@ -125,7 +125,8 @@ class RedisRunStore(_Closes, Shell[RunOps]):
         return self._io.drive(self._ops.get(run))
 
     def insert(self, run: str, record: bytes, lease: Lease) -> None:
-        """Create ``run`` at revision 1; raises ``AlreadyExists`` if it exists."""
+        """Create ``run`` at revision 1 (one above the highest revision a deleted run of the
+        namespace had); raises ``AlreadyExists`` if it exists."""
         self._write(self._ops.insert(run, record, lease))
 
     def compare_and_set(self, run: str, expected: int, record: bytes, lease: Lease) -> None:
@@ -140,24 +141,49 @@ class RedisRunStore(_Closes, Shell[RunOps]):
         """Extend each lease ``owner`` holds live among ``runs`` to ``ttl`` ms from now."""
         return self._write(self._ops.renew(owner, runs, ttl))
 
-    @overload
-    def claim_expired(self, owner: str, ttl: int, limit: int, *,
-                      records: Literal[False] = False) -> list[str]: ...
+    def release(self, owner: str, runs: Iterable[str]) -> list[str]:
+        """Free each lease ``owner`` holds, live or expired, among ``runs``, without a new
+        revision; returns those runs. A run with a wait becomes claimable as its wait says
+        (at once when due); a poison run leaves the quarantine."""
+        return self._write(self._ops.release(owner, runs))
+
+    def delete(self, run: str, expected: int, lease: Lease) -> None:
+        """Remove ``run`` if ``expected`` is current and the lease allows (the checks of
+        :meth:`compare_and_set`): its record, lease and index entries go, and runs waiting
+        for it to change read it as revision 0. An insert of the id starts above its last
+        revision, so a stale ``expected`` never matches again.
+
+        Raises ``NotFound``, ``Conflict(current)`` or ``LeaseRefused(holder)``; nothing is
+        written then. Needs layout 3 (:meth:`migrate`), else ``Misconfigured``.
+        """
+        self._write(self._ops.delete(run, expected, lease))
 
     @overload
     def claim_expired(self, owner: str, ttl: int, limit: int, *,
-                      records: Literal[True]) -> list[Claimed]: ...
+                      records: Literal[False] = False,
+                      max_takeovers: int | None = None) -> list[str]: ...
 
+    @overload
     def claim_expired(self, owner: str, ttl: int, limit: int, *,
-                      records: bool = False) -> list[str] | list[Claimed]:
+                      records: Literal[True],
+                      max_takeovers: int | None = None) -> list[Claimed]: ...
+
+    def claim_expired(self, owner: str, ttl: int, limit: int, *, records: bool = False,
+                      max_takeovers: int | None = None) -> list[str] | list[Claimed]:
         """Claim up to ``limit`` held, expired leases, the longest-expired first.
 
         With ``records=True`` each comes back as ``Claimed(run, current)``, its record
         included, in the same round trip; the claim then stops before the run whose record
         would take the reply past ``MAX_CLAIM_BYTES`` (2 MiB; the first run always comes),
         so it may return fewer than ``limit`` while more are claimable.
+
+        With ``max_takeovers=N``, a run whose expired lease was already handed to another
+        owner ``N`` times since its last write (``Current.takeovers``) is not handed out
+        again: it goes to the quarantine as poison (:meth:`quarantined`) until a write or
+        :meth:`release` puts it back. Needs layout 3 (:meth:`migrate`), else
+        ``Misconfigured``.
         """
-        return self._write(self._ops.claim_expired(owner, ttl, limit, records))
+        return self._write(self._ops.claim_expired(owner, ttl, limit, records, max_takeovers))
 
     @overload
     def claim_ready(self, owner: str, ttl: int, limit: int, *,

@@ -100,7 +100,9 @@ class AsyncBackend:
 class AsyncRunSuite(RunStoreConformance, AsyncBackend):
     def make_store(self, *, discover: Discover | None = None) -> RunStore:
         store = AsyncRedisRunStore(self.client, namespace=unique_namespace(), discover=discover)
-        return cast(RunStore, Synced(store, self.loop))
+        synced = Synced(store, self.loop)
+        synced.migrate()  # the newest layout, as README's start-up does
+        return cast(RunStore, synced)
 
     def reopen(self, store: RunStore, *, discover: Discover | None,
                projection_version: int) -> RunStore:

@@ -50,6 +50,7 @@ class TestFakeRedisRunStoreLayout1(TestFakeRedisRunStore):
     """Layout 1 (one hash per run), as a namespace stays until ``migrate()``."""
 
     layout = 1
+    newest_layout = False
 
 
 @pytest.mark.server
@@ -62,6 +63,7 @@ class TestRedis7RunStore(RedisSuite):
 @pytest.mark.server
 class TestRedis7RunStoreLayout1(TestRedis7RunStore):
     layout = 1
+    newest_layout = False
 
 
 @pytest.mark.server

@@ -308,6 +308,23 @@ def _set_up_runs(runs: RedisRunStore, repo: RedisRepository) -> None:
     time.sleep(0.01)
 
 
+def _set_up_layout_3(runs: RedisRunStore, repo: RedisRepository) -> None:
+    runs.migrate()  # delete needs it
+    _set_up_runs(runs, repo)
+
+
+def _released(runs: RedisRunStore, repo: RedisRepository) -> None:
+    assert runs.get("existing").holder == Free()
+    assert runs.release("me", ["existing"]) == []  # a resend finds nothing left to free
+
+
+def _run_deleted_once(runs: RedisRunStore, repo: RedisRepository) -> None:
+    with pytest.raises(NotFound):
+        runs.get("existing")
+    with pytest.raises(NotFound):  # a resend deletes nothing more
+        runs.delete("existing", 1, Hold("me"))
+
+
 def _insert_once(runs: RedisRunStore, repo: RedisRepository) -> None:
     assert confirm_write(runs, "new", 1, b"token-1")
     with pytest.raises(Exception, match="exists"):
@@ -356,6 +373,9 @@ CASES = {
     "compare_and_set": Case(_set_up_runs, lambda r, _: r.compare_and_set(
         "existing", 1, b"token-2", Hold("me")), _cas_once),
     "renew": Case(_set_up_runs, lambda r, _: r.renew("me", ["existing"], LONG), _renewed),
+    "release": Case(_set_up_runs, lambda r, _: r.release("me", ["existing"]), _released),
+    "delete run": Case(_set_up_layout_3, lambda r, _: r.delete("existing", 1, Hold("me")),
+                       _run_deleted_once),
     "claim_expired": Case(_set_up_runs, lambda r, _: r.claim_expired("me", SHORT, 10),
                           _claimed_expired),
     "claim_ready": Case(_set_up_runs, lambda r, _: r.claim_ready("me", SHORT, 10),

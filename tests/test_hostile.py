@@ -189,3 +189,57 @@ def test_a_dependency_with_many_waiters_is_reindexed_in_bounded_steps(
         claimed += store.claim_ready("me", LONG, 100)
     assert sorted(claimed) == [f"w{i:04}" for i in range(waiters)]
     assert client.zcard(keys.fanout) == 0
+
+
+@pytest.mark.parametrize("bad", ["nan", "inf", "1.5", "", "0x10", " 5 ", "1e3", "-1",
+                                 str(2**63)])
+def test_raw_release_delete_and_poison_bounds_with_bad_numbers_write_nothing(
+        client: redis.Redis, bad: str) -> None:
+    """EVALSHA of the layout 3 scripts with a damaged number: BADARG, nothing written."""
+    store = RedisRunStore(client, namespace=unique_namespace())
+    store.migrate()
+    store.insert("run", b"r1", Claim("me", 1))
+    keys = Keyspace(store.namespace)
+    before = dump(client, store.namespace)
+    calls = [
+        (scripts.RUN_RELEASE, (keys.leases, keys.ready, keys.meta), ("me", bad, "run")),
+        (scripts.RUN_DELETE, (keys.run("run"), keys.leases, keys.ready, keys.meta),
+         ("run", bad, "r", "", 0, 1)),
+        (scripts.RUN_DELETE, (keys.run("run"), keys.leases, keys.ready, keys.meta),
+         ("run", 1, "r", "", 0, bad)),
+        (scripts.RUN_CLAIM_EXPIRED, (keys.leases, keys.meta), ("other", LONG, 10, 0, bad)),
+    ]
+    for script, script_keys, args in calls:
+        if script is scripts.RUN_CLAIM_EXPIRED and bad == "":
+            continue  # '' is "no bound"
+        with pytest.raises(redis.ResponseError, match="BADARG"):
+            evalsha(client, script, script_keys, keys.prefix, *args)
+        assert dump(client, store.namespace) == before
+
+
+def test_a_damaged_deleted_revision_refuses_insert_and_delete(client: redis.Redis) -> None:
+    store = RedisRunStore(client, namespace=unique_namespace())
+    store.migrate()
+    store.insert("run", b"r1", Release())
+    keys = Keyspace(store.namespace)
+    for damage in ("nan", "1.5", "-1", str(2**53)):
+        client.hset(keys.meta, "deleted-rev", damage)
+        before = dump(client, store.namespace)
+        with pytest.raises(Corrupt) as caught:
+            store.insert("new", b"n1", Release())
+        assert caught.value.field == "meta.deleted-rev"
+        with pytest.raises(Corrupt):
+            store.delete("run", 1, Release())
+        assert dump(client, store.namespace) == before
+    client.hset(keys.meta, "deleted-rev", "41")  # repaired by hand: inserts go on above it
+    store.insert("new", b"n1", Release())
+    assert store.get("new").revision == 42
+
+
+def test_release_of_more_runs_than_the_cap_is_refused_by_the_script(
+        client: redis.Redis) -> None:
+    keys = Keyspace(unique_namespace())
+    runs = [f"r{i}" for i in range(scripts.Cap.MAX_RENEW + 1)]
+    with pytest.raises(redis.ResponseError, match="BADARG"):
+        evalsha(client, scripts.RUN_RELEASE, (keys.leases, keys.ready, keys.meta),
+                keys.prefix, "me", 1, *runs)

@@ -3,7 +3,7 @@ flight and terminal), damaged one key at a time, then every operation of both po
 
 Damage is chosen by the key's type, not by what the key means, so the tier does not
 depend on how the run store lays a run out (it runs on layout 1 and, after ``migrate()``,
-on layout 2): a key turned into another type; a hash field set to ``nan``, ``inf``,
+on layout 3): a key turned into another type; a hash field set to ``nan``, ``inf``,
 ``1.5``, ``''``, ``0x10``, ``2**63``, `` 5``... or deleted; a string truncated or garbled; a
 sorted-set member given an extreme score; a member (of a sorted set or a set) that points
 at nothing, or at a run or record that is not in that index; a set member taken out.
@@ -75,7 +75,7 @@ from redisstore import (
 from redisstore.keys import Keyspace
 from redisstore.repository import InFlightPage
 from redisstore.runops import RunOps
-from redisstore.runs import MAX_CLAIM, Wait
+from redisstore.runs import MAX_CLAIM, MAX_RENEW, Wait
 
 LONG = 600_000
 GROUP = "g"
@@ -171,7 +171,7 @@ def populate(client: redis.Redis, namespace: str, counts: dict[str, int],
                 run.record = b"wait"
             store.insert(run.id, run.record, lease)
             runs.append(run)
-    if layout == 2:
+    if layout != 1:
         migrate = getattr(store, "migrate", None)
         if migrate is None:
             pytest.skip("this run store has one layout")
@@ -461,11 +461,18 @@ def every_operation(check: Checker, store: RedisRunStore, repo: RedisRepository,
                                                            records=True), is_claimed)
     check("claim_expired records", lambda: store.claim_expired("claimer", LONG, MAX_CLAIM,
                                                                records=True), is_claimed)
+    check("claim_expired poison", lambda: store.claim_expired(
+        "poisoner", LONG, MAX_CLAIM, max_takeovers=0), is_names)  # layout 1: Misconfigured
+    check("release", lambda: store.release("claimer", ids[:MAX_RENEW]),
+          lambda r: is_names(r, set(ids)))
     check("quarantined", store.quarantined,
           lambda r: isinstance(r, list) and all(isinstance(q, Quarantined) for q in r))
     for run in population.runs:
         check(f"release {run.id}", lambda r=run: store.compare_and_set(
             r.id, 2, r.record, Release()), lambda r: r is None)
+    for run in population.runs[::2]:
+        check(f"delete {run.id}", lambda r=run: store.delete(r.id, 2, Seize("me", LONG)),
+              lambda r: r is None)  # layout 1: Misconfigured
     migrate = getattr(store, "migrate", None)
     if migrate is not None:
         check("migrate runs", migrate, lambda r: True)
@@ -576,7 +583,7 @@ EXAMPLES = int(os.environ.get("REDISSTORE_HOSTILE_EXAMPLES", "1"))
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("layout", [1, 2])
+@pytest.mark.parametrize("layout", [1, 3])
 @settings(max_examples=EXAMPLES, deadline=None, database=None,
           # Reproducible by default; REDISSTORE_HOSTILE_RANDOM=1 explores new examples.
           derandomize=os.environ.get("REDISSTORE_HOSTILE_RANDOM") != "1",

@@ -1,7 +1,7 @@
 """Run layouts: a namespace starts at layout 1 (one hash per run) and ``migrate()`` moves it
-to layout 2 (one string per run: record, header, trailer), in bounded steps, while the store
-is in use; a library that knows only layout 1 then refuses the namespace; a damaged layout 2
-value is corrupt, never misread."""
+to layout 3 (one string per run: record, header, trailer; deletes and poison runs), in
+bounded steps, while the store is in use; a library that knows only layout 1 or 2 then
+refuses the namespace; a damaged string is corrupt, never misread."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from redisstore import (
     Held,
     Hold,
     Migrated,
+    Misconfigured,
     Poll,
     Quarantined,
     RedisRunStore,
@@ -101,7 +102,7 @@ def test_a_library_that_knows_only_layout_1_refuses_a_migrated_namespace(
     keys = Keyspace(store.namespace)
     # The same script as a library of layout 1 sends it: its check_layout refuses newer.
     old = scripts.Script("run_get_v1", scripts.RUN_GET.source.replace(
-        b"local LAYOUT = 2", b"local LAYOUT = 1"), "")
+        b"local LAYOUT = 3", b"local LAYOUT = 1"), "")
     assert old.source != scripts.RUN_GET.source
 
     def old_get(run: str) -> Any:
@@ -109,7 +110,34 @@ def test_a_library_that_knows_only_layout_1_refuses_a_migrated_namespace(
 
     assert old_get("r2")[0] == 0  # layout 1: read as before
     store.migrate(count=1)
-    assert old_get("r2")[:2] == [8, 2]  # TOO_NEW, layout 2: refused, never misread
+    assert old_get("r2")[:2] == [8, 3]  # TOO_NEW, layout 3: refused, never misread
+
+
+def test_a_layout_2_namespace_moves_to_layout_3_in_one_step(client: redis.Redis) -> None:
+    """A namespace an earlier version moved to layout 2 (strings) only needs layout 3
+    recorded; until then a library that knows only layout 2 reads it, and delete and
+    max_takeovers are refused with nothing written."""
+    store = populated(client)
+    keys = Keyspace(store.namespace)
+    client.hset(keys.meta, "layout", "2")  # what that version's migrate() leaves
+    store.compare_and_set("r0", 1, b"held 0", Hold("node-a"))  # written as a string
+    assert client.type(keys.run("r0")) == b"string"
+    v2 = scripts.Script("run_get_v2", scripts.RUN_GET.source.replace(
+        b"local LAYOUT = 3", b"local LAYOUT = 2"), "")
+    assert client.eval(v2.source, 2, keys.run("r0"), keys.meta, keys.prefix, "r0")[0] == 0
+    before = dump(client, store.namespace)
+    with pytest.raises(Misconfigured, match="need layout 3"):
+        store.delete("r0", 2, Hold("node-a"))
+    with pytest.raises(Misconfigured, match="need layout 3"):
+        store.claim_expired("node-b", LONG, 10, max_takeovers=1)
+    assert dump(client, store.namespace) == before
+    client.hdel(keys.meta, "migrate-cursor", "migrate-moved")  # that migration had ended
+    assert store.migrate() == Migrated(0, 0, 1)
+    assert client.hget(keys.meta, "layout") == b"3"
+    assert client.eval(v2.source, 2, keys.run("r0"), keys.meta, keys.prefix, "r0")[:2] == [8, 3]
+    store.delete("r0", 2, Hold("node-a"))
+    store.insert("r0", b"again", Release())
+    assert store.get("r0").revision == 3
 
 
 def test_a_damaged_run_is_left_and_listed_and_the_others_move(client: redis.Redis) -> None:
@@ -159,6 +187,14 @@ def test_headers_that_grow_and_shrink_read_back_exactly(client: redis.Redis,
     assert store.get("r").holder == Free()
 
 
+def with_fields(value: bytes, fields: bytes) -> bytes:
+    """A one-byte record's string with ``fields`` added to the end of its header."""
+    digits = int(value[-1:])
+    header = value[1:-1 - digits] + fields
+    size = str(len(header)).encode()
+    return value[:1] + header + size + str(len(size)).encode()
+
+
 DAMAGES = {
     "truncated": lambda v: v[:-1],
     "no trailer": lambda v: v[:-3],
@@ -168,6 +204,9 @@ DAMAGES = {
     "revision nan": lambda v: v.replace(b"\x001,", b"\x00nan,"),
     "text overruns": lambda v: v.replace(b",6:node-a,", b",9:node-a,"),
     "junk in a number": lambda v: v.replace(b",6:node-a,", b",6:node-a,zz"),
+    "takeovers nan": lambda v: with_fields(v, b",,,,,,,,,,,nan,"),
+    "takeovers over the cap": lambda v: with_fields(v, b",,,,,,,,,,,2147483649,"),
+    "poison mark 2": lambda v: with_fields(v, b",,,,,,,,,,,,2,"),
 }
 
 
@@ -188,11 +227,14 @@ def test_a_damaged_string_is_corrupt_and_never_stops_the_others(client: redis.Re
     for call in (lambda: store.get("bad"),
                  lambda: store.compare_and_set("bad", 1, b"z", Hold("node-a")),
                  lambda: store.insert("bad", b"z", Release()),
+                 lambda: store.delete("bad", 1, Release()),
                  lambda: store.refresh("bad")):
         with pytest.raises(StoreError):
             call()
         assert dump(client, store.namespace) == before
     assert store.renew("node-a", ["bad"], LONG) == []
+    assert store.release("node-a", ["bad"]) == []
+    assert dump(client, store.namespace) == before
     time.sleep(0.01)  # both leases (1 ms) expire
     # The expired good run is claimed; the damaged one is quarantined, not a wall.
     claimed: list[str] = []
@@ -421,14 +463,14 @@ def test_next_due_is_the_earliest_later_entry_and_skips_damaged_scores(
     assert reply[1] == [] and reply[3] == expiry
 
 
-@pytest.mark.parametrize("layout", [1, 2])
+@pytest.mark.parametrize("layout", [1, 3])
 def test_a_run_id_that_is_not_utf8_never_breaks_a_claim_and_round_trips(
         client: redis.Redis, layout: int) -> None:
     """A tenant with EVALSHA can store any bytes as a run id or owner; a claim that takes
     such a run still answers (the name decodes with surrogateescape) and that name, sent
     back, names the same run."""
     store = RedisRunStore(client, namespace=unique_namespace())
-    if layout == 2:
+    if layout != 1:
         store.migrate()
     keys = Keyspace(store.namespace)
     raw = b"\xff\xfe"

@@ -103,6 +103,9 @@ class SideBySide(RuleBasedStateMachine):
     def start(self, waits: list[Any], leases: list[Any]) -> None:
         for run, wait, lease in zip(RUNS, waits, leases, strict=True):
             self.both(0, "insert", run, self.record(wait), lease)
+        # The first migration step records layout 3 (deletes, takeovers) and moves at most
+        # a page of runs: the rest stay layout 1 hashes, read and rewritten as they are met.
+        self.migrate_step(1)
 
     @rule(run=st.sampled_from([*RUNS, "late"]), wait=waits, lease=leases,
           version=st.sampled_from([0, 1]))
@@ -136,10 +139,23 @@ class SideBySide(RuleBasedStateMachine):
     def renew(self, owner: str, runs: list[str], ttl: int) -> None:
         self.both(0, "renew", owner, runs, ttl)
 
-    @rule(owner=st.sampled_from(OWNERS), ttl=TTLS, limit=st.integers(0, 5),
-          records=st.booleans())
-    def claim_expired(self, owner: str, ttl: int, limit: int, records: bool) -> None:
-        self.both(0, "claim_expired", owner, ttl, limit, records=records)
+    @rule(owner=st.sampled_from(OWNERS), runs=st.lists(st.sampled_from([*RUNS, "x"])),
+          version=st.sampled_from([0, 1]))
+    def release(self, owner: str, runs: list[str], version: int) -> None:
+        self.both(version, "release", owner, runs)
+
+    @rule(run=st.sampled_from(RUNS), lease=leases, version=st.sampled_from([0, 1]),
+          stale=st.booleans())
+    def delete(self, run: str, lease: Any, version: int, stale: bool) -> None:
+        current = outcome(lambda: self.sides[0][0].get(run))
+        expected = current[1].revision if current[0] == "ok" else 1
+        self.both(version, "delete", run, expected - int(stale), lease)
+
+    @rule(owner=st.sampled_from([*OWNERS, "c"]), ttl=TTLS, limit=st.integers(0, 5),
+          records=st.booleans(), bound=st.sampled_from([None, None, 0, 1, 2]))
+    def claim_expired(self, owner: str, ttl: int, limit: int, records: bool,
+                      bound: int | None) -> None:
+        self.both(0, "claim_expired", owner, ttl, limit, records=records, max_takeovers=bound)
 
     @rule(owner=st.sampled_from(OWNERS), ttl=TTLS, limit=st.integers(0, 5),
           version=st.sampled_from([0, 1]), records=st.booleans())
@@ -156,7 +172,7 @@ class SideBySide(RuleBasedStateMachine):
 
     @rule(count=st.sampled_from([1, 3, 200]))
     def migrate_step(self, count: int) -> None:
-        """One bounded step of moving the Redis side to layout 2, at any point: a
+        """One bounded step of moving the Redis side's runs to strings, at any point: a
         namespace part hashes, part strings answers exactly as memory does."""
         store = self.sides[1][0]
         assert isinstance(store, RedisRunStore)
@@ -171,6 +187,7 @@ class SideBySide(RuleBasedStateMachine):
         for run in [*RUNS, "late"]:
             self.both(0, "get", run)
         assert self.both(0, "now")[1] == self.ms
+        self.both(0, "quarantined")
 
 
 def test_nothing_found_reads_the_same() -> None:

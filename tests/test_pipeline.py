@@ -10,6 +10,7 @@ and nothing else; with ``Durability`` one ``WAIT`` covers the writes of a round.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -28,6 +29,7 @@ from redisstore import (
     Claimed,
     Conflict,
     Durability,
+    Free,
     Held,
     Hold,
     LeaseRefused,
@@ -136,6 +138,32 @@ def test_the_worker_step_is_one_round_trip(client: redis.Redis,
     assert done == 3 and len(round_trips) == 3
     # A released run with no wait left: none is claimable again, each was done once.
     assert all(store.get(f"job-{i}").record == b"done" for i in range(3))
+
+
+def test_release_delete_and_a_poison_bound_in_one_round_trip(
+        client: redis.Redis, round_trips: list[int]) -> None:
+    store = RedisRunStore(loaded(client), namespace=unique_namespace())
+    store.migrate()
+    store.insert("mine", b"m1", Claim("me", LONG))
+    store.insert("retired", b"r1", Release())
+    store.insert("crashed", b"c1", Claim("other", 1))
+    time.sleep(0.005)  # its 1 ms lease runs out
+    round_trips.clear()
+    with store.pipeline() as pipe:
+        released = pipe.release("me", ["mine", "retired"])
+        deleted = pipe.delete("retired", 1, Release())
+        stale = pipe.delete("mine", 5, Release())
+        claimed = pipe.claim_expired("me", LONG, 10, max_takeovers=0)
+    assert len(round_trips) == 1
+    assert released.result() == ["mine"]
+    assert deleted.result() is None
+    with pytest.raises(Conflict):
+        stale.result()
+    assert claimed.result() == []  # taking over "crashed" would pass the bound of 0
+    assert [(q.index, q.run) for q in store.quarantined()] == [("poison", "crashed")]
+    with pytest.raises(NotFound):
+        store.get("retired")
+    assert store.get("mine").holder == Free()
 
 
 def test_a_bad_argument_raises_where_it_is_queued(client: redis.Redis) -> None:

@@ -668,6 +668,15 @@ def run_store_scenario(client: Any) -> str:
         migrate()
         store.compare_and_set("d", 2, b"plain", Release())
         store.get("d")
+        # Layout 3: a poison run quarantined and put back, a release, a dependency deleted.
+        store.insert("x", b"plain", Claim("a", 1))
+        time.sleep(0.01)
+        store.claim_expired("b", LONG, 10, max_takeovers=0)
+        store.release("a", ["x", "d"])
+        store.insert("y", b"plain", Claim("b", LONG))
+        store.release("b", ["y"])
+        store.delete("d", 3, Release())
+        store.insert("d", b"plain", Release())
     return keys.prefix
 
 

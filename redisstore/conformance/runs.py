@@ -29,6 +29,7 @@ from ..runs import (
     Seize,
 )
 from .base import ACCEPTS, LONG, ME, OTHER, STATES, RunSuite, lease_of
+from .lifecycle import LifecycleRules
 from .readiness import ReadinessRules
 
 
@@ -411,7 +412,7 @@ class LeaseRules(RunSuite):
             make()
 
 
-class RunStoreConformance(LeaseRules, ReadinessRules):
+class RunStoreConformance(LeaseRules, ReadinessRules, LifecycleRules):
     """The whole leased run backend contract as pytest tests.
 
     Implement :meth:`make_store` (and :meth:`reopen`, for the projection-version rules).

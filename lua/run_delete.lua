@@ -1,0 +1,45 @@
+-- run_delete: remove a run at revision expected under a lease condition, atomically.
+-- KEYS[1]  P.."r:"..run         KEYS[2] P.."leases"       KEYS[3] P.."ready"
+-- KEYS[4]  P.."meta"
+-- ARGV[1]  key prefix           ARGV[2] run               ARGV[3] expected revision
+-- ARGV[4]  lease kind: 'h' Hold, 'c' Claim, 's' Seize, 'r' Release
+-- ARGV[5]  owner ('' for Release)                          ARGV[6] ttl ms (not used)
+-- ARGV[7]  caller's projection version (to re-index the run's waiters)
+-- Reply    {OK} | {NOT_FOUND} | {CONFLICT, current} | {REFUSED, {owner|false, live 0|1}}
+--          | {CORRUPT, field} | {TOO_NEW, layout} | {TOO_OLD, layout}; nothing written but
+--          on OK
+-- The checks are compare_and_set's. Then the run key and its index entries go, meta's
+-- deleted-rev rises to its revision (an insert of the id starts above it: a stale expected
+-- never matches again), and the runs waiting for it to change are re-indexed: it reads as
+-- revision 0. Needs layout 3 (a library that knows only layout 2 would re-insert the id at
+-- revision 1).
+-- Also touches, undeclared (same hash tag): P.."d:"..dep (the waiters of its dependency),
+-- P.."d:"..run and the P.."r:" of those waiters (re-indexed), P.."fanout",
+-- P.."fanout-cursor", P.."quarantine".
+--- @include CORRUPT, OK, LEASES, READY, QUARANTINE, META, MAX_INT, SEEN, GONE, int, arg_int
+--- @include arg_text, later, commit, check_layout, needs_layout_3, load_at, lease_refusal
+--- @include arg_lease, apply_wait, indexes_ok, notify_dependents, deleted_rev, run_key
+local run = arg_text(2)
+local expected = arg_int(3, 0, MAX_INT - 2)
+local kind, owner = arg_lease(4)
+local pv = arg_int(7, 0, 2147483648)
+local bad_layout = check_layout() or needs_layout_3()
+if bad_layout then return bad_layout end
+local s, refusal = load_at(run, expected)
+if not s then return refusal end
+refusal = lease_refusal(s, kind, owner)
+if refusal then return refusal end
+local bad = indexes_ok(nil, s)
+if bad then return {CORRUPT, bad, 0, -1} end
+local floor = deleted_rev()
+if not floor then return {CORRUPT, 'meta.deleted-rev', 0, -1} end
+apply_wait(run, s, {wk = ''}, pv)
+later('DEL', run_key(run))
+later('ZREM', LEASES, run)
+later('ZREM', READY, run)
+if s.px then later('HDEL', QUARANTINE, 'poison|' .. run) end
+if s.rev > floor then later('HSET', META, 'deleted-rev', int(s.rev)) end
+SEEN[run] = GONE
+notify_dependents(run, pv)
+commit()
+return {OK, false, 0, -1}

@@ -1,0 +1,36 @@
+-- run_release: free every listed lease that owner holds, live or expired, without a write.
+-- KEYS[1]  P.."leases"          KEYS[2] P.."ready"        KEYS[3] P.."meta"
+-- ARGV[1]  key prefix           ARGV[2] owner             ARGV[3] caller's projection version
+-- ARGV[4..] run ids (distinct, at most MAX_RENEW)
+-- Reply    {OK, {released run ids, in the given order}} | {TOO_NEW, layout}
+--          | {CORRUPT, field} (an index key of another type: nothing written)
+--          A corrupt run among them is not released (and does not stop the others).
+-- The revision and record stay; claim info goes with the lease; a run with a wait is placed
+-- in READY as its wait says (at once when due); a poison run leaves the quarantine.
+-- Also touches, undeclared (same hash tag): P.."r:"..run of each listed run, P.."r:"..dep
+-- of a Changed wait (read), P.."quarantine" (a poison run released).
+--- @include CORRUPT, OK, LEASES, MAX_RENEW, arg_int, arg_text, later, commit, check_layout
+--- @include load, save, drop_claim, place, put_back, indexes_ok
+local owner = arg_text(2)
+local pv = arg_int(3, 0, 2147483648)
+if #ARGV - 3 > MAX_RENEW then error('BADARG at most ' .. MAX_RENEW .. ' runs per release') end
+local bad_layout = check_layout()
+if bad_layout then return bad_layout end
+local bad = indexes_ok(nil)
+if bad then return {CORRUPT, bad, 0, -1} end
+local out = {}
+for i = 4, #ARGV do
+  local run = ARGV[i]
+  local s = load(run)
+  if s and s.own == owner then
+    put_back(run, s)
+    drop_claim(s)
+    s.own, s.exp = false, false
+    later('ZREM', LEASES, run)
+    save(run, s)
+    place(run, s, pv, false)
+    out[#out + 1] = run
+  end
+end
+commit()
+return {OK, out, 0, -1}
