@@ -634,9 +634,9 @@ class AsyncRedisRepository(_Closes, Shell[RepositoryOps]):
         """See :meth:`redisstore.RedisRepository.load`."""
         return await self._io.drive(self._ops.load(id))
 
-    async def delete(self, id: str) -> None:
+    async def delete(self, id: str, *, expected_version: int | None = None) -> None:
         """See :meth:`redisstore.RedisRepository.delete`."""
-        await self._io.drive(self._ops.delete(id))
+        await self._io.drive(self._ops.delete(id, expected_version))
 
     async def list_in_flight(self, group: str, now: datetime | None = None) -> list[str]:
         """See :meth:`redisstore.RedisRepository.list_in_flight`."""

@@ -529,10 +529,15 @@ class MemoryRepository(_NothingToClose):
         with self._lock:
             return self._records.get(id)
 
-    def delete(self, id: str) -> None:
-        """Remove the record for ``id``; a no-op when there is none."""
+    def delete(self, id: str, *, expected_version: int | None = None) -> None:
+        """Remove the record for ``id``; a no-op when there is none. With
+        ``expected_version``, only while the stored ``rec_version`` is that one."""
         id = repo.check_id(id)
+        fence = repo.check_expected_version(expected_version)
         with self._lock:
+            stored = self._records.get(id)
+            if fence is not None and stored is not None and stored.rec_version != fence:
+                raise ConcurrentUpdate(id, fence, stored.rec_version)
             self._records.pop(id, None)
             self._terminal.pop(id, None)
 

@@ -184,8 +184,9 @@ class Repository(Protocol):
         """A copy of the stored record, or None."""
         ...
 
-    def delete(self, id: str) -> None:
-        """Remove the record; a no-op when absent."""
+    def delete(self, id: str, *, expected_version: int | None = None) -> None:
+        """Remove the record; a no-op when absent. With ``expected_version``, only while
+        the stored ``rec_version`` is that one (else ``ConcurrentUpdate``)."""
         ...
 
     def list_in_flight(self, group: str, now: datetime | None = None) -> list[str]:
@@ -202,6 +203,13 @@ class Repository(Protocol):
 
 
 # ---------------------------------------------------------------------------- checks
+
+
+def check_expected_version(version: object) -> int | None:
+    """``delete``'s ``expected_version``: None (no fence) or a rec_version, an int >= 1."""
+    if version is None:
+        return None
+    return check_int("expected_version", version, minimum=1, maximum=MAX_VERSION)
 
 
 def check_id(id: object) -> str:
@@ -469,12 +477,15 @@ class RepositoryOps:
         return (yield from ask(Call(scripts.REPO_LOAD, (self.keys.instance(id),),
                                     (self.keys.prefix, id), _load_answer(id), write=False)))
 
-    def delete(self, id: str) -> Operation[None]:
-        """Remove the record (a damaged one too) and its index entries; a no-op when
-        absent."""
+    def delete(self, id: str, expected_version: int | None = None) -> Operation[None]:
+        """Remove the record (a damaged one too, unless fenced) and its index entries; a
+        no-op when absent. With expected_version, only while rec_version is that one."""
         id = check_id(id)
-        yield from ask(Call(scripts.REPO_DELETE, (self.keys.instance(id), self.keys.terminal),
-                            (self.keys.prefix, id), answer(id)))
+        fence = check_expected_version(expected_version)
+        yield from ask(Call(
+            scripts.REPO_DELETE, (self.keys.instance(id), self.keys.terminal),
+            (self.keys.prefix, id, "" if fence is None else fence),
+            answer(id, stale=lambda stored: ConcurrentUpdate(id, fence or 0, int(stored)))))
 
     def list_in_flight(self, group: str, now: datetime | None = None) -> Operation[list[str]]:
         """Claimable ids of ``group`` at ``now`` (None: the server's clock), read in pages

@@ -272,9 +272,12 @@ class RedisRepository(_Closes, Shell[RepositoryOps]):
         """The record stored under ``id`` (a fresh copy), or None."""
         return self._io.drive(self._ops.load(id))
 
-    def delete(self, id: str) -> None:
-        """Remove the record for ``id``; a no-op when there is none."""
-        self._io.drive(self._ops.delete(id))
+    def delete(self, id: str, *, expected_version: int | None = None) -> None:
+        """Remove the record for ``id``; a no-op when there is none. With
+        ``expected_version``, only while the stored ``rec_version`` is that one: else
+        ``ConcurrentUpdate`` and nothing is deleted (a zombie's delete after another node
+        saved the record)."""
+        self._io.drive(self._ops.delete(id, expected_version))
 
     def list_in_flight(self, group: str, now: datetime | None = None) -> list[str]:
         """Ids of ``group``'s records that are not terminal, not suspended, and whose lease

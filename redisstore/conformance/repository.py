@@ -506,6 +506,22 @@ class RepositoryConformance:
         assert repo.load("absent") is None
         assert self.stored(repo, "i1").rec_version == 1
 
+    def test_a_fenced_delete_removes_only_the_version_it_names(self) -> None:
+        repo = self.repo()
+        repo.save(record("i1"))
+        repo.save(record("i1", rec_version=1))  # version 2 now
+        with pytest.raises(ConcurrentUpdate) as stale:
+            repo.delete("i1", expected_version=1)  # a zombie that read version 1
+        assert (stale.value.expected, stale.value.stored) == (1, 2)
+        assert self.stored(repo, "i1").rec_version == 2
+        repo.delete("i1", expected_version=2)
+        assert repo.load("i1") is None
+        repo.delete("i1", expected_version=2)  # absent: a no-op, as unfenced
+        with pytest.raises((ValueError, TypeError)):
+            repo.delete("i1", expected_version=0)
+        with pytest.raises((ValueError, TypeError)):
+            repo.delete("i1", expected_version=True)
+
     def test_a_deleted_record_starts_again_at_version_zero(self) -> None:
         repo = self.repo()
         repo.save(record("i1"))
