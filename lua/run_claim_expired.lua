@@ -13,7 +13,8 @@
 -- a poison run leaves the index, keeps its holder and is listed as "poison|run".
 -- Visits at most limit + MAX_VISIT index entries. The run's own expiry decides, not the
 -- index score: an entry whose run is missing, of another type or corrupt is quarantined;
--- one whose run is free is dropped; one whose lease was extended is re-scored.
+-- one whose run is free (or a poison run's) is dropped; one whose lease was extended is
+-- re-scored.
 -- Also touches, undeclared (same hash tag): P.."r:"..run of each entry visited (read; written
 -- when claimed), P.."quarantine" (an entry quarantined).
 --- @include CORRUPT, OK, LEASES, MAX_CLAIM, MAX_TTL, now_ms, int, arg_int, arg_text, later
@@ -34,7 +35,7 @@ if not of_type(QUARANTINE, 'hash') then return {CORRUPT, 'quarantine', 0, -1} en
 local now = now_ms()
 local out = {}
 for run, s in due(LEASES, 'leases', limit, out) do
-  if not s.own then
+  if not s.own or s.px then
     later('ZREM', LEASES, run)
   elseif s.exp > now then
     later('ZADD', LEASES, int(s.exp), run)

@@ -7,7 +7,8 @@
 -- ARGV[5]  owner ('' for Release)                          ARGV[6] ttl ms ('0' without one)
 -- ARGV[7..10] wait: kind ('' none, 'c', 'p', 'a'), dependency/key, seen/interval/due, deadline
 -- ARGV[11] projection version
--- Reply    {OK} | {EXISTS} | {CORRUPT, field} | {TOO_NEW, layout}; nothing written but on OK
+-- Reply    {OK, revision} | {EXISTS} | {CORRUPT, field} | {TOO_NEW, layout}; nothing written
+--          but on OK
 -- Also touches, undeclared (same hash tag): P.."r:"..dep (its dependency's revision),
 -- P.."d:"..dep (the waiters of its dependency), P.."d:"..run and the P.."r:" of those
 -- waiters (re-indexed), P.."fanout", P.."fanout-cursor", P.."quarantine".
@@ -28,4 +29,4 @@ local floor = deleted_rev()
 if not floor then return {CORRUPT, 'meta.deleted-rev', 0, -1} end
 write(run, {own = false, exp = false}, floor + 1, record, kind, owner, ttl, w, pv)
 commit()
-return {OK, false, 0, -1}
+return {OK, floor + 1, 0, -1}

@@ -3,7 +3,8 @@
 -- ARGV[1]  key prefix           ARGV[2] owner             ARGV[3] ttl ms
 -- ARGV[4..] run ids (distinct, at most MAX_RENEW)
 -- Reply    {OK, {renewed run ids, in the given order}} | {TOO_NEW, layout}
---          A corrupt run among them is not renewed (and does not stop the others).
+--          A corrupt run among them is not renewed (and does not stop the others), nor a
+--          poison run (quarantined by claim_expired).
 -- Also touches, undeclared (same hash tag): P.."r:"..run of each listed run.
 --- @include CORRUPT, OK, LEASES, MAX_RENEW, MAX_TTL, now_ms, arg_int, arg_text, commit
 --- @include check_layout, of_type, load, save, hold
@@ -19,8 +20,9 @@ for i = 4, #ARGV do
   local run = ARGV[i]
   local s = load(run)
   -- An expired lease is never renewed: a renewal that arrives after a handoff must not
-  -- make the old owner live again.
-  if s and s.own == owner and s.exp > now then
+  -- make the old owner live again. Nor is a poison run's (live again only if the server
+  -- clock stepped back): a write or a release puts it back.
+  if s and s.own == owner and s.exp > now and not s.px then
     hold(run, s, owner, now + ttl)
     save(run, s)
     out[#out + 1] = run

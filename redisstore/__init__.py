@@ -16,6 +16,7 @@ from .errors import (
     Unavailable,
     UnknownGroup,
 )
+from .keeper import AsyncKeeper, Keeper, Lost
 from .memory import MemoryRepository, MemoryRunStore
 from .pipeline import Pending
 from .protocol import Durability
@@ -47,6 +48,7 @@ from .store import Pipeline, RedisRepository, RedisRunStore
 
 __all__ = [
     "AlreadyExists",
+    "AsyncKeeper",
     "AsyncPipeline",
     "AsyncRedisRepository",
     "AsyncRedisRunStore",
@@ -68,8 +70,10 @@ __all__ = [
     "InFlightPage",
     "InstanceLease",
     "InstanceRecord",
+    "Keeper",
     "Lease",
     "LeaseRefused",
+    "Lost",
     "MemoryRepository",
     "MemoryRunStore",
     "Migrated",

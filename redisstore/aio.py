@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import copy
 import select
 import time
 import weakref
@@ -519,6 +520,14 @@ class AsyncRedisRunStore(_Closes, Shell[RunOps]):
         self._io = AsyncTransport(client, durability, timeout)
         self._ops.checks = self._io.checks
 
+    def _dedicated(self, timeout: int) -> AsyncRedisRunStore:
+        """This store with a deadline of at most ``timeout`` ms, for a keeper's event loop
+        (connections are per event loop: that loop's are the keeper's own)."""
+        twin = copy.copy(self)
+        io = self._io
+        twin._io = AsyncTransport(io.client, io.durability, min(timeout, io.timeout))
+        return twin
+
     async def now(self) -> int:
         """See :meth:`redisstore.RedisRunStore.now`."""
         return await self._io.drive(self._ops.now())
@@ -541,9 +550,9 @@ class AsyncRedisRunStore(_Closes, Shell[RunOps]):
         """See :meth:`redisstore.RedisRunStore.get`."""
         return await self._io.drive(self._ops.get(run))
 
-    async def insert(self, run: str, record: bytes, lease: Lease) -> None:
+    async def insert(self, run: str, record: bytes, lease: Lease) -> int:
         """See :meth:`redisstore.RedisRunStore.insert`."""
-        await self._write(self._ops.insert(run, record, lease))
+        return await self._write(self._ops.insert(run, record, lease))
 
     async def compare_and_set(self, run: str, expected: int, record: bytes,
                               lease: Lease) -> None:

@@ -164,9 +164,9 @@ class MemoryRunStore(_NothingToClose):
 
     # ------------------------------------------------------------------ writes
 
-    def insert(self, run: str, record: bytes, lease: Lease) -> None:
-        """Create ``run`` at revision 1 (one above the highest revision a deleted run had);
-        raises ``AlreadyExists`` if it exists."""
+    def insert(self, run: str, record: bytes, lease: Lease) -> int:
+        """Create ``run`` and return its revision: 1 (one above the highest revision a
+        deleted run had); raises ``AlreadyExists`` if it exists."""
         run, record, lease = check_run(run), check_record(record), check_lease(lease)
         wait = self._derive(record)
         with self._lock:
@@ -177,6 +177,7 @@ class MemoryRunStore(_NothingToClose):
             if isinstance(lease, Claim | Seize):
                 self._take(run, state, lease.owner, now + lease.ttl)
             self._after_write(run, state, wait, now)
+            return state.rev
 
     def compare_and_set(self, run: str, expected: int, record: bytes, lease: Lease) -> None:
         """Write revision ``expected + 1`` if ``expected`` is current and the lease allows."""
@@ -255,7 +256,8 @@ class MemoryRunStore(_NothingToClose):
             renewed = []
             for run in names:
                 state = self._runs.get(run)
-                if state is not None and state.own == owner and state.exp > now:
+                if (state is not None and state.own == owner and state.exp > now
+                        and not state.poisoned):
                     state.exp = now + ttl
                     renewed.append(run)
             return renewed

@@ -211,7 +211,7 @@ class Pipelined:
         """Queue :meth:`redisstore.RedisRunStore.get`."""
         return self._queue(self._ops.get(run), write=False)
 
-    def insert(self, run: str, record: bytes, lease: Lease) -> Pending[None]:
+    def insert(self, run: str, record: bytes, lease: Lease) -> Pending[int]:
         """Queue :meth:`redisstore.RedisRunStore.insert`."""
         return self._queue(self._ops.insert(run, record, lease))
 

@@ -279,13 +279,16 @@ class RunOps:
                                       (self.keys.prefix, run), self._answer(run), write=False))
         return parse_current(payload)
 
-    def insert(self, run: str, record: bytes, lease: Lease) -> Operation[None]:
-        """Create the run at revision 1."""
+    def insert(self, run: str, record: bytes, lease: Lease) -> Operation[int]:
+        """Create the run at revision 1 (one above the highest revision a deleted run had);
+        returns that revision."""
         run, lease = check_run(run), check_lease(lease)
         record = check_record(record, self.max_record_bytes)
         args = (self.keys.prefix, run, record, *lease_args(lease), *self._wait(record))
-        yield from ask(Call(scripts.RUN_INSERT, (self.keys.run(run), *self._write_keys), args,
-                            self._answer(run)))
+        revision = yield from ask(Call(scripts.RUN_INSERT,
+                                       (self.keys.run(run), *self._write_keys), args,
+                                       self._answer(run)))
+        return int(revision)
 
     def compare_and_set(self, run: str, expected: int, record: bytes,
                         lease: Lease) -> Operation[None]:

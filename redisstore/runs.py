@@ -390,8 +390,9 @@ class RunStore(Protocol):
         """The run's latest record, revision, holder and claim info; ``NotFound``."""
         ...
 
-    def insert(self, run: str, record: bytes, lease: Lease) -> None:
-        """Create ``run`` at revision 1; ``AlreadyExists`` if it exists."""
+    def insert(self, run: str, record: bytes, lease: Lease) -> int:
+        """Create ``run``; returns its revision (1, or one above the highest revision a
+        deleted run had); ``AlreadyExists`` if it exists."""
         ...
 
     def compare_and_set(self, run: str, expected: int, record: bytes, lease: Lease) -> None:
@@ -452,11 +453,12 @@ class RunStore(Protocol):
         ...
 
 
-def confirm_write(store: RunStore, run: str, revision: int, record: bytes) -> bool:
+def confirm_write(store: RunStore, run: str, revision: int | None, record: bytes) -> bool:
     """After an ``Unavailable`` insert or compare_and_set, tell whether it is the one stored.
 
-    True: the run is at ``revision`` with exactly ``record`` (the revision an insert writes is
-    1; a compare_and_set writes ``expected + 1``). Because every record the engine writes
+    True: the run is at ``revision`` with exactly ``record`` (a compare_and_set writes
+    ``expected + 1``; for an insert pass None: it writes 1, or above the highest revision a
+    deleted run had, and the record alone tells). Because every record the engine writes
     carries a fresh token, nobody else can have written those bytes. False: not (or no longer)
     visible; the outcome stays unknown, but the revision fence keeps it harmless: a late
     apply of the lost write would make the caller's next compare_and_set see a Conflict.
@@ -473,7 +475,8 @@ class _AsyncReader(Protocol):
     async def get(self, run: str) -> Current: ...
 
 
-async def aconfirm_write(store: _AsyncReader, run: str, revision: int, record: bytes) -> bool:
+async def aconfirm_write(store: _AsyncReader, run: str, revision: int | None,
+                         record: bytes) -> bool:
     """The asyncio twin of :func:`confirm_write`, for ``AsyncRedisRunStore``: after an
     ``Unavailable`` (or cancelled) insert or compare_and_set, whether it is the one stored."""
     try:
@@ -483,7 +486,7 @@ async def aconfirm_write(store: _AsyncReader, run: str, revision: int, record: b
     return _is_the_write(current, revision, record)
 
 
-def _is_the_write(current: Current, revision: int, record: bytes) -> bool:
+def _is_the_write(current: Current, revision: int | None, record: bytes) -> bool:
     # The record carries the writer's fresh token: the same bytes at the revision it wrote
     # can only be its own write.
-    return current.revision == revision and current.record == record
+    return revision in (None, current.revision) and current.record == record

@@ -3,6 +3,7 @@ Redis, Valkey or fakeredis (sync)."""
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable
 from datetime import datetime
 from typing import Any, Literal, TypeVar, overload
@@ -103,6 +104,15 @@ class RedisRunStore(_Closes, Shell[RunOps]):
         """The backend clock (Redis ``TIME``), UTC Unix milliseconds."""
         return self._io.drive(self._ops.now())
 
+    def _dedicated(self, timeout: int) -> RedisRunStore:
+        """This store on connections of its own (a Keeper's), with a deadline of at most
+        ``timeout`` ms; close it when done."""
+        twin = copy.copy(self)
+        io = self._io
+        twin._io = Transport(io.client, io.durability, min(timeout, io.timeout),
+                             dedicated=True)
+        return twin
+
     def pipeline(self) -> Pipeline:
         """Queue calls and send them in one round trip::
 
@@ -124,10 +134,11 @@ class RedisRunStore(_Closes, Shell[RunOps]):
         """The run's latest record, revision and holder; raises ``NotFound``."""
         return self._io.drive(self._ops.get(run))
 
-    def insert(self, run: str, record: bytes, lease: Lease) -> None:
-        """Create ``run`` at revision 1 (one above the highest revision a deleted run of the
-        namespace had); raises ``AlreadyExists`` if it exists."""
-        self._write(self._ops.insert(run, record, lease))
+    def insert(self, run: str, record: bytes, lease: Lease) -> int:
+        """Create ``run`` and return its revision: 1, or in a namespace where runs were
+        deleted, one above the highest revision a deleted run had (so an id inserted again
+        never reuses a revision). Raises ``AlreadyExists`` if it exists."""
+        return self._write(self._ops.insert(run, record, lease))
 
     def compare_and_set(self, run: str, expected: int, record: bytes, lease: Lease) -> None:
         """Write revision ``expected + 1`` if ``expected`` is current and the lease allows.

@@ -198,13 +198,18 @@ class Transport:
     client. ``timeout`` is each operation's deadline, in ms."""
 
     def __init__(self, client: Any, durability: Durability | None = None,
-                 timeout: int = 5000) -> None:
+                 timeout: int = 5000, *, dedicated: bool = False) -> None:
         check_client(client, asynchronous=False)
         self.client = client
         self.durability = durability
         self.timeout = timeout
         self._cluster = hasattr(client, "get_node_from_key")
-        self._pool = None if self._cluster else pool_for(client.connection_pool)
+        # dedicated: connections of this transport's own (a Keeper's), not the client's
+        # shared store pool, so that calls that saturate that one cannot starve it.
+        self._pool = None
+        if not self._cluster:
+            source = client.connection_pool
+            self._pool = Pool(source) if dedicated else pool_for(source)
         #: The one-time server checks done for this client, shared by its stores.
         self.checks: set[str] = set() if self._pool is None else self._pool.checks
         self._used: weakref.WeakSet[Pool] = weakref.WeakSet()  # a cluster's node pools

@@ -106,7 +106,7 @@ def test_pipelines_go_to_the_namespace_node(cluster: list[Server],
             inserted = [pipe.insert(f"run-{n}", f"{i}/{n}".encode(), Claim("me", 60_000))
                         for n in range(4)]
             read = pipe.get("run-0")
-        assert all(p.result() is None for p in inserted)
+        assert all(p.result() == 1 for p in inserted)
         assert read.result().record == f"{i}/0".encode()
         assert store.renew("me", [f"run-{n}" for n in range(4)], 60_000) == [
             f"run-{n}" for n in range(4)]

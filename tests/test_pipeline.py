@@ -95,7 +95,7 @@ def test_every_call_gets_its_own_answer_in_one_round_trip(
         assert len(pipe) == 10 and not new.done()
     assert len(round_trips) == 1 and round_trips[0] == 10  # one batch, one command per call
 
-    assert new.result() is None and new.done()
+    assert new.result() == 1 and new.done()
     with pytest.raises(AlreadyExists):
         again.result()
     with pytest.raises(Conflict) as conflict:
@@ -175,7 +175,7 @@ def test_a_bad_argument_raises_where_it_is_queued(client: redis.Redis) -> None:
         with pytest.raises(TypeError):
             pipe.claim_ready("me", LONG, 1, records=1)  # type: ignore[call-overload]
         assert len(pipe) == 1
-    assert first.result() is None
+    assert first.result() == 1
     assert store.get("a").revision == 1
 
 
@@ -203,7 +203,7 @@ def test_a_pipeline_is_sent_once(client: redis.Redis) -> None:
     with pytest.raises(RuntimeError):
         pending.result()  # not sent yet
     pipe.send()
-    assert pending.result() is None
+    assert pending.result() == 1
     with pytest.raises(RuntimeError):
         pipe.insert("b", b"1", Release())
     with pytest.raises(RuntimeError):
@@ -223,7 +223,7 @@ def test_noscript_costs_a_round_trip_and_nothing_else(client: redis.Redis,
         new = pipe.insert("b", b"1", Release())
         read = pipe.get("a")
     assert round_trips == [3, 6]  # then SCRIPT LOAD and the call again, for each call
-    assert cas.result() is None and new.result() is None
+    assert cas.result() is None and new.result() == 1
     assert read.result().revision in (1, 2)  # the read may run before the reloaded write
     assert (store.get("a").revision, store.get("b").revision) == (2, 1)
 
@@ -245,7 +245,7 @@ def test_one_confirmation_covers_the_writes_of_a_round(redis7: Server) -> None:
         read = pipe.get("first")
         refused = pipe.insert("first", b"x", Release())
     assert waits() == before + 1
-    assert all(w.result() is None for w in writes)
+    assert all(w.result() == 1 for w in writes)
     assert read.result().revision == 1
     with pytest.raises(AlreadyExists):
         refused.result()
@@ -345,7 +345,7 @@ def test_answers_that_came_back_stand_when_the_block_raises_after_send(
         absent = pipe.get("absent")
         pipe.send()
         pipe.insert("late", b"1", Release())  # queued after send: RuntimeError
-    assert new.result() is None  # applied, and said so: not "not_applied"
+    assert new.result() == 1  # applied, and said so: not "not_applied"
     with pytest.raises(NotFound):
         absent.result()
     assert store.get("a").revision == 1
@@ -385,7 +385,7 @@ def test_a_long_pipeline_goes_in_round_trips_of_at_most_100_calls(
         inserted = [pipe.insert(f"run-{i:03d}", b"1", Release()) for i in range(250)]
         again = [pipe.insert(f"run-{i:03d}", b"x", Release()) for i in range(0, 250, 50)]
     assert round_trips == [100, 100, 55]
-    assert all(p.result() is None for p in inserted)
+    assert all(p.result() == 1 for p in inserted)
     for p in again:  # queued after the inserts of the same runs: they ran after them
         with pytest.raises(AlreadyExists):
             p.result()
@@ -402,7 +402,7 @@ def test_after_noscript_each_script_is_loaded_once_per_round_trip(
         reads = [pipe.get(f"run-{i}") for i in range(3)]
     # Then one SCRIPT LOAD per script (insert, get) and every call again.
     assert round_trips == [13, 15]
-    assert all(p.result() is None for p in inserted)
+    assert all(p.result() == 1 for p in inserted)
     assert all(r.result().revision == 1 for r in reads)
 
 

@@ -16,7 +16,18 @@ import pytest
 
 from ..discovery import json_wait
 from ..errors import Conflict, LeaseRefused, Misconfigured, NotFound
-from ..runs import MAX_RENEW, Claim, Free, Held, Hold, Quarantined, Release, RunStore, Seize
+from ..runs import (
+    MAX_RENEW,
+    Claim,
+    Free,
+    Held,
+    Hold,
+    Quarantined,
+    Release,
+    RunStore,
+    Seize,
+    confirm_write,
+)
 from .base import ACCEPTS, LONG, ME, OTHER, STATES, RunSuite, lease_of
 from .readiness import rec
 
@@ -150,10 +161,11 @@ class LifecycleRules(RunSuite):
         store.compare_and_set("run", 2, b"r3", Release())
         stale = store.get("run").revision  # a zombie read revision 3 ...
         store.delete("run", 3, Release())
-        store.insert("run", b"new", Release())  # ... the id comes back above it
+        assert store.insert("run", b"new", Release()) == 4  # ... the id comes back above it
         assert store.get("run").revision == 4
-        store.insert("other", b"o1", Release())  # so does every insert after the delete
+        assert store.insert("other", b"o1", Release()) == 4  # so does every insert after it
         assert store.get("other").revision == 4
+        assert confirm_write(store, "other", None, b"o1")  # an insert's, whatever revision
         with pytest.raises(Conflict):
             store.compare_and_set("run", stale, b"zombie", Seize(ME, LONG))
         assert store.get("run").record == b"new"

@@ -60,7 +60,7 @@ class LeaseRules(RunSuite):
     @pytest.mark.parametrize("kind", ["hold", "claim", "seize", "release"])
     def test_insert_creates_revision_one(self, kind: str) -> None:
         store = self.make_store()
-        store.insert("run", b"first", lease_of(kind, ME, LONG))
+        assert store.insert("run", b"first", lease_of(kind, ME, LONG)) == 1
         current = store.get("run")
         assert current.revision == 1
         assert current.record == b"first"

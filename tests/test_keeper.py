@@ -1,0 +1,322 @@
+"""Lease keepers (redisstore.keeper): renewal in batches on connections of their own, the
+``valid`` bound, every loss reported, no renewal after a loss; under the fault proxy (cut,
+hung and delayed replies, a partition) on Redis 7 and Valkey 8."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import fakeredis
+import pytest
+import redis
+from faultproxy import FaultProxy
+from servers import Server, unique_namespace
+
+from redisstore import (
+    AsyncKeeper,
+    AsyncRedisRunStore,
+    Claim,
+    Held,
+    Keeper,
+    Lost,
+    MemoryRunStore,
+    RedisRunStore,
+    Seize,
+    Unavailable,
+)
+from redisstore.keeper import DEADLINE, NOT_RENEWED, STOPPED
+from redisstore.runs import MAX_RENEW
+from redisstore.transport import pool_for
+
+TTL = 600
+
+
+class Counting(MemoryRunStore):
+    """A memory store that counts renew calls and their sizes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.renewals: list[int] = []
+
+    def renew(self, owner: str, runs: Any, ttl: int) -> list[str]:
+        names = list(runs)
+        self.renewals.append(len(names))
+        return super().renew(owner, names, ttl)
+
+
+def take(store: Any, keeper: Keeper, run: str, ttl: int = TTL) -> None:
+    since = time.monotonic()
+    store.insert(run, b"r", Claim(keeper.owner, ttl))
+    keeper.add(run, since=since)
+
+
+def test_a_keeper_keeps_leases_live_past_many_ttls_in_capped_batches() -> None:
+    store = Counting()
+    lost: list[Lost] = []
+    with Keeper(store, "me", TTL, on_lost=lost.append) as keeper:
+        for i in range(MAX_RENEW + 10):
+            take(store, keeper, f"r{i}")
+        time.sleep(TTL * 2.5 / 1000)
+        assert all(store.get(f"r{i}").holder == Held("me", True)
+                   for i in range(MAX_RENEW + 10))
+        assert all(keeper.valid(f"r{i}") for i in range(MAX_RENEW + 10))
+        assert lost == []
+    # Every round is two calls, the first at the cap.
+    assert store.renewals and set(store.renewals[::2]) == {MAX_RENEW}
+    assert set(store.renewals[1::2]) == {10}
+
+
+def test_valid_waits_for_a_first_confirmation_without_since() -> None:
+    store = MemoryRunStore()
+    with Keeper(store, "me", TTL) as keeper:
+        store.insert("run", b"r", Claim("me", TTL))
+        keeper.add("run")
+        assert not keeper.valid("run")  # not certain until the keeper's own renewal
+        deadline = time.monotonic() + 1
+        while not keeper.valid("run") and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert keeper.valid("run")
+
+
+def test_a_run_taken_by_another_owner_is_reported_once_and_never_renewed_again() -> None:
+    store = MemoryRunStore()
+    lost: list[Lost] = []
+    with Keeper(store, "me", TTL, on_lost=lost.append) as keeper:
+        take(store, keeper, "run")
+        take(store, keeper, "other-run")
+        store.compare_and_set("run", 1, b"r2", Seize("thief", 60_000))
+        time.sleep(TTL / 1000)
+        assert lost == [Lost("run", NOT_RENEWED)]
+        assert not keeper.valid("run") and keeper.runs == ["other-run"]
+        assert store.get("run").holder == Held("thief", True)
+
+
+def test_a_discarded_run_runs_out_and_close_can_release_the_rest() -> None:
+    store = MemoryRunStore()
+    keeper = Keeper(store, "me", TTL)
+    take(store, keeper, "kept")
+    take(store, keeper, "dropped", ttl=100)
+    keeper.discard("dropped")
+    time.sleep(0.3)
+    assert store.get("dropped").holder == Held("me", False)
+    assert keeper.release(["nothing"]) == []
+    keeper.close(release=True)
+    assert store.get("kept").holder.__class__.__name__ == "Free"
+    with pytest.raises(RuntimeError, match="closed"):
+        keeper.add("kept")
+    keeper.close()  # idempotent
+
+
+def test_a_keeper_that_dies_reports_every_run_and_raises() -> None:
+    class Broken(MemoryRunStore):
+        def renew(self, owner: str, runs: Any, ttl: int) -> list[str]:
+            raise KeyError("a bug")
+
+    store = Broken()
+    lost: list[Lost] = []
+    keeper = Keeper(store, "me", TTL, on_lost=lost.append)
+    take(store, keeper, "a")
+    take(store, keeper, "b")
+    deadline = time.monotonic() + 2
+    while keeper.failure is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert isinstance(keeper.failure, KeyError)
+    assert sorted(lost, key=lambda item: item.run) == [Lost("a", STOPPED), Lost("b", STOPPED)]
+    assert not keeper.valid("a")
+    with pytest.raises(RuntimeError, match="stopped"):
+        keeper.add("c")
+    keeper.close()
+
+
+@pytest.mark.server
+def test_a_saturated_store_pool_does_not_starve_the_keeper(redis7: Server) -> None:
+    client = redis.Redis(connection_pool=redis.BlockingConnectionPool(
+        host="127.0.0.1", port=redis7.port, max_connections=1))
+    store = RedisRunStore(client, namespace=unique_namespace())
+    lost: list[Lost] = []
+    with Keeper(store, "me", 300, on_lost=lost.append) as keeper:
+        take(store, keeper, "run", ttl=300)
+        pool = pool_for(client.connection_pool)
+        held, _ = pool.acquire(time.monotonic() + 1)  # the store's only connection, busy
+        try:
+            time.sleep(0.9)
+            assert keeper.valid("run") and lost == []
+        finally:
+            pool.release(held)
+        assert store.get("run").holder == Held("me", True)
+
+
+def test_an_async_keeper_is_not_starved_by_a_busy_event_loop() -> None:
+    async def main() -> None:
+        store = AsyncRedisRunStore(fakeredis.FakeAsyncRedis(), namespace=unique_namespace())
+        lost: list[Lost] = []
+        async with AsyncKeeper(store, "me", 300, on_lost=lost.append) as keeper:
+            since = time.monotonic()
+            await store.insert("run", b"r", Claim("me", 300))
+            await store.insert("stolen", b"r", Claim("me", 300))
+            keeper.add_all(["run", "stolen"], since=since)
+            time.sleep(0.9)  # the caller's loop blocked for three ttls
+            assert keeper.valid("run")
+            assert (await store.get("run")).holder == Held("me", True)
+            await store.compare_and_set("stolen", 1, b"x", Seize("thief", 60_000))
+            await asyncio.sleep(0.3)
+            assert lost == [Lost("stolen", NOT_RENEWED)]  # delivered on this loop
+            assert await keeper.arelease(["run"]) == ["run"]
+        assert keeper.runs == []
+
+    asyncio.run(main())
+
+
+def test_bad_arguments() -> None:
+    store = MemoryRunStore()
+    for make in (lambda: Keeper(store, "", TTL), lambda: Keeper(store, "me", 0),
+                 lambda: Keeper(store, "me", TTL, margin=TTL),
+                 lambda: Keeper(store, "me", TTL, renew_every=0)):
+        with pytest.raises((ValueError, TypeError)):
+            make()
+    with Keeper(store, "me", TTL) as keeper, pytest.raises((ValueError, TypeError)):
+        keeper.add("")
+
+
+# ---------------------------------------------------------------------------- faults
+
+
+@pytest.fixture(params=["redis7", "valkey8"])
+def server(request: pytest.FixtureRequest) -> Server:
+    fixture: Server = request.getfixturevalue(request.param)
+    return fixture
+
+
+@pytest.fixture
+def proxy(server: Server) -> Iterator[FaultProxy]:
+    with FaultProxy(server.port) as p:
+        yield p
+
+
+class Watch:
+    """Samples, every 2 ms, the server's view of the lease (read first, directly) and then
+    the keeper's ``valid``: a keeper that calls a lease valid after the server saw it
+    expired is wrong."""
+
+    def __init__(self, direct: RedisRunStore, keeper: Keeper, run: str) -> None:
+        self.direct, self.keeper, self.run = direct, keeper, run
+        self.violations: list[str] = []
+        self.invalid_at: float | None = None
+        self.expired_at: float | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            live = self.direct.get(self.run).holder == Held(self.keeper.owner, True)
+            valid = self.keeper.valid(self.run)
+            now = time.monotonic()
+            if not live and self.expired_at is None:
+                self.expired_at = now
+            if not valid and self.invalid_at is None:
+                self.invalid_at = now
+            if valid and not live:
+                self.violations.append(f"valid at {now} though the server saw it expired")
+            time.sleep(0.002)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def keeper_through(proxy: FaultProxy, server: Server, ttl: int
+                   ) -> tuple[RedisRunStore, Keeper, list[Lost], Watch]:
+    namespace = unique_namespace()
+    direct = RedisRunStore(server.client(), namespace=namespace)
+    store = RedisRunStore(redis.Redis(host=proxy.host, port=proxy.port), namespace=namespace)
+    lost: list[Lost] = []
+    keeper = Keeper(store, "me", ttl, on_lost=lost.append)
+    take(direct, keeper, "run", ttl)
+    return direct, keeper, lost, Watch(direct, keeper, "run")
+
+
+@pytest.mark.server
+@pytest.mark.parametrize("fault", ["partition", "hung replies"])
+def test_a_lease_the_keeper_cannot_renew_is_reported_before_it_runs_out(
+        fault: str, proxy: FaultProxy, server: Server) -> None:
+    direct, keeper, lost, watch = keeper_through(proxy, server, TTL)
+    try:
+        time.sleep(TTL / 1000)  # a few good rounds first
+        assert keeper.valid("run") and lost == []
+        if fault == "partition":
+            proxy.refuse(True)
+            proxy.cut_all()
+        else:
+            proxy.drop_replies(10_000, hang=True)
+        deadline = time.monotonic() + 3 * TTL / 1000
+        while not lost and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert lost == [Lost("run", DEADLINE)]
+        time.sleep(TTL * 1.5 / 1000)
+        watch.stop()
+        assert watch.violations == []
+        assert watch.invalid_at is not None and watch.expired_at is not None
+        assert watch.invalid_at <= watch.expired_at  # reported before it could run out
+        # Healed: the keeper never renews a lease it gave up.
+        proxy.refuse(False)
+        proxy.pass_through()
+        proxy.cut_all()
+        time.sleep(TTL / 1000)
+        assert direct.get("run").holder == Held("me", False)
+        assert direct.claim_expired("other", 60_000, 10) == ["run"]
+    finally:
+        watch.stop()
+        keeper.close()
+
+
+@pytest.mark.server
+@pytest.mark.parametrize("fault", ["delayed replies", "cut connections"])
+def test_a_keeper_rides_out_slow_and_cut_connections(
+        fault: str, proxy: FaultProxy, server: Server) -> None:
+    direct, keeper, lost, watch = keeper_through(proxy, server, TTL)
+    try:
+        if fault == "delayed replies":
+            proxy.set_delay(TTL / 20 / 1000)  # each reply; a new connection takes four
+            time.sleep(3 * TTL / 1000)
+        else:
+            for _ in range(15):  # every connection cut, ten times a ttl
+                proxy.cut_all()
+                time.sleep(TTL / 10 / 1000)
+        watch.stop()
+        assert lost == [] and watch.violations == []
+        assert keeper.valid("run")
+        assert direct.get("run").holder == Held("me", True)
+    finally:
+        watch.stop()
+        keeper.close()
+
+
+@pytest.mark.server
+def test_after_a_lost_renewal_reply_the_keeper_resends_at_once(
+        proxy: FaultProxy, server: Server) -> None:
+    direct, keeper, lost, watch = keeper_through(proxy, server, TTL)
+    try:
+        time.sleep(TTL / 1000 / 2)
+        proxy.drop_replies(1)  # the next renewal runs, its reply is lost: unknown
+        assert proxy.wait_dropped(1)
+        time.sleep(TTL / 1000)
+        watch.stop()
+        assert lost == [] and watch.violations == [] and keeper.valid("run")
+        assert direct.get("run").holder == Held("me", True)
+    finally:
+        watch.stop()
+        keeper.close()
+
+
+def test_unavailable_is_what_a_renewal_fails_with() -> None:
+    """The keeper's retry rule rests on this: a store call that cannot reach the server
+    raises Unavailable, never something the keeper would take for a bug."""
+    client = redis.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.05)
+    store = RedisRunStore(client, namespace=unique_namespace(), timeout=200)
+    with pytest.raises(Unavailable):
+        store.renew("me", ["run"], TTL)
