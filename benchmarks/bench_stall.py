@@ -578,6 +578,20 @@ def suite(bench: Bench, layout: int, db: int, plan: Plan) -> None:
         bench.costs.append(cost(f"renewed run (layout {layout})", bench.figures[-1],
                                 bench.figures[-2], RENEW))
 
+    # release: RENEW expired leases taken by "rel" for each repeat
+    mine: list[str] = []
+    for _ in range(-(-bench.repeats * RENEW // CLAIM)):
+        taken, _ = bench.drive(c, expired.claim_expired("rel", LONG, CLAIM))
+        mine += taken
+    expect(len(mine) >= bench.repeats * RENEW, f"only {len(mine)} leases to release")
+
+    def released(i: int, result: Any, reply: Any) -> int:
+        expect(len(result) == RENEW, f"released {len(result)}, not {RENEW}")
+        return RENEW
+
+    bench.measure(f"release of {RENEW} leases", "run_release", layout, RENEW, c,
+                  lambda i: expired.release("rel", mine[i * RENEW:(i + 1) * RENEW]), released)
+
     # records
     if plan.big:
         big_records(bench, c, plain, layout, f"in {n}")
@@ -695,6 +709,10 @@ def fanout(bench: Bench, c: redis.Redis, namespace: str, plain: RunOps, ready: R
     refresh = RunOps(namespace, lambda record: Changed(f"dep-{layout}-0", seen=1), 0)
     bench.measure("refresh of a waiter", "run_refresh", layout, 1, c,
                   lambda i: refresh.refresh(run_id("wdep0", i)))
+    if layout != 1:  # delete needs the newest layout
+        bench.measure(f"delete of a dependency with {waiters:,} waiters", "run_delete", layout,
+                      FANOUT, c,
+                      lambda i: plain.delete(f"dep-{layout}-{i}", 2, Release()), deferred)
 
 
 def migration(bench: Bench, db: int, plan: Plan) -> None:

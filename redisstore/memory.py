@@ -185,13 +185,7 @@ class MemoryRunStore(_NothingToClose):
         record, lease = check_record(record), check_lease(lease)
         wait = self._derive(record)
         with self._lock:
-            state = self._runs.get(run)
-            if state is None:
-                raise NotFound(run)
-            if state.rev != expected:
-                raise Conflict(state.rev)
-            now = self._clock()
-            self._check_lease(state, lease, now)
+            state, now = self._checked(run, expected, lease)
             state.rev += 1
             state.rec = record
             self._put_back(run, state)
@@ -202,7 +196,15 @@ class MemoryRunStore(_NothingToClose):
                 state.own, state.exp, state.claim = None, 0, None
             self._after_write(run, state, wait, now)
 
-    def _check_lease(self, state: _Run, lease: Lease, now: int) -> None:
+    def _checked(self, run: str, expected: int, lease: Lease) -> tuple[_Run, int]:
+        """The run and the time, once the revision and then the lease condition passed
+        (compare_and_set's and delete's checks, in that order). Under the lock."""
+        state = self._runs.get(run)
+        if state is None:
+            raise NotFound(run)
+        if state.rev != expected:
+            raise Conflict(state.rev)
+        now = self._clock()
         holder = self._holder(state, now)
         if isinstance(lease, Hold):
             allowed = isinstance(holder, Held) and holder.owner == lease.owner
@@ -213,19 +215,14 @@ class MemoryRunStore(_NothingToClose):
             allowed = True
         if not allowed:
             raise LeaseRefused(holder)
+        return state, now
 
     def delete(self, run: str, expected: int, lease: Lease) -> None:
         """Remove ``run`` if ``expected`` is current and the lease allows (the checks of
         :meth:`compare_and_set`); its waiters read it as revision 0."""
         run, expected, lease = check_run(run), check_revision(expected), check_lease(lease)
         with self._lock:
-            state = self._runs.get(run)
-            if state is None:
-                raise NotFound(run)
-            if state.rev != expected:
-                raise Conflict(state.rev)
-            now = self._clock()
-            self._check_lease(state, lease, now)
+            state, now = self._checked(run, expected, lease)
             self._deleted[0] = max(self._deleted[0], state.rev)
             self._set_wait(run, state, None)
             del self._runs[run]

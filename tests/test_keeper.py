@@ -5,6 +5,7 @@ hung and delayed replies, a partition) on Redis 7 and Valkey 8."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 from collections.abc import Iterator
@@ -229,23 +230,29 @@ class Watch:
         self._thread.join()
 
 
-def keeper_through(proxy: FaultProxy, server: Server, ttl: int
-                   ) -> tuple[RedisRunStore, Keeper, list[Lost], Watch]:
+@contextlib.contextmanager
+def watched(proxy: FaultProxy, server: Server, ttl: int
+            ) -> Iterator[tuple[RedisRunStore, Keeper, list[Lost], Watch]]:
+    """A keeper holding "run" through the proxy, watched; stopped and closed afterwards."""
     namespace = unique_namespace()
     direct = RedisRunStore(server.client(), namespace=namespace)
     store = RedisRunStore(redis.Redis(host=proxy.host, port=proxy.port), namespace=namespace)
     lost: list[Lost] = []
     keeper = Keeper(store, "me", ttl, on_lost=lost.append)
     take(direct, keeper, "run", ttl)
-    return direct, keeper, lost, Watch(direct, keeper, "run")
+    watch = Watch(direct, keeper, "run")
+    try:
+        yield direct, keeper, lost, watch
+    finally:
+        watch.stop()
+        keeper.close()
 
 
 @pytest.mark.server
 @pytest.mark.parametrize("fault", ["partition", "hung replies"])
 def test_a_lease_the_keeper_cannot_renew_is_reported_before_it_runs_out(
         fault: str, proxy: FaultProxy, server: Server) -> None:
-    direct, keeper, lost, watch = keeper_through(proxy, server, TTL)
-    try:
+    with watched(proxy, server, TTL) as (direct, keeper, lost, watch):
         time.sleep(TTL / 1000)  # a few good rounds first
         assert keeper.valid("run") and lost == []
         if fault == "partition":
@@ -269,17 +276,13 @@ def test_a_lease_the_keeper_cannot_renew_is_reported_before_it_runs_out(
         time.sleep(TTL / 1000)
         assert direct.get("run").holder == Held("me", False)
         assert direct.claim_expired("other", 60_000, 10) == ["run"]
-    finally:
-        watch.stop()
-        keeper.close()
 
 
 @pytest.mark.server
 @pytest.mark.parametrize("fault", ["delayed replies", "cut connections"])
 def test_a_keeper_rides_out_slow_and_cut_connections(
         fault: str, proxy: FaultProxy, server: Server) -> None:
-    direct, keeper, lost, watch = keeper_through(proxy, server, TTL)
-    try:
+    with watched(proxy, server, TTL) as (direct, keeper, lost, watch):
         if fault == "delayed replies":
             proxy.set_delay(TTL / 20 / 1000)  # each reply; a new connection takes four
             time.sleep(3 * TTL / 1000)
@@ -291,16 +294,12 @@ def test_a_keeper_rides_out_slow_and_cut_connections(
         assert lost == [] and watch.violations == []
         assert keeper.valid("run")
         assert direct.get("run").holder == Held("me", True)
-    finally:
-        watch.stop()
-        keeper.close()
 
 
 @pytest.mark.server
 def test_after_a_lost_renewal_reply_the_keeper_resends_at_once(
         proxy: FaultProxy, server: Server) -> None:
-    direct, keeper, lost, watch = keeper_through(proxy, server, TTL)
-    try:
+    with watched(proxy, server, TTL) as (direct, keeper, lost, watch):
         time.sleep(TTL / 1000 / 2)
         proxy.drop_replies(1)  # the next renewal runs, its reply is lost: unknown
         assert proxy.wait_dropped(1)
@@ -308,9 +307,6 @@ def test_after_a_lost_renewal_reply_the_keeper_resends_at_once(
         watch.stop()
         assert lost == [] and watch.violations == [] and keeper.valid("run")
         assert direct.get("run").holder == Held("me", True)
-    finally:
-        watch.stop()
-        keeper.close()
 
 
 def test_unavailable_is_what_a_renewal_fails_with() -> None:

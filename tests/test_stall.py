@@ -161,7 +161,9 @@ def test_every_run_script_at_its_caps_over_300k_runs_stays_below_the_busy_thresh
     finally:
         stall_server.client(db=db).flushdb()  # our own server: give the memory back
     measured = {f.script for f in bench.figures}
-    expected = {s.name for s in scripts.RUN_SCRIPTS} - {"run_migrate"}
+    # delete needs the newest layout: at layout 1 its refusal costs nothing to measure.
+    expected = {s.name for s in scripts.RUN_SCRIPTS} - {"run_migrate"} - (
+        {"run_delete"} if layout == 1 else set())
     assert measured == expected, "every run script has a stall scenario (migrate: below)"
 
 
