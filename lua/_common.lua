@@ -3,7 +3,23 @@
 -- definitions ahead of each lib's own, so a lib and its scripts use them as their own; a
 -- script's header includes them like any lib name.
 
-local P = ARGV[1]
+-- ARGV[1]: the namespace's key prefix "{ns}:", from which a script derives the keys it
+-- touches beyond its KEYS. Every declared key must start with it, so a raw EVALSHA with a
+-- forged prefix (another tenant's) is refused before anything is read: a script never
+-- reaches keys its caller did not name the namespace of.
+local P = (function()
+  local p = ARGV[1]
+  if type(p) ~= 'string' or #p < 4 or string.sub(p, 1, 1) ~= '{'
+      or string.sub(p, -2) ~= '}:' or string.find(p, '[{}]', 2) ~= #p - 1 then
+    error('BADARG ARGV[1] must be a key prefix {namespace}:')
+  end
+  for i = 1, #KEYS do
+    if string.sub(KEYS[i], 1, #p) ~= p then
+      error('BADARG KEYS[' .. i .. '] is not a key of the namespace of ARGV[1]')
+    end
+  end
+  return p
+end)()
 
 local function int(n)
   return string.format('%d', n)

@@ -131,7 +131,10 @@ end
 -- Refuse a namespace laid out by a newer library; a damaged meta key is corrupt.
 local function check_layout()
   local got = redis.pcall('HGET', META, 'layout')
-  if type(got) == 'table' then return {CORRUPT, 'meta', 0, -1} end
+  if type(got) == 'table' then
+    wrong_type(got)  -- not a type error (a key the ACL denies...): raised, not corrupt
+    return {CORRUPT, 'meta', 0, -1}
+  end
   if not got then return nil end
   local n = decimal(got, 1, 1000000)
   if n == nil then return {CORRUPT, 'meta.layout', 0, -1} end

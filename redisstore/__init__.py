@@ -44,6 +44,7 @@ from .runs import (
     aconfirm_write,
     confirm_write,
 )
+from .security import acl_rule
 from .store import Pipeline, RedisRepository, RedisRunStore
 
 __all__ = [
@@ -94,6 +95,7 @@ __all__ = [
     "Unavailable",
     "UnknownGroup",
     "Wait",
+    "acl_rule",
     "aconfirm_write",
     "confirm_write",
 ]

@@ -1,18 +1,48 @@
 """``redisstore``: the command line. ``redisstore demo`` shows two engine nodes sharing
-runs through one store, on embedded fakeredis by default or on a server with ``--url``."""
+runs through one store, on embedded fakeredis by default or on a server with ``--url`` (or
+``REDISSTORE_URL``). A URL's credentials are never printed."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 import uuid
 from collections.abc import Sequence
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from . import Claim, Hold, LeaseRefused, RedisRunStore, Release
 from .discovery import json_wait
+
+
+def redact(url: str) -> str:
+    """``url`` with its password (and user name) replaced by ``***``: safe to show."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<a URL that does not parse>"
+    if parts.password is None and parts.username is None:
+        return url
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    if parts.port is not None:
+        host += f":{parts.port}"
+    return urlunsplit(parts._replace(netloc=f"***@{host}"))
+
+
+def _secrets(url: str | None) -> list[str]:
+    """The parts of ``url`` that must never be shown."""
+    if url is None:
+        return []
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return [url]
+    return [x for x in (parts.password, parts.username) if x]
 
 
 def _client(url: str | None) -> Any:
@@ -27,7 +57,22 @@ def _client(url: str | None) -> Any:
     return redis.Redis.from_url(url)
 
 
-def demo(url: str | None, out: Any = sys.stdout) -> int:
+def demo(url: str | None, out: Any = None) -> int:
+    """Run the demo (printing to ``out``, default stdout); a failure is printed, without the
+    URL's credentials, and answers 2."""
+    out = sys.stdout if out is None else out
+    try:
+        return _demo(url, out)
+    except Exception as exc:
+        text = f"{type(exc).__name__}: {exc}"
+        for secret in _secrets(url):
+            text = text.replace(secret, "***")
+        print(f"redisstore demo failed on {redact(url) if url else 'fakeredis'}: {text}",
+              file=out)
+        return 2
+
+
+def _demo(url: str | None, out: Any) -> int:
     """Two nodes share runs: claims, a crash, a takeover, a fenced zombie, a timed wait."""
 
     def say(text: str) -> None:
@@ -35,7 +80,8 @@ def demo(url: str | None, out: Any = sys.stdout) -> int:
 
     namespace = f"demo-{uuid.uuid4().hex[:8]}"
     store = RedisRunStore(_client(url), namespace=namespace, discover=json_wait)
-    say(f"store: {'fakeredis (embedded)' if url is None else url}, namespace {namespace!r}")
+    say(f"store: {'fakeredis (embedded)' if url is None else redact(url)}, "
+        f"namespace {namespace!r}")
     ttl = 300
 
     store.insert("order-42", json.dumps({"step": 1}).encode(), Claim("node-a", ttl))
@@ -72,9 +118,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="redisstore", description=__doc__)
     sub = parser.add_subparsers(dest="command")
     run_demo = sub.add_parser("demo", help="two nodes sharing runs (the default command)")
-    run_demo.add_argument("--url", help="redis://127.0.0.1:6379/0 (default: embedded fakeredis)")
+    run_demo.add_argument("--url", default=os.environ.get("REDISSTORE_URL"),
+                          help="redis://127.0.0.1:6379/0 (default: $REDISSTORE_URL, else "
+                               "embedded fakeredis); credentials are never printed")
     args = parser.parse_args(argv)
-    return demo(getattr(args, "url", None))
+    url = getattr(args, "url", None) or os.environ.get("REDISSTORE_URL") or None
+    return demo(url)
 
 
 if __name__ == "__main__":

@@ -4,18 +4,23 @@ write its own renewal thread.
 ``Keeper(store, owner, ttl)`` (any sync run store) and ``AsyncKeeper(store, owner, ttl)`` (an
 :class:`~redisstore.AsyncRedisRunStore`) each run in a thread of their own, on connections
 of their own: a saturated pool, a busy event loop or a slow caller does not delay a renewal.
+Every call to the store is made on that thread (``release`` too), so an asyncio keeper's
+event loop and connections never leave it.
 
 What ``valid(run)`` promises: the lease is live *now*. It is counted from the moment the
 last renewal the server confirmed was *sent* (a renewal runs on the server after it is
 sent, and makes the lease last ``ttl`` from then), by this process's monotonic clock, minus
-a margin for the two clocks' drift. A run the keeper cannot confirm within that bound is
-reported lost before the lease could have run out, and is never renewed again: a renewal
-never revives a lease, and the keeper never sends one for a run it has given up.
+a margin for the two clocks' drift. ``valid`` turns false at that bound; a run the keeper
+could not confirm by then is reported lost (within ``renew_every``) and never renewed
+again: a renewal never revives a lease, and the keeper never sends one for a run it gave
+up. Each time a run is added it is a new entry: a renewal sent for an earlier one of the
+same id (released and taken again meanwhile) never counts for it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import threading
 import time
@@ -47,6 +52,13 @@ class Lost:
     reason: str
 
 
+@dataclass(slots=True)
+class _Entry:
+    gen: int  # which add() made it: a reply to a renewal of another entry never counts
+    since: float | None  # monotonic time the confirming call was sent; None: not yet
+    added: float
+
+
 class Keeper:
     """Renews every run it holds for ``owner``, ``ttl`` ms at a time.
 
@@ -76,16 +88,16 @@ class Keeper:
         self._on_lost = on_lost
         # A Redis store is copied onto connections of the keeper's own (closed with it).
         dedicated = getattr(store, "_dedicated", None)
-        self._owns_store = dedicated is not None
         self._store = store if dedicated is None else dedicated(self.renew_every)
+        self._owns_store = self._store is not store
         self._cond = threading.Condition()
-        # run -> monotonic time the last confirmed renewal (or the taking call) was sent;
-        # _unsure: run -> when it was added, for runs not confirmed yet.
-        self._held: dict[str, float] = {}
-        self._unsure: dict[str, float] = {}
+        self._held: dict[str, _Entry] = {}
+        self._gen = 0
         self._due = time.monotonic()
         self._urgent = False
         self._stopped = False
+        self._release_on_close = False
+        self._requests: list[tuple[list[str], concurrent.futures.Future[list[str]]]] = []
         self.failure: BaseException | None = None
         self.max_lateness = 0.0
         self._thread = threading.Thread(target=self._run, name=f"redisstore-keeper-{owner}",
@@ -100,17 +112,21 @@ class Keeper:
         ``Claim``/``Seize``); then :meth:`valid` counts from it at once. Without it the
         lease is not certain until the keeper's first renewal of it, sent at once."""
         run = check_run(run)
+        now = time.monotonic()
+        if since is not None and (type(since) not in (float, int) or since > now + 0.001):
+            raise ValueError(f"since must be a time.monotonic() reading of the past, got "
+                             f"{since!r}")
         with self._cond:
-            self._raise_if_failed()
-            if not self._held and not self._unsure:  # idle until now: a fresh schedule
-                self._due = time.monotonic() + self.renew_every / 1000
+            self._raise_if_stopped()
+            if not self._held:  # idle until now: a fresh schedule
+                self._due = now + self.renew_every / 1000
+            self._gen += 1
+            self._held[run] = _Entry(self._gen, since, now)
             if since is None:
-                self._unsure.setdefault(run, time.monotonic())
-                self._held.pop(run, None)
                 self._urgent = True
             else:
-                self._held[run] = since
-                self._unsure.pop(run, None)
+                self._due = min(self._due, since + self.renew_every / 1000)
+                self._urgent = self._urgent or self._due <= now
             self._cond.notify()
 
     def add_all(self, runs: Iterable[str], *, since: float | None = None) -> None:
@@ -122,47 +138,35 @@ class Keeper:
         """Stop keeping ``run`` (its lease is left to run out; see :meth:`release`)."""
         with self._cond:
             self._held.pop(run, None)
-            self._unsure.pop(run, None)
 
     def valid(self, run: str) -> bool:
         """Whether ``run``'s lease is certainly live now, by the keeper's own bound."""
         with self._cond:
-            since = self._held.get(run)
+            entry = self._held.get(run)
+            since = None if entry is None or self._stopped else entry.since
         return since is not None and time.monotonic() < self._bound(since)
 
     @property
     def runs(self) -> list[str]:
         """The runs the keeper holds (confirmed or not yet)."""
         with self._cond:
-            return [*self._held, *self._unsure]
+            return [] if self._stopped else list(self._held)
 
     def release(self, runs: Iterable[str]) -> list[str]:
-        """Stop keeping ``runs`` and free their leases now (``store.release``); returns the
-        runs released."""
-        names = check_runs(runs)
-        for run in names:
-            self.discard(run)
-        return list(self._call("release", self.owner, names)) if names else []
+        """Stop keeping ``runs`` and free their leases now (``store.release``, sent by the
+        keeper's thread); returns the runs released."""
+        return self._submit(runs).result()
 
     def close(self, *, release: bool = False) -> None:
         """Stop renewing; with ``release``, free every lease held (in batches). The keeper's
-        own connections are closed. Idempotent."""
+        own connections are closed. Idempotent; may be called from ``on_lost``."""
         with self._cond:
-            already = self._stopped
-            self._stopped = True
-            held = [*self._held, *self._unsure]
-            self._held.clear()
-            self._unsure.clear()
-            self._cond.notify()
-        if already:
-            return
-        self._thread.join()
-        try:
-            if release and self.failure is None:
-                for i in range(0, len(held), MAX_RENEW):
-                    self._call("release", self.owner, held[i:i + MAX_RENEW])
-        finally:
-            self._finish()
+            if not self._stopped:
+                self._stopped = True
+                self._release_on_close = release
+                self._cond.notify()
+        if threading.current_thread() is not self._thread:
+            self._thread.join()
 
     def __enter__(self) -> Keeper:
         return self
@@ -172,15 +176,34 @@ class Keeper:
 
     # ------------------------------------------------------------------ the keeper's side
 
+    def _submit(self, runs: Iterable[str]) -> concurrent.futures.Future[list[str]]:
+        names = check_runs(runs)
+        future: concurrent.futures.Future[list[str]] = concurrent.futures.Future()
+        with self._cond:
+            for run in names:
+                self._held.pop(run, None)
+            if not names:
+                future.set_result([])
+            elif self._stopped:
+                future.set_exception(RuntimeError(f"the keeper of {self.owner!r} is closed"))
+            else:
+                self._requests.append((names, future))
+                self._cond.notify()
+        return future
+
     def _bound(self, since: float) -> float:
         return since + (self.ttl - self.margin) / 1000
 
-    def _raise_if_failed(self) -> None:
+    def _raise_if_stopped(self) -> None:
         if self.failure is not None:
             raise RuntimeError(f"the keeper of {self.owner!r} stopped: {self.failure!r}"
                                ) from self.failure
         if self._stopped:
             raise RuntimeError(f"the keeper of {self.owner!r} is closed")
+
+    def _round_due(self) -> bool:
+        return (self._stopped or self._urgent or bool(self._requests)
+                or (bool(self._held) and time.monotonic() >= self._due))
 
     def _run(self) -> None:
         try:
@@ -188,71 +211,86 @@ class Keeper:
             while True:
                 with self._cond:
                     while not self._round_due():
-                        holding = self._held or self._unsure
-                        self._cond.wait(max(self._due - time.monotonic(), 0.0) if holding
+                        self._cond.wait(max(self._due - time.monotonic(), 0.0) if self._held
                                         else None)
                     if self._stopped:
                         return
+                    requests, self._requests = self._requests, []
                     late = time.monotonic() - self._due
-                    if not self._urgent and late > 0:
+                    if not self._urgent and not requests and late > 0:
                         self.max_lateness = max(self.max_lateness, late * 1000)
                         if late * 1000 > self.renew_every / 2:
                             log.warning("redisstore: the keeper of %r renewed %.0f ms late",
                                         self.owner, late * 1000)
                     self._urgent = False
-                    runs = [*self._held, *self._unsure]
-                self._round(runs)
+                    due = bool(self._held) and time.monotonic() >= self._due
+                    snapshot = [(run, entry.gen) for run, entry in self._held.items()]
+                for names, future in requests:
+                    self._answer(names, future)
+                if due or not requests:
+                    self._round(snapshot)
         except BaseException as exc:  # a keeper never goes quiet: report what it held
             with self._cond:
                 self.failure = exc
-                held = [*self._held, *self._unsure]
+                held = list(self._held)
                 self._held.clear()
-                self._unsure.clear()
             log.error("redisstore: the keeper of %r stopped: %r", self.owner, exc)
             self._report([Lost(run, STOPPED) for run in held])
+        finally:
+            self._shutdown()
 
-    def _round_due(self) -> bool:
-        holding = bool(self._held or self._unsure)
-        return (self._stopped or self._urgent
-                or (holding and time.monotonic() >= self._due))
+    def _answer(self, names: list[str], future: concurrent.futures.Future[list[str]]) -> None:
+        try:
+            future.set_result(list(self._call("release", self.owner, names)))
+        except Exception as exc:
+            future.set_exception(exc)
 
-    def _round(self, runs: list[str]) -> None:
+    def _round(self, snapshot: list[tuple[str, int]]) -> None:
         lost: list[Lost] = []
         again = self.renew_every / 1000
-        for i in range(0, len(runs), MAX_RENEW):
-            batch = runs[i:i + MAX_RENEW]
-            sent = time.monotonic()
-            try:
-                renewed = set(self._call("renew", self.owner, batch, self.ttl))
-            except Unavailable as exc:
-                if exc.outcome == "unknown":
-                    self._urgent = True  # resend at once: it never revives a lease
-                again = min(again, RETRY)
-                continue
+        try:
+            for i in range(0, len(snapshot), MAX_RENEW):
+                self._expire(lost)  # a long round: the bounds of the next batch first
+                with self._cond:
+                    batch = [(run, gen) for run, gen in snapshot[i:i + MAX_RENEW]
+                             if (e := self._held.get(run)) is not None and e.gen == gen]
+                if not batch:
+                    continue
+                sent = time.monotonic()
+                try:
+                    renewed = set(self._call("renew", self.owner, [r for r, _ in batch],
+                                             self.ttl))
+                except Unavailable as exc:
+                    if exc.outcome == "unknown":
+                        self._urgent = True  # resend at once: it never revives a lease
+                    again = min(again, RETRY)
+                    continue
+                with self._cond:
+                    for run, gen in batch:
+                        entry = self._held.get(run)
+                        if entry is None or entry.gen != gen:
+                            continue  # discarded, or added again: not this renewal's
+                        if run in renewed:
+                            entry.since = sent
+                        else:
+                            del self._held[run]
+                            lost.append(Lost(run, NOT_RENEWED))
+            self._expire(lost)
             with self._cond:
-                for run in batch:
-                    if run not in self._held and run not in self._unsure:
-                        continue  # discarded meanwhile
-                    if run in renewed:
-                        self._held[run] = sent
-                        self._unsure.pop(run, None)
-                    else:
-                        self._held.pop(run, None)
-                        self._unsure.pop(run, None)
-                        lost.append(Lost(run, NOT_RENEWED))
+                self._due = time.monotonic() + again
+        finally:
+            self._report(lost)
+
+    def _expire(self, lost: list[Lost]) -> None:
+        """Give up every run whose bound passed without a confirmed renewal."""
         now = time.monotonic()
         with self._cond:
-            for run, since in list(self._held.items()):
-                if now >= self._bound(since):
+            for run, entry in list(self._held.items()):
+                # A run not confirmed since it was added was taken before that.
+                start = entry.added if entry.since is None else entry.since
+                if now >= self._bound(start):
                     del self._held[run]
                     lost.append(Lost(run, DEADLINE))
-            # Not confirmed since added: certainly expired ttl after it was added.
-            for run, added in list(self._unsure.items()):
-                if now >= added + self.ttl / 1000:
-                    del self._unsure[run]
-                    lost.append(Lost(run, DEADLINE))
-            self._due = now + again
-        self._report(lost)
 
     def _report(self, lost: list[Lost]) -> None:
         for item in lost:
@@ -264,6 +302,29 @@ class Keeper:
                 self._on_lost(item)
             except Exception:
                 log.exception("redisstore: on_lost of the keeper of %r raised", self.owner)
+
+    def _shutdown(self) -> None:
+        """On the keeper's thread, as it ends: release if asked, close its connections."""
+        with self._cond:
+            self._stopped = True
+            held = list(self._held)
+            self._held.clear()
+            requests, self._requests = self._requests, []
+        for _, future in requests:
+            future.set_exception(RuntimeError(f"the keeper of {self.owner!r} is closed"))
+        try:
+            if self._release_on_close and held:
+                if self.failure is not None:
+                    log.warning("redisstore: the keeper of %r stopped (%r): its leases are "
+                                "not released", self.owner, self.failure)
+                else:
+                    for i in range(0, len(held), MAX_RENEW):
+                        self._call("release", self.owner, held[i:i + MAX_RENEW])
+        except Exception as exc:
+            log.warning("redisstore: the keeper of %r could not release its leases: %r",
+                        self.owner, exc)
+        finally:
+            self._finish()
 
     # ------------------------------------------------------------------ I/O (AsyncKeeper: its loop)
 
@@ -282,8 +343,9 @@ class AsyncKeeper(Keeper):
     """:class:`Keeper` for an :class:`~redisstore.AsyncRedisRunStore`: the renewals run on
     an event loop of the keeper's own thread (with connections of their own), so a busy
     event loop of the caller's does not delay them. ``add``, ``discard``, ``valid`` and
-    ``runs`` are plain methods; ``await keeper.aclose(release=...)`` or ``async with``
-    stops it. ``on_lost`` is called on the loop that made the keeper (``call_soon``)."""
+    ``runs`` are plain methods; ``await keeper.arelease(runs)``, ``await
+    keeper.aclose(release=...)`` and ``async with`` do not block the event loop. ``on_lost``
+    is called on the loop that made the keeper (``call_soon_threadsafe``)."""
 
     def __init__(self, store: Any, owner: str, ttl: int, *,
                  on_lost: Callable[[Lost], None] | None = None, renew_every: int | None = None,
@@ -294,20 +356,43 @@ class AsyncKeeper(Keeper):
             caller = asyncio.get_running_loop()
 
             def report(lost: Lost) -> None:
-                caller.call_soon_threadsafe(on_lost, lost)
+                if caller.is_closed():
+                    log.warning("redisstore: %r lost the lease of %r (%s)", owner, lost.run,
+                                lost.reason)
+                else:
+                    caller.call_soon_threadsafe(on_lost, lost)
 
         super().__init__(store, owner, ttl, on_lost=report, renew_every=renew_every,
                          margin=margin)
 
-    async def aclose(self, *, release: bool = False) -> None:
-        """:meth:`Keeper.close` without blocking the event loop."""
-        await asyncio.get_running_loop().run_in_executor(None, lambda: self.close(
-            release=release))
+    def release(self, runs: Iterable[str]) -> list[str]:
+        """:meth:`Keeper.release` from a thread without a running event loop; on one, use
+        :meth:`arelease`."""
+        self._not_on_a_loop("release", "arelease")
+        return super().release(runs)
+
+    def close(self, *, release: bool = False) -> None:
+        """:meth:`Keeper.close` from a thread without a running event loop (or from
+        ``on_lost``); on one, use :meth:`aclose`."""
+        if threading.current_thread() is not self._thread:
+            self._not_on_a_loop("close", "aclose")
+        super().close(release=release)
 
     async def arelease(self, runs: Iterable[str]) -> list[str]:
         """:meth:`Keeper.release` without blocking the event loop."""
-        names = list(runs)
-        return await asyncio.get_running_loop().run_in_executor(None, self.release, names)
+        return await asyncio.wrap_future(self._submit(runs))
+
+    async def aclose(self, *, release: bool = False) -> None:
+        """:meth:`Keeper.close` without blocking the event loop."""
+        with self._cond:
+            if not self._stopped:
+                self._stopped = True
+                self._release_on_close = release
+                self._cond.notify()
+        await asyncio.get_running_loop().run_in_executor(None, self._thread.join)
+
+    def __enter__(self) -> Keeper:
+        raise TypeError("AsyncKeeper: use async with (or await aclose())")
 
     async def __aenter__(self) -> AsyncKeeper:
         return self
@@ -315,21 +400,28 @@ class AsyncKeeper(Keeper):
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
+    @staticmethod
+    def _not_on_a_loop(name: str, instead: str) -> None:
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        raise RuntimeError(f"AsyncKeeper.{name}() would block the running event loop: "
+                           f"await {instead}() instead")
+
     def _start(self) -> None:
         self._loop = asyncio.new_event_loop()
 
     def _call(self, name: str, *args: Any) -> Any:
+        assert self._loop is not None
         method: Callable[..., Coroutine[Any, Any, Any]] = getattr(self._store, name)
-        loop = self._loop
-        mine = threading.current_thread() is self._thread or not self._thread.is_alive()
-        if loop is not None and mine and not loop.is_closed():
-            return loop.run_until_complete(method(*args))
-        # release() from another thread while the keeper runs: a loop of its own.
-        return asyncio.run(method(*args))
+        return self._loop.run_until_complete(method(*args))
 
     def _finish(self) -> None:
         loop = self._loop
-        if loop is not None and not loop.is_closed():
-            if self._owns_store:
-                loop.run_until_complete(self._store.aclose())
-            loop.close()
+        if loop is not None:
+            try:
+                if self._owns_store:
+                    loop.run_until_complete(self._store.aclose())
+            finally:
+                loop.close()

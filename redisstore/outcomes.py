@@ -116,9 +116,13 @@ def hint(error: ErrorReply) -> str:
     if "unknown command" in text and "evalsha" in text:
         return (" (this server runs no Lua scripts; with fakeredis install its Lua extra: "
                 "pip install 'fakeredis[lua]')")
+    if error.code == "NOPERM" and "key" in text:
+        return (" (the ACL user may not touch this namespace's keys: redisstore.acl_rule("
+                "namespace) gives the rule that confines a user to its namespace)")
     if "can't run this command" in text or error.code == "NOPERM":
-        return (" (the ACL user lacks a command the store needs: EVALSHA, EVAL, SCRIPT LOAD, "
-                "and the commands its scripts call on the namespace's keys)")
+        return (" (the ACL user lacks a command the store needs: redisstore.acl_rule("
+                "namespace) lists them: EVALSHA, EVAL, SCRIPT LOAD and the commands its "
+                "scripts call)")
     return ""
 
 

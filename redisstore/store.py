@@ -106,7 +106,10 @@ class RedisRunStore(_Closes, Shell[RunOps]):
 
     def _dedicated(self, timeout: int) -> RedisRunStore:
         """This store on connections of its own (a Keeper's), with a deadline of at most
-        ``timeout`` ms; close it when done."""
+        ``timeout`` ms; close it when done. On a cluster client, the store itself: its node
+        connections are the client's (closing them would disconnect every other store)."""
+        if self._io.cluster:
+            return self
         twin = copy.copy(self)
         io = self._io
         twin._io = Transport(io.client, io.durability, min(timeout, io.timeout),

@@ -204,6 +204,8 @@ class Transport:
         self.durability = durability
         self.timeout = timeout
         self._cluster = hasattr(client, "get_node_from_key")
+        #: Whether the client is a RedisCluster (the store talks to its node pools).
+        self.cluster = self._cluster
         # dedicated: connections of this transport's own (a Keeper's), not the client's
         # shared store pool, so that calls that saturate that one cannot starve it.
         self._pool = None

@@ -243,3 +243,21 @@ def test_release_of_more_runs_than_the_cap_is_refused_by_the_script(
     with pytest.raises(redis.ResponseError, match="BADARG"):
         evalsha(client, scripts.RUN_RELEASE, (keys.leases, keys.ready, keys.meta),
                 keys.prefix, "me", 1, *runs)
+
+
+@pytest.mark.parametrize("prefix", ["{other}:", "other:", "{a}", "", "{a{b}:", "{a}b}:"])
+def test_a_forged_key_prefix_is_refused_before_anything_is_read(
+        client: redis.Redis, prefix: str) -> None:
+    """Scripts derive the keys they touch beyond KEYS from ARGV[1]: one that is not the
+    prefix of every declared key (another tenant's) is refused, by every script."""
+    store = RedisRunStore(client, namespace=unique_namespace())
+    store.insert("run", b"r1", Claim("me", LONG))
+    keys = Keyspace(store.namespace)
+    before = dump(client, store.namespace)
+    for script, script_keys, args in (
+            (scripts.RUN_GET, (keys.run("run"), keys.meta), ("run",)),
+            (scripts.RUN_RENEW, (keys.leases, keys.meta), ("me", LONG, "run")),
+            (scripts.RUN_CLAIM_EXPIRED, (keys.leases, keys.meta), ("me", LONG, 10, 0, ""))):
+        with pytest.raises(redis.ResponseError, match="BADARG"):
+            evalsha(client, script, script_keys, prefix, *args)
+    assert dump(client, store.namespace) == before

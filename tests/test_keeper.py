@@ -316,3 +316,137 @@ def test_unavailable_is_what_a_renewal_fails_with() -> None:
     store = RedisRunStore(client, namespace=unique_namespace(), timeout=200)
     with pytest.raises(Unavailable):
         store.renew("me", ["run"], TTL)
+
+
+# ---------------------------------------------------------------------------- races
+
+
+class Gated(MemoryRunStore):
+    """A memory store whose first renewal waits, after running, until the test lets its
+    reply go (``gate``), and whose second waits for ``gate2``: slow replies, as the keeper
+    sees them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate, self.gate2 = threading.Event(), threading.Event()
+        self.entered = threading.Event()
+        self.calls = 0
+
+    def renew(self, owner: str, runs: Any, ttl: int) -> list[str]:
+        renewed = super().renew(owner, runs, ttl)
+        self.calls += 1
+        self.entered.set()
+        (self.gate if self.calls == 1 else self.gate2).wait(5)
+        return renewed
+
+
+@pytest.mark.parametrize("second_since", [True, False])
+def test_a_late_reply_never_counts_for_the_run_taken_again(second_since: bool) -> None:
+    """A renewal in flight while the run is released, taken by another owner and back, and
+    added again: its reply belongs to the earlier entry, never to the new one."""
+    store = Gated()
+    lost: list[Lost] = []
+    with Keeper(store, "me", TTL, on_lost=lost.append) as keeper:
+        store.insert("run", b"r", Claim("me", TTL))
+        keeper.add("run")  # renewed at once: the reply is held at the gate
+        assert store.entered.wait(2)
+        store.release("me", ["run"])
+        keeper.discard("run")
+        store.compare_and_set("run", 1, b"b", Seize("b", TTL))
+        store.release("b", ["run"])
+        since = time.monotonic()
+        store.compare_and_set("run", 2, b"me again", Claim("me", TTL))
+        keeper.add("run", since=since if second_since else None)
+        store.gate.set()  # the old reply ("renewed") arrives now
+        time.sleep(0.05)  # without since, the new entry's own renewal is held at gate2
+        assert keeper.valid("run") is second_since  # counted from its own since only
+        store.gate2.set()
+        time.sleep(TTL * 1.5 / 1000)
+        assert lost == [] and keeper.valid("run")
+        assert store.get("run").holder == Held("me", True)
+
+
+def test_a_reply_for_an_earlier_entry_does_not_drop_the_new_one() -> None:
+    store = Gated()
+    lost: list[Lost] = []
+    with Keeper(store, "me", TTL, on_lost=lost.append) as keeper:
+        store.insert("run", b"r", Claim("me", TTL))
+        keeper.release(["run"])  # freed, not kept
+        keeper.add("run")  # its renewal runs on a free run: "not renewed" for this entry
+        assert store.entered.wait(2)
+        since = time.monotonic()
+        store.compare_and_set("run", 1, b"again", Claim("me", TTL))
+        keeper.add("run", since=since)  # a new entry while that reply is held
+        store.gate.set()
+        store.gate2.set()
+        time.sleep(TTL * 1.5 / 1000)
+        assert lost == [] and keeper.valid("run")
+
+
+def test_losses_of_a_round_are_reported_when_the_keeper_dies_in_it() -> None:
+    class Dies(MemoryRunStore):
+        calls = 0
+
+        def renew(self, owner: str, runs: Any, ttl: int) -> list[str]:
+            Dies.calls += 1
+            if Dies.calls == 2:
+                raise KeyError("a bug in the second batch")
+            return [r for r in super().renew(owner, runs, ttl) if r != "r0"]
+
+    store = Dies()
+    lost: list[Lost] = []
+    keeper = Keeper(store, "me", TTL, on_lost=lost.append)
+    since = time.monotonic()
+    for i in range(MAX_RENEW + 50):
+        store.insert(f"r{i}", b"r", Claim("me", TTL))
+    keeper.add_all([f"r{i}" for i in range(MAX_RENEW + 50)], since=since)
+    keeper.add("r0")  # a renewal round at once
+    deadline = time.monotonic() + 2
+    while keeper.failure is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    keeper.close()
+    assert Lost("r0", NOT_RENEWED) in lost
+    assert sorted(item.run for item in lost) == sorted(f"r{i}" for i in range(MAX_RENEW + 50))
+
+
+def test_close_from_on_lost_ends_the_keeper_and_releases() -> None:
+    store = MemoryRunStore()
+    holder: list[Keeper] = []
+    keeper = Keeper(store, "me", TTL, on_lost=lambda lost: holder[0].close(release=True))
+    holder.append(keeper)
+    take(store, keeper, "kept")
+    store.insert("stolen", b"r", Claim("thief", 60_000))
+    keeper.add("stolen")
+    keeper._thread.join(2)
+    assert not keeper._thread.is_alive()
+    assert store.get("kept").holder.__class__.__name__ == "Free"
+    keeper.close()
+
+
+def test_since_must_be_a_past_monotonic_reading_and_an_old_one_renews_at_once() -> None:
+    store = Counting()
+    with Keeper(store, "me", TTL) as keeper:
+        with pytest.raises(ValueError):
+            keeper.add("run", since=time.monotonic() + 5)
+        with pytest.raises(ValueError):
+            keeper.add("run", since=time.time())
+        old = time.monotonic() - 0.3  # the taking call's reply came back late
+        store.insert("run", b"r", Claim("me", TTL))
+        keeper.add("run", since=old)
+        time.sleep(0.05)
+        assert store.renewals == [1]  # renewed at once, not renew_every after add
+
+
+def test_an_async_keeper_refuses_to_block_its_callers_loop() -> None:
+    async def main() -> None:
+        store = AsyncRedisRunStore(fakeredis.FakeAsyncRedis(), namespace=unique_namespace())
+        keeper = AsyncKeeper(store, "me", TTL)
+        with pytest.raises(RuntimeError, match="arelease"):
+            keeper.release(["x"])
+        with pytest.raises(RuntimeError, match="aclose"):
+            keeper.close()
+        with pytest.raises(TypeError), keeper:
+            pass
+        await keeper.aclose()
+
+    asyncio.run(main())

@@ -1,0 +1,66 @@
+"""The command line: the demo runs on the embedded default and on a server, takes its URL
+from ``--url`` or ``REDISSTORE_URL``, and never prints a credential, on success or failure."""
+
+from __future__ import annotations
+
+import io
+import uuid
+
+import pytest
+from servers import Server
+
+from redisstore import acl_rule, cli
+
+
+def run(argv: list[str], monkeypatch: pytest.MonkeyPatch, env: str | None = None
+        ) -> tuple[int, str]:
+    out = io.StringIO()
+    if env is None:
+        monkeypatch.delenv("REDISSTORE_URL", raising=False)
+    else:
+        monkeypatch.setenv("REDISSTORE_URL", env)
+    monkeypatch.setattr("sys.stdout", out)
+    code = cli.main(argv)
+    return code, out.getvalue()
+
+
+def test_the_demo_runs_on_the_embedded_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    code, out = run(["demo"], monkeypatch)
+    assert code == 0 and "fakeredis (embedded)" in out and "node-b claims" in out
+
+
+@pytest.mark.parametrize("url, shown", [
+    ("redis://:s3cr3t@127.0.0.1:1/0", "redis://***@127.0.0.1:1/0"),
+    ("rediss://alice:s3cr3t@example.invalid:6380/2", "rediss://***@example.invalid:6380/2"),
+    ("redis://127.0.0.1:6379/0", "redis://127.0.0.1:6379/0"),
+    ("redis://alice:s3cr3t@[::1]:7/0", "redis://***@[::1]:7/0"),
+])
+def test_redact_hides_the_user_info(url: str, shown: str) -> None:
+    assert cli.redact(url) == shown
+
+
+@pytest.mark.parametrize("by_env", [False, True])
+def test_a_failure_names_the_server_but_never_the_password(
+        monkeypatch: pytest.MonkeyPatch, by_env: bool) -> None:
+    url = "redis://alice:s3cr3t@127.0.0.1:1/0"  # nothing listens on port 1
+    code, out = run(["demo"] if by_env else ["demo", "--url", url], monkeypatch,
+                    env=url if by_env else None)
+    assert code == 2 and "demo failed" in out and "127.0.0.1:1" in out
+    assert "s3cr3t" not in out and "alice" not in out
+
+
+@pytest.mark.server
+def test_on_a_server_as_a_confined_user_the_password_is_never_printed(
+        monkeypatch: pytest.MonkeyPatch, redis7: Server) -> None:
+    user, password = f"demo-{uuid.uuid4().hex[:8]}", f"pw-{uuid.uuid4().hex}"
+    # The demo's namespaces are "demo-<hex>": a user confined to that pattern's prefix.
+    rule = acl_rule("x").replace("~{x}:*", "~{demo-*")
+    redis7.client().execute_command("ACL", "SETUSER", user, "on", f">{password}", *rule.split())
+    url = f"redis://{user}:{password}@127.0.0.1:{redis7.port}/0"
+    code, out = run(["demo"], monkeypatch, env=url)
+    assert code == 0, out
+    assert password not in out and user not in out and "***@127.0.0.1" in out
+    # A wrong password: refused, and neither password shown.
+    code, out = run(["demo", "--url", url.replace(password, "wrong-" + password)],
+                    monkeypatch)
+    assert code == 2 and password not in out

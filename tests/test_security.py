@@ -1,0 +1,214 @@
+"""Least privilege: ``acl_rule`` confines a user to one namespace. Both conformance suites
+(run store sync and async, repository) pass as such a user on Redis 7 and Valkey 8, and a
+user confined to one namespace gets a clear error, never another's data, from another: by
+the store, by direct command, by EVALSHA with foreign KEYS or with a forged key prefix."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any, cast
+
+import pytest
+import redis
+import redis.asyncio
+from conftest import RedisSuite
+from servers import Server, unique_namespace
+from test_conformance_async import AsyncRunSuite, LoopThread, Synced, loop_thread
+
+from redisstore import (
+    AsyncRedisRunStore,
+    Claim,
+    RedisRepository,
+    RedisRunStore,
+    Release,
+    Repository,
+    RunStore,
+    Unavailable,
+    acl_rule,
+    scripts,
+)
+from redisstore.conformance import RepositoryConformance
+from redisstore.keys import Keyspace
+from redisstore.runs import Discover
+from redisstore.security import glob_escape, script_commands
+
+__all__ = ["loop_thread"]  # the async suite's fixture, used here too
+
+# ---------------------------------------------------------------------------- the rule
+
+
+@pytest.mark.parametrize("namespace", ["a*", "a?", "[ab]", "a\\b", "x*?[]\\y"])
+def test_the_key_pattern_matches_only_the_namespace(namespace: str) -> None:
+    rule = acl_rule(namespace)
+    pattern = rule.split()[1]
+    assert pattern == "~" + glob_escape("{" + namespace + "}:") + "*"
+    assert all("\\" + c in pattern for c in "*?[]" if c in namespace)
+
+
+def test_the_rule_grants_every_command_the_scripts_call_and_the_loading_path() -> None:
+    granted = set(acl_rule("ns").split())
+    assert {"+evalsha", "+eval", "+script|load", "+time", "-@all", "resetkeys"} <= granted
+    assert {f"+{c}" for c in script_commands()} <= granted
+    assert script_commands() >= {"zadd", "hset", "getrange", "scan", "type"}
+    assert "+wait" not in granted and "+config|get" not in granted
+    assert {"+wait", "+waitaof"} <= set(acl_rule("ns", durability=True).split())
+    assert {"+config|get", "+command|info"} <= set(acl_rule("ns", server_checks=True).split())
+
+
+def test_a_bad_namespace_is_refused() -> None:
+    with pytest.raises((ValueError, TypeError)):
+        acl_rule("")
+    with pytest.raises((ValueError, TypeError)):
+        acl_rule(3)  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------------------- confined users
+
+
+def confine(server: Server, namespace: str, **flags: bool) -> dict[str, Any]:
+    """A user confined to ``namespace`` by acl_rule: its client's connection arguments."""
+    user, password = f"tenant-{uuid.uuid4().hex[:12]}", uuid.uuid4().hex
+    server.client().execute_command("ACL", "SETUSER", user, "on", f">{password}",
+                                    *acl_rule(namespace, **flags).split())
+    return {"host": "127.0.0.1", "port": server.port, "username": user, "password": password}
+
+
+@pytest.fixture(params=["redis7", "valkey8"])
+def server(request: pytest.FixtureRequest) -> Server:
+    fixture: Server = request.getfixturevalue(request.param)
+    return fixture
+
+
+class ConfinedSuite(RedisSuite):
+    """The run store suite with a user of its own for each namespace."""
+
+    server: Server
+
+    @pytest.fixture(autouse=True)
+    def _backend(self, server: Server) -> None:
+        self.server = server
+        self.clients: dict[str, redis.Redis] = {}
+
+    def make_store(self, *, discover: Discover | None = None) -> RunStore:
+        namespace = unique_namespace()
+        client = self.clients[namespace] = redis.Redis(**confine(self.server, namespace))
+        store = RedisRunStore(client, namespace=namespace, discover=discover)
+        store.migrate()
+        return store
+
+    def reopen(self, store: RunStore, *, discover: Discover | None,
+               projection_version: int) -> RunStore:
+        assert isinstance(store, RedisRunStore)
+        return RedisRunStore(self.clients[store.namespace], namespace=store.namespace,
+                             discover=discover, projection_version=projection_version)
+
+
+@pytest.mark.server
+class TestConfinedRunStore(ConfinedSuite):
+    pass
+
+
+@pytest.mark.server
+class TestConfinedRepository(RepositoryConformance):
+    @pytest.fixture(autouse=True)
+    def _backend(self, server: Server) -> None:
+        self.server = server
+
+    def make_repository(self, *, max_terminal: int = 1024, logger: Any = None) -> Repository:
+        namespace = unique_namespace()
+        client = redis.Redis(**confine(self.server, namespace))
+        return RedisRepository(client, namespace=namespace, max_terminal=max_terminal,
+                               logger=logger)
+
+
+@pytest.mark.server
+class TestConfinedAsyncRunStore(AsyncRunSuite):
+    @pytest.fixture(autouse=True)
+    def _backend(self, loop_thread: LoopThread, server: Server) -> Iterator[None]:
+        self.loop, self.server = loop_thread, server
+        self.async_clients: dict[str, Any] = {}
+        yield
+        for client in self.async_clients.values():
+            loop_thread.run(client.aclose())
+
+    def _client(self, namespace: str) -> Any:
+        arguments = confine(self.server, namespace)
+
+        async def create() -> Any:
+            return redis.asyncio.Redis(**arguments)
+
+        client = self.async_clients[namespace] = self.loop.run(create())
+        return client
+
+    def make_store(self, *, discover: Discover | None = None) -> RunStore:
+        namespace = unique_namespace()
+        store = AsyncRedisRunStore(self._client(namespace), namespace=namespace,
+                                   discover=discover)
+        synced = Synced(store, self.loop)
+        synced.migrate()
+        return cast(RunStore, synced)
+
+    def reopen(self, store: RunStore, *, discover: Discover | None,
+               projection_version: int) -> RunStore:
+        assert isinstance(store, Synced)
+        other = AsyncRedisRunStore(self.async_clients[store.namespace],
+                                   namespace=store.namespace, discover=discover,
+                                   projection_version=projection_version)
+        return cast(RunStore, Synced(other, self.loop))
+
+
+# ---------------------------------------------------------------------------- isolation
+
+
+def keys_of(admin: redis.Redis, namespace: str) -> dict[bytes, Any]:
+    return {k: admin.dump(k) for k in admin.scan_iter(match=glob_escape(f"{{{namespace}}}:") + "*")}
+
+
+@pytest.mark.server
+@pytest.mark.parametrize("mine, theirs", [("a*-{u}", "abc-{u}"), ("g-{u}", "g-{u}:1"),
+                                          ("s?-{u}", "s1-{u}")])
+def test_a_confined_user_gets_a_clear_error_and_nothing_of_another_namespace(
+        server: Server, mine: str, theirs: str) -> None:
+    u = uuid.uuid4().hex[:8]
+    mine, theirs = mine.format(u=u), theirs.format(u=u)  # an unescaped pattern would span
+    admin = server.client()
+    b = RedisRunStore(redis.Redis(**confine(server, theirs)), namespace=theirs)
+    b.migrate()
+    b.insert("secret", b"B's record", Claim("b", 600_000))
+    before = keys_of(admin, theirs)
+    client = redis.Redis(**confine(server, mine))
+    store_a = RedisRunStore(client, namespace=mine)
+    store_a.migrate()
+    store_a.insert("own", b"A's record", Release())
+
+    calls: list[Callable[[], Any]] = [
+        lambda: RedisRunStore(client, namespace=theirs).get("secret"),
+        lambda: RedisRunStore(client, namespace=theirs).compare_and_set(
+            "secret", 1, b"stolen", Release()),
+        lambda: RedisRunStore(client, namespace=theirs).claim_expired("a", 1000, 10),
+    ]
+    for call in calls:
+        with pytest.raises(Unavailable) as caught:
+            call()
+        assert caught.value.outcome == "not_applied" and caught.value.code == "NOPERM"
+        assert "acl_rule" in str(caught.value)
+    kb, ka = Keyspace(theirs), Keyspace(mine)
+    with pytest.raises(redis.exceptions.NoPermissionError):
+        client.get(kb.run("secret"))
+    client.script_load(scripts.RUN_GET.source)
+    client.script_load(scripts.RUN_INSERT.source)
+    # EVALSHA naming the other namespace's keys, or its own keys with the other's prefix
+    # (the scripts derive undeclared keys from ARGV[1]): refused inside, nothing read.
+    for keys, prefix in (((kb.run("secret"), kb.meta), kb.prefix),
+                         ((ka.run("own"), ka.meta), kb.prefix)):
+        with pytest.raises(redis.ResponseError) as refused:
+            client.evalsha(scripts.RUN_GET.sha, 2, *keys, prefix, "secret")
+        assert "B's record" not in str(refused.value)
+        assert "no permissions" in str(refused.value) or "NOPERM" in str(refused.value)
+    with pytest.raises(redis.ResponseError):
+        client.evalsha(scripts.RUN_INSERT.sha, 4, ka.run("x"), ka.leases, ka.ready, ka.meta,
+                       kb.prefix, "x", b"planted", "r", "", 0, "", "", "", "", 1)
+    assert keys_of(admin, theirs) == before  # nothing of theirs read into a reply or written
+    assert b.get("secret").record == b"B's record"
+    assert store_a.get("own").record == b"A's record"
