@@ -87,6 +87,8 @@ class Server:
     args: tuple[str, ...] = EPHEMERAL
     port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None
+    #: Client options every client of this server needs (TLS, a password).
+    connect: dict[str, Any] = field(default_factory=dict)
 
     def start(self, timeout: float = 10.0) -> Server:
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -112,7 +114,7 @@ class Server:
 
     def client(self, **options: Any) -> redis.Redis:
         options.setdefault("socket_timeout", 10)
-        return redis.Redis(host="127.0.0.1", port=self.port, **options)
+        return redis.Redis(host="127.0.0.1", port=self.port, **{**self.connect, **options})
 
     def kill(self) -> None:
         """kill -9: no shutdown, no final fsync."""
