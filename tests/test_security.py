@@ -1,5 +1,5 @@
 """Least privilege: ``acl_rule`` confines a user to one namespace. Both conformance suites
-(run store sync and async, repository) pass as such a user on Redis 7 and Valkey 8, and a
+(run store and repository, sync and async) pass as such a user on Redis 7 and Valkey 8, and a
 user confined to one namespace gets a clear error, never another's data, from another: by
 the store, by direct command, by EVALSHA with foreign KEYS or with a forged key prefix."""
 
@@ -14,9 +14,16 @@ import redis
 import redis.asyncio
 from conftest import RedisSuite
 from servers import Server, unique_namespace
-from test_conformance_async import AsyncRunSuite, LoopThread, Synced, loop_thread
+from test_conformance_async import (
+    AsyncRepositorySuite,
+    AsyncRunSuite,
+    LoopThread,
+    Synced,
+    loop_thread,
+)
 
 from redisstore import (
+    AsyncRedisRepository,
     AsyncRedisRunStore,
     Claim,
     RedisRepository,
@@ -156,6 +163,30 @@ class TestConfinedAsyncRunStore(AsyncRunSuite):
                                    namespace=store.namespace, discover=discover,
                                    projection_version=projection_version)
         return cast(RunStore, Synced(other, self.loop))
+
+
+@pytest.mark.server
+class TestConfinedAsyncRepository(AsyncRepositorySuite):
+    @pytest.fixture(autouse=True)
+    def _backend(self, loop_thread: LoopThread, server: Server) -> Iterator[None]:
+        self.loop, self.server = loop_thread, server
+        self.async_clients: list[Any] = []
+        yield
+        for client in self.async_clients:
+            loop_thread.run(client.aclose())
+
+    def make_repository(self, *, max_terminal: int = 1024, logger: Any = None) -> Repository:
+        namespace = unique_namespace()
+        arguments = confine(self.server, namespace)
+
+        async def create() -> Any:
+            return redis.asyncio.Redis(**arguments)
+
+        client = self.loop.run(create())
+        self.async_clients.append(client)
+        repo = AsyncRedisRepository(client, namespace=namespace, max_terminal=max_terminal,
+                                    logger=logger)
+        return cast(Repository, Synced(repo, self.loop))
 
 
 # ---------------------------------------------------------------------------- isolation
