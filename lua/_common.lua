@@ -13,6 +13,7 @@ local P = (function()
       or string.sub(p, -2) ~= '}:' or string.find(p, '[{}]', 2) ~= #p - 1 then
     error('BADARG ARGV[1] must be a key prefix {namespace}:')
   end
+  if #KEYS == 0 then error('BADARG a script needs the keys it names, from ARGV[1]') end
   for i = 1, #KEYS do
     if string.sub(KEYS[i], 1, #p) ~= p then
       error('BADARG KEYS[' .. i .. '] is not a key of the namespace of ARGV[1]')

@@ -7,42 +7,45 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import time
 import uuid
 from collections.abc import Sequence
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote
 
 from . import Claim, Hold, LeaseRefused, RedisRunStore, Release
 from .discovery import json_wait
 
 
 def redact(url: str) -> str:
-    """``url`` with its password (and user name) replaced by ``***``: safe to show."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "<a URL that does not parse>"
-    if parts.password is None and parts.username is None:
-        return url
-    host = parts.hostname or ""
-    if ":" in host:
-        host = f"[{host}]"
-    if parts.port is not None:
-        host += f":{parts.port}"
-    return urlunsplit(parts._replace(netloc=f"***@{host}"))
+    """``url`` with its user info and any ``password=`` / ``username=`` query value replaced
+    by ``***``: safe to show. Works on text, not on a parse: a password with an unescaped
+    ``#``, ``/`` or ``?`` still goes."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        scheme, rest = "", url
+    if "@" in rest:
+        rest = "***@" + rest.rsplit("@", 1)[1]
+    rest = _QUERY_SECRET.sub(r"\1***", rest)
+    return f"{scheme}{sep}{rest}"
+
+
+# A query parameter redis-py reads credentials from.
+_QUERY_SECRET = re.compile(r"([?&](?:password|username)=)[^&#]*", re.IGNORECASE)
 
 
 def _secrets(url: str | None) -> list[str]:
-    """The parts of ``url`` that must never be shown."""
+    """The parts of ``url`` that must never be shown, as written and decoded."""
     if url is None:
         return []
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return [url]
-    return [x for x in (parts.password, parts.username) if x]
+    rest = url.partition("://")[2] or url
+    found = [rest.rsplit("@", 1)[0]] if "@" in rest else []
+    found += [m.group(0).split("=", 1)[1] for m in _QUERY_SECRET.finditer(rest)]
+    for part in list(found):
+        found += [unquote(piece) for piece in part.split(":")] + part.split(":")
+    return sorted({x for x in found if len(x) >= 2}, key=len, reverse=True)
 
 
 def _client(url: str | None) -> Any:

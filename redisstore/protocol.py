@@ -388,6 +388,22 @@ def text(value: Any) -> str:
 EVICTING = ("allkeys-lru", "allkeys-lfu", "allkeys-random")
 
 
+def eviction_policy() -> Operation[str | None]:
+    """The server's ``maxmemory-policy``, from ``INFO memory`` (a right that reveals no
+    secret, unlike ``CONFIG GET``, which reads the passwords too), else from CONFIG GET."""
+    try:
+        reply = yield from ask(Call(None, (), ("INFO", "memory"), lambda r: r, write=False))
+    except StoreError as exc:
+        if getattr(exc, "code", None) is None:
+            raise  # the server could not be asked
+        reply = None
+    for line in text(reply or b"").splitlines():
+        name, _, value = line.partition(":")
+        if name == "maxmemory_policy" and value.strip():
+            return value.strip()
+    return (yield from config_get("maxmemory-policy"))
+
+
 def config_get(name: str) -> Operation[str | None]:
     """One CONFIG GET value (None when the server does not know the setting)."""
     reply = yield from ask(Call(None, (), ("CONFIG", "GET", name), lambda r: r, write=False))

@@ -31,7 +31,7 @@ from .errors import (
     UnknownGroup,
 )
 from .keys import Keyspace
-from .protocol import EVICTING, Call, Operation, ask, config_get, text
+from .protocol import EVICTING, Call, Operation, ask, config_get, eviction_policy, text
 from .runops import Code, reply_parts
 from .runs import check_int, check_text
 
@@ -582,7 +582,7 @@ class RepositoryOps:
         yield from self.load_scripts()
         yield from self.record_layout()
         try:
-            policy = yield from config_get("maxmemory-policy")
+            policy = yield from eviction_policy()
             save = yield from config_get("save")
             appendonly = yield from config_get("appendonly")
         except StoreError as exc:

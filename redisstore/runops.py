@@ -24,7 +24,7 @@ from .errors import (
     Unavailable,
 )
 from .keys import Keyspace
-from .protocol import EVICTING, Arg, Call, Durability, Operation, ask, config_get, text
+from .protocol import EVICTING, Arg, Call, Durability, Operation, ask, eviction_policy, text
 from .runs import (
     MAX_CLAIM_BYTES,
     Changed,
@@ -257,13 +257,13 @@ class RunOps:
 
     def _policy(self) -> Operation[str | None]:
         try:
-            return (yield from config_get("maxmemory-policy"))
+            return (yield from eviction_policy())
         except Unavailable as exc:
             if exc.code is None:
                 raise  # the server could not be asked: try again with the next write
-            warn_once("config", "redisstore: CONFIG GET is not allowed here (%s); cannot check "
-                      "that the server never evicts keys. Make sure maxmemory-policy is "
-                      "noeviction (or volatile-*)", exc.code)
+            warn_once("config", "redisstore: neither INFO nor CONFIG GET is allowed here "
+                      "(%s); cannot check that the server never evicts keys. Make sure "
+                      "maxmemory-policy is noeviction (or volatile-*)", exc.code)
             return None
 
     def now(self) -> Operation[int]:

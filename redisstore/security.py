@@ -34,7 +34,8 @@ def glob_escape(text: str) -> str:
     return _GLOB.sub(r"\\\1", text)
 
 
-def acl_rule(namespace: str, *, durability: bool = False, server_checks: bool = False) -> str:
+def acl_rule(namespace: str, *, durability: bool = False, server_checks: bool = False,
+             aof: bool = False, migrate: bool = True, cluster: bool = False) -> str:
     """The ``ACL SETUSER`` rules that let a user run every operation of both ports (run
     store and instance repository, ``migrate`` included) on ``namespace`` and nothing else::
 
@@ -44,16 +45,35 @@ def acl_rule(namespace: str, *, durability: bool = False, server_checks: bool = 
     ``?`` matches only itself); the commands are ``EVALSHA``, ``EVAL`` and ``SCRIPT LOAD``
     (the script cache empties on every restart and failover: without it the store stops
     working there) and the commands the scripts call inside, ``TIME`` among them.
-    ``durability`` adds ``WAIT`` and ``WAITAOF`` (for ``Durability``); ``server_checks``
-    adds ``CONFIG GET`` and ``COMMAND INFO`` (without them the store logs once that it
-    cannot check the server's eviction policy, and goes on). A client that selects a
-    database other than 0 needs ``+select`` as well.
+
+    - ``durability``: ``WAIT`` and ``COMMAND INFO`` (for ``Durability``); ``aof`` adds
+      ``WAITAOF`` (``Durability(aof=True)``; Redis >= 7.2 and Valkey >= 8 know it, an older
+      server refuses the whole rule).
+    - ``server_checks``: ``INFO`` (and ``COMMAND INFO``), from which the store reads the
+      eviction policy. ``CONFIG GET`` is never granted: it reads the server's passwords.
+    - ``migrate=False`` leaves out ``SCAN``, which lists every key name on the server (not
+      their values; Redis does not filter SCAN by key pattern); ``migrate()`` then needs
+      another user. Only ``migrate()`` scans.
+    - ``cluster``: what redis-py's ``RedisCluster`` asks at start-up (``CLUSTER SLOTS``,
+      ``CLUSTER SHARDS``, ``COMMAND``).
+
+    A client that selects a database other than 0 needs ``+select`` as well. A namespace
+    with whitespace or control characters cannot be one word of an ACL rule: ValueError.
     """
     prefix = Keyspace(namespace).prefix  # checks the namespace
+    if any(c.isspace() or not c.isprintable() for c in namespace):
+        raise ValueError(f"namespace {namespace!r} has whitespace or control characters: it "
+                         "cannot be one word of an ACL rule (choose one without them)")
     commands = {"evalsha", "eval", "script|load", "time", *script_commands()}
-    if durability:
-        commands |= {"wait", "waitaof"}
+    if not migrate:
+        commands.discard("scan")
+    if durability or aof:
+        commands |= {"wait", "command|info"}
+    if aof:
+        commands.add("waitaof")
     if server_checks:
-        commands |= {"config|get", "command|info"}
+        commands |= {"info", "command|info"}
+    if cluster:
+        commands |= {"cluster|slots", "cluster|shards", "command"}
     allowed = " ".join(f"+{name}" for name in sorted(commands))
     return f"resetkeys ~{glob_escape(prefix)}* resetchannels -@all {allowed}"

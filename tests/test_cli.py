@@ -34,19 +34,28 @@ def test_the_demo_runs_on_the_embedded_default(monkeypatch: pytest.MonkeyPatch) 
     ("rediss://alice:s3cr3t@example.invalid:6380/2", "rediss://***@example.invalid:6380/2"),
     ("redis://127.0.0.1:6379/0", "redis://127.0.0.1:6379/0"),
     ("redis://alice:s3cr3t@[::1]:7/0", "redis://***@[::1]:7/0"),
+    ("redis://127.0.0.1:1/0?password=s3cr3t&db=0", "redis://127.0.0.1:1/0?password=***&db=0"),
+    ("redis://alice:s3#cr/3t@127.0.0.1:1/0", "redis://***@127.0.0.1:1/0"),
 ])
 def test_redact_hides_the_user_info(url: str, shown: str) -> None:
     assert cli.redact(url) == shown
 
 
+@pytest.mark.parametrize("url", [
+    "redis://alice:s3cr3t@127.0.0.1:1/0",  # nothing listens on port 1
+    "redis://alice:s3cr3t@127.0.0.1:99999/0",  # a port out of range
+    "redis://alice:s3#cr3t@127.0.0.1:1/0",  # an unescaped # in the password
+    "redis://127.0.0.1:1/0?username=alice&password=s3cr3t",
+    "redis://alice:s3%40cr3t@127.0.0.1:1/0",  # percent-encoded: s3@cr3t
+])
 @pytest.mark.parametrize("by_env", [False, True])
 def test_a_failure_names_the_server_but_never_the_password(
-        monkeypatch: pytest.MonkeyPatch, by_env: bool) -> None:
-    url = "redis://alice:s3cr3t@127.0.0.1:1/0"  # nothing listens on port 1
+        monkeypatch: pytest.MonkeyPatch, by_env: bool, url: str) -> None:
     code, out = run(["demo"] if by_env else ["demo", "--url", url], monkeypatch,
                     env=url if by_env else None)
-    assert code == 2 and "demo failed" in out and "127.0.0.1:1" in out
-    assert "s3cr3t" not in out and "alice" not in out
+    assert code == 2 and "demo failed" in out and "127.0.0.1" in out
+    for secret in ("s3cr3t", "s3#cr3t", "s3@cr3t", "s3%40cr3t", "alice"):
+        assert secret not in out
 
 
 @pytest.mark.server

@@ -58,9 +58,36 @@ def test_the_rule_grants_every_command_the_scripts_call_and_the_loading_path() -
     assert {"+evalsha", "+eval", "+script|load", "+time", "-@all", "resetkeys"} <= granted
     assert {f"+{c}" for c in script_commands()} <= granted
     assert script_commands() >= {"zadd", "hset", "getrange", "scan", "type"}
-    assert "+wait" not in granted and "+config|get" not in granted
-    assert {"+wait", "+waitaof"} <= set(acl_rule("ns", durability=True).split())
-    assert {"+config|get", "+command|info"} <= set(acl_rule("ns", server_checks=True).split())
+    assert "+wait" not in granted and "+info" not in granted
+    assert {"+wait", "+command|info"} <= set(acl_rule("ns", durability=True).split())
+    assert "+waitaof" not in acl_rule("ns", durability=True)  # Redis < 7.2 refuses it
+    assert "+waitaof" in acl_rule("ns", durability=True, aof=True)
+    assert {"+info", "+command|info"} <= set(acl_rule("ns", server_checks=True).split())
+    assert "+scan" in granted and "+scan" not in acl_rule("ns", migrate=False)
+    assert {"+cluster|slots", "+command"} <= set(acl_rule("ns", cluster=True).split())
+    for flags in ({}, {"durability": True, "aof": True, "server_checks": True, "cluster": True}):
+        assert "config" not in acl_rule("ns", **flags)  # CONFIG GET reads the passwords
+
+
+@pytest.mark.parametrize("namespace", ["t allkeys nopass", "a\tb", "a\nb", "x\x00"])
+def test_a_namespace_that_cannot_be_one_acl_word_is_refused(namespace: str) -> None:
+    with pytest.raises(ValueError, match="whitespace or control"):
+        acl_rule(namespace)
+
+
+@pytest.mark.server
+def test_the_rule_with_every_flag_is_taken_by_the_server_and_reads_no_password(
+        server: Server) -> None:
+    admin = server.client()
+    namespace = unique_namespace()
+    arguments = confine(server, namespace, durability=True, server_checks=True)
+    client = redis.Redis(**arguments)
+    with pytest.raises(redis.exceptions.NoPermissionError):
+        client.config_get("requirepass")
+    store = RedisRunStore(client, namespace=namespace)
+    store.migrate()  # the eviction check reads INFO: no warning, no CONFIG
+    assert store._ops.checks >= {"eviction"}
+    assert admin.exists(Keyspace(namespace).meta) == 1
 
 
 def test_a_bad_namespace_is_refused() -> None:
