@@ -3,7 +3,7 @@ server is cut off, loses replies and is killed -9 and restarted (AOF, fsync alwa
 call is logged; :mod:`history` then checks the log against the final state.
 
 It runs once on Redis 7 and once on Valkey 8. ``REDISSTORE_TORTURE_SECONDS`` sets how long
-the load runs (default 30 s per server, about 35-40 s each in all);
+the load runs (default 20 s per server, about 25-30 s each in all);
 ``REDISSTORE_TORTURE_WORKERS`` how many processes (default 6).
 """
 
@@ -43,7 +43,7 @@ from redisstore.runs import Claim
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
 
-SECONDS = float(os.environ.get("REDISSTORE_TORTURE_SECONDS", "30"))
+SECONDS = float(os.environ.get("REDISSTORE_TORTURE_SECONDS", "20"))
 WORKERS = int(os.environ.get("REDISSTORE_TORTURE_WORKERS", "6"))
 RUNS = 50
 TTL = 1500          # ms: short enough that abandoned and orphaned leases expire in the test
