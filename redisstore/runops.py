@@ -261,9 +261,10 @@ class RunOps:
         except Unavailable as exc:
             if exc.code is None:
                 raise  # the server could not be asked: try again with the next write
-            warn_once("config", "redisstore: neither INFO nor CONFIG GET is allowed here "
-                      "(%s); cannot check that the server never evicts keys. Make sure "
-                      "maxmemory-policy is noeviction (or volatile-*)", exc.code)
+            warn_once("config", "redisstore: cannot read maxmemory-policy here (INFO memory "
+                      "has none, CONFIG GET answered %s); cannot check that the server never "
+                      "evicts keys. Make sure maxmemory-policy is noeviction (or volatile-*)",
+                      exc.code)
             return None
 
     def now(self) -> Operation[int]:
