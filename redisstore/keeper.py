@@ -160,13 +160,17 @@ class Keeper:
     def close(self, *, release: bool = False) -> None:
         """Stop renewing; with ``release``, free every lease held (in batches). The keeper's
         own connections are closed. Idempotent; may be called from ``on_lost``."""
+        self._stop(release)
+        if threading.current_thread() is not self._thread:
+            self._thread.join()
+
+    def _stop(self, release: bool) -> None:
+        """Ask the keeper's thread to end (releasing what it holds, if asked)."""
         with self._cond:
             if not self._stopped:
                 self._stopped = True
                 self._release_on_close = release
                 self._cond.notify()
-        if threading.current_thread() is not self._thread:
-            self._thread.join()
 
     def __enter__(self) -> Keeper:
         return self
@@ -384,11 +388,7 @@ class AsyncKeeper(Keeper):
 
     async def aclose(self, *, release: bool = False) -> None:
         """:meth:`Keeper.close` without blocking the event loop."""
-        with self._cond:
-            if not self._stopped:
-                self._stopped = True
-                self._release_on_close = release
-                self._cond.notify()
+        self._stop(release)
         await asyncio.get_running_loop().run_in_executor(None, self._thread.join)
 
     def __enter__(self) -> Keeper:

@@ -203,13 +203,12 @@ class Transport:
         self.client = client
         self.durability = durability
         self.timeout = timeout
-        self._cluster = hasattr(client, "get_node_from_key")
         #: Whether the client is a RedisCluster (the store talks to its node pools).
-        self.cluster = self._cluster
+        self.cluster = hasattr(client, "get_node_from_key")
         # dedicated: connections of this transport's own (a Keeper's), not the client's
         # shared store pool, so that calls that saturate that one cannot starve it.
         self._pool = None
-        if not self._cluster:
+        if not self.cluster:
             source = client.connection_pool
             self._pool = Pool(source) if dedicated else pool_for(source)
         #: The one-time server checks done for this client, shared by its stores.
@@ -235,7 +234,7 @@ class Transport:
             machine.receive(self._send(batch, deadline))
 
     def _send(self, batch: Batch, deadline: float) -> Exchange:
-        if not self._cluster:
+        if not self.cluster:
             assert self._pool is not None
             return self.exchange(self._pool, batch, deadline)
         # RedisCluster: every key of a namespace is in one slot; talk to its node.
