@@ -42,6 +42,7 @@ from .runs import (
     check_flag,
     check_lease,
     check_limit,
+    check_listing_limit,
     check_max_takeovers,
     check_migrate_count,
     check_owner,
@@ -364,6 +365,7 @@ class MemoryRunStore(_NothingToClose):
     def quarantined(self, limit: int = 1000) -> list[Quarantined]:
         """The poison runs ``claim_expired(..., max_takeovers=N)`` stopped handing out (the
         memory store keeps no index a foreign write could damage)."""
+        limit = check_listing_limit(limit)
         with self._lock:
             found = sorted(run for run, s in self._runs.items() if s.poisoned)
             return [Quarantined("poison", run, f"takeovers={self._runs[run].takeovers}")

@@ -45,6 +45,7 @@ from .runs import (
     check_flag,
     check_lease,
     check_limit,
+    check_listing_limit,
     check_max_record,
     check_max_takeovers,
     check_migrate_count,
@@ -386,6 +387,7 @@ class RunOps:
 
     def quarantined(self, limit: int = 1000) -> Operation[list[Quarantined]]:
         """Up to ``limit`` index entries that claims dropped as damaged."""
+        limit = check_listing_limit(limit)
         found: list[Quarantined] = []
         cursor: Arg = "0"
         while len(found) < limit:

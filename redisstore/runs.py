@@ -316,6 +316,12 @@ def check_limit(limit: object) -> int:
     return check_int("limit", limit, minimum=0, maximum=MAX_CLAIM)
 
 
+def check_listing_limit(limit: object) -> int:
+    """How many entries a listing such as ``quarantined`` returns: an int in [0, 2**31]
+    (the listing is read in bounded steps, so a large limit costs only what exists)."""
+    return check_int("limit", limit, minimum=0, maximum=2**31)
+
+
 def check_max_takeovers(value: object) -> int | None:
     """``claim_expired``'s ``max_takeovers``: None (no bound) or an int in [0, 2**31]."""
     return None if value is None else check_int("max_takeovers", value, minimum=0,
