@@ -30,12 +30,12 @@
 --   ARGV[1] is the namespace's key prefix "{ns}:" (one hash tag: one cluster slot).
 --   Time is read from the server (TIME), once per script and only when a decision needs it.
 --
--- Replies: {code, payload, dropped, next_due}. code: OK 0, NOT_FOUND 1, EXISTS 2,
+-- Replies: {code, payload, dropped, wait}. code: OK 0, NOT_FOUND 1, EXISTS 2,
 -- CONFLICT 3 (payload: stored revision), REFUSED 4 (payload: {owner|false, live 0|1}),
 -- CORRUPT 7 (payload: the field), TOO_NEW 8 (payload: the namespace's layout), TOO_OLD 9
 -- (payload: the namespace's layout, below what the call needs). dropped:
--- index entries moved to the quarantine by this call. next_due: the backend time of the
--- next entry a claim could take (-1: none). Bad arguments raise an error whose text starts
+-- index entries moved to the quarantine by this call. wait (claims only, else -1): ms until
+-- the index has a claimable entry (0: now, -1: nothing indexed), see wait_after_claim. Bad arguments raise an error whose text starts
 -- "BADARG" (a plain string: Redis 6.2 cannot raise a table), before anything is written.
 --
 -- Per-run hash P.."r:"..run (layout 1):
@@ -53,6 +53,13 @@
 -- backend time the run is eligible from; free runs with a wait only), P.."d:"..dep (set of
 -- runs whose wait is Changed(dep)), P.."fanout" (zset dep -> time: dependencies whose
 -- waiters are still to be re-indexed, P.."fanout-cursor" their SSCAN cursors).
+-- Wake-ups: P.."wake-ready" and P.."wake-leases" (zsets of at most MAX_WAKE tokens, each a
+-- run id, or "#" and the SHA1 of an id longer than 64 bytes, scored by the time of the
+-- signal): a write that makes a run claimable now, or due earlier than the index's head,
+-- adds the run's token; a claim removes the tokens of the runs it takes and, when it leaves
+-- claimable work behind, adds one. Blocked claimers pop them with BZPOPMIN. A wake key of
+-- another type only turns signals off: blocked claimers then claim again within their
+-- re-arm period, as they do for writers of library versions that never signal.
 -- P.."meta" (hash): layout, the namespace's layout version (absent: 1); deleted-rev, the
 -- highest revision a deleted run had (absent: 0), above which insert starts.
 
@@ -67,6 +74,10 @@ local FANOUT = P .. 'fanout'
 local FANOUT_CURSOR = P .. 'fanout-cursor'
 
 local META = P .. 'meta'
+
+local WAKE_READY = P .. 'wake-ready'
+
+local WAKE_LEASES = P .. 'wake-leases'
 
 -- The newest layout this library reads and writes; a namespace with a newer one is refused.
 local LAYOUT = 3
@@ -535,6 +546,71 @@ local function eligible_at(s, pv)
   return t
 end
 
+-- The wake token of a run: its id, or "#" and its SHA1 when the id is long (a token is
+-- copied into every signal and pop).
+local function wake_token(run)
+  if #run <= 64 then return run end
+  return '#' .. redis.sha1hex(run)
+end
+
+-- Per wake key, as this script planned it: {n = tokens held (false: the key is of
+-- another type, no signals), head = the index's earliest time before the call (false:
+-- empty)}. Read at the first signal, before any write.
+local WAKES = {}
+
+local function wake_of(key, index)
+  local w = WAKES[key]
+  if w == nil then
+    local n = redis.pcall('ZCARD', key)
+    if type(n) ~= 'number' then n = false end
+    local h = redis.call('ZRANGE', index, 0, 0, 'WITHSCORES')
+    w = {n = n, head = h[2] and tonumber(h[2]) or false}
+    WAKES[key] = w
+  end
+  return w
+end
+
+-- run entered index, claimable from backend time t: wake one blocked claimer when it is
+-- claimable now, or earlier than everything the index held (claimers' timers were set for
+-- a later head).
+local function signal(key, index, run, t)
+  local w = wake_of(key, index)
+  local now = now_ms()
+  if t > now and w.head and w.head <= t then return end
+  if not w.head or t < w.head then w.head = t end
+  if not w.n or w.n >= MAX_WAKE then return end
+  later('ZADD', key, 'NX', int(now), wake_token(run))
+  w.n = w.n + 1
+end
+
+-- A claim took run: its token, if any, has done its work.
+local function unsignal(key, index, run)
+  local w = wake_of(key, index)
+  if w.n and w.n > 0 then later('ZREM', key, wake_token(run)) end
+end
+
+-- After a claim's writes: how long until index has a claimable entry, in ms (0: one is due
+-- now, or pending is true: work is left; -1: nothing), and, when work is left and the
+-- claim took some, one token added so that another blocked claimer takes the rest.
+local function wait_after_claim(key, index, took, pending)
+  local now = now_ms()
+  local head = redis.call('ZRANGE', index, 0, 0, 'WITHSCORES')
+  local wait = -1
+  local t = head[2] and tonumber(head[2])
+  if pending or (t and t <= now) then
+    wait = 0
+  elseif t and t <= MAX_INT then
+    wait = math.ceil(t) - now
+  end
+  if wait == 0 and took > 0 and head[1] then
+    local n = redis.pcall('ZCARD', key)
+    if type(n) == 'number' and n < MAX_WAKE then
+      redis.call('ZADD', key, 'NX', int(now), wake_token(head[1]))
+    end
+  end
+  return wait
+end
+
 -- READY scores as planned by this script (false: removed).
 local PLACED = {}
 
@@ -555,6 +631,7 @@ local function place(run, s, pv, dep_write)
   end
   later('ZADD', READY, int(t), run)
   PLACED[run] = t
+  signal(WAKE_READY, READY, run, t)
 end
 
 -- Claim info belongs to the owner whose ready claim made it: it goes with the lease.
@@ -562,11 +639,17 @@ local function drop_claim(s)
   s.ck, s.cdr, s.cat = false, false, false
 end
 
+-- Index run's lease, expiring at exp.
+local function index_lease(run, exp)
+  later('ZADD', LEASES, int(exp), run)
+  signal(WAKE_LEASES, LEASES, run, exp)
+end
+
 -- Hand run's lease to owner until exp (the caller saves s).
 local function hold(run, s, owner, exp)
   if s.own ~= owner then drop_claim(s) end
   s.own, s.exp = owner, exp
-  later('ZADD', LEASES, int(exp), run)
+  index_lease(run, exp)
 end
 
 -- The lease condition's effect on s: 'c'/'s' hand it to owner for ttl, 'r' frees it,
@@ -698,7 +781,7 @@ local function put_back(run, s)
   if not s.px then return end
   later('HDEL', QUARANTINE, 'poison|' .. run)
   s.px, s.tk = false, 0
-  if s.own then later('ZADD', LEASES, int(s.exp), run) end
+  if s.own then index_lease(run, s.exp) end
 end
 
 -- The refusal of a write or delete under lease condition kind by owner, or nil. Only a
@@ -728,17 +811,4 @@ local function write(run, s, rev, record, kind, owner, ttl, w, pv)
   save(run, s, record)
   place(run, s, pv, false)
   notify_dependents(run, pv)
-end
-
--- The next backend time a claim could take an entry of index (after now), or -1.
--- A damaged score (inf, 1.5, beyond 2^53) is skipped: among the first few, the first that
--- is a time counts (this runs after commit, so it must not fail).
-local function next_due(index)
-  local head = redis.call('ZRANGEBYSCORE', index, '(' .. int(now_ms()), '+inf', 'LIMIT', 0, 8,
-                          'WITHSCORES')
-  for i = 2, #head, 2 do
-    local t = decimal(head[i], 0, MAX_INT)
-    if t then return t end
-  end
-  return -1
 end

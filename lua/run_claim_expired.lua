@@ -6,9 +6,9 @@
 --          to hand back with the runs; the claim stops before the run that would pass it
 -- ARGV[6]  max takeovers: '' for no bound, else a run already taken over that many times is
 --          quarantined as poison instead of claimed (layout 3 only)
--- Reply    {OK, {claimed run ids, in claim order}, dropped, next_due} | {TOO_NEW, layout}
+-- Reply    {OK, {claimed run ids, in claim order}, dropped, wait} | {TOO_NEW, layout}
 --          | {TOO_OLD, layout} (a bound below layout 3)
---          with records: {OK, {{run, current}, ...}, dropped, next_due} (current as run_get)
+--          with records: {OK, {{run, current}, ...}, dropped, wait} (current as run_get)
 -- In layout 3 a claim from another owner than the expired holder counts a takeover (tk);
 -- a poison run leaves the index, keeps its holder and is listed as "poison|run".
 -- Visits at most limit + MAX_VISIT index entries. The run's own expiry decides, not the
@@ -16,11 +16,11 @@
 -- one whose run is free (or a poison run's) is dropped; one whose lease was extended is
 -- re-scored.
 -- Also touches, undeclared (same hash tag): P.."r:"..run of each entry visited (read; written
--- when claimed), P.."quarantine" (an entry quarantined).
+-- when claimed), P.."quarantine" (an entry quarantined), P.."wake-leases" (signals).
 --- @include CORRUPT, OK, LEASES, MAX_CLAIM, MAX_TTL, now_ms, int, arg_int, arg_text, later
---- @include commit, check_layout, of_type, save, DROPPED, due, hold, next_due, QUARANTINE
+--- @include commit, check_layout, of_type, save, DROPPED, due, hold, QUARANTINE
 --- @include MAX_CLAIM_BYTES, claimed_record, current, opt_decimal, MAX_TAKEOVERS, NS
---- @include needs_layout_3
+--- @include needs_layout_3, WAKE_LEASES, unsignal, wait_after_claim
 local owner = arg_text(2)
 local ttl = arg_int(3, 1, MAX_TTL)
 local limit = arg_int(4, 0, MAX_CLAIM)
@@ -52,10 +52,11 @@ for run, s in due(LEASES, 'leases', limit, out) do
     if budget == 0 or rec then
       if s.own ~= owner and NS >= 3 and s.tk < MAX_TAKEOVERS then s.tk = s.tk + 1 end
       hold(run, s, owner, now + ttl)
+      unsignal(WAKE_LEASES, LEASES, run)
       save(run, s)
       if budget > 0 then out[#out + 1] = {run, current(s, rec)} else out[#out + 1] = run end
     end
   end
 end
 commit()
-return {OK, out, DROPPED, next_due(LEASES)}
+return {OK, out, DROPPED, wait_after_claim(WAKE_LEASES, LEASES, #out, false)}

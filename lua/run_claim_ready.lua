@@ -5,19 +5,20 @@
 -- ARGV[4]  limit (at most MAX_CLAIM)                       ARGV[5] caller's projection version
 -- ARGV[6]  record budget: 0 for ids only, else bytes (at most MAX_CLAIM_BYTES) of records
 --          to hand back with the runs; the claim stops before the run that would pass it
--- Reply    {OK, {claimed run ids, in claim order}, dropped, next_due} | {TOO_NEW, layout}
---          with records: {OK, {{run, current}, ...}, dropped, next_due} (current as run_get)
+-- Reply    {OK, {claimed run ids, in claim order}, dropped, wait} | {TOO_NEW, layout}
+--          with records: {OK, {{run, current}, ...}, dropped, wait} (current as run_get)
 -- First finishes (up to MAX_FANOUT waiters) the re-indexing of a dependency with many
 -- waiters; then visits at most limit + MAX_VISIT index entries. The run decides, not the
 -- index (stale metadata, a lower projection version): an entry is claimed, re-scored,
 -- dropped, or quarantined when its run is missing, of another type or corrupt.
 -- Also touches, undeclared (same hash tag): P.."r:"..run of each entry visited and of the
 -- dependencies it checks (read; written when claimed), P.."d:"..dep and P.."fanout-cursor"
--- (the pending re-indexing), P.."quarantine" (an entry quarantined).
+-- (the pending re-indexing), P.."quarantine" (an entry quarantined), P.."wake-ready" and
+-- P.."wake-leases" (signals).
 --- @include CORRUPT, OK, P, int, arg_int, later, READY, QUARANTINE, FANOUT, FANOUT_CURSOR
 --- @include MAX_CLAIM, MAX_TTL, now_ms, arg_text, commit, check_layout, of_type, save
---- @include revision_of, DROPPED, due, eligible_at, hold, indexes_ok, fan_out, next_due
---- @include MAX_CLAIM_BYTES, claimed_record, current
+--- @include revision_of, DROPPED, due, eligible_at, hold, indexes_ok, fan_out
+--- @include MAX_CLAIM_BYTES, claimed_record, current, WAKE_READY, unsignal, wait_after_claim
 local owner = arg_text(2)
 local ttl = arg_int(3, 1, MAX_TTL)
 local limit = arg_int(4, 0, MAX_CLAIM)
@@ -66,9 +67,11 @@ for run, s in due(READY, 'ready', limit, out) do
       end
       save(run, s)
       later('ZREM', READY, run)
+      unsignal(WAKE_READY, READY, run)
       if budget > 0 then out[#out + 1] = {run, current(s, rec)} else out[#out + 1] = run end
     end
   end
 end
 commit()
-return {OK, out, DROPPED, next_due(READY)}
+local pending = redis.call('ZCARD', FANOUT) > 0
+return {OK, out, DROPPED, wait_after_claim(WAKE_READY, READY, #out, pending)}

@@ -11,7 +11,8 @@
 --          | {CORRUPT, field} | {TOO_NEW, layout}; nothing written but on OK
 -- Also touches, undeclared (same hash tag): P.."r:"..dep (its dependency's revision),
 -- P.."d:"..dep (the waiters of its old and new dependency), P.."d:"..run and the P.."r:" of
--- those waiters (re-indexed), P.."fanout", P.."fanout-cursor", P.."quarantine".
+-- those waiters (re-indexed), P.."fanout", P.."fanout-cursor", P.."quarantine",
+-- P.."wake-ready" and P.."wake-leases" (signals).
 --- @include CORRUPT, OK, MAX_RECORD_CEILING, MAX_INT, arg_int, arg_text, commit
 --- @include check_layout, load_at, lease_refusal, arg_wait, arg_lease, indexes_ok, write
 local run = arg_text(2)

@@ -15,7 +15,7 @@
 -- revision 1).
 -- Also touches, undeclared (same hash tag): P.."d:"..dep (the waiters of its dependency),
 -- P.."d:"..run and the P.."r:" of those waiters (re-indexed), P.."fanout",
--- P.."fanout-cursor", P.."quarantine".
+-- P.."fanout-cursor", P.."quarantine", P.."wake-ready" (signals).
 --- @include CORRUPT, OK, LEASES, READY, QUARANTINE, META, MAX_INT, SEEN, GONE, int, arg_int
 --- @include arg_text, later, commit, check_layout, needs_layout_3, load_at, lease_refusal
 --- @include arg_lease, apply_wait, indexes_ok, notify_dependents, deleted_rev, run_key

@@ -11,7 +11,8 @@
 --          but on OK
 -- Also touches, undeclared (same hash tag): P.."r:"..dep (its dependency's revision),
 -- P.."d:"..dep (the waiters of its dependency), P.."d:"..run and the P.."r:" of those
--- waiters (re-indexed), P.."fanout", P.."fanout-cursor", P.."quarantine".
+-- waiters (re-indexed), P.."fanout", P.."fanout-cursor", P.."quarantine", P.."wake-ready"
+-- and P.."wake-leases" (signals).
 --- @include CORRUPT, EXISTS, OK, MAX_RECORD_CEILING, arg_text, commit, check_layout, load
 --- @include arg_wait, arg_lease, indexes_ok, write, deleted_rev
 local run, record = arg_text(2), ARGV[3]

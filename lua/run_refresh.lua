@@ -7,7 +7,8 @@
 -- Reply    {OK, indexed 0|1} | {NOT_FOUND} | {CONFLICT, current} (the record moved on)
 --          | {CORRUPT, field} | {TOO_NEW, layout}
 -- Also touches, undeclared (same hash tag): P.."leases" and P.."fanout" (their types
--- checked), P.."d:"..dep (the waiters of its old and new dependency), P.."r:"..dep.
+-- checked), P.."d:"..dep (the waiters of its old and new dependency), P.."r:"..dep,
+-- P.."wake-ready" (signals).
 --- @include CORRUPT, OK, MAX_INT, arg_int, arg_text, commit, check_layout, save, load_at
 --- @include place, arg_wait, apply_wait, indexes_ok
 local run = arg_text(2)

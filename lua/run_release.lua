@@ -8,7 +8,8 @@
 -- The revision and record stay; claim info goes with the lease; a run with a wait is placed
 -- in READY as its wait says (at once when due); a poison run leaves the quarantine.
 -- Also touches, undeclared (same hash tag): P.."r:"..run of each listed run, P.."r:"..dep
--- of a Changed wait (read), P.."quarantine" (a poison run released).
+-- of a Changed wait (read), P.."quarantine" (a poison run released), P.."wake-ready" and
+-- P.."wake-leases" (signals).
 --- @include CORRUPT, OK, LEASES, MAX_RENEW, arg_int, arg_text, later, commit, check_layout
 --- @include load, save, drop_claim, place, put_back, indexes_ok
 local owner = arg_text(2)

@@ -5,7 +5,8 @@
 -- Reply    {OK, {renewed run ids, in the given order}} | {TOO_NEW, layout}
 --          A corrupt run among them is not renewed (and does not stop the others), nor a
 --          poison run (quarantined by claim_expired).
--- Also touches, undeclared (same hash tag): P.."r:"..run of each listed run.
+-- Also touches, undeclared (same hash tag): P.."r:"..run of each listed run, P.."wake-leases"
+-- (a signal, when a lease is due earlier than every other).
 --- @include CORRUPT, OK, LEASES, MAX_RENEW, MAX_TTL, now_ms, arg_int, arg_text, commit
 --- @include check_layout, of_type, load, save, hold
 local owner = arg_text(2)

@@ -29,6 +29,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any, Literal, TypeVar, overload
 
+from . import wakeups
 from .outcomes import ErrorReply, Exchange, Lost, Reply
 from .pipeline import MAX_ROUND_BYTES, MAX_ROUND_CALLS, Pipelined, batch_size
 from .protocol import Batch, Driver, Durability, Machine, Operation, Shell, check_io
@@ -44,6 +45,7 @@ from .runs import (
     Migrated,
     Quarantined,
 )
+from .wakeups import LoopDriver, Wakeups, check_block
 from .wire import Connections, check_client, describe, error_reply, is_error_reply, pack
 
 T = TypeVar("T")
@@ -519,6 +521,26 @@ class AsyncRedisRunStore(_Closes, Shell[RunOps]):
                            max_record_bytes=max_record_bytes)
         self._io = AsyncTransport(client, durability, timeout)
         self._ops.checks = self._io.checks
+        self._wake: Wakeups | None = None
+
+    async def aclose(self) -> None:
+        """Stop the store's waker (if a claim ever blocked) and disconnect its
+        connections (see :meth:`redisstore.RedisRunStore.close`)."""
+        wake, self._wake = self._wake, None
+        if wake is not None:
+            wake.stop()
+        await super().aclose()
+
+    def _wakeups(self) -> Wakeups:
+        """The store's blocked claims (see :mod:`redisstore.wakeups`): the waker runs on an
+        event loop of its thread's own, so its connections are its own."""
+        if self._wake is None:
+            io = AsyncTransport(self._io.client, None,
+                                self._io.timeout + int(wakeups.REARM * 1000))
+            driver = LoopDriver(io.drive, io.aclose)
+            self._wake = Wakeups(driver, self._ops.next_wakeup, self._ops.give_back_wakeup,
+                                 driver.close)
+        return self._wake
 
     def _dedicated(self, timeout: int) -> AsyncRedisRunStore:
         """This store with a deadline of at most ``timeout`` ms, for a keeper's event loop
@@ -526,6 +548,7 @@ class AsyncRedisRunStore(_Closes, Shell[RunOps]):
         twin = copy.copy(self)
         io = self._io
         twin._io = AsyncTransport(io.client, io.durability, min(timeout, io.timeout))
+        twin._wake = None
         return twin
 
     async def now(self) -> int:
@@ -573,32 +596,56 @@ class AsyncRedisRunStore(_Closes, Shell[RunOps]):
 
     @overload
     async def claim_expired(self, owner: str, ttl: int, limit: int, *,
-                            records: Literal[False] = False,
-                            max_takeovers: int | None = None) -> list[str]: ...
+                            records: Literal[False] = False, max_takeovers: int | None = None,
+                            block: int | None = None) -> list[str]: ...
 
     @overload
     async def claim_expired(self, owner: str, ttl: int, limit: int, *,
-                            records: Literal[True],
-                            max_takeovers: int | None = None) -> list[Claimed]: ...
+                            records: Literal[True], max_takeovers: int | None = None,
+                            block: int | None = None) -> list[Claimed]: ...
 
     async def claim_expired(self, owner: str, ttl: int, limit: int, *, records: bool = False,
-                            max_takeovers: int | None = None) -> list[str] | list[Claimed]:
-        """See :meth:`redisstore.RedisRunStore.claim_expired`."""
-        return await self._write(self._ops.claim_expired(owner, ttl, limit, records,
-                                                         max_takeovers))
+                            max_takeovers: int | None = None,
+                            block: int | None = None) -> list[str] | list[Claimed]:
+        """See :meth:`redisstore.RedisRunStore.claim_expired`. A blocked call waits
+        without blocking the event loop."""
+        wait = check_block(block)
+        if limit == 0:
+            wait = 0  # nothing could be claimed: nothing to wait for
+        ops = self._ops
+
+        async def claim() -> tuple[list[Any], int]:
+            return await self._write(ops.claim_expired(owner, ttl, limit, records,
+                                                       max_takeovers))
+
+        if not wait:
+            return (await claim())[0]
+        return await self._wakeups().aclaim(wakeups.LEASES, claim, wait)
 
     @overload
     async def claim_ready(self, owner: str, ttl: int, limit: int, *,
-                          records: Literal[False] = False) -> list[str]: ...
+                          records: Literal[False] = False,
+                          block: int | None = None) -> list[str]: ...
 
     @overload
     async def claim_ready(self, owner: str, ttl: int, limit: int, *,
-                          records: Literal[True]) -> list[Claimed]: ...
+                          records: Literal[True], block: int | None = None) -> list[Claimed]: ...
 
-    async def claim_ready(self, owner: str, ttl: int, limit: int, *,
-                          records: bool = False) -> list[str] | list[Claimed]:
-        """See :meth:`redisstore.RedisRunStore.claim_ready`."""
-        return await self._write(self._ops.claim_ready(owner, ttl, limit, records))
+    async def claim_ready(self, owner: str, ttl: int, limit: int, *, records: bool = False,
+                          block: int | None = None) -> list[str] | list[Claimed]:
+        """See :meth:`redisstore.RedisRunStore.claim_ready`. A blocked call waits without
+        blocking the event loop."""
+        wait = check_block(block)
+        if limit == 0:
+            wait = 0  # nothing could be claimed: nothing to wait for
+        ops = self._ops
+
+        async def claim() -> tuple[list[Any], int]:
+            return await self._write(ops.claim_ready(owner, ttl, limit, records))
+
+        if not wait:
+            return (await claim())[0]
+        return await self._wakeups().aclaim(wakeups.READY, claim, wait)
 
     async def refresh(self, run: str) -> bool:
         """See :meth:`redisstore.RedisRunStore.refresh`."""

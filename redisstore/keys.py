@@ -51,6 +51,11 @@ class Keyspace:
         """Sorted set: dependencies whose many waiters are still being re-indexed."""
         return self.prefix + "fanout"
 
+    def wake(self, kind: str) -> str:
+        """Sorted set ``wake-ready`` / ``wake-leases``: wake-up tokens of blocked claimers
+        (kind ``"ready"`` or ``"leases"``)."""
+        return f"{self.prefix}wake-{kind}"
+
     def run(self, run: str) -> str:
         """The hash of one run: record, revision, lease, claim info, wait metadata."""
         return self.prefix + "r:" + run

@@ -12,9 +12,10 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import Literal, TypeVar, overload
+from typing import Any, Literal, TypeVar, overload
 
 from . import repository as repo
+from . import wakeups
 from .errors import AlreadyExists, ConcurrentUpdate, Conflict, LeaseRefused, NotFound, UnknownGroup
 from .repository import InstanceRecord, Logger
 from .runs import (
@@ -54,6 +55,7 @@ from .runs import (
     check_ttl,
     check_wait,
 )
+from .wakeups import check_block
 
 
 def system_clock() -> int:
@@ -131,6 +133,8 @@ class MemoryRunStore(_NothingToClose):
         # The highest revision a deleted run had: insert starts above it (no ABA).
         self._deleted = [0]
         self._lock = threading.RLock()
+        # Blocked claims wait on it; every write wakes them to look again.
+        self._changed = threading.Condition(self._lock)
 
     def sharing(self, *, discover: Discover | None = None,
                 projection_version: int = 1) -> MemoryRunStore:
@@ -141,7 +145,7 @@ class MemoryRunStore(_NothingToClose):
                                projection_version=projection_version)
         other._runs, other._ready, other._dependents = self._runs, self._ready, self._dependents
         other._deleted = self._deleted
-        other._lock = self._lock
+        other._lock, other._changed = self._lock, self._changed
         return other
 
     # ------------------------------------------------------------------ reads
@@ -229,6 +233,7 @@ class MemoryRunStore(_NothingToClose):
             del self._runs[run]
             self._ready.pop(run, None)
             self._wake_dependents(run, now)
+            self._changed.notify_all()
 
     def release(self, owner: str, runs: Iterable[str]) -> list[str]:
         """Free each lease ``owner`` holds, live or expired, among ``runs``, without a new
@@ -244,6 +249,7 @@ class MemoryRunStore(_NothingToClose):
                     self._put_back(run, state)
                     self._reindex(run, state, now, dependency_write=False)
                     released.append(run)
+            self._changed.notify_all()
             return released
 
     def renew(self, owner: str, runs: Iterable[str], ttl: int) -> list[str]:
@@ -262,82 +268,118 @@ class MemoryRunStore(_NothingToClose):
 
     @overload
     def claim_expired(self, owner: str, ttl: int, limit: int, *,
-                      records: Literal[False] = False,
-                      max_takeovers: int | None = None) -> list[str]: ...
+                      records: Literal[False] = False, max_takeovers: int | None = None,
+                      block: int | None = None) -> list[str]: ...
 
     @overload
     def claim_expired(self, owner: str, ttl: int, limit: int, *,
-                      records: Literal[True],
-                      max_takeovers: int | None = None) -> list[Claimed]: ...
+                      records: Literal[True], max_takeovers: int | None = None,
+                      block: int | None = None) -> list[Claimed]: ...
 
     def claim_expired(self, owner: str, ttl: int, limit: int, *, records: bool = False,
-                      max_takeovers: int | None = None) -> list[str] | list[Claimed]:
+                      max_takeovers: int | None = None,
+                      block: int | None = None) -> list[str] | list[Claimed]:
         """Claim up to ``limit`` held, expired leases, the longest-expired first; with
         ``records``, as :class:`Claimed` values; with ``max_takeovers``, a run already taken
-        over that many times goes to the quarantine instead (see
+        over that many times goes to the quarantine instead; with ``block``, wait for one (see
         :meth:`redisstore.RedisRunStore.claim_expired`)."""
         owner, ttl, limit = check_owner(owner), check_ttl(ttl), check_limit(limit)
         records = check_flag("records", records)
         max_takeovers = check_max_takeovers(max_takeovers)
-        with self._lock:
-            now = self._clock()
-            expired = sorted((s.exp, run) for run, s in self._runs.items()
-                             if s.own is not None and s.exp <= now and not s.poisoned)
-            budget = _Budget(records)
-            claimed: list[str] = []
-            # As the script: it visits at most limit + MAX_VISIT index entries.
-            for _, run in expired[:limit + MAX_VISIT]:
-                if len(claimed) == limit:
-                    break
-                state = self._runs[run]
-                takeover = state.own != owner
-                if takeover and max_takeovers is not None and state.takeovers >= max_takeovers:
-                    state.poisoned = True
-                    continue
-                if not budget.fits(state.rec, claimed):
-                    break
-                self._take(run, state, owner, now + ttl)
-                if takeover:
-                    state.takeovers += 1
-                claimed.append(run)
-            return self._claimed(claimed, records, now)
+        wait = check_block(block)
+        return self._blocking(wait if limit else 0, self._leases_due, lambda now: (
+            self._claim_expired_now(owner, ttl, limit, records, max_takeovers, now)))
+
+    def _claim_expired_now(self, owner: str, ttl: int, limit: int, records: bool,
+                           max_takeovers: int | None, now: int) -> list[str] | list[Claimed]:
+        expired = sorted((s.exp, run) for run, s in self._runs.items()
+                         if s.own is not None and s.exp <= now and not s.poisoned)
+        budget = _Budget(records)
+        claimed: list[str] = []
+        # As the script: it visits at most limit + MAX_VISIT index entries.
+        for _, run in expired[:limit + MAX_VISIT]:
+            if len(claimed) == limit:
+                break
+            state = self._runs[run]
+            takeover = state.own != owner
+            if takeover and max_takeovers is not None and state.takeovers >= max_takeovers:
+                state.poisoned = True
+                continue
+            if not budget.fits(state.rec, claimed):
+                break
+            self._take(run, state, owner, now + ttl)
+            if takeover:
+                state.takeovers += 1
+            claimed.append(run)
+        if claimed:
+            self._changed.notify_all()  # new leases: blocked claim_expired calls look again
+        return self._claimed(claimed, records, now)
 
     @overload
     def claim_ready(self, owner: str, ttl: int, limit: int, *,
-                    records: Literal[False] = False) -> list[str]: ...
+                    records: Literal[False] = False, block: int | None = None) -> list[str]: ...
 
     @overload
     def claim_ready(self, owner: str, ttl: int, limit: int, *,
-                    records: Literal[True]) -> list[Claimed]: ...
+                    records: Literal[True], block: int | None = None) -> list[Claimed]: ...
 
-    def claim_ready(self, owner: str, ttl: int, limit: int, *,
-                    records: bool = False) -> list[str] | list[Claimed]:
+    def claim_ready(self, owner: str, ttl: int, limit: int, *, records: bool = False,
+                    block: int | None = None) -> list[str] | list[Claimed]:
         """Claim up to ``limit`` free runs whose wait is eligible, the earliest first; with
-        ``records``, as :class:`Claimed` values (see
-        :meth:`redisstore.RedisRunStore.claim_expired`)."""
+        ``records``, as :class:`Claimed` values; with ``block``, wait for one (see
+        :meth:`redisstore.RedisRunStore.claim_ready`)."""
         owner, ttl, limit = check_owner(owner), check_ttl(ttl), check_limit(limit)
         records = check_flag("records", records)
-        with self._lock:
-            now = self._clock()
-            budget = _Budget(records)
-            claimed: list[str] = []
-            while len(claimed) < limit:
-                due = sorted((t, run) for run, t in self._ready.items() if t <= now)
-                if not due:
-                    break
-                for _, run in due[: limit - len(claimed)]:
-                    state = self._runs[run]
-                    at = self._eligible_at(state, now)
-                    if at is not None and at <= now:
-                        if not budget.fits(state.rec, claimed):
-                            return self._claimed(claimed, records, now)
-                        self._claim_ready(run, state, owner, now, ttl)
-                        claimed.append(run)
-                    elif at is None:
-                        del self._ready[run]
-                    else:
-                        self._ready[run] = at
-            return self._claimed(claimed, records, now)
+        wait = check_block(block)
+        return self._blocking(wait if limit else 0, self._ready_due, lambda now: (
+            self._claim_ready_now(owner, ttl, limit, records, now)))
+
+    def _blocking(self, block: int, due: Callable[[], int | None],
+                  claim: Callable[[int], list[Any]]) -> list[Any]:
+        """Claim; with ``block``, until something comes or ``block`` ms pass. A waiting
+        claim looks again after every write, at the next due time (read on the store's
+        clock, waited in real time) and at least every REARM seconds."""
+        deadline = time.monotonic() + block / 1000
+        with self._changed:
+            while True:
+                claimed = claim(self._clock())
+                remaining = deadline - time.monotonic()
+                if claimed or remaining <= 0:
+                    return claimed
+                at = due()
+                if at is not None:
+                    remaining = min(remaining, max(at - self._clock(), 1) / 1000)
+                self._changed.wait(min(remaining, wakeups.REARM))
+
+    def _ready_due(self) -> int | None:
+        return min(self._ready.values(), default=None)
+
+    def _leases_due(self) -> int | None:
+        return min((s.exp for s in self._runs.values() if s.own is not None and not s.poisoned),
+                   default=None)
+
+    def _claim_ready_now(self, owner: str, ttl: int, limit: int, records: bool,
+                         now: int) -> list[str] | list[Claimed]:
+        budget = _Budget(records)
+        claimed: list[str] = []
+        while len(claimed) < limit:
+            due = sorted((t, run) for run, t in self._ready.items() if t <= now)
+            if not due:
+                break
+            for _, run in due[: limit - len(claimed)]:
+                state = self._runs[run]
+                at = self._eligible_at(state, now)
+                if at is not None and at <= now:
+                    if not budget.fits(state.rec, claimed):
+                        return self._claimed(claimed, records, now)
+                    self._claim_ready(run, state, owner, now, ttl)
+                    self._changed.notify_all()  # a new lease
+                    claimed.append(run)
+                elif at is None:
+                    del self._ready[run]
+                else:
+                    self._ready[run] = at
+        return self._claimed(claimed, records, now)
 
     def _claimed(self, runs: list[str], records: bool,
                  now: int) -> list[str] | list[Claimed]:
@@ -355,6 +397,7 @@ class MemoryRunStore(_NothingToClose):
             wait = self._derive(state.rec)
             self._set_wait(run, state, wait)
             self._reindex(run, state, self._clock(), dependency_write=False)
+            self._changed.notify_all()
             return wait is not None
 
     def migrate(self, *, count: int = MIGRATE_COUNT) -> Migrated:
@@ -454,6 +497,7 @@ class MemoryRunStore(_NothingToClose):
         self._set_wait(run, state, wait)
         self._reindex(run, state, now, dependency_write=False)
         self._wake_dependents(run, now)
+        self._changed.notify_all()  # blocked claims look again
 
     def _wake_dependents(self, run: str, now: int) -> None:
         for waiter in sorted(self._dependents.get(run, ())):

@@ -22,7 +22,7 @@ from typing import Any, Generic, Literal, TypeVar, overload
 from .errors import NOT_APPLIED, UNKNOWN, StoreError, Unavailable
 from .outcomes import ErrorReply, Exchange, Lost, Reply
 from .protocol import Batch, Driver, Durability, Operation
-from .runops import RunOps
+from .runops import RunOps, runs_only
 from .runs import Claimed, Current, Lease
 
 T = TypeVar("T")
@@ -245,7 +245,8 @@ class Pipelined:
     def claim_expired(self, owner: str, ttl: int, limit: int, *, records: bool = False,
                       max_takeovers: int | None = None) -> Pending[Any]:
         """Queue :meth:`redisstore.RedisRunStore.claim_expired`."""
-        return self._queue(self._ops.claim_expired(owner, ttl, limit, records, max_takeovers))
+        return self._queue(runs_only(self._ops.claim_expired(owner, ttl, limit, records,
+                                                          max_takeovers)))
 
     @overload
     def claim_ready(self, owner: str, ttl: int, limit: int, *,
@@ -258,7 +259,7 @@ class Pipelined:
     def claim_ready(self, owner: str, ttl: int, limit: int, *,
                     records: bool = False) -> Pending[Any]:
         """Queue :meth:`redisstore.RedisRunStore.claim_ready`."""
-        return self._queue(self._ops.claim_ready(owner, ttl, limit, records))
+        return self._queue(runs_only(self._ops.claim_ready(owner, ttl, limit, records)))
 
     def refresh(self, run: str) -> Pending[bool]:
         """Queue :meth:`redisstore.RedisRunStore.refresh` (it reads, then writes: it takes

@@ -117,6 +117,25 @@ def answer(run: str, namespace: str) -> Callable[[Any], Any]:
     return parse
 
 
+def with_wait(parse: Callable[[Any], Any]) -> Callable[[Any], tuple[Any, int]]:
+    """A claim's parser: its payload and its wait (``{code, payload, dropped, wait}``): ms
+    until the index has a claimable entry, 0 when one is left now, -1 when none is
+    indexed."""
+
+    def parsed(reply: Any) -> tuple[Any, int]:
+        payload = parse(reply)
+        wait = reply[3] if len(reply) > 3 else -1
+        return payload, wait if type(wait) is int and wait >= -1 else -1
+
+    return parsed
+
+
+def runs_only(claim: Operation[tuple[list[Any], int]]) -> Operation[list[Any]]:
+    """A claim operation without its wait: what a claim that does not block returns."""
+    runs, _ = yield from claim
+    return runs
+
+
 def parse_names(payload: Any) -> list[str]:
     """A list of run ids."""
     return [text(name) for name in payload]
@@ -331,33 +350,58 @@ class RunOps:
 
     def claim_expired(self, owner: str, ttl: int, limit: int, records: bool = False,
                       max_takeovers: int | None = None
-                      ) -> Operation[list[str] | list[Claimed]]:
+                      ) -> Operation[tuple[list[str] | list[Claimed], int]]:
         """Claim up to limit held, expired leases (with their records: Claimed values; with
-        max_takeovers, a run taken over that often is quarantined instead)."""
+        max_takeovers, a run taken over that often is quarantined instead). Returns them
+        and the ms until the next lease expires (0: claimable ones are left, -1: none)."""
         owner, ttl, limit = check_owner(owner), check_ttl(ttl), check_limit(limit)
         records = check_flag("records", records)
         bound = check_max_takeovers(max_takeovers)
         if limit == 0:
-            return []
-        payload = yield from ask(Call(
+            return [], -1
+        payload, wait = yield from ask(Call(
             scripts.RUN_CLAIM_EXPIRED, (self.keys.leases, self.keys.meta),
             (self.keys.prefix, owner, ttl, limit, MAX_CLAIM_BYTES if records else 0,
-             _opt(bound)), self._answer()))
-        return parse_claimed(payload) if records else parse_names(payload)
+             _opt(bound)), with_wait(self._answer())))
+        return (parse_claimed(payload) if records else parse_names(payload)), wait
 
-    def claim_ready(self, owner: str, ttl: int, limit: int,
-                    records: bool = False) -> Operation[list[str] | list[Claimed]]:
-        """Claim up to limit free, eligible runs (with their records: Claimed values)."""
+    def claim_ready(self, owner: str, ttl: int, limit: int, records: bool = False
+                    ) -> Operation[tuple[list[str] | list[Claimed], int]]:
+        """Claim up to limit free, eligible runs (with their records: Claimed values).
+        Returns them and the ms until the next run is due (0: claimable ones are left,
+        -1: none indexed)."""
         owner, ttl, limit = check_owner(owner), check_ttl(ttl), check_limit(limit)
         records = check_flag("records", records)
         if limit == 0:
-            return []
-        payload = yield from ask(Call(
+            return [], -1
+        payload, wait = yield from ask(Call(
             scripts.RUN_CLAIM_READY,
             (self.keys.ready, self.keys.leases, self.keys.meta, self.keys.fanout),
             (self.keys.prefix, owner, ttl, limit, self.projection_version,
-             MAX_CLAIM_BYTES if records else 0), self._answer()))
-        return parse_claimed(payload) if records else parse_names(payload)
+             MAX_CLAIM_BYTES if records else 0), with_wait(self._answer())))
+        return (parse_claimed(payload) if records else parse_names(payload)), wait
+
+    def next_wakeup(self, kinds: Iterable[str], seconds: float
+                    ) -> Operation[tuple[str, str] | None]:
+        """Wait up to ``seconds`` (server-side, BZPOPMIN) for a wake-up token of one of
+        ``kinds`` ("ready", "leases"); the (kind, token) taken, or None."""
+        keys = tuple(self.keys.wake(kind) for kind in kinds)
+        kind_of = {key.encode(): key.rsplit("wake-", 1)[1] for key in keys}
+
+        def parse(reply: Any) -> tuple[str, str] | None:
+            if reply is None:
+                return None
+            key, token = reply[0], reply[1]
+            return kind_of[bytes(key)], text(token)
+
+        # A pop: sent once, like a write (a token whose reply was lost is gone; the
+        # claimers' re-arm period covers it).
+        return (yield from ask(Call(None, keys, ("BZPOPMIN", *keys, f"{seconds:g}"), parse)))
+
+    def give_back_wakeup(self, kind: str, token: str) -> Operation[None]:
+        """Put back a token this node took but had no claimer for (first in line)."""
+        key = self.keys.wake(kind)
+        yield from ask(Call(None, (key,), ("ZADD", key, "NX", 0, token), lambda _: None))
 
     def refresh(self, run: str) -> Operation[bool]:
         """Re-derive the run's wait from its current record; True when it has one."""

@@ -46,6 +46,10 @@ class Cap(IntEnum):
     #: record would pass them (it always hands back at least one run, so any record comes).
     #: Copying a record into the reply costs about 1.3 ms per MiB.
     MAX_CLAIM_BYTES = 2 << 20
+    #: Wake-up tokens one wake key holds (``wake-ready``, ``wake-leases``): a signal past
+    #: it is coalesced into the tokens already there (each wakes one blocked claimer, and a
+    #: claimer that leaves work behind signals again).
+    MAX_WAKE = 256
 
 
 MAX_CLAIM = int(Cap.MAX_CLAIM)
@@ -421,33 +425,36 @@ class RunStore(Protocol):
 
     @overload
     def claim_expired(self, owner: str, ttl: int, limit: int, *,
-                      records: Literal[False] = False,
-                      max_takeovers: int | None = None) -> list[str]: ...
+                      records: Literal[False] = False, max_takeovers: int | None = None,
+                      block: int | None = None) -> list[str]: ...
 
     @overload
     def claim_expired(self, owner: str, ttl: int, limit: int, *,
-                      records: Literal[True],
-                      max_takeovers: int | None = None) -> list[Claimed]: ...
+                      records: Literal[True], max_takeovers: int | None = None,
+                      block: int | None = None) -> list[Claimed]: ...
 
     def claim_expired(self, owner: str, ttl: int, limit: int, *, records: bool = False,
-                      max_takeovers: int | None = None) -> list[str] | list[Claimed]:
+                      max_takeovers: int | None = None,
+                      block: int | None = None) -> list[str] | list[Claimed]:
         """Claim up to ``limit`` held, expired leases, the longest-expired first; with
         ``records``, each as :class:`Claimed` (up to MAX_CLAIM_BYTES of records); with
-        ``max_takeovers``, a run already taken over that often goes to the quarantine."""
+        ``max_takeovers``, a run already taken over that often goes to the quarantine; with
+        ``block``, wait up to that many ms for one when none is claimable."""
         ...
 
     @overload
     def claim_ready(self, owner: str, ttl: int, limit: int, *,
-                    records: Literal[False] = False) -> list[str]: ...
+                    records: Literal[False] = False, block: int | None = None) -> list[str]: ...
 
     @overload
     def claim_ready(self, owner: str, ttl: int, limit: int, *,
-                    records: Literal[True]) -> list[Claimed]: ...
+                    records: Literal[True], block: int | None = None) -> list[Claimed]: ...
 
-    def claim_ready(self, owner: str, ttl: int, limit: int, *,
-                    records: bool = False) -> list[str] | list[Claimed]:
+    def claim_ready(self, owner: str, ttl: int, limit: int, *, records: bool = False,
+                    block: int | None = None) -> list[str] | list[Claimed]:
         """Claim up to ``limit`` free, eligible runs, the earliest eligible first; with
-        ``records``, each as :class:`Claimed` (up to MAX_CLAIM_BYTES of records)."""
+        ``records``, each as :class:`Claimed` (up to MAX_CLAIM_BYTES of records); with
+        ``block``, wait up to that many ms for one when none is claimable."""
         ...
 
     def refresh(self, run: str) -> bool:

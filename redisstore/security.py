@@ -44,7 +44,9 @@ def acl_rule(namespace: str, *, durability: bool = False, server_checks: bool = 
     The keys are those of the namespace (the pattern escaped: a namespace with ``*`` or
     ``?`` matches only itself); the commands are ``EVALSHA``, ``EVAL`` and ``SCRIPT LOAD``
     (the script cache empties on every restart and failover: without it the store stops
-    working there) and the commands the scripts call inside, ``TIME`` among them.
+    working there), the commands the scripts call inside, ``TIME`` among them, and
+    ``BZPOPMIN`` and ``ZADD``, with which a store's waker waits for the namespace's wake-up
+    signals (``claim_ready(..., block=ms)``).
 
     - ``durability``: ``WAIT`` and ``COMMAND INFO`` (for ``Durability``); ``aof`` adds
       ``WAITAOF`` (``Durability(aof=True)``; Redis >= 7.2 and Valkey >= 8 know it, an older
@@ -64,7 +66,8 @@ def acl_rule(namespace: str, *, durability: bool = False, server_checks: bool = 
     if any(c.isspace() or not c.isprintable() for c in namespace):
         raise ValueError(f"namespace {namespace!r} has whitespace or control characters: it "
                          "cannot be one word of an ACL rule (choose one without them)")
-    commands = {"evalsha", "eval", "script|load", "time", *script_commands()}
+    commands = {"evalsha", "eval", "script|load", "time", "bzpopmin", "zadd",
+                *script_commands()}
     if not migrate:
         commands.discard("scan")
     if durability or aof:

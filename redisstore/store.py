@@ -4,10 +4,12 @@ Redis, Valkey or fakeredis (sync)."""
 from __future__ import annotations
 
 import copy
+import threading
 from collections.abc import Iterable
 from datetime import datetime
 from typing import Any, Literal, TypeVar, overload
 
+from . import wakeups
 from .pipeline import Pipelined
 from .protocol import Durability, Operation, Shell, check_io
 from .repository import MAX_PAGE, InFlightPage, InstanceRecord, Logger, RepositoryOps
@@ -23,6 +25,7 @@ from .runs import (
     Quarantined,
 )
 from .transport import Transport
+from .wakeups import Wakeups, check_block
 
 T = TypeVar("T")
 S = TypeVar("S", bound="_Closes")
@@ -99,6 +102,28 @@ class RedisRunStore(_Closes, Shell[RunOps]):
                            max_record_bytes=max_record_bytes)
         self._io = Transport(client, durability, timeout)
         self._ops.checks = self._io.checks
+        self._wake: Wakeups | None = None
+        self._wake_lock = threading.Lock()
+
+    def close(self) -> None:
+        """Stop the store's waker (if a claim ever blocked) and disconnect its connections
+        (see :meth:`RedisRepository.close`); the store stays usable."""
+        with self._wake_lock:
+            wake, self._wake = self._wake, None
+        if wake is not None:
+            wake.stop()
+        super().close()
+
+    def _wakeups(self) -> Wakeups:
+        """The store's blocked claims, made with the first (see :mod:`redisstore.wakeups`):
+        the waker's own connections wait up to REARM s per call."""
+        with self._wake_lock:
+            if self._wake is None:
+                io = Transport(self._io.client, None,
+                               self._io.timeout + int(wakeups.REARM * 1000), dedicated=True)
+                self._wake = Wakeups(io.drive, self._ops.next_wakeup,
+                                     self._ops.give_back_wakeup, io.close)
+            return self._wake
 
     def now(self) -> int:
         """The backend clock (Redis ``TIME``), UTC Unix milliseconds."""
@@ -114,6 +139,7 @@ class RedisRunStore(_Closes, Shell[RunOps]):
         io = self._io
         twin._io = Transport(io.client, io.durability, min(timeout, io.timeout),
                              dedicated=True)
+        twin._wake, twin._wake_lock = None, threading.Lock()
         return twin
 
     def pipeline(self) -> Pipeline:
@@ -174,16 +200,17 @@ class RedisRunStore(_Closes, Shell[RunOps]):
 
     @overload
     def claim_expired(self, owner: str, ttl: int, limit: int, *,
-                      records: Literal[False] = False,
-                      max_takeovers: int | None = None) -> list[str]: ...
+                      records: Literal[False] = False, max_takeovers: int | None = None,
+                      block: int | None = None) -> list[str]: ...
 
     @overload
     def claim_expired(self, owner: str, ttl: int, limit: int, *,
-                      records: Literal[True],
-                      max_takeovers: int | None = None) -> list[Claimed]: ...
+                      records: Literal[True], max_takeovers: int | None = None,
+                      block: int | None = None) -> list[Claimed]: ...
 
     def claim_expired(self, owner: str, ttl: int, limit: int, *, records: bool = False,
-                      max_takeovers: int | None = None) -> list[str] | list[Claimed]:
+                      max_takeovers: int | None = None,
+                      block: int | None = None) -> list[str] | list[Claimed]:
         """Claim up to ``limit`` held, expired leases, the longest-expired first.
 
         With ``records=True`` each comes back as ``Claimed(run, current)``, its record
@@ -196,25 +223,47 @@ class RedisRunStore(_Closes, Shell[RunOps]):
         again: it goes to the quarantine as poison (:meth:`quarantined`) until a write or
         :meth:`release` puts it back. Needs layout 3 (:meth:`migrate`), else
         ``Misconfigured``.
+
+        With ``block=ms``, when nothing is claimable, wait up to ``block`` ms and claim as
+        soon as a lease expires (docs/runs.md, "Waiting for work").
         """
-        return self._write(self._ops.claim_expired(owner, ttl, limit, records, max_takeovers))
+        wait = check_block(block)
+        if limit == 0:
+            wait = 0  # nothing could be claimed: nothing to wait for
+        ops = self._ops
+
+        def claim() -> tuple[list[Any], int]:
+            return self._write(ops.claim_expired(owner, ttl, limit, records, max_takeovers))
+
+        return claim()[0] if not wait else self._wakeups().claim(wakeups.LEASES, claim, wait)
 
     @overload
     def claim_ready(self, owner: str, ttl: int, limit: int, *,
-                    records: Literal[False] = False) -> list[str]: ...
+                    records: Literal[False] = False, block: int | None = None) -> list[str]: ...
 
     @overload
     def claim_ready(self, owner: str, ttl: int, limit: int, *,
-                    records: Literal[True]) -> list[Claimed]: ...
+                    records: Literal[True], block: int | None = None) -> list[Claimed]: ...
 
-    def claim_ready(self, owner: str, ttl: int, limit: int, *,
-                    records: bool = False) -> list[str] | list[Claimed]:
+    def claim_ready(self, owner: str, ttl: int, limit: int, *, records: bool = False,
+                    block: int | None = None) -> list[str] | list[Claimed]:
         """Claim up to ``limit`` free runs whose wait is eligible, the earliest first.
 
         ``records=True`` hands back ``Claimed(run, current)`` values, as
-        :meth:`claim_expired` does.
+        :meth:`claim_expired` does. With ``block=ms``, when nothing is claimable, wait up
+        to ``block`` ms and claim as soon as something is (docs/runs.md, "Waiting for
+        work"): the call returns the first claim that got runs, or ``[]`` once ``block``
+        ms have passed; its deadline is ``block`` plus the store's ``timeout``.
         """
-        return self._write(self._ops.claim_ready(owner, ttl, limit, records))
+        wait = check_block(block)
+        if limit == 0:
+            wait = 0  # nothing could be claimed: nothing to wait for
+        ops = self._ops
+
+        def claim() -> tuple[list[Any], int]:
+            return self._write(ops.claim_ready(owner, ttl, limit, records))
+
+        return claim()[0] if not wait else self._wakeups().claim(wakeups.READY, claim, wait)
 
     def refresh(self, run: str) -> bool:
         """Re-derive the run's wait from its current record; True if it now has one."""

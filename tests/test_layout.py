@@ -445,8 +445,10 @@ def test_a_pending_fan_out_whose_waiters_set_was_replaced_is_dropped_not_a_wall(
     assert Quarantined("fanout", "dep", "type") in store.quarantined()
 
 
-def test_next_due_is_the_earliest_later_entry_and_skips_damaged_scores(
+def test_a_claims_wait_is_the_time_to_the_earliest_entry_whatever_its_score(
         client: redis.Redis) -> None:
+    """A claim answers how long until its index's head is due (blocked claimers set their
+    timer from it): a fractional score counts rounded up, an infinite one never."""
     from redisstore.runops import RunOps
 
     store = RedisRunStore(client, namespace=unique_namespace())
@@ -456,11 +458,22 @@ def test_next_due_is_the_earliest_later_entry_and_skips_damaged_scores(
     store.insert("b", b"x", Claim("n", 2 * LONG))
     expiry = int(client.zscore(keys.leases, "a") or 0)
     client.zadd(keys.leases, {"ghost": expiry - 0.5, "ghost2": float("inf")})
+
+    def wait() -> int:
+        call = next(RunOps(store.namespace, None, 1).claim_expired("me", LONG, 10))
+        assert call.script is not None
+        client.script_load(call.script.source)
+        before = store.now()
+        reply = client.execute_command(*call.command())
+        after = store.now()
+        assert reply[1] == []
+        assert expiry - after <= reply[3] <= expiry - before
+        return int(reply[3])
+
+    wait()
+    client.zrem(keys.leases, "a", "b", "ghost")
     call = next(RunOps(store.namespace, None, 1).claim_expired("me", LONG, 10))
-    assert call.script is not None
-    client.script_load(call.script.source)
-    reply = client.execute_command(*call.command())
-    assert reply[1] == [] and reply[3] == expiry
+    assert client.execute_command(*call.command())[3] == -1  # only +inf: never due
 
 
 @pytest.mark.parametrize("layout", [1, 3])

@@ -31,6 +31,7 @@ from ..runs import (
 from .base import ACCEPTS, LONG, ME, OTHER, STATES, RunSuite, lease_of
 from .lifecycle import LifecycleRules
 from .readiness import ReadinessRules
+from .wakeups import WakeupRules
 
 
 class LeaseRules(RunSuite):
@@ -412,7 +413,7 @@ class LeaseRules(RunSuite):
             make()
 
 
-class RunStoreConformance(LeaseRules, ReadinessRules, LifecycleRules):
+class RunStoreConformance(LeaseRules, ReadinessRules, LifecycleRules, WakeupRules):
     """The whole leased run backend contract as pytest tests.
 
     Implement :meth:`make_store` (and :meth:`reopen`, for the projection-version rules).

@@ -1,0 +1,293 @@
+"""Wake-ups: ``claim_ready(..., block=ms)`` and ``claim_expired(..., block=ms)`` wait for
+work instead of polling for it. docs/runs.md ("Waiting for work") is the contract.
+
+Two things make a run claimable, and each has its own path to a blocked claimer:
+
+- **Events** (an insert, a write or release that makes a run claimable now, a dependency
+  written). The script that does it adds a token to the namespace's wake key
+  (``wake-ready`` / ``wake-leases``, a sorted set in the namespace's slot, at most
+  ``MAX_WAKE`` tokens). Tokens are level-triggered: one added while nobody waits stays
+  until someone takes it, so a signal between a claimer's empty claim and its wait is never
+  missed. Each store that has blocked claimers keeps one waker thread on a connection of its
+  own, outside the pool, blocked in ``BZPOPMIN`` on the wake keys; each token it takes wakes
+  one local blocked claimer (the one that waited longest), or goes back to the server when
+  none is left. A claim removes the tokens of the runs it takes and, when it leaves claimable
+  work behind, adds one: a burst of ready runs wakes claimers one per run, never all of them.
+- **Due times** (``At``, ``Poll``, deadlines, lease expiries). A blocking command's own
+  timeout fires on the server's tick (about 100 ms late at the default ``hz 10``; under
+  2 ms it blocked forever before Redis 7.0.8), so due times are kept here: every claim
+  answers how long until its index's next entry is due, and one timer thread per store
+  wakes one blocked claimer at the earliest of those.
+
+Whatever a signal misses (a token taken by a node that then died, writers of a library
+version that never signals, a wake key a foreign write gave another type), every blocked
+claimer claims again at least every ``REARM`` seconds: an idle claimer costs at most one
+server call per ``REARM``, and the waker one ``BZPOPMIN``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, TypeVar
+
+from .protocol import Operation
+from .runs import check_int
+
+log = logging.getLogger("redisstore")
+
+T = TypeVar("T")
+
+#: The two kinds of work a claimer waits for: ``claim_ready``'s and ``claim_expired``'s.
+READY, LEASES = "ready", "leases"
+#: A blocked claimer claims again at least this often (s), signalled or not.
+REARM = 10.0
+#: The longest ``block`` (ms): one day.
+MAX_BLOCK = 86_400_000
+#: After a failed ``BZPOPMIN`` (server down, failover, a denied command) the waker tries
+#: again after this many seconds, doubling up to REARM.
+BACKOFF = 0.05
+
+
+def check_block(block: object) -> int:
+    """``block``: None (do not wait) or an int of ms in [0, MAX_BLOCK]."""
+    return 0 if block is None else check_int("block", block, minimum=0, maximum=MAX_BLOCK)
+
+
+class _Waiter:
+    """One blocked claim. ``notify`` wakes it (from any thread)."""
+
+    __slots__ = ("notify", "woken")
+
+    def __init__(self, notify: Callable[[], None]) -> None:
+        self.notify = notify
+        self.woken = False
+
+
+class Wakeups:
+    """The blocked claimers of one store, its waker thread and its timer thread.
+
+    ``drive(op)`` runs an operation on the waker thread, on connections of the waker's own
+    (the store makes it). Threads start with the first blocked claim and park while no
+    claim is blocked.
+    """
+
+    def __init__(self, drive: Callable[[Operation[Any]], Any], next_wakeup: Callable[
+            [list[str], float], Operation[tuple[str, str] | None]],
+                 give_back: Callable[[str, str], Operation[None]],
+                 close: Callable[[], None] = lambda: None) -> None:
+        self._drive = drive
+        self._next_wakeup = next_wakeup
+        self._give_back = give_back
+        self._close_io = close
+        self._cond = threading.Condition()
+        self._queues: dict[str, collections.deque[_Waiter]] = {
+            READY: collections.deque(), LEASES: collections.deque()}
+        self._due: dict[str, float | None] = {READY: None, LEASES: None}
+        self._stopped = False
+        self._threads: list[threading.Thread] = []
+        #: Counts, for tests and benchmarks: tokens taken, claimers woken by a token, by
+        #: the timer, tokens given back.
+        self.stats: collections.Counter[str] = collections.Counter()
+
+    # ------------------------------------------------------------------ the claims
+
+    def claim(self, kind: str, claim: Callable[[], tuple[list[T], int]], block: int) -> list[T]:
+        """Claim with ``claim()`` (its runs and wait) until it gets some or ``block`` ms
+        have passed."""
+        deadline = time.monotonic() + block / 1000
+        while True:
+            runs, wait = claim()
+            self.due(kind, wait)
+            remaining = deadline - time.monotonic()
+            if runs or remaining <= 0:
+                return runs
+            if wait != 0 and not self.wait(kind, remaining) and time.monotonic() >= deadline:
+                return runs
+
+    async def aclaim(self, kind: str, claim: Callable[[], Awaitable[tuple[list[T], int]]],
+                     block: int) -> list[T]:
+        """:meth:`claim` for a coroutine ``claim``."""
+        deadline = time.monotonic() + block / 1000
+        while True:
+            runs, wait = await claim()
+            self.due(kind, wait)
+            remaining = deadline - time.monotonic()
+            if runs or remaining <= 0:
+                return runs
+            if (wait != 0 and not await self.await_(kind, remaining)
+                    and time.monotonic() >= deadline):
+                return runs
+
+    def due(self, kind: str, wait: int) -> None:
+        """A claim said its index's next entry is due in ``wait`` ms (-1: none, 0: now)."""
+        if wait <= 0:
+            return
+        at = time.monotonic() + wait / 1000
+        with self._cond:
+            current = self._due[kind]
+            if current is None or at < current:
+                self._due[kind] = at
+                self._cond.notify_all()
+
+    def wait(self, kind: str, seconds: float) -> bool:
+        """Block this thread until woken (True), or ``seconds`` (at most REARM) pass."""
+        event = threading.Event()
+        waiter = _Waiter(event.set)
+        self._enter(kind, waiter)
+        try:
+            event.wait(min(seconds, REARM))
+        finally:
+            self._leave(kind, waiter)
+        return waiter.woken
+
+    async def await_(self, kind: str, seconds: float) -> bool:
+        """:meth:`wait` for a task: the event loop runs on meanwhile."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+
+        def notify() -> None:
+            loop.call_soon_threadsafe(_resolve, future)
+
+        waiter = _Waiter(notify)
+        self._enter(kind, waiter)
+        try:
+            await asyncio.wait([future], timeout=min(seconds, REARM))
+        finally:
+            self._leave(kind, waiter)
+        return waiter.woken
+
+    def stop(self) -> None:
+        """Stop the threads (the waker's ends with its ``BZPOPMIN``, within REARM)."""
+        with self._cond:
+            self._stopped = True
+            self._cond.notify_all()
+
+    # ------------------------------------------------------------------ the queues
+
+    def _enter(self, kind: str, waiter: _Waiter) -> None:
+        with self._cond:
+            if self._stopped:
+                return
+            self._queues[kind].append(waiter)
+            if not self._threads:
+                self._threads = [
+                    threading.Thread(target=self._listen, name="redisstore-waker", daemon=True),
+                    threading.Thread(target=self._time, name="redisstore-timer", daemon=True)]
+                for thread in self._threads:
+                    thread.start()
+            self._cond.notify_all()
+
+    def _leave(self, kind: str, waiter: _Waiter) -> None:
+        with self._cond:
+            if not waiter.woken:
+                with contextlib.suppress(ValueError):
+                    self._queues[kind].remove(waiter)
+
+    def _wake_one(self, kind: str) -> bool:
+        # Under the lock. The waiter that waited longest goes first.
+        queue = self._queues[kind]
+        while queue:
+            waiter = queue.popleft()
+            try:
+                waiter.notify()
+            except RuntimeError:  # its event loop is closed: it will never claim
+                continue
+            waiter.woken = True
+            return True
+        return False
+
+    # ------------------------------------------------------------------ the threads
+
+    def _listen(self) -> None:
+        """The waker: take tokens while someone waits; each wakes one claimer."""
+        backoff = BACKOFF
+        try:
+            while True:
+                with self._cond:
+                    while not self._stopped and not any(self._queues.values()):
+                        self._cond.wait()
+                    if self._stopped:
+                        return
+                    kinds = [kind for kind, queue in self._queues.items() if queue]
+                try:
+                    got = self._drive(self._next_wakeup(kinds, REARM))
+                except Exception as exc:
+                    if backoff == BACKOFF:
+                        log.warning("redisstore: the waker cannot wait for signals (%s); "
+                                    "blocked claims claim again every %s s meanwhile",
+                                    exc, REARM)
+                    with self._cond:
+                        self._cond.wait(backoff)
+                    backoff = min(backoff * 2, REARM)
+                    continue
+                backoff = BACKOFF
+                if got is None:
+                    continue
+                kind, token = got
+                with self._cond:
+                    self.stats["taken"] += 1
+                    woke = self._wake_one(kind)
+                if woke:
+                    self.stats["woken"] += 1
+                    continue
+                # Its claimer left meanwhile: another node's may still wait for it (a
+                # give-back that fails is covered by the claimers' re-arm).
+                self.stats["given back"] += 1
+                with contextlib.suppress(Exception):
+                    self._drive(self._give_back(kind, token))
+        finally:
+            self._close_io()
+
+    def _time(self) -> None:
+        """The timer: at the earliest due time a claim reported, wake one claimer."""
+        with self._cond:
+            while not self._stopped:
+                now = time.monotonic()
+                pending = [(at, kind) for kind, at in self._due.items() if at is not None]
+                if not pending:
+                    self._cond.wait()
+                    continue
+                at, kind = min(pending)
+                if at > now:
+                    self._cond.wait(at - now)
+                    continue
+                self._due[kind] = None
+                if self._wake_one(kind):
+                    self.stats["timer"] += 1
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+class LoopDriver:
+    """Runs the operations of an asyncio store's waker on an event loop of the waker
+    thread's own (connections are per event loop: that loop's are the waker's own)."""
+
+    def __init__(self, drive: Callable[[Operation[Any]], Coroutine[Any, Any, Any]],
+                 close: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        self._drive = drive
+        self._aclose = close
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def __call__(self, op: Operation[Any]) -> Any:
+        if self._loop is None:
+            self._loop = asyncio.new_event_loop()
+        return self._loop.run_until_complete(self._drive(op))
+
+    def close(self) -> None:
+        loop = self._loop
+        if loop is not None:
+            try:
+                loop.run_until_complete(self._aclose())
+            except Exception:
+                pass
+            finally:
+                loop.close()
