@@ -394,14 +394,17 @@ class RunOps:
             key, token = reply[0], reply[1]
             return kind_of[bytes(key)], text(token)
 
-        # A pop: sent once, like a write (a token whose reply was lost is gone; the
-        # claimers' re-arm period covers it).
-        return (yield from ask(Call(None, keys, ("BZPOPMIN", *keys, f"{seconds:g}"), parse)))
+        # Sent as a read: after a broken connection it is sent again. A token whose reply
+        # was lost is gone, which the claimers' re-arm covers.
+        return (yield from ask(Call(None, keys, ("BZPOPMIN", *keys, f"{seconds:g}"), parse,
+                                    write=False)))
 
     def give_back_wakeup(self, kind: str, token: str) -> Operation[None]:
         """Put back a token this node took but had no claimer for (first in line)."""
         key = self.keys.wake(kind)
-        yield from ask(Call(None, (key,), ("ZADD", key, "NX", 0, token), lambda _: None))
+        # Idempotent (NX): sent again after a broken connection, as a read is.
+        yield from ask(Call(None, (key,), ("ZADD", key, "NX", 0, token), lambda _: None,
+                            write=False))
 
     def refresh(self, run: str) -> Operation[bool]:
         """Re-derive the run's wait from its current record; True when it has one."""

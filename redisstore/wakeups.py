@@ -90,7 +90,8 @@ class Wakeups:
             READY: collections.deque(), LEASES: collections.deque()}
         self._due: dict[str, float | None] = {READY: None, LEASES: None}
         self._stopped = False
-        self._threads: list[threading.Thread] = []
+        self._listener: threading.Thread | None = None
+        self._timer: threading.Thread | None = None
         #: Counts, for tests and benchmarks: tokens taken, claimers woken by a token, by
         #: the timer, tokens given back.
         self.stats: collections.Counter[str] = collections.Counter()
@@ -175,12 +176,16 @@ class Wakeups:
             if self._stopped:
                 return
             self._queues[kind].append(waiter)
-            if not self._threads:
-                self._threads = [
-                    threading.Thread(target=self._listen, name="redisstore-waker", daemon=True),
-                    threading.Thread(target=self._time, name="redisstore-timer", daemon=True)]
-                for thread in self._threads:
-                    thread.start()
+            # The threads end after REARM s with nothing to do (a store dropped without
+            # close() leaves none behind); the next blocked claim starts them again.
+            if self._listener is None:
+                self._listener = threading.Thread(target=self._listen, daemon=True,
+                                                  name="redisstore-waker")
+                self._listener.start()
+            if self._timer is None:
+                self._timer = threading.Thread(target=self._time, daemon=True,
+                                               name="redisstore-timer")
+                self._timer.start()
             self._cond.notify_all()
 
     def _leave(self, kind: str, waiter: _Waiter) -> None:
@@ -204,15 +209,25 @@ class Wakeups:
 
     # ------------------------------------------------------------------ the threads
 
+    def _idle(self) -> bool:
+        """Under the lock: wait while no claim is blocked; True when the waker should end
+        (stopped, or idle for REARM s: its thread is then forgotten)."""
+        waited = False
+        while not self._stopped and not any(self._queues.values()):
+            if waited:
+                self._listener = None
+                return True
+            self._cond.wait(REARM)
+            waited = True
+        return self._stopped
+
     def _listen(self) -> None:
         """The waker: take tokens while someone waits; each wakes one claimer."""
         backoff = BACKOFF
         try:
             while True:
                 with self._cond:
-                    while not self._stopped and not any(self._queues.values()):
-                        self._cond.wait()
-                    if self._stopped:
+                    if self._idle():
                         return
                     kinds = [kind for kind, queue in self._queues.items() if queue]
                 try:
@@ -245,14 +260,23 @@ class Wakeups:
             self._close_io()
 
     def _time(self) -> None:
-        """The timer: at the earliest due time a claim reported, wake one claimer."""
+        """The timer: at the earliest due time a claim reported, wake one claimer. Ends
+        after REARM s with neither a due time nor a blocked claim."""
         with self._cond:
+            idle_since: float | None = None
             while not self._stopped:
                 now = time.monotonic()
                 pending = [(at, kind) for kind, at in self._due.items() if at is not None]
                 if not pending:
-                    self._cond.wait()
+                    if any(self._queues.values()):
+                        idle_since = None
+                    elif idle_since is None:
+                        idle_since = now
+                    elif now - idle_since >= REARM:
+                        break
+                    self._cond.wait(REARM)
                     continue
+                idle_since = None
                 at, kind = min(pending)
                 if at > now:
                     self._cond.wait(at - now)
@@ -260,6 +284,7 @@ class Wakeups:
                 self._due[kind] = None
                 if self._wake_one(kind):
                     self.stats["timer"] += 1
+            self._timer = None
 
 
 def _resolve(future: asyncio.Future[None]) -> None:
@@ -275,15 +300,20 @@ class LoopDriver:
                  close: Callable[[], Coroutine[Any, Any, None]]) -> None:
         self._drive = drive
         self._aclose = close
-        self._loop: asyncio.AbstractEventLoop | None = None
+        # One loop per waker thread: a waker that ends closes its own loop, never the
+        # next one's.
+        self._local = threading.local()
 
     def __call__(self, op: Operation[Any]) -> Any:
-        if self._loop is None:
-            self._loop = asyncio.new_event_loop()
-        return self._loop.run_until_complete(self._drive(op))
+        loop = getattr(self._local, "loop", None)
+        if loop is None:
+            loop = self._local.loop = asyncio.new_event_loop()
+        return loop.run_until_complete(self._drive(op))
 
     def close(self) -> None:
-        loop = self._loop
+        """Close this thread's loop and its connections."""
+        loop = getattr(self._local, "loop", None)
+        self._local.loop = None
         if loop is not None:
             try:
                 loop.run_until_complete(self._aclose())

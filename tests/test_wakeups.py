@@ -1,0 +1,304 @@
+"""Wake-ups beyond the conformance rules: no lost wake-up under load, the re-arm that covers
+a token taken by a node that died, what idle claimers cost the server, no thundering herd,
+and a waker that survives its connection being killed or unblocked."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import fakeredis
+import pytest
+import redis
+import redis.asyncio
+from servers import Server, unique_namespace
+
+from redisstore import (
+    AsyncRedisRunStore,
+    MemoryRunStore,
+    RedisRunStore,
+    Release,
+    RunStore,
+    wakeups,
+)
+from redisstore.conformance.readiness import rec
+from redisstore.conformance.wakeups import SLACK, Blocked
+from redisstore.discovery import json_wait
+from redisstore.keys import Keyspace
+
+LONG = 600_000
+
+
+def evalsha_calls(admin: redis.Redis) -> int:
+    stats = admin.info("commandstats")
+    return int(stats.get("cmdstat_evalsha", {}).get("calls", 0))
+
+
+def calls_of(admin: redis.Redis, command: str) -> int:
+    stats = admin.info("commandstats")
+    return int(stats.get(f"cmdstat_{command}", {}).get("calls", 0))
+
+
+# ---------------------------------------------------------------------------- no lost wake-up
+
+
+def stress(store: RunStore, *, runs: int = 240, claimers: int = 12, writers: int = 3,
+           seed: int = 7) -> list[int]:
+    """Claimers block on claim_ready while writers make runs ready at random moments, some
+    at once (events), some due a little later (due times). Every run must be claimed once;
+    returns each run's lateness in ms (its claim time minus when it became claimable, both
+    on the backend's clock)."""
+    rng = random.Random(seed)
+    plan = [(f"run-{i:04d}", rng.choice([0, 0, rng.randrange(1, 400)]), rng.random() * 0.02)
+            for i in range(runs)]
+    became: dict[str, int] = {}
+    claimed: dict[str, list[str]] = {}
+    lock = threading.Lock()
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def write(part: list[tuple[str, int, float]]) -> None:
+        try:
+            for run, delay, pause in part:
+                time.sleep(pause)
+                now = store.now()
+                due = now + delay if delay else 0
+                store.insert(run, rec({"at": due}), Release())
+                with lock:
+                    became[run] = max(due, now)
+        except BaseException as exc:
+            errors.append(exc)
+
+    def claim(name: str) -> None:
+        try:
+            while not stop.is_set():
+                for run in store.claim_ready(name, LONG, rng.choice([1, 1, 3]), block=1000):
+                    with lock:
+                        claimed.setdefault(run, []).append(name)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=claim, args=(f"c{i}",)) for i in range(claimers)]
+    threads += [threading.Thread(target=write, args=(plan[i::writers],)) for i in range(writers)]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        with lock:
+            if len(claimed) == runs:
+                break
+        time.sleep(0.05)
+    stop.set()
+    for thread in threads:
+        thread.join(15)
+    assert not errors, errors
+    assert sorted(claimed) == sorted(run for run, _, _ in plan), "every run claimed"
+    assert all(len(owners) == 1 for owners in claimed.values()), "each exactly once"
+    lateness = []
+    for run in claimed:
+        info = store.get(run).claim
+        assert info is not None
+        lateness.append(info.claimed_at - became[run])
+    return sorted(lateness)
+
+
+def check_lateness(lateness: list[int]) -> None:
+    # Far below the 10 s re-arm: every run was claimed by a signal or a timer, none by the
+    # re-arm that covers a lost one. (The benchmark measures the real figures.)
+    p99 = lateness[int(len(lateness) * 0.99) - 1]
+    assert lateness[0] >= 0, "a run was claimed before it was due"
+    assert lateness[-1] < SLACK * 1000, f"the latest claim came {lateness[-1]} ms late"
+    print(f"lateness ms: p50 {lateness[len(lateness) // 2]}, p99 {p99}, max {lateness[-1]}")
+
+
+def test_no_wakeup_is_lost_in_memory() -> None:
+    check_lateness(stress(MemoryRunStore(discover=json_wait)))
+
+
+def test_no_wakeup_is_lost_on_fakeredis() -> None:
+    store = RedisRunStore(fakeredis.FakeRedis(), namespace=unique_namespace(),
+                          discover=json_wait)
+    check_lateness(stress(store, runs=120))
+
+
+@pytest.mark.server
+@pytest.mark.parametrize("server", ["redis7", "redis62", "valkey8"])
+def test_no_wakeup_is_lost_on_a_server(server: str, request: pytest.FixtureRequest) -> None:
+    backend: Server = request.getfixturevalue(server)
+    store = RedisRunStore(backend.client(), namespace=unique_namespace(), discover=json_wait)
+    store.migrate()
+    check_lateness(stress(store))
+
+
+class SyncedAsync:
+    """The async store driven from threads: a loop of its own runs every call."""
+
+    def __init__(self, make: Callable[[], Any]) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.store = self.run(_made(make))
+
+    def run(self, coro: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(60)
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self.store, name)
+        return lambda *a, **k: self.run(method(*a, **k))
+
+    def stop(self) -> None:
+        self.run(self.store.aclose())
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5)
+
+
+async def _made(make: Callable[[], Any]) -> Any:
+    return make()
+
+
+@pytest.mark.server
+def test_no_wakeup_is_lost_on_the_asyncio_store(redis7: Server) -> None:
+    namespace = unique_namespace()
+    synced = SyncedAsync(lambda: AsyncRedisRunStore(
+        redis.asyncio.Redis(port=redis7.port), namespace=namespace, discover=json_wait))
+    try:
+        check_lateness(stress(synced, runs=160))  # type: ignore[arg-type]
+    finally:
+        synced.stop()
+
+
+# ---------------------------------------------------------------------------- the re-arm
+
+
+@pytest.fixture
+def rearm(monkeypatch: pytest.MonkeyPatch) -> float:
+    monkeypatch.setattr(wakeups, "REARM", 0.5)
+    return 0.5
+
+
+@pytest.mark.server
+def test_a_token_taken_by_a_node_that_died_delays_the_others_by_one_rearm(
+        redis7: Server, rearm: float) -> None:
+    store = RedisRunStore(redis7.client(), namespace=unique_namespace(), discover=json_wait)
+    thief = redis7.client()
+    # The dead node's waker blocks first, so it is first in line for the next token.
+    stolen: list[Any] = []
+    taker = threading.Thread(target=lambda: stolen.append(
+        thief.bzpopmin([Keyspace(store.namespace).wake("ready")], 5)))
+    taker.start()
+    time.sleep(0.1)
+    blocked = Blocked(lambda: store.claim_ready("me", LONG, 1, block=5000))
+    time.sleep(0.2)
+    since = time.monotonic()
+    store.insert("run", rec({"at": 0}), Release())
+    taker.join(5)
+    assert stolen and stolen[0] is not None and stolen[0][1] == b"run"
+    assert blocked.get() == ["run"]
+    assert blocked.returned - since <= rearm + SLACK
+
+
+@pytest.mark.server
+def test_writers_that_never_signal_are_seen_within_one_rearm(
+        redis7: Server, rearm: float) -> None:
+    """An older library's writers add no token: a blocked claim still claims again every
+    REARM seconds."""
+    client = redis7.client()
+    store = RedisRunStore(client, namespace=unique_namespace(), discover=json_wait)
+    keys = Keyspace(store.namespace)
+    store.insert("run", rec({"at": LONG * 1000}), Release())  # indexed, far from due
+    blocked = Blocked(lambda: store.claim_ready("me", LONG, 1, block=5000))
+    time.sleep(0.2)
+    client.zadd(keys.ready, {"run": 0})  # now due, as a writer that does not signal leaves it
+    since = time.monotonic()
+    assert blocked.get() == ["run"]
+    assert blocked.returned - since <= rearm + SLACK
+
+
+# ---------------------------------------------------------------------------- costs
+
+
+@pytest.mark.server
+def test_idle_claimers_cost_one_claim_each_per_rearm_and_the_waker_one_pop(
+        redis7: Server, rearm: float) -> None:
+    admin = redis7.client()
+    store = RedisRunStore(redis7.client(), namespace=unique_namespace(), discover=json_wait)
+    store.now()
+    claims_before, pops_before = evalsha_calls(admin), calls_of(admin, "bzpopmin")
+    idle = 2.0
+    claimers = [Blocked(lambda: store.claim_ready("me", LONG, 1, block=int(idle * 1000)))
+                for _ in range(6)]
+    for claimer in claimers:
+        assert claimer.get() == []
+    claims = evalsha_calls(admin) - claims_before
+    pops = calls_of(admin, "bzpopmin") - pops_before
+    periods = idle / rearm
+    # Each claimer: its first claim, then one per re-arm period (the last one ends the block).
+    assert claims <= len(claimers) * (periods + 1), claims
+    assert pops <= periods + 2, pops
+
+
+@pytest.mark.server
+def test_one_run_wakes_one_claimer_not_all_of_them(redis7: Server) -> None:
+    admin = redis7.client()
+    store = RedisRunStore(redis7.client(), namespace=unique_namespace(), discover=json_wait)
+    claimers = [Blocked(lambda: store.claim_ready("me", LONG, 1, block=3000))
+                for _ in range(8)]
+    time.sleep(0.3)
+    before = evalsha_calls(admin)
+    store.insert("run", rec({"at": 0}), Release())
+    time.sleep(0.3)
+    # The insert and one claim (two if a claim was in flight as it landed), not eight.
+    assert evalsha_calls(admin) - before <= 3
+    got = [claimer.get() for claimer in claimers]
+    assert sorted(map(len, got)) == [0] * 7 + [1]
+    assert store._wake is not None and store._wake.stats["woken"] == 1
+
+
+# ---------------------------------------------------------------------------- the waker's faults
+
+
+def waker_ids(admin: redis.Redis) -> list[int]:
+    return [int(c["id"]) for c in admin.client_list() if c.get("cmd") == "bzpopmin"]
+
+
+@pytest.fixture
+def server_store(redis7: Server) -> Iterator[tuple[RedisRunStore, redis.Redis]]:
+    store = RedisRunStore(redis7.client(), namespace=unique_namespace(), discover=json_wait)
+    yield store, redis7.client()
+    store.close()
+
+
+@pytest.mark.server
+@pytest.mark.parametrize("fault", ["kill", "unblock"])
+def test_the_waker_survives_its_connection_killed_or_unblocked(
+        server_store: tuple[RedisRunStore, redis.Redis], fault: str) -> None:
+    """A failover unblocks blocked clients (UNBLOCKED) or drops them; the waker waits
+    again and the next event still wakes a claim at once."""
+    store, admin = server_store
+    others = set(waker_ids(admin))  # other tests' stores
+
+    def ours() -> set[int]:
+        return set(waker_ids(admin)) - others
+
+    blocked = Blocked(lambda: store.claim_ready("me", LONG, 1, block=8000))
+    deadline = time.monotonic() + 5
+    while not ours() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    (waker,) = ours()
+    if fault == "kill":
+        admin.client_kill_filter(_id=waker)
+    else:
+        admin.execute_command("CLIENT", "UNBLOCK", waker, "ERROR")
+    time.sleep(0.1)
+    while not ours() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert ours(), "the waker waits again"
+    assert (ours() == {waker}) == (fault == "unblock")  # killed: on a new connection
+    since = time.monotonic()
+    store.insert("run", rec({"at": 0}), Release())
+    assert blocked.get() == ["run"]
+    assert blocked.returned - since < SLACK
