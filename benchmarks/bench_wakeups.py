@@ -26,7 +26,6 @@ import statistics
 import threading
 import time
 import uuid
-from collections.abc import Callable
 
 import redis
 from common import own_server, pct, server_binary

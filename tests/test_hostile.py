@@ -3,6 +3,7 @@ server, never half-applies, and never stops the claim of the undamaged runs."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -261,3 +262,41 @@ def test_a_forged_key_prefix_is_refused_before_anything_is_read(
         with pytest.raises(redis.ResponseError, match="BADARG"):
             evalsha(client, script, script_keys, prefix, *args)
     assert dump(client, store.namespace) == before
+
+
+@pytest.mark.parametrize("damage", ["string", "hash", "full"])
+def test_a_damaged_wake_key_turns_signals_off_and_fails_no_write(
+        client: redis.Redis, damage: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Wake keys only carry signals: one of another type (or full of foreign tokens) never
+    makes a write, release or claim fail, and a blocked claim still gets its run (by its
+    re-arm, here 0.3 s)."""
+    from redisstore import Release, wakeups
+    from redisstore.conformance.readiness import rec
+    from redisstore.conformance.wakeups import Blocked
+    from redisstore.discovery import json_wait
+
+    monkeypatch.setattr(wakeups, "REARM", 0.3)
+    store = RedisRunStore(client, namespace=unique_namespace(), discover=json_wait)
+    keys = Keyspace(store.namespace)
+    for kind in ("ready", "leases"):
+        if damage == "string":
+            client.set(keys.wake(kind), "foreign")
+        elif damage == "hash":
+            client.hset(keys.wake(kind), "f", "v")
+        else:
+            client.zadd(keys.wake(kind), {f"junk-{i}": i for i in range(300)})
+    before = {kind: client.dump(keys.wake(kind)) for kind in ("ready", "leases")}
+    store.insert("a", rec({"at": 0}), Claim("me", 60_000))
+    store.compare_and_set("a", 1, rec({"at": 0}), Claim("me", 60_000))
+    assert store.release("me", ["a"]) == ["a"]
+    assert store.claim_ready("me", 60_000, 10) == ["a"]
+    store.insert("b", rec(None), Claim("x", 1))
+    time.sleep(0.01)
+    assert store.claim_expired("me", 60_000, 10) == ["b"]
+    if damage != "full":  # a key of another type is left as it was
+        assert {kind: client.dump(keys.wake(kind)) for kind in ("ready", "leases")} == before
+    blocked = Blocked(lambda: store.claim_ready("me", 60_000, 1, block=5000))
+    time.sleep(0.1)
+    store.insert("c", rec({"at": 0}), Release())
+    assert blocked.get() == ["c"]
+    store.close()
