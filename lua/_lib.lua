@@ -57,7 +57,7 @@
 -- run id, or "#" and the SHA1 of an id longer than 64 bytes, scored by the time of the
 -- signal): a write that makes a run claimable now, or due earlier than the index's head,
 -- adds the run's token; a claim removes the tokens of the runs it takes and, when it leaves
--- claimable work behind, adds one. Blocked claimers pop them with BZPOPMIN. A wake key of
+-- claimable work behind, adds one. Signals are sent after the writes, each as a pcall. Blocked claimers pop them with BZPOPMIN. A wake key of
 -- another type only turns signals off: blocked claimers then claim again within their
 -- re-arm period, as they do for writers of library versions that never signal.
 -- P.."meta" (hash): layout, the namespace's layout version (absent: 1); deleted-rev, the
@@ -128,6 +128,80 @@ local function arg_text(i)
   return s
 end
 
+-- The wake token of a run: its id, or "#" and its SHA1 when the id is long (a token is
+-- copied into every signal and pop).
+local function wake_token(run)
+  if #run <= 64 then return run end
+  return '#' .. redis.sha1hex(run)
+end
+
+-- Wake-up signals, sent after the script's writes (see send_signals): per wake key, the
+-- tokens to add and the tokens to remove.
+local SIGNALS = {}
+
+local UNSIGNALS = {}
+
+-- Per index, its earliest score before this script's writes, lowered by each signal of an
+-- earlier time (false: empty); read at most once.
+local HEADS = {}
+
+local function queue_token(queue, key, run)
+  local list = queue[key]
+  if not list then
+    list = {}
+    queue[key] = list
+  end
+  list[#list + 1] = wake_token(run)
+end
+
+-- run entered index, claimable from backend time t: wake one blocked claimer when it is
+-- claimable now, or due soon and earlier than everything the index held (claimers' timers
+-- were set for a later head). One due WAKE_AHEAD ms or more ahead needs no signal: every
+-- blocked claim claims again within its re-arm period (shorter) and learns of it then.
+local function signal(key, index, run, t)
+  local now = now_ms()
+  if t > now then
+    if t - now >= WAKE_AHEAD then return end
+    local head = HEADS[index]
+    if head == nil then
+      local h = redis.call('ZRANGE', index, 0, 0, 'WITHSCORES')
+      head = h[2] and tonumber(h[2]) or false
+    end
+    if head and head <= t then
+      HEADS[index] = head
+      return
+    end
+    HEADS[index] = t
+  end
+  queue_token(SIGNALS, key, run)
+end
+
+-- A claim took run: its token, if any, has done its work.
+local function unsignal(key, run)
+  queue_token(UNSIGNALS, key, run)
+end
+
+-- Send the queued signals. They are advice: each command is a pcall, so a wake key of
+-- another type (a foreign write), a full one (MAX_WAKE tokens) or a refused write (OOM)
+-- only skips the signal; the data the script wrote stands, and blocked claimers find the
+-- work at their re-arm.
+local function send_signals()
+  for _, key in ipairs({WAKE_READY, WAKE_LEASES}) do
+    local gone = UNSIGNALS[key]
+    if gone then redis.pcall('ZREM', key, unpack(gone)) end
+    local tokens = SIGNALS[key]
+    if tokens then
+      local n = redis.pcall('ZCARD', key)
+      if type(n) == 'number' and n < MAX_WAKE then
+        local args = {'ZADD', key, 'NX'}
+        local at = int(now_ms())
+        for i = 1, math.min(#tokens, MAX_WAKE - n) do push(args, at, tokens[i]) end
+        redis.pcall(unpack(args))
+      end
+    end
+  end
+end
+
 local function commit()
   if #WRITES == 0 then return end
   -- Under maxmemory Redis refuses a script's first write (OOM) only if that write is one
@@ -137,6 +211,7 @@ local function commit()
   touch_writes()
   redis.call('HSETNX', META, 'layout', int(NS))
   for i = 1, #WRITES do redis.call(unpack(WRITES[i])) end
+  send_signals()
 end
 
 -- Refuse a namespace laid out by a newer library; a damaged meta key is corrupt.
@@ -546,52 +621,10 @@ local function eligible_at(s, pv)
   return t
 end
 
--- The wake token of a run: its id, or "#" and its SHA1 when the id is long (a token is
--- copied into every signal and pop).
-local function wake_token(run)
-  if #run <= 64 then return run end
-  return '#' .. redis.sha1hex(run)
-end
-
--- Per wake key, as this script planned it: {n = tokens held (false: the key is of
--- another type, no signals), head = the index's earliest time before the call (false:
--- empty)}. Read at the first signal, before any write.
-local WAKES = {}
-
-local function wake_of(key, index)
-  local w = WAKES[key]
-  if w == nil then
-    local n = redis.pcall('ZCARD', key)
-    if type(n) ~= 'number' then n = false end
-    local h = redis.call('ZRANGE', index, 0, 0, 'WITHSCORES')
-    w = {n = n, head = h[2] and tonumber(h[2]) or false}
-    WAKES[key] = w
-  end
-  return w
-end
-
--- run entered index, claimable from backend time t: wake one blocked claimer when it is
--- claimable now, or earlier than everything the index held (claimers' timers were set for
--- a later head).
-local function signal(key, index, run, t)
-  local w = wake_of(key, index)
-  local now = now_ms()
-  if t > now and w.head and w.head <= t then return end
-  if not w.head or t < w.head then w.head = t end
-  if not w.n or w.n >= MAX_WAKE then return end
-  later('ZADD', key, 'NX', int(now), wake_token(run))
-  w.n = w.n + 1
-end
-
--- A claim took run: its token, if any, has done its work.
-local function unsignal(key, index, run)
-  local w = wake_of(key, index)
-  if w.n and w.n > 0 then later('ZREM', key, wake_token(run)) end
-end
-
 -- After a claim's writes: how long until index has a claimable entry, in ms (0: one is due
 -- now, or pending is true: work is left; -1: nothing), and, when work is left and the
--- claim took some, one token added so that another blocked claimer takes the rest.
+-- claim took some, one token added so that another blocked claimer takes the rest (as
+-- advice, like every signal).
 local function wait_after_claim(key, index, took, pending)
   local now = now_ms()
   local head = redis.call('ZRANGE', index, 0, 0, 'WITHSCORES')
@@ -605,7 +638,7 @@ local function wait_after_claim(key, index, took, pending)
   if wait == 0 and took > 0 and head[1] then
     local n = redis.pcall('ZCARD', key)
     if type(n) == 'number' and n < MAX_WAKE then
-      redis.call('ZADD', key, 'NX', int(now), wake_token(head[1]))
+      redis.pcall('ZADD', key, 'NX', int(now), wake_token(head[1]))
     end
   end
   return wait

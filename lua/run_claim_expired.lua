@@ -52,7 +52,7 @@ for run, s in due(LEASES, 'leases', limit, out) do
     if budget == 0 or rec then
       if s.own ~= owner and NS >= 3 and s.tk < MAX_TAKEOVERS then s.tk = s.tk + 1 end
       hold(run, s, owner, now + ttl)
-      unsignal(WAKE_LEASES, LEASES, run)
+      unsignal(WAKE_LEASES, run)
       save(run, s)
       if budget > 0 then out[#out + 1] = {run, current(s, rec)} else out[#out + 1] = run end
     end

@@ -67,7 +67,7 @@ for run, s in due(READY, 'ready', limit, out) do
       end
       save(run, s)
       later('ZREM', READY, run)
-      unsignal(WAKE_READY, READY, run)
+      unsignal(WAKE_READY, run)
       if budget > 0 then out[#out + 1] = {run, current(s, rec)} else out[#out + 1] = run end
     end
   end

@@ -50,6 +50,11 @@ class Cap(IntEnum):
     #: it is coalesced into the tokens already there (each wakes one blocked claimer, and a
     #: claimer that leaves work behind signals again).
     MAX_WAKE = 256
+    #: A run due this many ms ahead or more needs no wake-up signal when it is indexed:
+    #: every blocked claim claims again within its re-arm period (``wakeups.REARM``, 10 s,
+    #: shorter) and learns of it then. Saves the signal's reads on most writes (a lease of
+    #: 30 s, a schedule far ahead).
+    WAKE_AHEAD = 11_000
 
 
 MAX_CLAIM = int(Cap.MAX_CLAIM)

@@ -302,3 +302,11 @@ def test_the_waker_survives_its_connection_killed_or_unblocked(
     store.insert("run", rec({"at": 0}), Release())
     assert blocked.get() == ["run"]
     assert blocked.returned - since < SLACK
+
+
+def test_the_scripts_skip_signals_only_for_runs_due_after_a_rearm() -> None:
+    """A run indexed WAKE_AHEAD ms or more ahead is not signalled: blocked claims must claim
+    again (re-arm) before then, or they would learn of it late."""
+    from redisstore.runs import Cap
+
+    assert wakeups.REARM * 1000 < Cap.WAKE_AHEAD
