@@ -159,6 +159,11 @@ class Wakeups:
         self._enter(kind, waiter)
         try:
             await asyncio.wait([future], timeout=min(seconds, REARM))
+        except asyncio.CancelledError:
+            with self._cond:
+                if waiter.woken:  # its wake-up goes to the next local claim, if any
+                    self._wake_one(kind)
+            raise
         finally:
             self._leave(kind, waiter)
         return waiter.woken

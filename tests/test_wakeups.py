@@ -310,3 +310,28 @@ def test_the_scripts_skip_signals_only_for_runs_due_after_a_rearm() -> None:
     from redisstore.runs import Cap
 
     assert wakeups.REARM * 1000 < Cap.WAKE_AHEAD
+
+
+def test_a_cancelled_claim_passes_its_wakeup_to_the_next_one() -> None:
+    """A task cancelled just as a token woke it does not take the wake-up with it: the next
+    blocked claim of the store gets it."""
+    idle = threading.Event()
+    hub = wakeups.Wakeups(lambda op: (idle.wait(), None)[1], lambda kinds, s: iter(()),  # type: ignore
+                          lambda kind, token: iter(()))  # type: ignore
+
+    async def scenario() -> bool:
+        first = asyncio.ensure_future(hub.await_(wakeups.READY, 5))
+        second = asyncio.ensure_future(hub.await_(wakeups.READY, 5))
+        await asyncio.sleep(0.05)
+        with hub._cond:
+            assert hub._wake_one(wakeups.READY)  # the token goes to the first
+        first.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await first
+        return await asyncio.wait_for(second, 2)
+
+    try:
+        assert asyncio.run(scenario()) is True
+    finally:
+        hub.stop()
+        idle.set()
