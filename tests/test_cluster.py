@@ -4,6 +4,7 @@ scripts, clock and indexes are that node's."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -17,6 +18,7 @@ from redisstore import (
     Hold,
     RedisRepository,
     RedisRunStore,
+    Release,
     Repository,
     Unavailable,
 )
@@ -113,3 +115,38 @@ def test_pipelines_go_to_the_namespace_node(cluster: list[Server],
     nodes = {cluster_client.get_node_from_key(Keyspace(s.namespace).leases).port
              for s in stores}
     assert len(nodes) >= 2  # the pipelines did go to different nodes
+
+
+def test_a_blocked_claim_follows_its_slot_to_another_node(
+        cluster: list[Server], cluster_client: RedisCluster) -> None:
+    """A slot moved while a claim is blocked on it: the waker's BZPOPMIN is redirected
+    (MOVED), it waits on the new node, and a run made ready there wakes the claim."""
+    from redisstore.conformance.readiness import rec
+    from redisstore.conformance.wakeups import SLACK, Blocked
+    from redisstore.discovery import json_wait
+
+    while True:  # a namespace whose slot holds no keys (SETSLOT moves only those)
+        namespace = unique_namespace("moving")
+        key = Keyspace(namespace).leases
+        slot = cluster_client.keyslot(key)
+        owner = cluster_client.get_node_from_key(key)
+        if cluster_client.get_redis_connection(owner).execute_command(
+                "CLUSTER", "COUNTKEYSINSLOT", slot) == 0:
+            break
+    store = RedisRunStore(cluster_client, namespace=namespace, discover=json_wait)
+    blocked = Blocked(lambda: store.claim_ready("me", 60_000, 1, block=10_000))
+    time.sleep(0.3)
+    target = next(s for s in cluster if s.port != owner.port)
+    target_id = target.client().execute_command("CLUSTER", "MYID")
+    for server in cluster:
+        server.client().execute_command("CLUSTER", "SETSLOT", slot, "NODE", target_id)
+    for _ in range(3):  # the first call after the move may answer MOVED
+        try:
+            store.insert("run", rec({"at": 0}), Release())
+            break
+        except Unavailable:
+            time.sleep(0.1)
+    since = time.monotonic()
+    assert blocked.get() == ["run"]
+    assert blocked.returned - since < SLACK + 1.0  # the server's tick redirects the waker
+    assert target.client().exists(Keyspace(namespace).run("run")) == 1
