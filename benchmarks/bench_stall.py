@@ -477,14 +477,16 @@ def damage(bench: Bench, client: redis.Redis, namespace: str, index: str, n: int
 
 def claimed(n: int) -> Callable[[int, Any, Any], int]:
     def check(i: int, result: Any, reply: Any) -> int:
-        expect(len(result) == n, f"claimed {len(result)} runs, not {n}")
+        runs, _wait = result  # a claim operation answers its runs and its wait
+        expect(len(runs) == n, f"claimed {len(runs)} runs, not {n}")
         return n
     return check
 
 
 def claimed_dropping(n: int, dropped: int) -> Callable[[int, Any, Any], int]:
     def check(i: int, result: Any, reply: Any) -> int:
-        expect(len(result) == n, f"claimed {len(result)} runs, not {n}")
+        runs, _wait = result
+        expect(len(runs) == n, f"claimed {len(runs)} runs, not {n}")
         expect(int(reply[2]) == dropped, f"quarantined {reply[2]} entries, not {dropped}")
         return dropped
     return check
@@ -581,7 +583,7 @@ def suite(bench: Bench, layout: int, db: int, plan: Plan) -> None:
     # release: RENEW expired leases taken by "rel" for each repeat
     mine: list[str] = []
     for _ in range(-(-bench.repeats * RENEW // CLAIM)):
-        taken, _ = bench.drive(c, expired.claim_expired("rel", LONG, CLAIM))
+        (taken, _wait), _ = bench.drive(c, expired.claim_expired("rel", LONG, CLAIM))
         mine += taken
     expect(len(mine) >= bench.repeats * RENEW, f"only {len(mine)} leases to release")
 
