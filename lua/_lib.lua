@@ -156,7 +156,7 @@ end
 
 -- run entered index, claimable from backend time t: wake one blocked claimer when it is
 -- claimable now, or due soon and earlier than everything the index held (claimers' timers
--- were set for a later head). One due WAKE_AHEAD ms or more ahead needs no signal: every
+-- were set for a later head) or behind a head that is due now. One due WAKE_AHEAD ms or more ahead needs no signal: every
 -- blocked claim claims again within its re-arm period (shorter) and learns of it then.
 local function signal(key, index, run, t)
   local now = now_ms()
@@ -167,11 +167,13 @@ local function signal(key, index, run, t)
       local h = redis.call('ZRANGE', index, 0, 0, 'WITHSCORES')
       head = h[2] and tonumber(h[2]) or false
     end
-    if head and head <= t then
+    -- A head due later than now has a timer on some node (the claim that saw it set one);
+    -- a head due now has none (no claim is blocked, or one is about to take it): signal.
+    if head and head <= t and head > now then
       HEADS[index] = head
       return
     end
-    HEADS[index] = t
+    if not head or t < head then HEADS[index] = t end
   end
   queue_token(SIGNALS, key, run)
 end
@@ -805,6 +807,8 @@ local function notify_dependents(run, pv)
   if cursor ~= '0' then
     later('ZADD', FANOUT, int(now_ms()), run)
     later('HSET', FANOUT_CURSOR, run, cursor)
+    -- The rest are re-indexed by claim_ready calls: wake one, whatever the first page held.
+    queue_token(SIGNALS, WAKE_READY, run)
   end
 end
 

@@ -532,14 +532,13 @@ class AsyncRedisRunStore(_Closes, Shell[RunOps]):
         await super().aclose()
 
     def _wakeups(self) -> Wakeups:
-        """The store's blocked claims (see :mod:`redisstore.wakeups`): the waker runs on an
-        event loop of its thread's own, so its connections are its own."""
+        """The store's blocked claims (see :mod:`redisstore.wakeups`): each waker thread
+        runs an event loop of its own, so its connections are its own."""
         if self._wake is None:
-            io = AsyncTransport(self._io.client, None,
-                                self._io.timeout + int(wakeups.REARM * 1000))
+            io = AsyncTransport(self._io.client, None, wakeups.waker_timeout(self._io.timeout))
             driver = LoopDriver(io.drive, io.aclose)
             self._wake = Wakeups(driver, self._ops.next_wakeup, self._ops.give_back_wakeup,
-                                 driver.close)
+                                 driver.close, pop_seconds=wakeups.pop_cap(self._io.client))
         return self._wake
 
     def _dedicated(self, timeout: int) -> AsyncRedisRunStore:
@@ -620,7 +619,7 @@ class AsyncRedisRunStore(_Closes, Shell[RunOps]):
 
         if not wait:
             return (await claim())[0]
-        return await self._wakeups().aclaim(wakeups.LEASES, claim, wait)
+        return await wakeups.aclaim(self._wakeups, wakeups.LEASES, claim, wait)
 
     @overload
     async def claim_ready(self, owner: str, ttl: int, limit: int, *,
@@ -645,7 +644,7 @@ class AsyncRedisRunStore(_Closes, Shell[RunOps]):
 
         if not wait:
             return (await claim())[0]
-        return await self._wakeups().aclaim(wakeups.READY, claim, wait)
+        return await wakeups.aclaim(self._wakeups, wakeups.READY, claim, wait)
 
     async def refresh(self, run: str) -> bool:
         """See :meth:`redisstore.RedisRunStore.refresh`."""

@@ -116,13 +116,16 @@ class RedisRunStore(_Closes, Shell[RunOps]):
 
     def _wakeups(self) -> Wakeups:
         """The store's blocked claims, made with the first (see :mod:`redisstore.wakeups`):
-        the waker's own connections wait up to REARM s per call."""
+        the wakers' connections are their own (on a cluster, the client's node connections,
+        which they must not close)."""
         with self._wake_lock:
             if self._wake is None:
-                io = Transport(self._io.client, None,
-                               self._io.timeout + int(wakeups.REARM * 1000), dedicated=True)
+                io = Transport(self._io.client, None, wakeups.waker_timeout(self._io.timeout),
+                               dedicated=True)
                 self._wake = Wakeups(io.drive, self._ops.next_wakeup,
-                                     self._ops.give_back_wakeup, io.close)
+                                     self._ops.give_back_wakeup,
+                                     (lambda: None) if io.cluster else io.close,
+                                     pop_seconds=wakeups.pop_cap(self._io.client))
             return self._wake
 
     def now(self) -> int:
@@ -235,7 +238,8 @@ class RedisRunStore(_Closes, Shell[RunOps]):
         def claim() -> tuple[list[Any], int]:
             return self._write(ops.claim_expired(owner, ttl, limit, records, max_takeovers))
 
-        return claim()[0] if not wait else self._wakeups().claim(wakeups.LEASES, claim, wait)
+        return claim()[0] if not wait else wakeups.claim(self._wakeups, wakeups.LEASES, claim,
+                                                         wait)
 
     @overload
     def claim_ready(self, owner: str, ttl: int, limit: int, *,
@@ -263,7 +267,8 @@ class RedisRunStore(_Closes, Shell[RunOps]):
         def claim() -> tuple[list[Any], int]:
             return self._write(ops.claim_ready(owner, ttl, limit, records))
 
-        return claim()[0] if not wait else self._wakeups().claim(wakeups.READY, claim, wait)
+        return claim()[0] if not wait else wakeups.claim(self._wakeups, wakeups.READY, claim,
+                                                         wait)
 
     def refresh(self, run: str) -> bool:
         """Re-derive the run's wait from its current record; True if it now has one."""

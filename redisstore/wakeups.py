@@ -31,6 +31,7 @@ import asyncio
 import collections
 import contextlib
 import logging
+import os
 import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine
@@ -49,9 +50,28 @@ READY, LEASES = "ready", "leases"
 REARM = 10.0
 #: The longest ``block`` (ms): one day.
 MAX_BLOCK = 86_400_000
+#: The token a timer puts on the server for a due time no claim of its store waits for.
+DUE_TOKEN = "~due"
 #: After a failed ``BZPOPMIN`` (server down, failover, a denied command) the waker tries
 #: again after this many seconds, doubling up to REARM.
 BACKOFF = 0.05
+
+
+def waker_timeout(timeout: int) -> int:
+    """The deadline (ms) of a waker's call: a whole ``BZPOPMIN``, which the server answers
+    on its tick (up to ~100 ms late at ``hz 10``, later when it is loaded), plus the store's
+    own ``timeout`` and at least 2 s."""
+    return int(REARM * 1000) + max(timeout, 2000)
+
+
+def pop_cap(client: Any) -> float | None:
+    """The longest ``BZPOPMIN`` (s) the client's connections can wait for: half their
+    ``socket_timeout`` (None: no socket timeout)."""
+    kwargs = getattr(getattr(client, "connection_pool", None), "connection_kwargs", None)
+    if kwargs is None:  # RedisCluster
+        kwargs = getattr(getattr(client, "nodes_manager", None), "connection_kwargs", {})
+    timeout = kwargs.get("socket_timeout") if isinstance(kwargs, dict) else None
+    return None if not timeout else float(timeout) / 2
 
 
 def check_block(block: object) -> int:
@@ -69,61 +89,78 @@ class _Waiter:
         self.woken = False
 
 
-class Wakeups:
-    """The blocked claimers of one store, its waker thread and its timer thread.
+def claim(hub: Callable[[], Wakeups], kind: str, claim: Callable[[], tuple[list[T], int]],
+          block: int) -> list[T]:
+    """Claim with ``claim()`` (its runs and wait) until it gets some or ``block`` ms have
+    passed, waiting between claims on the store's current ``hub()`` (a store closed
+    meanwhile makes a new one)."""
+    deadline = time.monotonic() + block / 1000
+    while True:
+        runs, wait = claim()
+        waker = hub()
+        waker.due(kind, wait)
+        remaining = deadline - time.monotonic()
+        if runs or remaining <= 0:
+            return runs
+        if wait != 0 and not waker.wait(kind, remaining) and time.monotonic() >= deadline:
+            return runs
 
-    ``drive(op)`` runs an operation on the waker thread, on connections of the waker's own
-    (the store makes it). Threads start with the first blocked claim and park while no
-    claim is blocked.
+
+async def aclaim(hub: Callable[[], Wakeups], kind: str,
+                 claim: Callable[[], Awaitable[tuple[list[T], int]]], block: int) -> list[T]:
+    """:func:`claim` for a coroutine ``claim``: the event loop runs on while it waits."""
+    deadline = time.monotonic() + block / 1000
+    while True:
+        runs, wait = await claim()
+        waker = hub()
+        waker.due(kind, wait)
+        remaining = deadline - time.monotonic()
+        if runs or remaining <= 0:
+            return runs
+        if (wait != 0 and not await waker.await_(kind, remaining)
+                and time.monotonic() >= deadline):
+            return runs
+
+
+class Wakeups:
+    """The blocked claims of one store: per kind of claim, a queue of them, a waker thread
+    (each on a connection of its own: a waker blocked on one kind's key never delays the
+    other kind) and a due time; one timer thread.
+
+    ``drive(op)`` runs an operation on the calling thread, on connections of the waker's own
+    (the store makes it; safe from several threads). ``pop_seconds`` is how long one
+    ``BZPOPMIN`` may block: under the connections' socket timeout. Threads start with the
+    first blocked claim of their kind and end REARM s after the last.
     """
 
     def __init__(self, drive: Callable[[Operation[Any]], Any], next_wakeup: Callable[
             [list[str], float], Operation[tuple[str, str] | None]],
                  give_back: Callable[[str, str], Operation[None]],
-                 close: Callable[[], None] = lambda: None) -> None:
+                 close: Callable[[], None] = lambda: None, *,
+                 pop_seconds: float | None = None) -> None:
         self._drive = drive
         self._next_wakeup = next_wakeup
         self._give_back = give_back
         self._close_io = close
+        self._pop_cap = pop_seconds
+        self._fresh()
+        #: Counts, for tests and benchmarks: tokens taken, claims woken by a token, by the
+        #: timer, tokens given back, due times relayed to other nodes.
+        self.stats: collections.Counter[str] = collections.Counter()
+
+    def _fresh(self) -> None:
+        """The state of a new hub (again in a forked child: the parent's threads are not
+        there, and its lock may have been held by one of them)."""
+        self._pid = os.getpid()
         self._cond = threading.Condition()
         self._queues: dict[str, collections.deque[_Waiter]] = {
             READY: collections.deque(), LEASES: collections.deque()}
         self._due: dict[str, float | None] = {READY: None, LEASES: None}
         self._stopped = False
-        self._listener: threading.Thread | None = None
+        self._listeners: dict[str, threading.Thread] = {}
         self._timer: threading.Thread | None = None
-        #: Counts, for tests and benchmarks: tokens taken, claimers woken by a token, by
-        #: the timer, tokens given back.
-        self.stats: collections.Counter[str] = collections.Counter()
 
     # ------------------------------------------------------------------ the claims
-
-    def claim(self, kind: str, claim: Callable[[], tuple[list[T], int]], block: int) -> list[T]:
-        """Claim with ``claim()`` (its runs and wait) until it gets some or ``block`` ms
-        have passed."""
-        deadline = time.monotonic() + block / 1000
-        while True:
-            runs, wait = claim()
-            self.due(kind, wait)
-            remaining = deadline - time.monotonic()
-            if runs or remaining <= 0:
-                return runs
-            if wait != 0 and not self.wait(kind, remaining) and time.monotonic() >= deadline:
-                return runs
-
-    async def aclaim(self, kind: str, claim: Callable[[], Awaitable[tuple[list[T], int]]],
-                     block: int) -> list[T]:
-        """:meth:`claim` for a coroutine ``claim``."""
-        deadline = time.monotonic() + block / 1000
-        while True:
-            runs, wait = await claim()
-            self.due(kind, wait)
-            remaining = deadline - time.monotonic()
-            if runs or remaining <= 0:
-                return runs
-            if (wait != 0 and not await self.await_(kind, remaining)
-                    and time.monotonic() >= deadline):
-                return runs
 
     def due(self, kind: str, wait: int) -> None:
         """A claim said its index's next entry is due in ``wait`` ms (-1: none, 0: now)."""
@@ -169,24 +206,32 @@ class Wakeups:
         return waiter.woken
 
     def stop(self) -> None:
-        """Stop the threads (the waker's ends with its ``BZPOPMIN``, within REARM)."""
+        """Stop the threads (a waker ends with its ``BZPOPMIN``) and wake every blocked
+        claim: each claims again, and waits on its store's next hub."""
         with self._cond:
             self._stopped = True
+            for kind in self._queues:
+                while self._wake_one(kind):
+                    pass
             self._cond.notify_all()
 
     # ------------------------------------------------------------------ the queues
 
     def _enter(self, kind: str, waiter: _Waiter) -> None:
+        if self._pid != os.getpid():
+            self._fresh()
         with self._cond:
             if self._stopped:
+                waiter.woken = True  # the store was closed: claim again at once
                 return
             self._queues[kind].append(waiter)
             # The threads end after REARM s with nothing to do (a store dropped without
             # close() leaves none behind); the next blocked claim starts them again.
-            if self._listener is None:
-                self._listener = threading.Thread(target=self._listen, daemon=True,
-                                                  name="redisstore-waker")
-                self._listener.start()
+            if kind not in self._listeners:
+                self._listeners[kind] = thread = threading.Thread(
+                    target=self._listen, args=(kind,), daemon=True,
+                    name=f"redisstore-waker-{kind}")
+                thread.start()
             if self._timer is None:
                 self._timer = threading.Thread(target=self._time, daemon=True,
                                                name="redisstore-timer")
@@ -214,29 +259,34 @@ class Wakeups:
 
     # ------------------------------------------------------------------ the threads
 
-    def _idle(self) -> bool:
-        """Under the lock: wait while no claim is blocked; True when the waker should end
-        (stopped, or idle for REARM s: its thread is then forgotten)."""
-        waited = False
-        while not self._stopped and not any(self._queues.values()):
-            if waited:
-                self._listener = None
+    def _idle(self, kind: str) -> bool:
+        """Under the lock: wait while no claim of ``kind`` is blocked; True when its waker
+        should end (stopped, or idle for REARM s: its thread is then forgotten)."""
+        since = time.monotonic()
+        while not self._stopped and not self._queues[kind]:
+            left = REARM - (time.monotonic() - since)
+            if left <= 0:
+                del self._listeners[kind]
                 return True
-            self._cond.wait(REARM)
-            waited = True
+            self._cond.wait(left)
         return self._stopped
 
-    def _listen(self) -> None:
-        """The waker: take tokens while someone waits; each wakes one claimer."""
+    def pop_seconds(self) -> float:
+        """How long one ``BZPOPMIN`` blocks: REARM, or less under a short socket timeout
+        (the server answers on its tick, up to ~100 ms late, and must beat the timeout)."""
+        return REARM if self._pop_cap is None else max(min(REARM, self._pop_cap), 0.05)
+
+    def _listen(self, kind: str) -> None:
+        """The waker of one kind: take its tokens while a claim of it waits; each token
+        wakes one claim."""
         backoff = BACKOFF
         try:
             while True:
                 with self._cond:
-                    if self._idle():
+                    if self._idle(kind):
                         return
-                    kinds = [kind for kind, queue in self._queues.items() if queue]
                 try:
-                    got = self._drive(self._next_wakeup(kinds, REARM))
+                    got = self._drive(self._next_wakeup([kind], self.pop_seconds()))
                 except Exception as exc:
                     if backoff == BACKOFF:
                         log.warning("redisstore: the waker cannot wait for signals (%s); "
@@ -249,15 +299,15 @@ class Wakeups:
                 backoff = BACKOFF
                 if got is None:
                     continue
-                kind, token = got
+                token = got[1]
                 with self._cond:
                     self.stats["taken"] += 1
                     woke = self._wake_one(kind)
                 if woke:
                     self.stats["woken"] += 1
                     continue
-                # Its claimer left meanwhile: another node's may still wait for it (a
-                # give-back that fails is covered by the claimers' re-arm).
+                # Its claim left meanwhile: another node's may still wait for it (a
+                # give-back that fails is covered by the claims' re-arm).
                 self.stats["given back"] += 1
                 with contextlib.suppress(Exception):
                     self._drive(self._give_back(kind, token))
@@ -265,31 +315,43 @@ class Wakeups:
             self._close_io()
 
     def _time(self) -> None:
-        """The timer: at the earliest due time a claim reported, wake one claimer. Ends
+        """The timer: at the earliest due time a claim reported, wake one claim; with none
+        blocked here, relay it to the server as a token, for a claim of another node. Ends
         after REARM s with neither a due time nor a blocked claim."""
-        with self._cond:
-            idle_since: float | None = None
-            while not self._stopped:
-                now = time.monotonic()
-                pending = [(at, kind) for kind, at in self._due.items() if at is not None]
-                if not pending:
-                    if any(self._queues.values()):
-                        idle_since = None
-                    elif idle_since is None:
-                        idle_since = now
-                    elif now - idle_since >= REARM:
-                        break
-                    self._cond.wait(REARM)
-                    continue
-                idle_since = None
-                at, kind = min(pending)
-                if at > now:
-                    self._cond.wait(at - now)
-                    continue
-                self._due[kind] = None
-                if self._wake_one(kind):
-                    self.stats["timer"] += 1
-            self._timer = None
+        try:
+            with self._cond:
+                idle_since: float | None = None
+                while not self._stopped:
+                    now = time.monotonic()
+                    pending = [(at, kind) for kind, at in self._due.items() if at is not None]
+                    if not pending:
+                        if any(self._queues.values()):
+                            idle_since = None
+                        elif idle_since is None:
+                            idle_since = now
+                        elif now - idle_since >= REARM:
+                            break
+                        self._cond.wait(REARM)
+                        continue
+                    idle_since = None
+                    at, kind = min(pending)
+                    if at > now:
+                        self._cond.wait(at - now)
+                        continue
+                    self._due[kind] = None
+                    if self._wake_one(kind):
+                        self.stats["timer"] += 1
+                        continue
+                    self.stats["relayed"] += 1
+                    self._cond.release()
+                    try:
+                        with contextlib.suppress(Exception):
+                            self._drive(self._give_back(kind, DUE_TOKEN))
+                    finally:
+                        self._cond.acquire()
+                self._timer = None
+        finally:
+            self._close_io()
 
 
 def _resolve(future: asyncio.Future[None]) -> None:

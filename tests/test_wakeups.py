@@ -5,6 +5,7 @@ and a waker that survives its connection being killed or unblocked."""
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import threading
 import time
@@ -335,3 +336,121 @@ def test_a_cancelled_claim_passes_its_wakeup_to_the_next_one() -> None:
     finally:
         hub.stop()
         idle.set()
+
+
+# ---------------------------------------------------------------------------- found by review
+
+
+@pytest.mark.server
+def test_a_run_due_soon_behind_a_head_due_now_reaches_another_nodes_claim(
+        redis7: Server) -> None:
+    """r0 (due now) and r1 (due in 1.5 s) are written back to back; node 0 takes r0 and
+    claims no more. r1 must still go to node 1's blocked claim when due, not at its re-arm:
+    the write of r1 signals (the head was due now, so no node had a timer for it), and a
+    timer with no claim of its own to wake relays the due time to the server."""
+    client = redis7.client()
+    namespace = unique_namespace()
+    nodes = [RedisRunStore(client, namespace=namespace, discover=json_wait) for _ in range(2)]
+    claims = [Blocked(lambda i=i: nodes[i].claim_ready(f"node-{i}", LONG, 1, block=8000))
+              for i in range(2)]
+    time.sleep(0.3)
+    now = nodes[0].now()
+    with nodes[0].pipeline() as pipe:
+        pipe.insert("r0", rec({"at": 0}), Release())
+        pipe.insert("r1", rec({"at": now + 1500}), Release())
+    got = sorted((c.get(), c.returned - c.started) for c in claims)
+    assert [runs for runs, _ in got] == [["r0"], ["r1"]]
+    assert got[1][1] < 0.3 + 1.5 + SLACK  # due at ~1.8 s; the re-arm would be 10 s
+    for node in nodes:
+        node.close()
+
+
+@pytest.mark.server
+def test_a_claim_ready_that_blocks_after_a_claim_expired_is_woken_at_once(
+        redis7: Server) -> None:
+    """Each kind has its own waker: a waker already blocked on wake-leases does not keep a
+    claim_ready waiting."""
+    store = RedisRunStore(redis7.client(), namespace=unique_namespace(), discover=json_wait)
+    reaper = Blocked(lambda: store.claim_expired("reaper", LONG, 1, block=3000))
+    time.sleep(0.3)
+    worker = Blocked(lambda: store.claim_ready("worker", LONG, 1, block=8000))
+    time.sleep(0.3)
+    since = time.monotonic()
+    store.insert("job", rec({"at": 0}), Release())
+    assert worker.get() == ["job"]
+    assert worker.returned - since < SLACK
+    assert reaper.get() == []
+    store.close()
+
+
+@pytest.mark.server
+def test_waiters_beyond_the_first_fanout_page_wake_a_claim(redis7: Server) -> None:
+    """A dependency with more waiters than one write re-indexes (100): the write signals,
+    whatever its first page held, and claims re-index the rest."""
+    from redisstore import Claim
+
+    client = redis7.client()
+    store = RedisRunStore(client, namespace=unique_namespace(), discover=json_wait)
+    keys = Keyspace(store.namespace)
+    store.insert("dep", rec(None), Release())
+    waiters = [f"w{i:03d}" for i in range(300)]
+    with store.pipeline() as pipe:
+        for waiter in waiters:
+            pipe.insert(waiter, rec({"changed": "dep", "seen": 1}), Claim("busy", LONG))
+    first: list[str] = []
+    cursor = 0
+    while True:  # the waiters the write's SSCAN visits first
+        cursor, page = client.sscan(keys.dependents("dep"), cursor, count=100)
+        first += [member.decode() for member in page]
+        if cursor == 0 or len(first) >= 100:
+            break
+    late = next(waiter for waiter in waiters if waiter not in first)
+    store.release("busy", [late])  # the one free waiter, past the first page
+    blocked = Blocked(lambda: store.claim_ready("me", LONG, 1, block=8000))
+    time.sleep(0.3)
+    since = time.monotonic()
+    store.compare_and_set("dep", 1, rec(None, v=2), Release())
+    assert blocked.get() == [late]
+    assert blocked.returned - since < SLACK
+    store.close()
+
+
+def test_closing_a_store_wakes_its_blocked_claims_which_wait_on() -> None:
+    store = RedisRunStore(fakeredis.FakeRedis(), namespace=unique_namespace(),
+                          discover=json_wait)
+    blocked = Blocked(lambda: store.claim_ready("me", LONG, 1, block=8000))
+    time.sleep(0.3)
+    first = store._wake
+    store.close()
+    time.sleep(0.3)
+    assert blocked.returned == 0  # still blocked, on the store's next waker:
+    assert store._wake is not None and store._wake is not first
+    assert len(store._wake._queues["ready"]) == 1  # the closed one keeps nobody waiting
+    assert first is not None and not any(first._queues.values())
+    since = time.monotonic()
+    store.insert("job", rec({"at": 0}), Release())
+    assert blocked.get() == ["job"]
+    assert blocked.returned - since < SLACK
+    store.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
+def test_a_forked_child_gets_wakers_of_its_own() -> None:
+    store = RedisRunStore(fakeredis.FakeRedis(), namespace=unique_namespace(),
+                          discover=json_wait)
+    assert store.claim_ready("me", LONG, 1, block=100) == []  # the parent's threads run
+    pid = os.fork()
+    if pid == 0:  # the child: its blocked claim is woken by its own insert
+        code = 1
+        try:
+            blocked = Blocked(lambda: store.claim_ready("me", LONG, 1, block=8000))
+            time.sleep(0.3)
+            since = time.monotonic()
+            store.insert("job", rec({"at": 0}), Release())
+            if blocked.get() == ["job"] and blocked.returned - since < SLACK:
+                code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    store.close()
