@@ -65,13 +65,16 @@ def waker_timeout(timeout: int) -> int:
 
 
 def pop_cap(client: Any) -> float | None:
-    """The longest ``BZPOPMIN`` (s) the client's connections can wait for: half their
-    ``socket_timeout`` (None: no socket timeout)."""
+    """The longest ``BZPOPMIN`` (s) the client's connections can wait for: 1 s under their
+    ``socket_timeout`` (redis-py's default is 5 s), at least half of it (None: no socket
+    timeout). The server answers a ``BZPOPMIN`` that timed out on its next tick."""
     kwargs = getattr(getattr(client, "connection_pool", None), "connection_kwargs", None)
     if kwargs is None:  # RedisCluster
         kwargs = getattr(getattr(client, "nodes_manager", None), "connection_kwargs", {})
     timeout = kwargs.get("socket_timeout") if isinstance(kwargs, dict) else None
-    return None if not timeout else float(timeout) / 2
+    if not timeout:
+        return None
+    return max(float(timeout) - 1.0, float(timeout) / 2)
 
 
 def check_block(block: object) -> int:
