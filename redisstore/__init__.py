@@ -3,6 +3,9 @@
 Every public name is importable from here; docs/api.md lists them.
 """
 
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as _version
+
 from .aio import AsyncPipeline, AsyncRedisRepository, AsyncRedisRunStore
 from .errors import (
     AlreadyExists,
@@ -46,6 +49,12 @@ from .runs import (
 )
 from .security import acl_rule
 from .store import Pipeline, RedisRepository, RedisRunStore
+
+try:
+    #: The installed version of the package (its metadata; a bare checkout says so).
+    __version__ = _version("redisstore")
+except PackageNotFoundError:  # pragma: no cover - imported from a checkout never installed
+    __version__ = "0+unknown"
 
 __all__ = [
     "AlreadyExists",
@@ -95,6 +104,7 @@ __all__ = [
     "Unavailable",
     "UnknownGroup",
     "Wait",
+    "__version__",
     "acl_rule",
     "aconfirm_write",
     "confirm_write",

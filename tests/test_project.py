@@ -53,6 +53,18 @@ def test_scripts_are_shipped_in_the_wheel(tmp_path: Path) -> None:
     for name in lua:
         assert f"redisstore/lua/{name}" in names
     assert "redisstore/conformance/runs.py" in names
+    assert "redisstore/py.typed" in names  # users' type checkers read the annotations
+    metadata = next(n for n in names if n.endswith(".dist-info/METADATA"))
+    text = zipfile.ZipFile(wheel).read(metadata).decode()
+    assert "Classifier: Typing :: Typed" in text and "License" in text
+    assert any(n.endswith(".dist-info/licenses/LICENSE") or n.endswith("/LICENSE")
+               for n in names)
+
+
+def test_the_package_says_its_version() -> None:
+    from importlib.metadata import version
+
+    assert redisstore.__version__ == version("redisstore")
 
 
 def test_scripts_load_from_the_checkout_or_the_package() -> None:
@@ -81,3 +93,9 @@ def test_the_readme_worker_runs_as_pasted(tmp_path: Path) -> None:
                           text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == """b'{"wait": null, "n": 1, "done": true}'"""
+
+
+def test_every_public_name_is_in_the_api_doc() -> None:
+    text = (ROOT / "docs" / "api.md").read_text()
+    missing = [name for name in redisstore.__all__ if f"`{name}`" not in text]
+    assert missing == []
