@@ -46,7 +46,15 @@ from .runs import (
     Quarantined,
 )
 from .wakeups import LoopDriver, Wakeups, check_block
-from .wire import Connections, check_client, describe, error_reply, is_error_reply, pack
+from .wire import (
+    Connections,
+    check_client,
+    describe,
+    error_reply,
+    is_error_reply,
+    never_evicts,
+    pack,
+)
 
 T = TypeVar("T")
 S = TypeVar("S", bound="_Closes")
@@ -428,6 +436,8 @@ class AsyncTransport:
         self.timeout = timeout
         #: The one-time server checks done for this client, shared by its stores.
         self.checks = checks_for(client.connection_pool)
+        if never_evicts(client):
+            self.checks.add("eviction")
 
     async def aclose(self) -> None:
         """Disconnect the store's connections on the running loop (shared by every store

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 from urllib.parse import unquote
 
-from . import Claim, Hold, LeaseRefused, RedisRunStore, Release
+from . import Claim, Hold, LeaseRefused, RedisRunStore, Release, __version__
 from .discovery import json_wait
 
 
@@ -110,15 +110,19 @@ def _demo(url: str | None, out: Any) -> int:
     store.insert("reminder-7", json.dumps({"wait": {"at": due}}).encode(), Release())
     say(f"reminder-7 waits until backend time {due}: claim_ready now gives "
         f"{store.claim_ready('node-b', ttl, 10)}")
-    time.sleep(0.25)
-    claimed = store.claim_ready("node-b", ttl, 10)
-    say(f"250 ms later claim_ready gives {claimed}; claim info {store.get('reminder-7').claim}")
+    started = time.monotonic()
+    claimed = store.claim_ready("node-b", ttl, 10, block=2000)
+    waited = (time.monotonic() - started) * 1000
+    say(f"claim_ready(..., block=2000) waits and gives {claimed} after {waited:.0f} ms, when "
+        f"it is due; claim info {store.get('reminder-7').claim}")
+    store.close()
     return 0 if claimed == ["reminder-7"] else 1
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``redisstore`` command."""
     parser = argparse.ArgumentParser(prog="redisstore", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"redisstore {__version__}")
     sub = parser.add_subparsers(dest="command")
     run_demo = sub.add_parser("demo", help="two nodes sharing runs (the default command)")
     run_demo.add_argument("--url", default=os.environ.get("REDISSTORE_URL"),

@@ -25,7 +25,15 @@ from typing import Any, TypeVar
 
 from .outcomes import Exchange, Lost, Reply
 from .protocol import Batch, Driver, Durability, Machine, Operation
-from .wire import Connections, check_client, describe, error_reply, is_error_reply, pack
+from .wire import (
+    Connections,
+    check_client,
+    describe,
+    error_reply,
+    is_error_reply,
+    never_evicts,
+    pack,
+)
 
 T = TypeVar("T")
 
@@ -213,6 +221,8 @@ class Transport:
             self._pool = Pool(source) if dedicated else pool_for(source)
         #: The one-time server checks done for this client, shared by its stores.
         self.checks: set[str] = set() if self._pool is None else self._pool.checks
+        if never_evicts(client):
+            self.checks.add("eviction")
         self._used: weakref.WeakSet[Pool] = weakref.WeakSet()  # a cluster's node pools
 
     def close(self) -> None:

@@ -64,6 +64,15 @@ def pack(conn: Any, commands: tuple[tuple[bytes | int, ...], ...]) -> list[bytes
     return [b"".join(_hiredis_pack(command) for command in commands)]  # type: ignore[arg-type]
 
 
+def never_evicts(client: object) -> bool:
+    """Whether the client is fakeredis: its data lives in the process, with no
+    ``maxmemory``, so nothing is evicted (and there is no policy to read: without this the
+    store would warn that it cannot check one)."""
+    pool = getattr(client, "connection_pool", None)
+    cls = getattr(pool, "connection_class", None)
+    return getattr(cls, "__module__", "").startswith("fakeredis")
+
+
 def check_client(client: object, *, asynchronous: bool) -> None:
     """Refuse what is not a client of the right kind, saying what to pass instead."""
     want = "redis.asyncio.Redis" if asynchronous else "redis.Redis"

@@ -73,3 +73,15 @@ def test_on_a_server_as_a_confined_user_the_password_is_never_printed(
     code, out = run(["demo", "--url", url.replace(password, "wrong-" + password)],
                     monkeypatch)
     assert code == 2 and password not in out
+
+
+def test_version_says_the_package_version() -> None:
+    import subprocess
+    import sys
+
+    import redisstore
+
+    done = subprocess.run([sys.executable, "-m", "redisstore", "--version"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0
+    assert done.stdout.strip() == f"redisstore {redisstore.__version__}"
