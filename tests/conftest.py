@@ -10,6 +10,7 @@ import fakeredis
 import fakeredis.commands_mixins.server_mixin as fake_server_mixin
 import pytest
 import redis
+import servers
 from servers import (
     EPHEMERAL,
     Server,
@@ -25,6 +26,33 @@ from servers import (
 from redisstore import RedisRunStore, RunStore
 from redisstore.conformance import RunStoreConformance
 from redisstore.runs import Discover
+
+#: Fixtures that start or reach a real server, and the parameter values that name one
+#: (``client``, ``backend``, ``server``... take them): a test that uses one is marked
+#: ``server`` at collection, so ``-m "not server"`` starts none. servers.allowed() fails a
+#: test that reaches a server without the marker.
+SERVER_FIXTURES = frozenset({
+    "redis7", "redis62", "redis62_noreplicate", "valkey8", "shared_redis", "namespaces",
+    "cluster", "cluster_client", "fuzz_server", "tenant", "own_redis7", "own_valkey8",
+    "stall_server", "server_store"})
+SERVER_PARAMS = frozenset({"redis7", "redis62", "redis62_noreplicate", "valkey8", "redis",
+                           "valkey", "own_redis7", "own_valkey8", "cluster"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if (SERVER_FIXTURES & set(getattr(item, "fixturenames", ()))
+                or any(isinstance(v, str) and v in SERVER_PARAMS for v in params.values())):
+            item.add_marker(pytest.mark.server)
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    servers.FORBIDDEN = None if item.get_closest_marker("server") else item.nodeid
+
+
+def pytest_runtest_teardown(item: pytest.Item) -> None:
+    servers.FORBIDDEN = None
 
 
 class Clock:

@@ -78,6 +78,18 @@ def valkey_binary() -> str | None:
 EPHEMERAL = ("--save", "", "--appendonly", "no")
 
 
+#: Set (to the test's id) while a test that is not marked ``server`` runs: starting or
+#: reaching a server then fails, so ``-m "not server"`` can trust its markers.
+FORBIDDEN: str | None = None
+
+
+def allowed() -> None:
+    """Fail a test that uses a real server without the ``server`` marker."""
+    if FORBIDDEN is not None:
+        raise RuntimeError(f"{FORBIDDEN} uses a real server but is not marked server (mark "
+                           "it, or name its server fixture in conftest.SERVER_FIXTURES)")
+
+
 @dataclass
 class Server:
     """One server process on 127.0.0.1."""
@@ -91,6 +103,7 @@ class Server:
     connect: dict[str, Any] = field(default_factory=dict)
 
     def start(self, timeout: float = 10.0) -> Server:
+        allowed()
         self.folder.mkdir(parents=True, exist_ok=True)
         log = open(self.folder / "server.log", "ab")  # noqa: SIM115 - lives with the process
         self.process = subprocess.Popen(
@@ -113,6 +126,7 @@ class Server:
         return path.read_text(errors="replace")[-2000:] if path.exists() else ""
 
     def client(self, **options: Any) -> redis.Redis:
+        allowed()
         options.setdefault("socket_timeout", 10)
         return redis.Redis(host="127.0.0.1", port=self.port, **{**self.connect, **options})
 
