@@ -1,6 +1,16 @@
-"""``redisstore``: the command line. ``redisstore demo`` shows two engine nodes sharing
-runs through one store, on embedded fakeredis by default or on a server with ``--url`` (or
-``REDISSTORE_URL``). A URL's credentials are never printed."""
+"""``redisstore``: the command line.
+
+- ``redisstore demo [--url URL] [--namespace NS] [--keep]``: two engine nodes sharing runs
+  through one store, on embedded fakeredis by default; it removes what it wrote unless
+  ``--keep``.
+- ``redisstore inspect --namespace NS [RUN] [--json]``: what a namespace holds (runs, held
+  and expired leases, waiting and ready runs, the quarantine, the layout), or one run.
+  Reads only, by SCAN in bounded steps.
+- ``redisstore drop --namespace NS --yes``: delete every key of a namespace.
+- ``redisstore --version``.
+
+The server is ``--url``, else ``REDISSTORE_URL``. A URL's credentials are never printed;
+a failure is one line and exit code 2."""
 
 from __future__ import annotations
 
@@ -11,12 +21,14 @@ import re
 import sys
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 from urllib.parse import unquote
 
-from . import Claim, Hold, LeaseRefused, RedisRunStore, Release, __version__
+from . import Claim, Free, Held, Hold, LeaseRefused, RedisRunStore, Release, __version__
 from .discovery import json_wait
+from .keys import Keyspace
+from .security import glob_escape
 
 
 def redact(url: str) -> str:
@@ -60,29 +72,57 @@ def _client(url: str | None) -> Any:
     return redis.Redis.from_url(url)
 
 
-def demo(url: str | None, out: Any = None) -> int:
-    """Run the demo (printing to ``out``, default stdout); a failure is printed, without the
-    URL's credentials, and answers 2."""
+def demo(url: str | None, out: Any = None, *, namespace: str | None = None,
+         keep: bool = False) -> int:
+    """Run the demo (printing to ``out``, default stdout) in ``namespace`` (default: a new
+    ``demo-<hex>``), then remove what it wrote unless ``keep``; a failure is printed,
+    without the URL's credentials, and answers 2."""
+    return _guarded("demo", url, out, lambda o: _demo(url, o, namespace, keep))
+
+
+def _guarded(command: str, url: str | None, out: Any, body: Callable[[Any], int]) -> int:
+    """Run ``body``; a failure is one line, without the URL's credentials, and exit code 2."""
     out = sys.stdout if out is None else out
     try:
-        return _demo(url, out)
+        return body(out)
     except Exception as exc:
         text = f"{type(exc).__name__}: {exc}"
         for secret in _secrets(url):
             text = text.replace(secret, "***")
-        print(f"redisstore demo failed on {redact(url) if url else 'fakeredis'}: {text}",
+        print(f"redisstore {command} failed on {redact(url) if url else 'fakeredis'}: {text}",
               file=out)
         return 2
 
 
-def _demo(url: str | None, out: Any) -> int:
+def _keys(client: Any, namespace: str) -> Iterator[bytes]:
+    """The keys of ``namespace``, by SCAN (bounded steps; never KEYS)."""
+    pattern = glob_escape(Keyspace(namespace).prefix) + "*"
+    yield from client.scan_iter(match=pattern, count=1000)
+
+
+def _drop(client: Any, namespace: str) -> int:
+    """Delete the keys of ``namespace`` in batches of 500; how many were deleted."""
+    batch: list[bytes] = []
+    deleted = 0
+    for key in _keys(client, namespace):
+        batch.append(key)
+        if len(batch) == 500:
+            deleted += client.delete(*batch)
+            batch = []
+    if batch:
+        deleted += client.delete(*batch)
+    return int(deleted)
+
+
+def _demo(url: str | None, out: Any, namespace: str | None, keep: bool) -> int:
     """Two nodes share runs: claims, a crash, a takeover, a fenced zombie, a timed wait."""
 
     def say(text: str) -> None:
         print(text, file=out)
 
-    namespace = f"demo-{uuid.uuid4().hex[:8]}"
-    store = RedisRunStore(_client(url), namespace=namespace, discover=json_wait)
+    namespace = namespace or f"demo-{uuid.uuid4().hex[:8]}"
+    client = _client(url)
+    store = RedisRunStore(client, namespace=namespace, discover=json_wait)
     say(f"store: {'fakeredis (embedded)' if url is None else redact(url)}, "
         f"namespace {namespace!r}")
     ttl = 300
@@ -116,21 +156,132 @@ def _demo(url: str | None, out: Any) -> int:
     say(f"claim_ready(..., block=2000) waits and gives {claimed} after {waited:.0f} ms, when "
         f"it is due; claim info {store.get('reminder-7').claim}")
     store.close()
+    if keep:
+        say(f"kept namespace {namespace!r}: redisstore inspect --namespace {namespace}")
+    else:
+        say(f"removed the {_drop(client, namespace)} keys it wrote (--keep leaves them)")
     return 0 if claimed == ["reminder-7"] else 1
+
+
+def inspect(url: str | None, namespace: str, run: str | None, as_json: bool,
+            out: Any = None, *, scan_limit: int = 100_000) -> int:
+    """Print what ``namespace`` holds (or one ``run``); reads only."""
+    return _guarded("inspect", url, out,
+                    lambda o: _inspect(url, namespace, run, as_json, o, scan_limit))
+
+
+def _inspect(url: str | None, namespace: str, run: str | None, as_json: bool, out: Any,
+             scan_limit: int) -> int:
+    client = _client(url)
+    keys = Keyspace(namespace)
+    store = RedisRunStore(client, namespace=namespace)
+    now = store.now()
+    if run is not None:
+        current = store.get(run)
+        holder = current.holder
+        expiry = client.zscore(keys.leases, run)
+        due = client.zscore(keys.ready, run)
+        report: dict[str, Any] = {
+            "run": run, "revision": current.revision, "record_bytes": len(current.record),
+            "holder": None if isinstance(holder, Free) else holder.owner,
+            "live": isinstance(holder, Held) and holder.live,
+            "lease_ms_left": None if expiry is None else int(expiry) - now,
+            "ready_in_ms": None if due is None else max(int(due) - now, 0),
+            "claim": None if current.claim is None else {
+                "key": current.claim.key,
+                "dependency_revision": current.claim.dependency_revision,
+                "claimed_ms_ago": now - current.claim.claimed_at},
+            "takeovers": current.takeovers,
+        }
+    else:
+        runs = 0
+        truncated = False
+        prefix = keys.prefix.encode() + b"r:"
+        for key in _keys(client, namespace):
+            if key.startswith(prefix):
+                runs += 1
+                if runs >= scan_limit:
+                    truncated = True
+                    break
+        layout = client.hget(keys.meta, "layout")
+        report = {
+            "namespace": namespace, "server_time_ms": now,
+            "layout": int(layout) if layout else 1,
+            "runs": runs, "runs_counted_up_to_the_limit": truncated,
+            "held": client.zcard(keys.leases),
+            "held_expired": client.zcount(keys.leases, "-inf", now),
+            "waiting": client.zcard(keys.ready),
+            "ready_now": client.zcount(keys.ready, "-inf", now),
+            "quarantined": [{"index": q.index, "run": q.run, "reason": q.reason}
+                            for q in store.quarantined(limit=50)],
+        }
+    store.close()
+    if as_json:
+        print(json.dumps(report, indent=2), file=out)
+    else:
+        width = max(len(k) for k in report)
+        for name, value in report.items():
+            print(f"{name.replace('_', ' '):<{width}}  {value}", file=out)
+    return 0
+
+
+def drop(url: str | None, namespace: str, yes: bool, out: Any = None) -> int:
+    """Delete every key of ``namespace`` (both ports); only with ``yes``."""
+    out = sys.stdout if out is None else out
+    if not yes:
+        print(f"redisstore drop: this deletes every key of namespace {namespace!r} on "
+              f"{redact(url) if url else 'fakeredis'}; add --yes to do it", file=out)
+        return 2
+
+    def body(o: Any) -> int:
+        print(f"deleted {_drop(_client(url), namespace)} keys of namespace {namespace!r}",
+              file=o)
+        return 0
+
+    return _guarded("drop", url, out, body)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``redisstore`` command."""
-    parser = argparse.ArgumentParser(prog="redisstore", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="redisstore", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="redisstore: a distributed lease store on Redis and Valkey.",
+        epilog="The server is --url, else $REDISSTORE_URL, else embedded fakeredis (demo "
+               "only). Credentials in a URL are never printed.")
     parser.add_argument("--version", action="version", version=f"redisstore {__version__}")
-    sub = parser.add_subparsers(dest="command")
-    run_demo = sub.add_parser("demo", help="two nodes sharing runs (the default command)")
-    run_demo.add_argument("--url", default=os.environ.get("REDISSTORE_URL"),
-                          help="redis://127.0.0.1:6379/0 (default: $REDISSTORE_URL, else "
-                               "embedded fakeredis); credentials are never printed")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    def url_option(command: argparse.ArgumentParser) -> None:
+        command.add_argument("--url", default=None,
+                             help="redis://[user:password@]host:port/db (default: "
+                                  "$REDISSTORE_URL)")
+
+    run_demo = sub.add_parser("demo", help="two engine nodes sharing runs (the default)")
+    url_option(run_demo)
+    run_demo.add_argument("--namespace", help="where to write (default: demo-<random>)")
+    run_demo.add_argument("--keep", action="store_true",
+                          help="leave what the demo wrote (to inspect it)")
+    run_inspect = sub.add_parser("inspect", help="what a namespace holds, or one run")
+    url_option(run_inspect)
+    run_inspect.add_argument("--namespace", required=True)
+    run_inspect.add_argument("run", nargs="?", help="one run to show")
+    run_inspect.add_argument("--json", action="store_true", help="print JSON")
+    run_drop = sub.add_parser("drop", help="delete every key of a namespace")
+    url_option(run_drop)
+    run_drop.add_argument("--namespace", required=True)
+    run_drop.add_argument("--yes", action="store_true", help="really delete")
     args = parser.parse_args(argv)
     url = getattr(args, "url", None) or os.environ.get("REDISSTORE_URL") or None
-    return demo(url)
+    if args.command == "inspect":
+        if url is None:
+            parser.error("inspect needs a server: --url or $REDISSTORE_URL")
+        return inspect(url, args.namespace, args.run, args.json)
+    if args.command == "drop":
+        if url is None:
+            parser.error("drop needs a server: --url or $REDISSTORE_URL")
+        return drop(url, args.namespace, args.yes)
+    return demo(url, namespace=getattr(args, "namespace", None),
+                keep=getattr(args, "keep", False))
 
 
 if __name__ == "__main__":

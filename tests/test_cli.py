@@ -85,3 +85,47 @@ def test_version_says_the_package_version() -> None:
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0
     assert done.stdout.strip() == f"redisstore {redisstore.__version__}"
+
+
+@pytest.mark.server
+def test_demo_keep_inspect_and_drop_as_a_user_would(monkeypatch: pytest.MonkeyPatch,
+                                                    redis7: Server) -> None:
+    import json
+
+    url = f"redis://127.0.0.1:{redis7.port}/0"
+    namespace = f"cli-{uuid.uuid4().hex[:8]}"
+    code, out = run(["demo", "--url", url, "--namespace", namespace, "--keep"], monkeypatch)
+    assert code == 0 and f"kept namespace '{namespace}'" in out
+    code, out = run(["inspect", "--url", url, "--namespace", namespace, "--json"], monkeypatch)
+    summary = json.loads(out)
+    assert code == 0 and summary["namespace"] == namespace and summary["runs"] == 2
+    code, out = run(["inspect", "--url", url, "--namespace", namespace, "order-42"],
+                    monkeypatch)
+    assert code == 0 and "revision" in out and "3" in out
+    code, out = run(["drop", "--url", url, "--namespace", namespace], monkeypatch)
+    assert code == 2 and "--yes" in out
+    assert redis7.client().exists(f"{{{namespace}}}:r:order-42") == 1  # nothing deleted
+    code, out = run(["drop", "--url", url, "--namespace", namespace, "--yes"], monkeypatch)
+    assert code == 0 and "deleted" in out
+    assert list(redis7.client().scan_iter(match=f"{{{namespace}}}:*")) == []
+    # Without --keep the demo leaves nothing behind.
+    other = f"cli-{uuid.uuid4().hex[:8]}"
+    code, out = run(["demo", "--url", url, "--namespace", other], monkeypatch)
+    assert code == 0 and "removed the" in out
+    assert list(redis7.client().scan_iter(match=f"{{{other}}}:*")) == []
+
+
+def test_inspect_of_a_closed_port_is_one_line_and_exit_2(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    code, out = run(["inspect", "--url", "redis://alice:s3cr3t@127.0.0.1:1/0", "--namespace",
+                     "x"], monkeypatch)
+    assert code == 2 and out.count("\n") == 1 and "Traceback" not in out
+    assert "s3cr3t" not in out and "inspect failed" in out
+
+
+def test_inspect_and_drop_need_a_server(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("REDISSTORE_URL", raising=False)
+    for argv in (["inspect", "--namespace", "x"], ["drop", "--namespace", "x", "--yes"]):
+        with pytest.raises(SystemExit) as exited:
+            cli.main(argv)
+        assert exited.value.code == 2
