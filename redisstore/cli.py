@@ -6,6 +6,8 @@
 - ``redisstore inspect --namespace NS [RUN] [--json]``: what a namespace holds (runs, held
   and expired leases, waiting and ready runs, the quarantine, the layout), or one run.
   Reads only, by SCAN in bounded steps.
+- ``redisstore doctor [--namespace NS] [--json]``: is this server safe for leases? Each
+  finding with its severity and fix; exit 1 when one blocks safe use.
 - ``redisstore drop --namespace NS --yes``: delete every key of a namespace.
 - ``redisstore --version``.
 
@@ -225,6 +227,104 @@ def _inspect(url: str | None, namespace: str, run: str | None, as_json: bool, ou
     return 0
 
 
+#: A doctor's finding: its severity ("ok", "info", "warn", or "block": unsafe for leases), what
+#: it saw, and what to do.
+Finding = tuple[str, str, str]
+
+
+def doctor(url: str | None, namespace: str, as_json: bool, out: Any = None) -> int:
+    """Whether the server is safe for leases: exit 0, or 1 when a finding blocks safe use."""
+    return _guarded("doctor", url, out, lambda o: _doctor(url, namespace, as_json, o))
+
+
+def _ask(call: Callable[[], Any]) -> tuple[Any, str | None]:
+    try:
+        return call(), None
+    except Exception as exc:
+        return None, f"{type(exc).__name__}: {exc}"
+
+
+def _doctor(url: str | None, namespace: str, as_json: bool, out: Any) -> int:
+    client = _client(url)
+    found: list[Finding] = []
+    info, denied = _ask(client.info)
+    if info is None:
+        found.append(("warn", f"INFO is not allowed or failed ({denied}): version, "
+                      "persistence, replicas and hz cannot be seen",
+                      "run doctor as a user with +info (acl_rule(..., server_checks=True))"))
+        info = {}
+    version = info.get("valkey_version") or info.get("redis_version")
+    if version:
+        major_minor = tuple(int(x) for x in str(version).split(".")[:2])
+        name = "Valkey" if info.get("valkey_version") else "Redis"
+        if name == "Redis" and major_minor < (6, 2):
+            found.append(("block", f"Redis {version}: older than 6.2",
+                          "upgrade to Redis 6.2 or later (or Valkey 7.2 or later)"))
+        else:
+            found.append(("ok", f"{name} {version}", ""))
+    policy = info.get("maxmemory_policy")
+    if policy is None:
+        got, _ = _ask(lambda: client.config_get("maxmemory-policy"))
+        policy = (got or {}).get("maxmemory-policy")
+    if policy is None:
+        found.append(("warn", "the eviction policy cannot be read",
+                      "make sure maxmemory-policy is noeviction (or volatile-*)"))
+    elif str(policy).startswith("allkeys"):
+        found.append(("block", f"maxmemory-policy {policy}: a held run may be evicted and "
+                      "re-inserted by another node (history lost, two owners)",
+                      "CONFIG SET maxmemory-policy noeviction (and in the config file)"))
+    else:
+        found.append(("ok", f"maxmemory-policy {policy}", ""))
+    if "aof_enabled" in info:
+        if int(info["aof_enabled"]):
+            found.append(("ok", "AOF on: acknowledged writes survive a restart", ""))
+        else:
+            found.append(("warn", "AOF off: a restart loses the writes since the last "
+                          "snapshot (leases and revisions go back)",
+                          "appendonly yes, appendfsync everysec (or always)"))
+    if "connected_slaves" in info:
+        replicas = int(info["connected_slaves"])
+        found.append(("ok" if replicas else "warn",
+                      f"{replicas} replica(s) connected" + ("" if replicas else ": a "
+                      "failure of this server loses it all; Durability(replicas=1) cannot "
+                      "confirm"), "" if replicas else "add a replica (and Sentinel or a "
+                      "cluster) for failover"))
+    if "hz" in info and int(info["hz"]) < 10:
+        found.append(("warn", f"hz {info['hz']}: expired keys and timeouts are checked "
+                      "rarely", "hz 10 (the default) or more"))
+    now, failed = _ask(lambda: client.eval("return redis.call('TIME')", 0))
+    if now is None:
+        found.append(("block", f"TIME inside a script failed ({failed}): leases are judged "
+                      "by the server's clock, read in the scripts",
+                      "allow TIME in scripts (grant +time; some managed services forbid it)"))
+    else:
+        found.append(("ok", "TIME works inside scripts", ""))
+    if info.get("cluster_enabled") in (1, "1"):
+        found.append(("ok", "cluster mode: use redis.cluster.RedisCluster; a namespace lives "
+                      "in one slot", ""))
+    store = RedisRunStore(client, namespace=namespace)
+    clock, failed = _ask(store.now)
+    if clock is None:
+        found.append(("block", f"the store cannot run on namespace {namespace!r} ({failed})",
+                      "grant the user acl_rule(namespace)"))
+    else:
+        layout = client.hget(Keyspace(namespace).meta, "layout")
+        newest = bool(layout) and int(layout) >= 3
+        found.append(("ok" if newest else "info", f"namespace {namespace!r}: the store runs; "
+                      f"run layout {int(layout) if layout else 1}", "" if newest else
+                      "store.migrate() once every node runs this version (half the memory "
+                      "per run; delete and poison runs need it)"))
+    store.close()
+    if as_json:
+        print(json.dumps([{"severity": sev, "finding": what, "fix": fix}
+                          for sev, what, fix in found], indent=2), file=out)
+    else:
+        for sev, what, fix in found:
+            print(f"{sev.upper():<6} {what}" + (f"\n       fix: {fix}" if fix else ""),
+                  file=out)
+    return 1 if any(sev == "block" for sev, _, _ in found) else 0
+
+
 def drop(url: str | None, namespace: str, yes: bool, out: Any = None) -> int:
     """Delete every key of ``namespace`` (both ports); only with ``yes``."""
     out = sys.stdout if out is None else out
@@ -266,6 +366,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     run_inspect.add_argument("--namespace", required=True)
     run_inspect.add_argument("run", nargs="?", help="one run to show")
     run_inspect.add_argument("--json", action="store_true", help="print JSON")
+    run_doctor = sub.add_parser("doctor", help="is this server safe for leases? (exit 1 if "
+                                "not)")
+    url_option(run_doctor)
+    run_doctor.add_argument("--namespace", default="redisstore",
+                            help="the namespace to check the store on (default: redisstore)")
+    run_doctor.add_argument("--json", action="store_true", help="print JSON")
     run_drop = sub.add_parser("drop", help="delete every key of a namespace")
     url_option(run_drop)
     run_drop.add_argument("--namespace", required=True)
@@ -276,6 +382,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if url is None:
             parser.error("inspect needs a server: --url or $REDISSTORE_URL")
         return inspect(url, args.namespace, args.run, args.json)
+    if args.command == "doctor":
+        if url is None:
+            parser.error("doctor needs a server: --url or $REDISSTORE_URL")
+        return doctor(url, args.namespace, args.json)
     if args.command == "drop":
         if url is None:
             parser.error("drop needs a server: --url or $REDISSTORE_URL")

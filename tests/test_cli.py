@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import uuid
+from typing import Any
 
 import pytest
 from servers import Server
@@ -129,3 +130,44 @@ def test_inspect_and_drop_need_a_server(monkeypatch: pytest.MonkeyPatch) -> None
         with pytest.raises(SystemExit) as exited:
             cli.main(argv)
         assert exited.value.code == 2
+
+
+@pytest.mark.server
+def test_doctor_passes_a_safe_server_and_blocks_an_evicting_one(
+        monkeypatch: pytest.MonkeyPatch, redis7: Server, tmp_path: Any) -> None:
+    import json
+
+    from servers import EPHEMERAL, redis_binary, start
+
+    code, out = run(["doctor", "--url", f"redis://127.0.0.1:{redis7.port}/0", "--json"],
+                    monkeypatch)
+    findings = json.loads(out)
+    assert code == 0, out
+    assert {f["severity"] for f in findings} <= {"ok", "info", "warn"}
+    assert any("TIME works" in f["finding"] for f in findings)
+    evicting = start(redis_binary(), "redis-server (evicting)", tmp_path / "evicting",
+                     (*EPHEMERAL, "--maxmemory-policy", "allkeys-lru", "--hz", "1"))
+    try:
+        code, out = run(["doctor", "--url", f"redis://127.0.0.1:{evicting.port}/0"],
+                        monkeypatch)
+    finally:
+        evicting.stop()
+    assert code == 1, out
+    assert "BLOCK  maxmemory-policy allkeys-lru" in out and "noeviction" in out
+    assert "WARN   hz 1" in out
+
+
+@pytest.mark.server
+def test_doctor_as_a_confined_user_says_what_it_cannot_see(
+        monkeypatch: pytest.MonkeyPatch, redis7: Server) -> None:
+    namespace = f"doc-{uuid.uuid4().hex[:8]}"
+    user, password = f"doc-{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
+    redis7.client().execute_command("ACL", "SETUSER", user, "on", f">{password}",
+                                    *acl_rule(namespace).split())
+    url = f"redis://{user}:{password}@127.0.0.1:{redis7.port}/0"
+    code, out = run(["doctor", "--url", url, "--namespace", namespace], monkeypatch)
+    assert code == 0, out
+    assert "INFO is not allowed" in out and "eviction policy cannot be read" in out
+    assert f"namespace '{namespace}': the store runs" in out and password not in out
+    code, out = run(["doctor", "--url", url, "--namespace", "someone-else"], monkeypatch)
+    assert code == 1 and "BLOCK" in out and "acl_rule" in out
