@@ -31,7 +31,7 @@ from typing import Any
 from .errors import Unavailable
 from .runs import MAX_RENEW, check_owner, check_run, check_runs, check_ttl
 
-log = logging.getLogger("redisstore")
+log = logging.getLogger(__name__)
 
 #: Why a keeper gave a run up (``Lost.reason``).
 NOT_RENEWED = "not renewed"  # the store answered without it: expired, or another owner's now

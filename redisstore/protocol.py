@@ -9,6 +9,7 @@ so the logic of every operation exists once. Nothing here does I/O.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeAlias, TypeVar
@@ -24,6 +25,7 @@ from .keys import Keyspace
 from .outcomes import ErrorReply, Exchange, Lost, Reply
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 Arg: TypeAlias = str | bytes | int
 
 
@@ -301,6 +303,8 @@ class Driver(Generic[T]):
                 and first.code == "NOSCRIPT":
             if self._reloads < MAX_RELOADS:
                 self._reloads += 1
+                log.info("redisstore: %s was not in the server's script cache (a restart, a "
+                         "failover or SCRIPT FLUSH): loading it again", call.script.name)
                 # Nothing ran. First the load and the call in one batch: a script that does
                 # not compile (or a user without the right to load) is refused by SCRIPT
                 # LOAD, and a lost reply of the batch is the call's own. The server usually
@@ -330,6 +334,10 @@ class Driver(Generic[T]):
         if self._batch is not None:
             raise RuntimeError("the operation is not over")
         if self._error is not None:
+            if isinstance(self._error, Unavailable):
+                # The caller gets the error; the log keeps what happened (outcome, code).
+                log.info("redisstore: %s (outcome %s, code %s)", self._error.reason,
+                         self._error.outcome, self._error.code)
             raise self._error
         return self._result  # type: ignore[return-value]
 

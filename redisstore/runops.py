@@ -59,7 +59,7 @@ from .runs import (
     check_wait,
 )
 
-log = logging.getLogger("redisstore")
+log = logging.getLogger(__name__)
 
 #: The newest layout of the run store's keys that this library reads and writes
 #: (lua/_lib.lua's LAYOUT); a namespace stays at layout 1 until ``migrate()`` moves it.
@@ -124,6 +124,11 @@ def with_wait(parse: Callable[[Any], Any]) -> Callable[[Any], tuple[Any, int]]:
 
     def parsed(reply: Any) -> tuple[Any, int]:
         payload = parse(reply)
+        dropped = reply[2] if len(reply) > 2 else 0
+        if type(dropped) is int and dropped > 0:
+            log.warning("redisstore: a claim moved %d damaged index entries to the "
+                        "quarantine (store.quarantined() lists them; docs/faults.md says how "
+                        "to repair)", dropped)
         wait = reply[3] if len(reply) > 3 else -1
         return payload, wait if type(wait) is int and wait >= -1 else -1
 

@@ -40,7 +40,7 @@ from typing import Any, TypeVar
 from .protocol import Operation
 from .runs import check_int
 
-log = logging.getLogger("redisstore")
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 

@@ -1,0 +1,46 @@
+"""What the store logs, one logger per module under "redisstore": a claim that quarantines
+damaged index entries (warning), a script loaded again after NOSCRIPT (info), and every
+Unavailable raised, with its outcome (info)."""
+
+from __future__ import annotations
+
+import logging
+
+import fakeredis
+import pytest
+from servers import unique_namespace
+
+from redisstore import Claim, RedisRunStore, Unavailable
+from redisstore.keys import Keyspace
+
+
+def test_a_claim_that_quarantines_warns(caplog: pytest.LogCaptureFixture) -> None:
+    client = fakeredis.FakeRedis()
+    store = RedisRunStore(client, namespace=unique_namespace())
+    store.insert("good", b"x", Claim("dead", 1))
+    client.zadd(Keyspace(store.namespace).leases, {"ghost": 0})  # a run that is not there
+    with caplog.at_level(logging.WARNING, logger="redisstore"):
+        assert store.claim_expired("me", 60_000, 10) == ["good"]
+    (record,) = [r for r in caplog.records if "quarantine" in r.getMessage()]
+    assert record.name == "redisstore.runops" and record.levelno == logging.WARNING
+    assert "moved 1 damaged index entries" in record.getMessage()
+
+
+def test_a_reload_after_noscript_is_logged(caplog: pytest.LogCaptureFixture) -> None:
+    client = fakeredis.FakeRedis()
+    store = RedisRunStore(client, namespace=unique_namespace())
+    store.now()
+    client.script_flush()
+    with caplog.at_level(logging.INFO, logger="redisstore"):
+        store.insert("run", b"x", Claim("me", 1000))
+    assert any(r.name == "redisstore.protocol" and "loading it again" in r.getMessage()
+               and "run_insert" in r.getMessage() for r in caplog.records)
+
+
+def test_an_unavailable_is_logged_with_its_outcome(caplog: pytest.LogCaptureFixture) -> None:
+    import redis
+
+    store = RedisRunStore(redis.Redis(port=1), namespace="nowhere", timeout=500)
+    with caplog.at_level(logging.INFO, logger="redisstore"), pytest.raises(Unavailable):
+        store.get("run")
+    assert any("outcome not_applied" in r.getMessage() for r in caplog.records)
