@@ -436,7 +436,9 @@ class AsyncTransport:
         self.timeout = timeout
         #: The one-time server checks done for this client, shared by its stores.
         self.checks = checks_for(client.connection_pool)
-        if never_evicts(client):
+        #: fakeredis: no maxmemory, no persistence settings, nothing to check on the server.
+        self.fake = never_evicts(client)
+        if self.fake:
             self.checks.add("eviction")
 
     async def aclose(self) -> None:
@@ -724,7 +726,7 @@ class AsyncRedisRepository(_Closes, Shell[RepositoryOps]):
 
     async def migrate(self) -> None:
         """See :meth:`redisstore.RedisRepository.migrate`."""
-        await self._io.drive(self._ops.migrate())
+        await self._io.drive(self._ops.migrate(settings=not self._io.fake))
 
     async def cluster_compatibility(self) -> tuple[bool, str]:
         """See :meth:`redisstore.RedisRepository.cluster_compatibility`."""

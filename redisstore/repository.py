@@ -573,14 +573,17 @@ class RepositoryOps:
                                     answer("", namespace=self.keys.namespace)))
         return int(found)
 
-    def migrate(self) -> Operation[None]:
-        """Load the scripts, record the layout version, and inspect the server's settings.
+    def migrate(self, *, settings: bool = True) -> Operation[None]:
+        """Load the scripts, record the layout version, and inspect the server's settings
+        (unless ``settings`` is False: fakeredis has none to inspect).
 
         Raises :class:`Misconfigured` when the server may evict our keys; warns when it
         persists nothing; warns and goes on when ``CONFIG GET`` is refused.
         """
         yield from self.load_scripts()
         yield from self.record_layout()
+        if not settings:
+            return
         try:
             policy = yield from eviction_policy()
             save = yield from config_get("save")

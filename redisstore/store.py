@@ -373,7 +373,7 @@ class RedisRepository(_Closes, Shell[RepositoryOps]):
         and check the settings. Raises ``Misconfigured`` when the server may evict keys
         (``maxmemory-policy allkeys-*``); warns when nothing is persisted, or when
         ``CONFIG GET`` is not allowed (managed services), and goes on."""
-        self._io.drive(self._ops.migrate())
+        self._io.drive(self._ops.migrate(settings=not self._io.fake))
 
     def cluster_compatibility(self) -> tuple[bool, str]:
         """``(True, reason)``: the state lives in the server, shared by every node."""

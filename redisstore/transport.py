@@ -221,7 +221,9 @@ class Transport:
             self._pool = Pool(source) if dedicated else pool_for(source)
         #: The one-time server checks done for this client, shared by its stores.
         self.checks: set[str] = set() if self._pool is None else self._pool.checks
-        if never_evicts(client):
+        #: fakeredis: no maxmemory, no persistence settings, nothing to check on the server.
+        self.fake = never_evicts(client)
+        if self.fake:
             self.checks.add("eviction")
         self._used: weakref.WeakSet[Pool] = weakref.WeakSet()  # a cluster's node pools
 

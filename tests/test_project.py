@@ -99,3 +99,14 @@ def test_every_public_name_is_in_the_api_doc() -> None:
     text = (ROOT / "docs" / "api.md").read_text()
     missing = [name for name in redisstore.__all__ if f"`{name}`" not in text]
     assert missing == []
+
+
+@pytest.mark.parametrize("example", ["engine.py", "repository.py"])
+def test_the_examples_run_on_fakeredis(example: str, tmp_path: Path) -> None:
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "REDISSTORE_URL"}
+    done = subprocess.run([sys.executable, str(ROOT / "examples" / example)], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "WRONG" not in done.stdout and "NOT FINISHED" not in done.stdout
