@@ -1,0 +1,85 @@
+"""The Python blocks of README.md and docs/ run, in order, against fakeredis.
+
+Each file's blocks run one after the other in one namespace of names, as a reader reads
+them (a block may use what an earlier one made), on a fakeredis server of the file's own:
+``redis.Redis`` and ``redis.asyncio.Redis`` are fakeredis there, whatever host they name.
+A few names that the docs' fragments take as given exist from the start: ``client``,
+``store`` (on ``json_wait``), ``work`` (does nothing) and ``running`` (False: a worker's
+loop is shown, not run).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import fakeredis
+import pytest
+import redis
+import redis.asyncio
+
+from redisstore import RedisRunStore
+from redisstore.discovery import json_wait
+
+ROOT = Path(__file__).resolve().parent.parent
+FILES = ["README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md"))]
+
+
+def blocks(name: str) -> list[str]:
+    """The file's python blocks, dedented (a block inside a list item is indented)."""
+    return [textwrap.dedent(b) for b in
+            re.findall(r"```python\n(.*?)```", (ROOT / name).read_text(), re.S)]
+
+
+@pytest.mark.parametrize("name", [f for f in FILES if blocks(f)])
+def test_every_python_block_runs(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    server = fakeredis.FakeServer()
+
+    class Client(fakeredis.FakeRedis):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(server=server)
+
+        @classmethod
+        def from_url(cls, *args: Any, **kwargs: Any) -> Client:
+            return cls()
+
+    class AsyncClient(fakeredis.FakeAsyncRedis):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(server=server)
+
+    monkeypatch.setattr(redis, "Redis", Client)
+    monkeypatch.setattr(redis.asyncio, "Redis", AsyncClient)
+    client = Client()
+    names: dict[str, Any] = {
+        "__name__": "__docs__", "client": client, "running": False,
+        "store": RedisRunStore(client, namespace="docs", discover=json_wait),
+        "work": lambda *args: None,
+    }
+    for i, block in enumerate(blocks(name)):
+        out = io.StringIO()
+        try:
+            with contextlib.redirect_stdout(out):
+                exec(compile(block, f"{name}, python block {i + 1}", "exec"), names)
+        except Exception as exc:
+            raise AssertionError(f"{name}, python block {i + 1} failed: "
+                                 f"{type(exc).__name__}: {exc}\n{block}") from exc
+    for store in [v for v in names.values() if hasattr(v, "close")]:
+        with contextlib.suppress(Exception):
+            store.close()
+
+
+def test_readme_usage_prints_what_its_comments_say(monkeypatch: pytest.MonkeyPatch,
+                                                    capsys: pytest.CaptureFixture[str]
+                                                    ) -> None:
+    server = fakeredis.FakeServer()
+    monkeypatch.setattr(redis, "Redis", lambda *a, **k: fakeredis.FakeRedis(server=server))
+    usage = blocks("README.md")[0]
+    exec(compile(usage, "README.md usage", "exec"), {"__name__": "__docs__"})
+    assert capsys.readouterr().out.strip() == "Held(owner='node-b', live=True)"
+    # A second run on the same server works too (the id comes back above its old revision).
+    exec(compile(usage, "README.md usage", "exec"), {"__name__": "__docs__"})
+    assert capsys.readouterr().out.strip() == "Held(owner='node-b', live=True)"
