@@ -29,7 +29,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any, Literal, TypeVar, overload
 
-from . import wakeups
+from . import telemetry, wakeups
 from .outcomes import ErrorReply, Exchange, Lost, Reply
 from .pipeline import MAX_ROUND_BYTES, MAX_ROUND_CALLS, Pipelined, batch_size
 from .protocol import Batch, Driver, Durability, Machine, Operation, Shell, check_io
@@ -450,8 +450,10 @@ class AsyncTransport:
     async def drive(self, op: Operation[T]) -> T:
         """Run an operation to its end: send each batch it makes, report what came back."""
         driver = Driver(op, self.durability)
-        await self.run(driver)
-        return driver.result()
+        with telemetry.operation(driver.telemetry) as call:
+            await self.run(driver)
+            call.result = driver.result()
+            return call.result  # type: ignore[no-any-return]
 
     async def run(self, machine: Machine) -> None:
         """Send each batch of ``machine`` (a driver, a pipeline), within one deadline."""

@@ -28,6 +28,7 @@ from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from . import telemetry
 from .errors import Unavailable
 from .runs import MAX_RENEW, check_owner, check_run, check_runs, check_ttl
 
@@ -223,6 +224,7 @@ class Keeper:
                     late = time.monotonic() - self._due
                     if not self._urgent and not requests and late > 0:
                         self.max_lateness = max(self.max_lateness, late * 1000)
+                        telemetry.keeper_lateness(late * 1000)
                         if late * 1000 > self.renew_every / 2:
                             log.warning("redisstore: the keeper of %r renewed %.0f ms late",
                                         self.owner, late * 1000)

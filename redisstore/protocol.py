@@ -14,7 +14,7 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeAlias, TypeVar
 
-from . import outcomes, scripts
+from . import outcomes, scripts, telemetry
 from .errors import (
     NOT_APPLIED,
     UNKNOWN,
@@ -277,6 +277,9 @@ class Driver(Generic[T]):
         self._retries = 0
         self._result: T | None = None
         self._error: BaseException | None = None
+        #: What telemetry records of this call: the operation (its last script or
+        #: command), the namespace, the result.
+        self.telemetry = telemetry.Call()
         self._step(None)
 
     def next_batch(self) -> Batch | None:
@@ -355,6 +358,13 @@ class Driver(Generic[T]):
             self._call, self._batch, self._error = None, None, error
             return
         self._call, self._reloads, self._retries = call, 0, 0
+        self.telemetry.name = call.script.name if call.script is not None else text(
+            call.args[0]) if call.args else None
+        if call.keys and self.telemetry.namespace is None:
+            tag = call.keys[0]
+            end = tag.find("}:")
+            if tag.startswith("{") and end > 0:
+                self.telemetry.namespace = tag[1:end]
         self._batch, self._loading = self._batch_of(call), False
 
     def _batch_of(self, call: Call[Any]) -> Batch:

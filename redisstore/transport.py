@@ -23,6 +23,7 @@ import time
 import weakref
 from typing import Any, TypeVar
 
+from . import telemetry
 from .outcomes import Exchange, Lost, Reply
 from .protocol import Batch, Driver, Durability, Machine, Operation
 from .wire import (
@@ -236,8 +237,10 @@ class Transport:
     def drive(self, op: Operation[T]) -> T:
         """Run an operation to its end: send each batch it makes, report what came back."""
         driver = Driver(op, self.durability)
-        self.run(driver)
-        return driver.result()
+        with telemetry.operation(driver.telemetry) as call:
+            self.run(driver)
+            call.result = driver.result()
+            return call.result  # type: ignore[no-any-return]
 
     def run(self, machine: Machine) -> None:
         """Send each batch of ``machine`` (a driver, a pipeline), within one deadline."""

@@ -1,0 +1,128 @@
+"""OpenTelemetry metrics and spans for every store call, through OpenTelemetry's API, when
+it is installed (``pip install 'redisstore[otel]'``); without it, nothing is done and
+nothing is imported. Configure a ``TracerProvider`` / ``MeterProvider`` as usual; the
+library only records. Names follow OpenTelemetry's database-client conventions:
+
+- span ``redisstore <operation>`` (kind CLIENT) per store call, with ``db.system.name``
+  (``redis``), ``db.operation.name`` (the script: ``run_claim_ready``...),
+  ``db.namespace`` (the store's namespace), and on failure ``error.type`` (the error's
+  class: ``Conflict``, ``LeaseRefused``, ``Unavailable``...) and ``redisstore.outcome``
+  (an ``Unavailable``'s outcome);
+- histogram ``db.client.operation.duration`` (s) with the same attributes;
+- counter ``redisstore.runs.claimed``: runs handed out by ``claim_ready`` /
+  ``claim_expired``, by operation.
+
+The keeper's lateness is the histogram ``redisstore.keeper.lateness`` (ms).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from .errors import Unavailable
+
+try:  # optional: the library works the same without it
+    import opentelemetry.metrics as _metrics
+    import opentelemetry.trace as _trace
+
+    _HAVE = True
+except ImportError:  # pragma: no cover - exercised where opentelemetry is not installed
+    _HAVE = False
+
+_SCOPE = "redisstore"
+_CLAIMS = ("run_claim_ready", "run_claim_expired")
+
+
+class Call:
+    """What a shell tells telemetry about one store call: set ``result`` on success."""
+
+    __slots__ = ("name", "namespace", "result")
+
+    def __init__(self) -> None:
+        self.name: str | None = None
+        self.namespace: str | None = None
+        self.result: Any = None
+
+
+class _Instruments:
+    """The tracer and instruments, from the global providers (or the ones given)."""
+
+    def __init__(self, tracer_provider: Any = None, meter_provider: Any = None) -> None:
+        meter = (meter_provider.get_meter(_SCOPE) if meter_provider is not None
+                 else _metrics.get_meter(_SCOPE))
+        self.tracer = (tracer_provider.get_tracer(_SCOPE) if tracer_provider is not None
+                       else _trace.get_tracer(_SCOPE))
+        self.duration = meter.create_histogram(
+            "db.client.operation.duration", unit="s",
+            description="Duration of a redisstore call, its round trips included")
+        self.claimed = meter.create_counter(
+            "redisstore.runs.claimed", unit="{run}",
+            description="Runs handed out by claim_ready and claim_expired")
+        self.lateness = meter.create_histogram(
+            "redisstore.keeper.lateness", unit="ms",
+            description="How late a keeper's renewal round started")
+
+
+_INSTRUMENTS: _Instruments | None = None
+
+
+def _instruments() -> _Instruments | None:
+    global _INSTRUMENTS
+    if not _HAVE:
+        return None
+    if _INSTRUMENTS is None:
+        _INSTRUMENTS = _Instruments()
+    return _INSTRUMENTS
+
+
+def enabled() -> bool:
+    """Whether OpenTelemetry's API is installed (calls are then recorded)."""
+    return _HAVE
+
+
+@contextmanager
+def operation(call: Call) -> Iterator[Call]:
+    """Record one store call: a span around it, its duration and, for a claim, the runs
+    it handed out. ``call.name`` and ``call.namespace`` may be set while it runs."""
+    instruments = _instruments()
+    if instruments is None:
+        yield call
+        return
+    started = time.perf_counter()
+    with instruments.tracer.start_as_current_span(
+            "redisstore", kind=_trace.SpanKind.CLIENT,
+            record_exception=False, set_status_on_exception=False) as span:
+        error: BaseException | None = None
+        try:
+            yield call
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            name = call.name or "unknown"
+            attributes: dict[str, str] = {"db.system.name": "redis",
+                                          "db.operation.name": name}
+            if call.namespace:
+                attributes["db.namespace"] = call.namespace
+            if error is not None:
+                attributes["error.type"] = type(error).__name__
+                if isinstance(error, Unavailable):
+                    attributes["redisstore.outcome"] = error.outcome
+                span.set_status(_trace.Status(_trace.StatusCode.ERROR, str(error)))
+            span.update_name(f"redisstore {name}")
+            span.set_attributes(attributes)
+            instruments.duration.record(time.perf_counter() - started, attributes)
+            if error is None and name in _CLAIMS:
+                runs = call.result[0] if isinstance(call.result, tuple) else call.result
+                if isinstance(runs, list) and runs:
+                    instruments.claimed.add(len(runs), {"db.operation.name": name})
+
+
+def keeper_lateness(ms: float) -> None:
+    """Record how late a keeper's round started."""
+    instruments = _instruments()
+    if instruments is not None:
+        instruments.lateness.record(ms)
