@@ -8,6 +8,8 @@
   Reads only, by SCAN in bounded steps.
 - ``redisstore doctor [--namespace NS] [--json]``: is this server safe for leases? Each
   finding with its severity and fix; exit 1 when one blocks safe use.
+- ``redisstore bench [--ops N] [--json] [--plot PNG]``: each store call's rate and
+  latency percentiles, in one table (see :mod:`redisstore.bench`).
 - ``redisstore drop --namespace NS --yes``: delete every key of a namespace.
 - ``redisstore --version``.
 
@@ -325,6 +327,27 @@ def _doctor(url: str | None, namespace: str, as_json: bool, out: Any) -> int:
     return 1 if any(sev == "block" for sev, _, _ in found) else 0
 
 
+def bench_command(url: str | None, ops: int, as_json: bool, plot_to: str | None,
+                  out: Any = None) -> int:
+    """Run :mod:`redisstore.bench` and print its table (or JSON); draw it with ``plot_to``."""
+    from . import bench
+
+    def body(o: Any) -> int:
+        if url is None:
+            print("on embedded fakeredis: the figures are the Python side's alone; give "
+                  "--url for a server's", file=sys.stderr)
+        rows = bench.run(_client(url), ops, bench.progress_line)
+        if sys.stderr.isatty():
+            print(file=sys.stderr)
+        print(bench.as_json(rows) if as_json else bench.table(rows), file=o)
+        if plot_to:
+            bench.plot(rows, plot_to)
+            print(f"plot: {plot_to}", file=o)
+        return 0
+
+    return _guarded("bench", url, out, body)
+
+
 def drop(url: str | None, namespace: str, yes: bool, out: Any = None) -> int:
     """Delete every key of ``namespace`` (both ports); only with ``yes``."""
     out = sys.stdout if out is None else out
@@ -372,6 +395,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     run_doctor.add_argument("--namespace", default="redisstore",
                             help="the namespace to check the store on (default: redisstore)")
     run_doctor.add_argument("--json", action="store_true", help="print JSON")
+    run_bench = sub.add_parser("bench", help="how long each store call takes, in one table")
+    url_option(run_bench)
+    run_bench.add_argument("--ops", type=int, default=500, help="calls per operation")
+    run_bench.add_argument("--json", action="store_true", help="print JSON")
+    run_bench.add_argument("--plot", metavar="PNG", help="draw the percentiles (matplotlib)")
     run_drop = sub.add_parser("drop", help="delete every key of a namespace")
     url_option(run_drop)
     run_drop.add_argument("--namespace", required=True)
@@ -386,6 +414,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if url is None:
             parser.error("doctor needs a server: --url or $REDISSTORE_URL")
         return doctor(url, args.namespace, args.json)
+    if args.command == "bench":
+        if args.ops < 1:
+            parser.error("--ops must be 1 or more")
+        return bench_command(url, args.ops, args.json, args.plot)
     if args.command == "drop":
         if url is None:
             parser.error("drop needs a server: --url or $REDISSTORE_URL")

@@ -171,3 +171,33 @@ def test_doctor_as_a_confined_user_says_what_it_cannot_see(
     assert f"namespace '{namespace}': the store runs" in out and password not in out
     code, out = run(["doctor", "--url", url, "--namespace", "someone-else"], monkeypatch)
     assert code == 1 and "BLOCK" in out and "acl_rule" in out
+
+
+def test_bench_prints_a_row_per_operation_and_cleans_up(monkeypatch: pytest.MonkeyPatch,
+                                                         tmp_path: Any) -> None:
+    import importlib.util
+    import json
+
+    code, out = run(["bench", "--ops", "5", "--json"], monkeypatch)
+    rows = json.loads(out)
+    assert code == 0 and len(rows) == 8
+    assert all(r["calls"] == 5 and 0 < r["p50"] <= r["p99"] <= r["worst"] for r in rows)
+    code, out = run(["bench", "--ops", "5"], monkeypatch)
+    assert code == 0 and "pipeline: write + claim next" in out and "p99 µs" in out
+    png = tmp_path / "bench.png"
+    code, out = run(["bench", "--ops", "3", "--plot", str(png)], monkeypatch)
+    if importlib.util.find_spec("matplotlib") is None:
+        # The table, then one line: what to install.
+        assert code == 2 and "needs matplotlib" in out.strip().splitlines()[-1]
+    else:
+        assert code == 0 and png.stat().st_size > 0
+
+
+@pytest.mark.server
+def test_bench_on_a_server_leaves_nothing_behind(monkeypatch: pytest.MonkeyPatch,
+                                                 redis7: Server) -> None:
+    before = set(redis7.client().scan_iter(match="{bench-*"))
+    code, out = run(["bench", "--url", f"redis://127.0.0.1:{redis7.port}/0", "--ops", "5"],
+                    monkeypatch)
+    assert code == 0, out
+    assert set(redis7.client().scan_iter(match="{bench-*")) == before
