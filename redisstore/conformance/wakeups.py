@@ -25,7 +25,7 @@ BLOCK = 5000
 #: The most seconds a wake-up may take here (a loaded CI machine included).
 SLACK = 2.5
 #: How long a rule lets a claim settle into its wait before it acts (s).
-SETTLE = 0.15
+SETTLE = 0.05
 
 
 class Blocked:
@@ -110,8 +110,8 @@ class WakeupRules(RunSuite):
         store.insert("held", rec(None), Claim(OTHER, LONG))
         for claim in (store.claim_ready, store.claim_expired):
             started = time.monotonic()
-            assert claim(ME, LONG, 10, block=200) == []
-            assert 0.2 <= time.monotonic() - started < 0.2 + SLACK
+            assert claim(ME, LONG, 10, block=100) == []
+            assert 0.1 <= time.monotonic() - started < 0.1 + SLACK
         assert store.get("later").holder == Free()
 
     # ------------------------------------------------------------------ events
@@ -173,10 +173,10 @@ class WakeupRules(RunSuite):
 
     def test_an_at_wait_wakes_a_blocked_claim_when_due(self) -> None:
         store = self._ready_store()
-        due = store.now() + 300
+        due = store.now() + 150
         store.insert("run", rec({"at": due}), Release())
         blocked = Blocked(lambda: store.claim_ready(ME, LONG, 10, block=BLOCK))
-        self._advance_soon(store, 300)
+        self._advance_soon(store, 150)
         assert blocked.get() == ["run"]
         claim = store.get("run").claim
         assert claim is not None and claim.claimed_at >= due  # not early
@@ -184,10 +184,10 @@ class WakeupRules(RunSuite):
 
     def test_an_expiring_lease_wakes_a_blocked_claim_expired(self) -> None:
         store = self.make_store()
-        store.insert("run", b"r", Claim(OTHER, 300))
-        expiry = store.now() + 300
+        store.insert("run", b"r", Claim(OTHER, 150))
+        expiry = store.now() + 150
         blocked = Blocked(lambda: store.claim_expired(ME, LONG, 10, block=BLOCK))
-        self._advance_soon(store, 300)
+        self._advance_soon(store, 150)
         assert blocked.get() == ["run"]
         assert store.get("run").holder == Held(ME, True)
         assert store.now() >= expiry
