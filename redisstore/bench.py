@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .runs import Claim, Hold, Release
+from .security import glob_escape
 
 LONG = 600_000
 
@@ -41,12 +42,14 @@ def _pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def run(client: Any, ops: int = 500, progress: Any = None) -> list[Row]:
-    """Measure each operation ``ops`` times on ``client`` (a redis.Redis or fakeredis)."""
+def run(client: Any, ops: int = 500, progress: Any = None, *,
+        namespace: str | None = None) -> list[Row]:
+    """Measure each operation ``ops`` times on ``client`` (a redis.Redis or fakeredis), in
+    ``namespace`` (default: a new ``bench-<hex>``), whose keys are removed afterwards."""
     from . import RedisRunStore
     from .discovery import json_wait
 
-    namespace = f"bench-{uuid.uuid4().hex[:8]}"
+    namespace = namespace or f"bench-{uuid.uuid4().hex[:8]}"
     store = RedisRunStore(client, namespace=namespace, discover=json_wait)
     store.migrate()
     ready = b'{"wait": {"at": 0}}'
@@ -100,7 +103,8 @@ def run(client: Any, ops: int = 500, progress: Any = None) -> list[Row]:
                             _pct(times, 0.99), max(times)))
     finally:
         store.close()
-        keys = list(client.scan_iter(match="{" + namespace + "}:*", count=1000))
+        keys = list(client.scan_iter(match=glob_escape("{" + namespace + "}:") + "*",
+                                     count=1000))
         for i in range(0, len(keys), 500):
             client.delete(*keys[i:i + 500])
     return rows

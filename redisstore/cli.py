@@ -64,6 +64,16 @@ def _secrets(url: str | None) -> list[str]:
     return sorted({x for x in found if len(x) >= 2}, key=len, reverse=True)
 
 
+def hide(text: str, url: str | None) -> str:
+    """``text`` with every credential of ``url`` replaced by ``***``: where it stands as a
+    token of its own (not inside a word), so a user named "app" leaves "applied" whole and
+    a message never spells out a password by what it left around it."""
+    for secret in _secrets(url):
+        text = re.sub(r"(?<![A-Za-z0-9])" + re.escape(secret) + r"(?![A-Za-z0-9])", "***",
+                      text)
+    return text
+
+
 def _client(url: str | None) -> Any:
     if url is None:
         try:
@@ -90,9 +100,7 @@ def _guarded(command: str, url: str | None, out: Any, body: Callable[[Any], int]
     try:
         return body(out)
     except Exception as exc:
-        text = f"{type(exc).__name__}: {exc}"
-        for secret in _secrets(url):
-            text = text.replace(secret, "***")
+        text = hide(f"{type(exc).__name__}: {exc}", url)
         print(f"redisstore {command} failed on {redact(url) if url else 'fakeredis'}: {text}",
               file=out)
         return 2
@@ -160,8 +168,11 @@ def _demo(url: str | None, out: Any, namespace: str | None, keep: bool) -> int:
     say(f"claim_ready(..., block=2000) waits and gives {claimed} after {waited:.0f} ms, when "
         f"it is due; claim info {store.get('reminder-7').claim}")
     store.close()
-    if keep:
-        say(f"kept namespace {namespace!r}: redisstore inspect --namespace {namespace}")
+    if keep and url is None:
+        say("nothing is kept on embedded fakeredis (it lives in this process): give --url")
+    elif keep:
+        say(f"kept namespace {namespace!r}: redisstore inspect --url {redact(url or '')} "
+            f"--namespace {namespace}")
     else:
         say(f"removed the {_drop(client, namespace)} keys it wrote (--keep leaves them)")
     return 0 if claimed == ["reminder-7"] else 1
@@ -187,7 +198,7 @@ def _inspect(url: str | None, namespace: str, run: str | None, as_json: bool, ou
         due = client.zscore(keys.ready, run)
         report: dict[str, Any] = {
             "run": run, "revision": current.revision, "record_bytes": len(current.record),
-            "holder": None if isinstance(holder, Free) else holder.owner,
+            "holder": "free" if isinstance(holder, Free) else holder.owner,
             "live": isinstance(holder, Held) and holder.live,
             "lease_ms_left": None if expiry is None else int(expiry) - now,
             "ready_in_ms": None if due is None else max(int(due) - now, 0),
@@ -211,7 +222,7 @@ def _inspect(url: str | None, namespace: str, run: str | None, as_json: bool, ou
         report = {
             "namespace": namespace, "server_time_ms": now,
             "layout": int(layout) if layout else 1,
-            "runs": runs, "runs_counted_up_to_the_limit": truncated,
+            "runs": runs, f"runs_counted_only_up_to_{scan_limit}": truncated,
             "held": client.zcard(keys.leases),
             "held_expired": client.zcount(keys.leases, "-inf", now),
             "waiting": client.zcard(keys.ready),
@@ -248,6 +259,12 @@ def _ask(call: Callable[[], Any]) -> tuple[Any, str | None]:
 
 def _doctor(url: str | None, namespace: str, as_json: bool, out: Any) -> int:
     client = _client(url)
+    try:  # nothing listening, a wrong password: one line and exit 2, not findings
+        client.ping()
+    except Exception as exc:
+        if type(exc).__name__ not in ("NoPermissionError", "ResponseError"):
+            raise  # a user without +ping is connected all the same
+
     found: list[Finding] = []
     info, denied = _ask(client.info)
     if info is None:
@@ -278,8 +295,14 @@ def _doctor(url: str | None, namespace: str, as_json: bool, out: Any) -> int:
     else:
         found.append(("ok", f"maxmemory-policy {policy}", ""))
     if "aof_enabled" in info:
+        saves, _ = _ask(lambda: client.config_get("save"))
+        snapshots = (saves or {}).get("save")
         if int(info["aof_enabled"]):
             found.append(("ok", "AOF on: acknowledged writes survive a restart", ""))
+        elif snapshots == "":
+            found.append(("warn", "this server persists nothing (save \"\" and appendonly "
+                          "no): a restart loses every run and lease",
+                          "appendonly yes, appendfsync everysec (or always)"))
         else:
             found.append(("warn", "AOF off: a restart loses the writes since the last "
                           "snapshot (leases and revisions go back)",
@@ -328,7 +351,7 @@ def _doctor(url: str | None, namespace: str, as_json: bool, out: Any) -> int:
 
 
 def bench_command(url: str | None, ops: int, as_json: bool, plot_to: str | None,
-                  out: Any = None) -> int:
+                  out: Any = None, *, namespace: str | None = None) -> int:
     """Run :mod:`redisstore.bench` and print its table (or JSON); draw it with ``plot_to``."""
     from . import bench
 
@@ -336,7 +359,7 @@ def bench_command(url: str | None, ops: int, as_json: bool, plot_to: str | None,
         if url is None:
             print("on embedded fakeredis: the figures are the Python side's alone; give "
                   "--url for a server's", file=sys.stderr)
-        rows = bench.run(_client(url), ops, bench.progress_line)
+        rows = bench.run(_client(url), ops, bench.progress_line, namespace=namespace)
         if sys.stderr.isatty():
             print(file=sys.stderr)
         print(bench.as_json(rows) if as_json else bench.table(rows), file=o)
@@ -357,7 +380,8 @@ def drop(url: str | None, namespace: str, yes: bool, out: Any = None) -> int:
         return 2
 
     def body(o: Any) -> int:
-        print(f"deleted {_drop(_client(url), namespace)} keys of namespace {namespace!r}",
+        count = _drop(_client(url), namespace)
+        print(f"deleted {count} key{'' if count == 1 else 's'} of namespace {namespace!r}",
               file=o)
         return 0
 
@@ -370,7 +394,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="redisstore", formatter_class=argparse.RawDescriptionHelpFormatter,
         description="redisstore: a distributed lease store on Redis and Valkey.",
         epilog="The server is --url, else $REDISSTORE_URL, else embedded fakeredis (demo "
-               "only). Credentials in a URL are never printed.")
+               "and bench only). Credentials in a URL are never printed.")
     parser.add_argument("--version", action="version", version=f"redisstore {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
@@ -400,6 +424,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     run_bench.add_argument("--ops", type=int, default=500, help="calls per operation")
     run_bench.add_argument("--json", action="store_true", help="print JSON")
     run_bench.add_argument("--plot", metavar="PNG", help="draw the percentiles (matplotlib)")
+    run_bench.add_argument("--namespace", help="where to write (default: bench-<random>); "
+                           "it is removed afterwards")
     run_drop = sub.add_parser("drop", help="delete every key of a namespace")
     url_option(run_drop)
     run_drop.add_argument("--namespace", required=True)
@@ -417,7 +443,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "bench":
         if args.ops < 1:
             parser.error("--ops must be 1 or more")
-        return bench_command(url, args.ops, args.json, args.plot)
+        if args.plot:
+            import importlib.util
+
+            if importlib.util.find_spec("matplotlib") is None:
+                parser.error("--plot needs matplotlib: pip install 'redisstore[plot]'")
+        return bench_command(url, args.ops, args.json, args.plot, namespace=args.namespace)
     if args.command == "drop":
         if url is None:
             parser.error("drop needs a server: --url or $REDISSTORE_URL")

@@ -185,11 +185,12 @@ def test_bench_prints_a_row_per_operation_and_cleans_up(monkeypatch: pytest.Monk
     code, out = run(["bench", "--ops", "5"], monkeypatch)
     assert code == 0 and "pipeline: write + claim next" in out and "p99 µs" in out
     png = tmp_path / "bench.png"
-    code, out = run(["bench", "--ops", "3", "--plot", str(png)], monkeypatch)
     if importlib.util.find_spec("matplotlib") is None:
-        # The table, then one line: what to install.
-        assert code == 2 and "needs matplotlib" in out.strip().splitlines()[-1]
+        with pytest.raises(SystemExit) as exited:  # said before anything runs
+            run(["bench", "--ops", "3", "--plot", str(png)], monkeypatch)
+        assert exited.value.code == 2
     else:
+        code, out = run(["bench", "--ops", "3", "--plot", str(png)], monkeypatch)
         assert code == 0 and png.stat().st_size > 0
 
 
@@ -201,3 +202,18 @@ def test_bench_on_a_server_leaves_nothing_behind(monkeypatch: pytest.MonkeyPatch
                     monkeypatch)
     assert code == 0, out
     assert set(redis7.client().scan_iter(match="{bench-*")) == before
+
+
+@pytest.mark.parametrize("user, password", [("app", "s3cr3t"), ("redis", "ed")])
+def test_credentials_are_hidden_as_tokens_and_words_stay_whole(user: str, password: str) -> None:
+    url = f"redis://{user}:{password}@127.0.0.1:1/0"
+    message = (f"nothing was applied: the ACL user {user} lacks a command the store needs "
+               f"(AUTH {user} {password} refused)")
+    shown = cli.hide(message, url)
+    assert f" {password} " not in shown and f" {user} " not in shown
+    assert "nothing was applied" in shown and "the store needs" in shown
+
+
+def test_doctor_on_a_closed_port_is_one_line_and_exit_2(monkeypatch: pytest.MonkeyPatch) -> None:
+    code, out = run(["doctor", "--url", "redis://127.0.0.1:1/0"], monkeypatch)
+    assert code == 2 and out.count("\n") == 1 and "doctor failed" in out

@@ -86,7 +86,7 @@ def test_the_readme_worker_runs_as_pasted(tmp_path: Path) -> None:
     import re
 
     blocks = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
-    (worker,) = [b for b in blocks if "threading.Thread(target=worker)" in b]
+    (worker,) = [b for b in blocks if "threading.Thread(target=worker" in b]
     script = tmp_path / "worker.py"
     script.write_text(worker)
     done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True,
