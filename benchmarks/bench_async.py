@@ -42,7 +42,7 @@ from common import own_server
 
 from redisstore import AsyncRedisRunStore, RedisRunStore, Release, scripts
 from redisstore.keys import Keyspace
-from redisstore.protocol import RunOps
+from redisstore.runops import RunOps
 
 
 @dataclass
