@@ -15,7 +15,8 @@ import redis
 from common import own_server, server_binary
 
 from redisstore import Claim, scripts
-from redisstore.protocol import Batch, RunOps
+from redisstore.protocol import Batch
+from redisstore.runops import RunOps
 from redisstore.transport import Transport, pool_for
 
 

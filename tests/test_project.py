@@ -110,3 +110,11 @@ def test_the_examples_run_on_fakeredis(example: str, tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=120, env=env)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "WRONG" not in done.stdout and "NOT FINISHED" not in done.stdout
+
+
+@pytest.mark.parametrize("bench", sorted(p.name for p in (ROOT / "benchmarks").glob("bench_*.py")))
+def test_every_benchmark_starts(bench: str) -> None:
+    """A benchmark is run by hand, rarely: its imports must not rot in between."""
+    done = subprocess.run([sys.executable, bench, "--help"], cwd=ROOT / "benchmarks",
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
