@@ -187,20 +187,21 @@ end
 -- another type (a foreign write), a full one (MAX_WAKE tokens) or a refused write (OOM)
 -- only skips the signal; the data the script wrote stands, and blocked claimers find the
 -- work at their re-arm.
+-- Add tokens to wake key key, as advice (pcalls), up to MAX_WAKE in all.
+local function add_tokens(key, tokens)
+  local n = redis.pcall('ZCARD', key)
+  if type(n) ~= 'number' or n >= MAX_WAKE then return end
+  local args = {'ZADD', key, 'NX'}
+  local at = int(now_ms())
+  for i = 1, math.min(#tokens, MAX_WAKE - n) do push(args, at, tokens[i]) end
+  redis.pcall(unpack(args))
+end
+
 local function send_signals()
   for _, key in ipairs({WAKE_READY, WAKE_LEASES}) do
     local gone = UNSIGNALS[key]
     if gone then redis.pcall('ZREM', key, unpack(gone)) end
-    local tokens = SIGNALS[key]
-    if tokens then
-      local n = redis.pcall('ZCARD', key)
-      if type(n) == 'number' and n < MAX_WAKE then
-        local args = {'ZADD', key, 'NX'}
-        local at = int(now_ms())
-        for i = 1, math.min(#tokens, MAX_WAKE - n) do push(args, at, tokens[i]) end
-        redis.pcall(unpack(args))
-      end
-    end
+    if SIGNALS[key] then add_tokens(key, SIGNALS[key]) end
   end
 end
 
@@ -637,12 +638,7 @@ local function wait_after_claim(key, index, took, pending)
   elseif t and t <= MAX_INT then
     wait = math.ceil(t) - now
   end
-  if wait == 0 and took > 0 and head[1] then
-    local n = redis.pcall('ZCARD', key)
-    if type(n) == 'number' and n < MAX_WAKE then
-      redis.pcall('ZADD', key, 'NX', int(now), wake_token(head[1]))
-    end
-  end
+  if wait == 0 and took > 0 and head[1] then add_tokens(key, {wake_token(head[1])}) end
   return wait
 end
 

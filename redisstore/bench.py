@@ -18,8 +18,8 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from .cli import drop_namespace
 from .runs import Claim, Hold, Release
-from .security import glob_escape
 
 LONG = 600_000
 
@@ -103,10 +103,7 @@ def run(client: Any, ops: int = 500, progress: Any = None, *,
                             _pct(times, 0.99), max(times)))
     finally:
         store.close()
-        keys = list(client.scan_iter(match=glob_escape("{" + namespace + "}:") + "*",
-                                     count=1000))
-        for i in range(0, len(keys), 500):
-            client.delete(*keys[i:i + 500])
+        drop_namespace(client, namespace)
     return rows
 
 

@@ -106,17 +106,17 @@ def _guarded(command: str, url: str | None, out: Any, body: Callable[[Any], int]
         return 2
 
 
-def _keys(client: Any, namespace: str) -> Iterator[bytes]:
+def namespace_keys(client: Any, namespace: str) -> Iterator[bytes]:
     """The keys of ``namespace``, by SCAN (bounded steps; never KEYS)."""
     pattern = glob_escape(Keyspace(namespace).prefix) + "*"
     yield from client.scan_iter(match=pattern, count=1000)
 
 
-def _drop(client: Any, namespace: str) -> int:
+def drop_namespace(client: Any, namespace: str) -> int:
     """Delete the keys of ``namespace`` in batches of 500; how many were deleted."""
     batch: list[bytes] = []
     deleted = 0
-    for key in _keys(client, namespace):
+    for key in namespace_keys(client, namespace):
         batch.append(key)
         if len(batch) == 500:
             deleted += client.delete(*batch)
@@ -174,7 +174,7 @@ def _demo(url: str | None, out: Any, namespace: str | None, keep: bool) -> int:
         say(f"kept namespace {namespace!r}: redisstore inspect --url {redact(url or '')} "
             f"--namespace {namespace}")
     else:
-        say(f"removed the {_drop(client, namespace)} keys it wrote (--keep leaves them)")
+        say(f"removed the {drop_namespace(client, namespace)} keys it wrote (--keep leaves them)")
     return 0 if claimed == ["reminder-7"] else 1
 
 
@@ -212,7 +212,7 @@ def _inspect(url: str | None, namespace: str, run: str | None, as_json: bool, ou
         runs = 0
         truncated = False
         prefix = keys.prefix.encode() + b"r:"
-        for key in _keys(client, namespace):
+        for key in namespace_keys(client, namespace):
             if key.startswith(prefix):
                 runs += 1
                 if runs >= scan_limit:
@@ -380,7 +380,7 @@ def drop(url: str | None, namespace: str, yes: bool, out: Any = None) -> int:
         return 2
 
     def body(o: Any) -> int:
-        count = _drop(_client(url), namespace)
+        count = drop_namespace(_client(url), namespace)
         print(f"deleted {count} key{'' if count == 1 else 's'} of namespace {namespace!r}",
               file=o)
         return 0

