@@ -158,11 +158,11 @@ class TestConfinedRepository(RepositoryConformance):
 
 @pytest.mark.server
 class TestConfinedAsyncRunStore(AsyncRunSuite):
-    """On Valkey 8 only (the sync suites run on both servers; CI stays under 20 minutes)."""
+    """Through redis.asyncio, on Redis 7 and Valkey 8 as the sync suites."""
 
     @pytest.fixture(autouse=True)
-    def _backend(self, loop_thread: LoopThread, valkey8: Server) -> Iterator[None]:
-        self.loop, self.server = loop_thread, valkey8
+    def _backend(self, loop_thread: LoopThread, server: Server) -> Iterator[None]:
+        self.loop, self.server = loop_thread, server
         self.async_clients: dict[str, Any] = {}
         yield
         for client in self.async_clients.values():
@@ -196,11 +196,11 @@ class TestConfinedAsyncRunStore(AsyncRunSuite):
 
 @pytest.mark.server
 class TestConfinedAsyncRepository(AsyncRepositorySuite):
-    """On Valkey 8 only, as the async run store suite."""
+    """Through redis.asyncio, on Redis 7 and Valkey 8 as the sync suites."""
 
     @pytest.fixture(autouse=True)
-    def _backend(self, loop_thread: LoopThread, valkey8: Server) -> Iterator[None]:
-        self.loop, self.server = loop_thread, valkey8
+    def _backend(self, loop_thread: LoopThread, server: Server) -> Iterator[None]:
+        self.loop, self.server = loop_thread, server
         self.async_clients: list[Any] = []
         yield
         for client in self.async_clients:
