@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -135,7 +136,10 @@ def own_valkey8(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 @pytest.fixture(scope="session")
 def shared_redis() -> redis.Redis:
-    """The machine's own Redis at 127.0.0.1:6379: someone else's, used in our namespaces."""
+    """The machine's own Redis at 127.0.0.1:6379: someone else's, used in our namespaces
+    (``REDISSTORE_SHARED_REDIS=off`` keeps the tests away from it)."""
+    if os.environ.get("REDISSTORE_SHARED_REDIS", "").lower() in ("0", "off", "no", "false"):
+        pytest.skip("REDISSTORE_SHARED_REDIS=off: the Redis at 127.0.0.1:6379 is not used")
     client = redis.Redis(host="127.0.0.1", port=6379, socket_timeout=10)
     try:
         client.ping()
