@@ -53,17 +53,20 @@ local function later(...)
   WRITES[#WRITES + 1] = {...}
 end
 
+-- Keys this script has read already (a run it loaded, an index whose type it asked).
+local READ = {}
+
 -- Look at every key the queued writes name, before the first of them: in a cluster slot
 -- that is being moved, a key already on the other node fails here (ABORTED: nothing was
 -- written), never halfway through the writes. The declared KEYS need no look: the server
 -- routed the call by them (ASK, TRYAGAIN) before the script ran, and nothing moves a key
--- while a script runs.
+-- while a script runs. Nor does a key the script read: that read would have failed.
 local function touch_writes()
   local seen = {}
   for i = 1, #KEYS do seen[KEYS[i]] = true end
   for i = 1, #WRITES do
     local k = WRITES[i][2]
-    if not seen[k] then
+    if not seen[k] and not READ[k] then
       seen[k] = true
       local r = redis.pcall('EXISTS', k)
       if type(r) == 'table' then error('ABORTED ' .. tostring(r.err)) end

@@ -106,7 +106,8 @@ local function now_ms()
 end
 
 local function push(list, ...)
-  for _, v in ipairs({...}) do list[#list + 1] = v end
+  local n, values = #list, {...}
+  for i = 1, #values do list[n + i] = values[i] end
 end
 
 local function opt_text(n)
@@ -126,6 +127,22 @@ local function arg_text(i)
     error('BADARG ARGV[' .. i .. '] must be non-empty text of at most ' .. MAX_TEXT .. ' bytes')
   end
   return s
+end
+
+-- Key -> its type ('none', 'zset', ...), asked at most once per script (of_type).
+local TYPES = {}
+
+-- Whether key is absent or of the given type ('zset', 'set', 'hash'). An error other than
+-- a type (a key a cluster slot move took) aborts: nothing is written yet.
+local function of_type(key, kind)
+  local t = TYPES[key]
+  if t == nil then
+    local r = redis.pcall('TYPE', key)
+    if type(r) == 'table' and r.err then error('ABORTED ' .. tostring(r.err)) end
+    t = type(r) == 'table' and r.ok or r
+    TYPES[key], READ[key] = t, true
+  end
+  return t == 'none' or t == kind
 end
 
 -- The wake token of a run: its id, or "#" and its SHA1 when the id is long (a token is
@@ -164,6 +181,7 @@ local function signal(key, index, run, t)
     if t - now >= WAKE_AHEAD then return end
     local head = HEADS[index]
     if head == nil then
+      if not of_type(index, 'zset') then return end
       local h = redis.call('ZRANGE', index, 0, 0, 'WITHSCORES')
       head = h[2] and tonumber(h[2]) or false
     end
@@ -205,16 +223,68 @@ local function send_signals()
   end
 end
 
+-- The type each write command needs of its key.
+local WRITE_TYPES = {ZADD = 'zset', ZREM = 'zset', SADD = 'set', SREM = 'set', HSET = 'hash',
+  HDEL = 'hash', SETRANGE = 'string'}
+
+-- The field a commit answers CORRUPT with when a key its writes name is of another type:
+-- each index key is asked once, and only when the script writes it. Run keys and META were
+-- read (and checked) before anything was queued.
+local function writes_ok()
+  local runs, deps = P .. 'r:', P .. 'd:'
+  local names = {[LEASES] = 'index:leases', [READY] = 'index:ready', [FANOUT] = 'index:fanout',
+    [FANOUT_CURSOR] = 'index:fanout-cursor', [QUARANTINE] = 'quarantine'}
+  for i = 1, #WRITES do
+    local command, k = WRITES[i][1], WRITES[i][2]
+    local kind = WRITE_TYPES[command]
+    local head = string.sub(k, 1, #runs)
+    if kind and k ~= META and head ~= runs and not of_type(k, kind) then
+      if head == deps then return 'index:d' end
+      return names[k] or 'type'
+    end
+  end
+  return nil
+end
+
+-- Commands that take many members (or fields) in one call.
+local VARIADIC = {ZADD = true, ZREM = true, SADD = true, SREM = true, HSET = true, HDEL = true}
+
+-- WRITES with each write of a variadic command joined to the key's previous write when that
+-- is the same command: one call where a claim of 100 runs queued 100 ZADDs (a call costs
+-- the server 1-5 us). Each key still sees its writes in the order queued (only writes to
+-- other keys are passed over); at most 1,000 arguments a call.
+local function coalesced()
+  local out, last = {}, {}
+  for i = 1, #WRITES do
+    local w = WRITES[i]
+    local j = last[w[2]]
+    local o = j and out[j]
+    if o and VARIADIC[w[1]] and o[1] == w[1] and #o + #w <= 1002 then
+      for a = 3, #w do o[#o + 1] = w[a] end
+    else
+      out[#out + 1] = w
+      last[w[2]] = #out
+    end
+  end
+  return out
+end
+
+-- Send the queued writes, or answer the field of a key of the wrong type (nothing sent).
+-- The caller returns {CORRUPT, field} for the latter.
 local function commit()
-  if #WRITES == 0 then return end
+  if #WRITES == 0 then return nil end
+  local bad = writes_ok()
+  if bad then return bad end
   -- Under maxmemory Redis refuses a script's first write (OOM) only if that write is one
   -- that can grow memory (HDEL, ZREM... are not), and lets every later write through. So
   -- the first write is always such a one: it records the namespace's layout, which changes
   -- nothing but a missing meta key. check_layout ran first (NS is the namespace's).
   touch_writes()
   redis.call('HSETNX', META, 'layout', int(NS))
-  for i = 1, #WRITES do redis.call(unpack(WRITES[i])) end
+  local batched = coalesced()
+  for i = 1, #batched do redis.call(unpack(batched[i])) end
   send_signals()
+  return nil
 end
 
 -- Refuse a namespace laid out by a newer library; a damaged meta key is corrupt.
@@ -230,13 +300,6 @@ local function check_layout()
   if n > LAYOUT then return {TOO_NEW, n, 0, -1} end
   NS = n
   return nil
-end
-
--- Whether key is absent or of the given type ('zset', 'set', 'hash').
-local function of_type(key, kind)
-  local t = redis.call('TYPE', key)
-  t = t.ok or t
-  return t == 'none' or t == kind
 end
 
 local function run_key(run)
@@ -287,26 +350,25 @@ local function number_field(n)
   return ''
 end
 
--- The layout 2 header of state s (see decode).
+-- The layout 2 header of state s (see decode). Built in one table, without push (a call
+-- per field costs more than the rest of the header).
 local function header(s)
-  local f = {int(s.rev), text_field(s.own), number_field(s.own and s.exp)}
-  if s.cat then
-    push(f, text_field(s.ck or ''), number_field(s.cdr), int(s.cat))
-  else
-    push(f, '', '', '')
-  end
+  local ck, cdr, cat = '', '', ''
+  if s.cat then ck, cdr, cat = text_field(s.ck or ''), number_field(s.cdr), int(s.cat) end
+  local wk, wa, wn, wdl, wrev, wpv, pk, pt = '', '', '', '', '', '', '', ''
   if s.wk then
-    local wa = false
-    if s.wk ~= 'a' then wa = s.wa end
-    push(f, s.wk, text_field(wa), number_field(s.wn), number_field(s.wdl), int(s.wrev),
-         int(s.wpv), text_field(s.pk), number_field(s.pk and s.pt))
-  else
-    push(f, '', '', '', '', '', '', '', '')
+    wk, wn, wdl, wrev, wpv = s.wk, number_field(s.wn), number_field(s.wdl), int(s.wrev),
+      int(s.wpv)
+    wa, pk, pt = text_field(s.wk ~= 'a' and s.wa), text_field(s.pk),
+      number_field(s.pk and s.pt)
   end
-  push(f, number_field(s.tk > 0 and s.tk), number_field(s.px and 1))
+  local f = {int(s.rev), text_field(s.own), number_field(s.own and s.exp), ck, cdr, cat, wk,
+             wa, wn, wdl, wrev, wpv, pk, pt, number_field(s.tk > 0 and s.tk),
+             number_field(s.px and 1)}
   -- Absent fields at the end are left out (a text field's own bytes may end in ',').
-  while #f > 1 and f[#f] == '' do f[#f] = nil end
-  return table.concat(f, ',') .. ','
+  local n = #f
+  while n > 1 and f[n] == '' do n = n - 1 end
+  return table.concat(f, ',', 1, n) .. ','
 end
 
 -- The header region's trailer: its length in decimal, then the count of those digits.
@@ -364,6 +426,7 @@ local function stored_v1(k)
 end
 
 local function stored(k)
+  READ[k] = true
   if NS == 1 then return stored_v1(k) end
   local tail = redis.pcall('GETRANGE', k, -TAIL, -1)
   if type(tail) == 'table' then
@@ -647,17 +710,21 @@ local PLACED = {}
 
 -- Put run where it belongs in READY after a write of its own (its time is recomputed) or of
 -- its dependency (dep_write: a run already eligible keeps its earlier time, so runs are
--- ordered by when their wait became due).
-local function place(run, s, pv, dep_write)
+-- ordered by when their wait became due). was_indexable false: the run was held or had no
+-- wait before this write, so READY holds no entry of it to remove (a stray one, written by
+-- hand, is dropped by the next claim_ready that meets it).
+local function place(run, s, pv, dep_write, was_indexable)
   local t = eligible_at(s, pv)
   if t == nil then
-    later('ZREM', READY, run)
+    if was_indexable ~= false then later('ZREM', READY, run) end
     PLACED[run] = false
     return
   end
   if dep_write and t == now_ms() then
     local old = PLACED[run]
-    if old == nil then old = tonumber(redis.call('ZSCORE', READY, run)) end
+    if old == nil and of_type(READY, 'zset') then
+      old = tonumber(redis.call('ZSCORE', READY, run))
+    end
     if old and old <= t then return end
   end
   later('ZADD', READY, int(t), run)
@@ -755,18 +822,6 @@ local function apply_wait(run, s, w, pv)
   s.wrev, s.wpv = s.rev, pv
 end
 
--- The index keys a write touches must be of their type, or the write would fail halfway.
-local function indexes_ok(w, s)
-  if not of_type(LEASES, 'zset') then return 'index:leases' end
-  if not of_type(READY, 'zset') then return 'index:ready' end
-  if w and w.wk == 'c' and not of_type(P .. 'd:' .. w.wa, 'set') then return 'index:d' end
-  if s and s.wk == 'c' and not of_type(P .. 'd:' .. s.wa, 'set') then return 'index:d' end
-  if not of_type(FANOUT, 'zset') then return 'index:fanout' end
-  if not of_type(FANOUT_CURSOR, 'hash') then return 'index:fanout-cursor' end
-  if not of_type(QUARANTINE, 'hash') then return 'quarantine' end
-  return nil
-end
-
 -- Re-index up to MAX_FANOUT waiters of dep from SSCAN cursor; returns the next cursor ('0'
 -- when every waiter was visited). A waiter that is missing or corrupt is quarantined.
 local function fan_out(dep, cursor, pv)
@@ -797,8 +852,7 @@ end
 -- finished by the next claim_ready calls (a waiter is never missed, only delayed).
 local function notify_dependents(run, pv)
   local key = P .. 'd:' .. run
-  if not of_type(key, 'set') then return end
-  if redis.call('EXISTS', key) == 0 then return end
+  if not of_type(key, 'set') or TYPES[key] == 'none' then return end
   local cursor = fan_out(run, '0', pv)
   if cursor ~= '0' then
     later('ZADD', FANOUT, int(now_ms()), run)
@@ -836,12 +890,13 @@ end
 
 -- The common end of insert and compare_and_set: lease, wait, one write, indexes.
 local function write(run, s, rev, record, kind, owner, ttl, w, pv)
+  local was_indexable = indexable(s) and true or false
   s.rev = rev
   put_back(run, s)
   s.tk = 0
   apply_lease(run, s, kind, owner, ttl)
   apply_wait(run, s, w, pv)
   save(run, s, record)
-  place(run, s, pv, false)
+  place(run, s, pv, false, was_indexable)
   notify_dependents(run, pv)
 end

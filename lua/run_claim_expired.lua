@@ -31,7 +31,6 @@ if bound == nil then error('BADARG ARGV[6] must be empty or an integer in [0, ' 
 local bad_layout = check_layout() or (bound and needs_layout_3())
 if bad_layout then return bad_layout end
 if not of_type(LEASES, 'zset') then return {CORRUPT, 'index:leases', 0, -1} end
-if not of_type(QUARANTINE, 'hash') then return {CORRUPT, 'quarantine', 0, -1} end
 local now = now_ms()
 local out = {}
 for run, s in due(LEASES, 'leases', limit, out) do
@@ -58,5 +57,6 @@ for run, s in due(LEASES, 'leases', limit, out) do
     end
   end
 end
-commit()
+local bad_write = commit()
+if bad_write then return {CORRUPT, bad_write, 0, -1} end
 return {OK, out, DROPPED, wait_after_claim(WAKE_LEASES, LEASES, #out, false)}

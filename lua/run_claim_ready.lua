@@ -17,7 +17,7 @@
 -- P.."wake-leases" (signals).
 --- @include CORRUPT, OK, P, int, arg_int, later, READY, QUARANTINE, FANOUT, FANOUT_CURSOR
 --- @include MAX_CLAIM, MAX_TTL, now_ms, arg_text, commit, check_layout, of_type, save
---- @include revision_of, DROPPED, due, eligible_at, hold, indexes_ok, fan_out
+--- @include revision_of, DROPPED, due, eligible_at, hold, fan_out
 --- @include MAX_CLAIM_BYTES, claimed_record, current, WAKE_READY, unsignal, wait_after_claim
 local owner = arg_text(2)
 local ttl = arg_int(3, 1, MAX_TTL)
@@ -26,10 +26,12 @@ local pv = arg_int(5, 0, 2147483648)
 local budget = arg_int(6, 0, MAX_CLAIM_BYTES)
 local bad_layout = check_layout()
 if bad_layout then return bad_layout end
-local bad = indexes_ok(nil)
-if bad then return {CORRUPT, bad, 0, -1} end
+if not of_type(READY, 'zset') then return {CORRUPT, 'index:ready', 0, -1} end
+if not of_type(FANOUT, 'zset') then return {CORRUPT, 'index:fanout', 0, -1} end
 local now = now_ms()
-local pending = redis.call('ZRANGE', FANOUT, 0, 0)[1]
+-- The dependency whose waiters are re-indexed first, and whether another is queued.
+local queued = redis.call('ZRANGE', FANOUT, 0, 1)
+local pending, more_pending = queued[1], queued[2] ~= nil
 if pending and not of_type(P .. 'd:' .. pending, 'set') then
   -- Its waiters' set was replaced by another type: nothing to re-index, never a wall.
   later('ZREM', FANOUT, pending)
@@ -37,9 +39,11 @@ if pending and not of_type(P .. 'd:' .. pending, 'set') then
   later('HSET', QUARANTINE, 'fanout|' .. pending, 'type')
   DROPPED = DROPPED + 1
 elseif pending then
+  if not of_type(FANOUT_CURSOR, 'hash') then return {CORRUPT, 'index:fanout-cursor', 0, -1} end
   local cursor = redis.call('HGET', FANOUT_CURSOR, pending) or '0'
   if not string.find(cursor, '^%d+$') or #cursor > 20 then cursor = '0' end
   cursor = fan_out(pending, cursor, pv)
+  more_pending = more_pending or cursor ~= '0'
   if cursor == '0' then
     later('ZREM', FANOUT, pending)
     later('HDEL', FANOUT_CURSOR, pending)
@@ -72,6 +76,6 @@ for run, s in due(READY, 'ready', limit, out) do
     end
   end
 end
-commit()
-local pending = redis.call('ZCARD', FANOUT) > 0
-return {OK, out, DROPPED, wait_after_claim(WAKE_READY, READY, #out, pending)}
+local bad_write = commit()
+if bad_write then return {CORRUPT, bad_write, 0, -1} end
+return {OK, out, DROPPED, wait_after_claim(WAKE_READY, READY, #out, more_pending)}

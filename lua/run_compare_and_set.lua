@@ -14,7 +14,7 @@
 -- those waiters (re-indexed), P.."fanout", P.."fanout-cursor", P.."quarantine",
 -- P.."wake-ready" and P.."wake-leases" (signals).
 --- @include CORRUPT, OK, MAX_RECORD_CEILING, MAX_INT, arg_int, arg_text, commit
---- @include check_layout, load_at, lease_refusal, arg_wait, arg_lease, indexes_ok, write
+--- @include check_layout, load_at, lease_refusal, arg_wait, arg_lease, write
 local run = arg_text(2)
 local expected = arg_int(3, 0, MAX_INT - 2)
 local record = ARGV[4]
@@ -28,8 +28,7 @@ if not s then return refusal end
 if s.rev >= MAX_INT - 1 then return {CORRUPT, 'rev', 0, -1} end
 refusal = lease_refusal(s, kind, owner)
 if refusal then return refusal end
-local bad = indexes_ok(w, s)
-if bad then return {CORRUPT, bad, 0, -1} end
 write(run, s, s.rev + 1, record, kind, owner, ttl, w, pv)
-commit()
+local bad_write = commit()
+if bad_write then return {CORRUPT, bad_write, 0, -1} end
 return {OK, false, 0, -1}

@@ -18,7 +18,7 @@
 -- P.."fanout-cursor", P.."quarantine", P.."wake-ready" (signals).
 --- @include CORRUPT, OK, LEASES, READY, QUARANTINE, META, MAX_INT, SEEN, GONE, int, arg_int
 --- @include arg_text, later, commit, check_layout, needs_layout_3, load_at, lease_refusal
---- @include arg_lease, apply_wait, indexes_ok, notify_dependents, deleted_rev, run_key
+--- @include arg_lease, apply_wait, notify_dependents, deleted_rev, run_key
 local run = arg_text(2)
 local expected = arg_int(3, 0, MAX_INT - 2)
 local kind, owner = arg_lease(4)
@@ -29,8 +29,6 @@ local s, refusal = load_at(run, expected)
 if not s then return refusal end
 refusal = lease_refusal(s, kind, owner)
 if refusal then return refusal end
-local bad = indexes_ok(nil, s)
-if bad then return {CORRUPT, bad, 0, -1} end
 local floor = deleted_rev()
 if not floor then return {CORRUPT, 'meta.deleted-rev', 0, -1} end
 apply_wait(run, s, {wk = ''}, pv)
@@ -41,5 +39,6 @@ if s.px then later('HDEL', QUARANTINE, 'poison|' .. run) end
 if s.rev > floor then later('HSET', META, 'deleted-rev', int(s.rev)) end
 SEEN[run] = GONE
 notify_dependents(run, pv)
-commit()
+local bad_write = commit()
+if bad_write then return {CORRUPT, bad_write, 0, -1} end
 return {OK, false, 0, -1}

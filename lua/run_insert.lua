@@ -14,7 +14,7 @@
 -- waiters (re-indexed), P.."fanout", P.."fanout-cursor", P.."quarantine", P.."wake-ready"
 -- and P.."wake-leases" (signals).
 --- @include CORRUPT, EXISTS, OK, MAX_RECORD_CEILING, arg_text, commit, check_layout, load
---- @include arg_wait, arg_lease, indexes_ok, write, deleted_rev
+--- @include arg_wait, arg_lease, write, deleted_rev
 local run, record = arg_text(2), ARGV[3]
 if #record > MAX_RECORD_CEILING then error('BADARG the record is over ' .. MAX_RECORD_CEILING .. ' bytes') end
 local kind, owner, ttl = arg_lease(4)
@@ -24,10 +24,9 @@ if bad_layout then return bad_layout end
 local s = load(run)
 -- A key there, even a damaged one, is never overwritten.
 if s ~= nil then return {EXISTS, false, 0, -1} end
-local bad = indexes_ok(w)
-if bad then return {CORRUPT, bad, 0, -1} end
 local floor = deleted_rev()
 if not floor then return {CORRUPT, 'meta.deleted-rev', 0, -1} end
 write(run, {own = false, exp = false}, floor + 1, record, kind, owner, ttl, w, pv)
-commit()
+local bad_write = commit()
+if bad_write then return {CORRUPT, bad_write, 0, -1} end
 return {OK, floor + 1, 0, -1}

@@ -29,7 +29,8 @@ if NS > 1 then
   if not cursor then
     if first then
       later('HSET', META, 'layout', int(LAYOUT))
-      commit()
+      local bad_write = commit()
+      if bad_write then return {CORRUPT, bad_write, 0, -1} end
     end
     return {OK, {0, 1, 0}, 0, -1}
   end
@@ -83,5 +84,6 @@ elseif whole and cursor == '0' then
 else
   later('HSET', META, 'migrate-cursor', cursor, 'migrate-moved', int(pass_moved))
 end
-commit()
+local bad_write = commit()
+if bad_write then return {CORRUPT, bad_write, 0, -1} end
 return {OK, {moved, done, damaged}, 0, -1}

@@ -10,7 +10,7 @@
 -- checked), P.."d:"..dep (the waiters of its old and new dependency), P.."r:"..dep,
 -- P.."wake-ready" (signals).
 --- @include CORRUPT, OK, MAX_INT, arg_int, arg_text, commit, check_layout, save, load_at
---- @include place, arg_wait, apply_wait, indexes_ok
+--- @include place, arg_wait, apply_wait
 local run = arg_text(2)
 local expected = arg_int(3, 0, MAX_INT)
 local w, pv = arg_wait(4)
@@ -18,11 +18,10 @@ local bad_layout = check_layout()
 if bad_layout then return bad_layout end
 local s, refusal = load_at(run, expected)
 if not s then return refusal end
-local bad = indexes_ok(w, s)
-if bad then return {CORRUPT, bad, 0, -1} end
 apply_wait(run, s, w, pv)
 save(run, s)
 place(run, s, pv, false)
-commit()
+local bad_write = commit()
+if bad_write then return {CORRUPT, bad_write, 0, -1} end
 if w.wk == '' then return {OK, 0, 0, -1} end
 return {OK, 1, 0, -1}

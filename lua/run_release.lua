@@ -11,14 +11,12 @@
 -- of a Changed wait (read), P.."quarantine" (a poison run released), P.."wake-ready" and
 -- P.."wake-leases" (signals).
 --- @include CORRUPT, OK, LEASES, MAX_RENEW, arg_int, arg_text, later, commit, check_layout
---- @include load, save, drop_claim, place, put_back, indexes_ok
+--- @include load, save, drop_claim, place, put_back
 local owner = arg_text(2)
 local pv = arg_int(3, 0, 2147483648)
 if #ARGV - 3 > MAX_RENEW then error('BADARG at most ' .. MAX_RENEW .. ' runs per release') end
 local bad_layout = check_layout()
 if bad_layout then return bad_layout end
-local bad = indexes_ok(nil)
-if bad then return {CORRUPT, bad, 0, -1} end
 local out = {}
 for i = 4, #ARGV do
   local run = ARGV[i]
@@ -33,5 +31,6 @@ for i = 4, #ARGV do
     out[#out + 1] = run
   end
 end
-commit()
+local bad_write = commit()
+if bad_write then return {CORRUPT, bad_write, 0, -1} end
 return {OK, out, 0, -1}

@@ -29,5 +29,6 @@ for i = 4, #ARGV do
     out[#out + 1] = run
   end
 end
-commit()
+local bad_write = commit()
+if bad_write then return {CORRUPT, bad_write, 0, -1} end
 return {OK, out, 0, -1}

@@ -422,9 +422,16 @@ def test_damaged_index_keys_a_write_would_touch_refuse_it_before_it_writes(
         store.claim_expired("n2", LONG, 10)
     assert dump(client, store.namespace) == before
     client.delete(keys.quarantine)
-    client.set(Keyspace(store.namespace).prefix + "fanout-cursor", "not a hash")
+    client.set(keys.prefix + "fanout-cursor", "not a hash")
+    # A claim that neither reads nor writes the damaged key is not refused for it...
+    assert store.claim_ready("n2", LONG, 10) == []
+    # ...one that would resume a pending fan-out is, before it writes.
+    client.zadd(keys.prefix + "fanout", {"w": 1})
+    client.sadd(keys.dependents("w"), "x")
+    before = dump(client, store.namespace)
     with pytest.raises(Corrupt, match="fanout-cursor"):
         store.claim_ready("n2", LONG, 10)
+    assert dump(client, store.namespace) == before
 
 
 def test_a_pending_fan_out_whose_waiters_set_was_replaced_is_dropped_not_a_wall(
