@@ -419,9 +419,34 @@ def pool_for(source: Any) -> AsyncPool:
     return mux_for(source).pool
 
 
+class _NodeSource:
+    """The settings of one node of a ``redis.asyncio.RedisCluster``, as a pool source: its
+    ``ClusterNode`` cannot be weakly referenced (slots) and is replaced when the client
+    learns the cluster's layout again."""
+
+    def __init__(self, node: Any) -> None:
+        self.connection_class = node.connection_class
+        self.connection_kwargs = node.connection_kwargs
+        self.max_connections = node.max_connections
+
+
+_NODES: weakref.WeakKeyDictionary[Any, dict[str, _NodeSource]] = weakref.WeakKeyDictionary()
+
+
+def node_source(client: Any, node: Any) -> _NodeSource:
+    """The pool source of ``node`` of the cluster ``client``: one per node name, so a
+    node's connections outlive the client's relearning of the layout."""
+    sources = _NODES.setdefault(client, {})
+    found = sources.get(node.name)
+    if found is None:
+        found = sources[node.name] = _NodeSource(node)
+    return found
+
+
 class AsyncTransport:
     """Runs operations on a ``redis.asyncio.Redis`` client (or valkey-py's, or
-    ``FakeAsyncRedis``). ``timeout`` is each operation's deadline, in ms.
+    ``FakeAsyncRedis``, or a ``redis.asyncio.RedisCluster``). ``timeout`` is each
+    operation's deadline, in ms.
 
     Any number of tasks share a store: their calls are pipelined together on a few
     connections of the store's pool (made like the client's), each call's replies read in
@@ -434,8 +459,10 @@ class AsyncTransport:
         self.client = client
         self.durability = durability
         self.timeout = timeout
+        #: Whether the client is a RedisCluster (the store talks to its nodes).
+        self.cluster = hasattr(client, "get_node_from_key")
         #: The one-time server checks done for this client, shared by its stores.
-        self.checks = checks_for(client.connection_pool)
+        self.checks = set() if self.cluster else checks_for(client.connection_pool)
         #: fakeredis: no maxmemory, no persistence settings, nothing to check on the server.
         self.fake = never_evicts(client)
         if self.fake:
@@ -445,7 +472,11 @@ class AsyncTransport:
         """Disconnect the store's connections on the running loop (shared by every store
         on this client: the others connect again on their next call). The client itself
         is not closed."""
-        await pool_for(self.client.connection_pool).aclose()
+        if not self.cluster:
+            await pool_for(self.client.connection_pool).aclose()
+            return
+        for source in list(_NODES.get(self.client, {}).values()):
+            await pool_for(source).aclose()
 
     async def drive(self, op: Operation[T]) -> T:
         """Run an operation to its end: send each batch it makes, report what came back."""
@@ -462,8 +493,23 @@ class AsyncTransport:
             machine.receive(await self._send(batch, deadline))
 
     async def _send(self, batch: Batch, deadline: float) -> Exchange:
-        return await mux_for(self.client.connection_pool).exchange(batch, deadline,
-                                                                   self.timeout)
+        if not self.cluster:
+            return await mux_for(self.client.connection_pool).exchange(batch, deadline,
+                                                                       self.timeout)
+        # RedisCluster: every key of a namespace is in one slot; talk to its node.
+        try:
+            await self.client.initialize()  # once: it learns the layout on first use
+            node = self.client.get_node_from_key(batch.keys[0] if batch.keys else "")
+            source = node_source(self.client, node)
+        except Exception as exc:
+            return Exchange((), Lost(False, f"no cluster node for the slot: {describe(exc)}"))
+        got = await mux_for(source).exchange(batch, deadline, self.timeout)
+        if any(getattr(r, "code", "") in ("MOVED", "ASK") for r in got.replies):
+            # The slot moved: nothing ran. Learn the new layout so the caller's next call
+            # goes to the right node.
+            with contextlib.suppress(Exception):
+                await self.client.nodes_manager.initialize()
+        return got
 
 
 def _loop_deadline(deadline: float) -> float:

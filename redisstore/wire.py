@@ -84,9 +84,14 @@ def check_client(client: object, *, asynchronous: bool) -> None:
         raise TypeError(f"{store} needs a client: pass a {want} (or a fakeredis client)")
     if hasattr(client, "nodes_manager") and hasattr(client, "get_node_from_key"):
         execute = getattr(client, "execute_command", None)
-        if asynchronous or inspect.iscoroutinefunction(execute):
-            raise TypeError("redis.asyncio.RedisCluster is not supported yet: use the sync "
-                            "RedisRunStore with redis.cluster.RedisCluster")
+        if inspect.iscoroutinefunction(execute) != asynchronous:
+            if asynchronous:
+                raise TypeError(f"{type(client).__name__} is a sync cluster client: use "
+                                "RedisRunStore / RedisRepository with it, or pass a "
+                                "redis.asyncio.RedisCluster")
+            raise TypeError(f"{type(client).__name__} is an asyncio cluster client: use "
+                            "AsyncRedisRunStore / AsyncRedisRepository with it, or pass a "
+                            "redis.cluster.RedisCluster")
         return
     pool = getattr(client, "connection_pool", None)
     if pool is None:

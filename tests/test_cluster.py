@@ -1,19 +1,28 @@
 """Both ports on a real Redis Cluster (three primaries started by a fixture) through
-``redis.cluster.RedisCluster``: each namespace lives in one slot, on one node, and its
-scripts, clock and indexes are that node's."""
+``redis.cluster.RedisCluster`` and ``redis.asyncio.RedisCluster``: each namespace lives in
+one slot, on one node, and its scripts, clock and indexes are that node's."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import redis.asyncio
 from conftest import RedisSuite
 from redis.cluster import RedisCluster
 from servers import Server, redis_binary, start_cluster, unique_namespace
+from test_conformance_async import (
+    AsyncRepositorySuite,
+    AsyncRunSuite,
+    LoopThread,
+    loop_thread,
+)
 
 from redisstore import (
+    AsyncRedisRunStore,
     Claim,
     Hold,
     RedisRepository,
@@ -26,6 +35,7 @@ from redisstore.conformance import RepositoryConformance
 from redisstore.keys import Keyspace
 
 pytestmark = pytest.mark.server
+__all__ = ["loop_thread"]  # the async suites' fixture, used here too
 
 
 @pytest.fixture(scope="module")
@@ -57,6 +67,22 @@ class TestClusterRepository(RepositoryConformance):
                                max_terminal=max_terminal, logger=logger)
 
 
+def async_cluster(cluster: list[Server]) -> Any:
+    return redis.asyncio.RedisCluster(host="127.0.0.1", port=cluster[0].port, socket_timeout=10)
+
+
+class TestAsyncClusterRunStore(AsyncRunSuite):
+    @pytest.fixture(autouse=True)
+    def _backend(self, loop_thread: LoopThread, cluster: list[Server]) -> Iterator[None]:
+        yield from self.connect(loop_thread, lambda: async_cluster(cluster))
+
+
+class TestAsyncClusterRepository(AsyncRepositorySuite):
+    @pytest.fixture(autouse=True)
+    def _backend(self, loop_thread: LoopThread, cluster: list[Server]) -> Iterator[None]:
+        yield from self.connect(loop_thread, lambda: async_cluster(cluster))
+
+
 def test_namespaces_spread_over_the_nodes_and_keep_to_their_slot(
         cluster: list[Server], cluster_client: RedisCluster) -> None:
     holders: set[int] = set()
@@ -74,30 +100,80 @@ def test_namespaces_spread_over_the_nodes_and_keep_to_their_slot(
     assert len(holders) >= 2  # namespaces did land on different nodes
 
 
-def test_a_moved_slot_is_unavailable_once_then_followed(
-        cluster: list[Server], cluster_client: RedisCluster) -> None:
-    # SETSLOT refuses to move a slot that holds keys, and other tests' namespaces
-    # may share a random one: take a namespace whose slot is empty.
+def movable_namespace(cluster_client: RedisCluster) -> tuple[str, int, Any]:
+    """A namespace whose slot holds no keys, its slot and the node that has it: SETSLOT
+    moves only an empty slot, and other tests' namespaces may share a random one."""
     while True:
         namespace = unique_namespace("moving")
         key = Keyspace(namespace).leases
         slot = cluster_client.keyslot(key)
         owner = cluster_client.get_node_from_key(key)
-        held = cluster_client.get_redis_connection(owner).execute_command(
-            "CLUSTER", "COUNTKEYSINSLOT", slot)
-        if held == 0:
-            break
-    store = RedisRunStore(cluster_client, namespace=namespace)
-    assert store.now() > 0  # the client knows where the slot is
+        if cluster_client.get_redis_connection(owner).execute_command(
+                "CLUSTER", "COUNTKEYSINSLOT", slot) == 0:
+            return namespace, slot, owner
+
+
+def move_slot(cluster: list[Server], slot: int, owner: Any) -> Server:
+    """Give the (empty) slot to another node; return that node."""
     target = next(s for s in cluster if s.port != owner.port)
     target_id = target.client().execute_command("CLUSTER", "MYID")
-    for server in cluster:  # the slot is empty: reassigning it moves it
+    for server in cluster:
         server.client().execute_command("CLUSTER", "SETSLOT", slot, "NODE", target_id)
+    return target
+
+
+def test_a_moved_slot_is_unavailable_once_then_followed(
+        cluster: list[Server], cluster_client: RedisCluster) -> None:
+    namespace, slot, owner = movable_namespace(cluster_client)
+    store = RedisRunStore(cluster_client, namespace=namespace)
+    assert store.now() > 0  # the client knows where the slot is
+    target = move_slot(cluster, slot, owner)
     with pytest.raises(Unavailable) as caught:
         store.insert("run", b"r1", Claim("me", 60_000))
     assert "MOVED" in caught.value.reason and caught.value.outcome == "not_applied"
     store.insert("run", b"r1", Claim("me", 60_000))  # the next call goes to the new node
     assert target.client().exists(Keyspace(namespace).run("run")) == 1
+
+
+def test_an_async_store_follows_a_moved_slot_as_the_sync_one(
+        cluster: list[Server], cluster_client: RedisCluster) -> None:
+    namespace, slot, owner = movable_namespace(cluster_client)
+
+    async def main() -> tuple[Unavailable, Server]:
+        client = async_cluster(cluster)
+        try:
+            store = AsyncRedisRunStore(client, namespace=namespace)
+            assert await store.now() > 0  # the client knows where the slot is
+            target = move_slot(cluster, slot, owner)
+            with pytest.raises(Unavailable) as caught:
+                await store.insert("run", b"r1", Claim("me", 60_000))
+            await store.insert("run", b"r1", Claim("me", 60_000))  # now on the new node
+            assert await store.renew("me", ["run"], 60_000) == ["run"]
+            await store.aclose()
+            return caught.value, target
+        finally:
+            await client.aclose()
+
+    refused, target = asyncio.run(main())
+    assert "MOVED" in refused.reason and refused.outcome == "not_applied"
+    assert target.client().exists(Keyspace(namespace).run("run")) == 1
+
+
+def test_a_store_refuses_a_cluster_client_of_the_other_kind(cluster: list[Server],
+                                                             cluster_client: RedisCluster
+                                                             ) -> None:
+    with pytest.raises(TypeError, match="sync cluster client: use RedisRunStore"):
+        AsyncRedisRunStore(cluster_client)
+
+    async def main() -> None:
+        client = async_cluster(cluster)
+        try:
+            with pytest.raises(TypeError, match="asyncio cluster client: use AsyncRedisRunStore"):
+                RedisRunStore(client)
+        finally:
+            await client.aclose()
+
+    asyncio.run(main())
 
 
 def test_pipelines_go_to_the_namespace_node(cluster: list[Server],
@@ -125,21 +201,11 @@ def test_a_blocked_claim_follows_its_slot_to_another_node(
     from redisstore.conformance.wakeups import SLACK, Blocked
     from redisstore.discovery import json_wait
 
-    while True:  # a namespace whose slot holds no keys (SETSLOT moves only those)
-        namespace = unique_namespace("moving")
-        key = Keyspace(namespace).leases
-        slot = cluster_client.keyslot(key)
-        owner = cluster_client.get_node_from_key(key)
-        if cluster_client.get_redis_connection(owner).execute_command(
-                "CLUSTER", "COUNTKEYSINSLOT", slot) == 0:
-            break
+    namespace, slot, owner = movable_namespace(cluster_client)
     store = RedisRunStore(cluster_client, namespace=namespace, discover=json_wait)
     blocked = Blocked(lambda: store.claim_ready("me", 60_000, 1, block=10_000))
     time.sleep(0.3)
-    target = next(s for s in cluster if s.port != owner.port)
-    target_id = target.client().execute_command("CLUSTER", "MYID")
-    for server in cluster:
-        server.client().execute_command("CLUSTER", "SETSLOT", slot, "NODE", target_id)
+    target = move_slot(cluster, slot, owner)
     for _ in range(3):  # the first call after the move may answer MOVED
         try:
             store.insert("run", rec({"at": 0}), Release())
