@@ -39,8 +39,21 @@ SERVER_PARAMS = frozenset({"redis7", "redis62", "redis62_noreplicate", "valkey8"
                            "valkey", "own_redis7", "own_valkey8", "cluster"})
 
 
+#: Files whose tests measure time (deadlines, wake-up latency, stalls, lease renewal) or
+#: load the machine on purpose: `-m serial` runs them alone, after the rest has run on
+#: pytest-xdist workers (`-m "not serial" -n 2`), so no other test competes for the CPU.
+SERIAL_FILES = frozenset({
+    "test_async.py", "test_concurrency_runs.py", "test_connections.py",
+    "test_crash_failover.py", "test_faultproxy.py", "test_faults.py", "test_fuzz.py",
+    "test_keeper.py", "test_outcomes.py", "test_shared_client.py", "test_stall.py",
+    "test_torture.py", "test_wakeups.py",
+})
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
+        if item.path.name in SERIAL_FILES:
+            item.add_marker(pytest.mark.serial)
         params = getattr(getattr(item, "callspec", None), "params", {})
         if (SERVER_FIXTURES & set(getattr(item, "fixturenames", ()))
                 or any(isinstance(v, str) and v in SERVER_PARAMS for v in params.values())):
