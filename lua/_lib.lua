@@ -231,15 +231,16 @@ local WRITE_TYPES = {ZADD = 'zset', ZREM = 'zset', SADD = 'set', SREM = 'set', H
 -- each index key is asked once, and only when the script writes it. Run keys and META were
 -- read (and checked) before anything was queued.
 local function writes_ok()
-  local runs, deps = P .. 'r:', P .. 'd:'
-  local names = {[LEASES] = 'index:leases', [READY] = 'index:ready', [FANOUT] = 'index:fanout',
-    [FANOUT_CURSOR] = 'index:fanout-cursor', [QUARANTINE] = 'quarantine'}
+  local runs = P .. 'r:'
   for i = 1, #WRITES do
     local command, k = WRITES[i][1], WRITES[i][2]
     local kind = WRITE_TYPES[command]
     local head = string.sub(k, 1, #runs)
     if kind and k ~= META and head ~= runs and not of_type(k, kind) then
-      if head == deps then return 'index:d' end
+      if head == P .. 'd:' then return 'index:d' end
+      local names = {[LEASES] = 'index:leases', [READY] = 'index:ready',
+        [FANOUT] = 'index:fanout', [FANOUT_CURSOR] = 'index:fanout-cursor',
+        [QUARANTINE] = 'quarantine'}
       return names[k] or 'type'
     end
   end

@@ -53,7 +53,9 @@ from .wire import (
     error_reply,
     is_error_reply,
     never_evicts,
+    no_node,
     pack,
+    slot_moved,
 )
 
 T = TypeVar("T")
@@ -502,9 +504,9 @@ class AsyncTransport:
             node = self.client.get_node_from_key(batch.keys[0] if batch.keys else "")
             source = node_source(self.client, node)
         except Exception as exc:
-            return Exchange((), Lost(False, f"no cluster node for the slot: {describe(exc)}"))
+            return no_node(exc)
         got = await mux_for(source).exchange(batch, deadline, self.timeout)
-        if any(getattr(r, "code", "") in ("MOVED", "ASK") for r in got.replies):
+        if slot_moved(got):
             # The slot moved: nothing ran. Learn the new layout so the caller's next call
             # goes to the right node.
             with contextlib.suppress(Exception):

@@ -33,7 +33,9 @@ from .wire import (
     error_reply,
     is_error_reply,
     never_evicts,
+    no_node,
     pack,
+    slot_moved,
 )
 
 T = TypeVar("T")
@@ -258,9 +260,9 @@ class Transport:
             pool = pool_for(self.client.get_redis_connection(node).connection_pool)
             self._used.add(pool)
         except Exception as exc:
-            return Exchange((), Lost(False, f"no cluster node for the slot: {describe(exc)}"))
+            return no_node(exc)
         got = self.exchange(pool, batch, deadline)
-        if any(getattr(r, "code", "") in ("MOVED", "ASK") for r in got.replies):
+        if slot_moved(got):
             # The slot moved: nothing ran. Learn the new layout so the caller's next call
             # goes to the right node.
             with contextlib.suppress(Exception):

