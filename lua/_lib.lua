@@ -80,12 +80,16 @@ local WAKE_READY = P .. 'wake-ready'
 local WAKE_LEASES = P .. 'wake-leases'
 
 -- The newest layout this library reads and writes; a namespace with a newer one is refused.
-local LAYOUT = 3
+local LAYOUT = 4
 
 -- The namespace's layout (check_layout reads it): 1, one hash per run; 2, one string per
--- run; 3, layout 2 with deletes and poison runs (tk, px, deleted-rev). A namespace stays at
--- 1 until migrate() moves it.
+-- run; 3, layout 2 with deletes and poison runs (tk, px, deleted-rev); 4, layout 3 with
+-- bucketed indexes (see index). A namespace stays at 1 until migrate() moves it.
 local NS = 1
+
+-- Layout 4 whose migration has not yet emptied the layout 3 index keys (meta old-ix): an
+-- entry may still be there, so claims read both and every removal clears both.
+local OLD_IX = false
 
 -- Exact integers in a Lua double: revisions, times, ttls and counts stay at or below it.
 local MAX_INT = 9007199254740991
@@ -145,6 +149,273 @@ local function of_type(key, kind)
   return t == 'none' or t == kind
 end
 
+-- Index entries moved to the quarantine by this script (the reply's dropped).
+local DROPPED = 0
+
+-- The most entries a layout 4 bucket holds after a split: Redis keeps a sorted set of at
+-- most 128 entries (zset-max-listpack-entries) as one listpack, about 50 bytes an entry
+-- instead of about 150 in a skiplist.
+local BUCKET_MAX = 128
+
+local BUCKET_HALF = 64
+
+-- A run index: before layout 4, the one key old (a sorted set run -> score, or a set of
+-- waiters); from layout 4, buckets. A bucket is a sorted set holding the entries whose
+-- composite (composite) lies in its range: from its lower bound up to the next bucket's.
+-- The directory dir (a sorted set, every score 0, ordered by member) holds every lower
+-- bound but the first, ''; the bucket of bound b is pre .. b. name: the index in a CORRUPT
+-- reply ('index:' .. name); label: in the quarantine.
+local function index(old, kind, name, label, base)
+  return {old = old, kind = kind, name = name, label = label, dir = base .. '/',
+          pre = base .. '|', scored = kind == 'zset'}
+end
+
+local LEASES_IX = index(LEASES, 'zset', 'leases', 'leases', P .. 'L')
+
+local READY_IX = index(READY, 'zset', 'ready', 'ready', P .. 'Q')
+
+local DEPS_IX = {}
+
+-- The index of the runs waiting for dep to change (scores all 0: ordered by run id). The
+-- length of dep in its keys' names keeps every dependency's keys apart.
+local function deps_ix(dep)
+  local ix = DEPS_IX[dep]
+  if not ix then
+    ix = index(P .. 'd:' .. dep, 'set', 'd', 'd:' .. dep, P .. 'D' .. #dep .. ':' .. dep)
+    DEPS_IX[dep] = ix
+  end
+  return ix
+end
+
+-- An entry's place in its index's order as one string: the score as 16 digits (scores are
+-- integers in [0, MAX_INT]), then the run id; the run id alone where scores are all 0. The
+-- server compares these (ZRANGEBYLEX), never Lua: its strings compare by the locale.
+local function composite(ix, score, run)
+  if not ix.scored then return run end
+  local d = int(score)
+  return string.rep('0', 16 - #d) .. d .. run
+end
+
+-- Index changes queued for commit (layout 4), per index in first use order. rem: run -> the
+-- score its entry has before this script (false: none); add: run -> its score after (false:
+-- none); found: run -> the score a claim found its entry at (false: in the old key); at:
+-- run -> the bound of the bucket it was found in; dropped: bounds of buckets of another
+-- type, dropped from the directory by this script.
+local IXQ = {}
+
+local IXS = {}
+
+local function ix_queue(ix)
+  local q = IXQ[ix.dir]
+  if not q then
+    q = {ix = ix, rem = {}, add = {}, found = {}, at = {}, runs = {}, dropped = {}, ndropped = 0}
+    IXQ[ix.dir] = q
+    IXS[#IXS + 1] = q
+  end
+  return q
+end
+
+local function ix_change(ix, run, old, new)
+  local q = ix_queue(ix)
+  if q.rem[run] == nil then
+    q.runs[#q.runs + 1] = run
+    local f = q.found[run]
+    if f ~= nil then old = f end
+    q.rem[run] = old or false
+  end
+  q.add[run] = new
+end
+
+-- Take run out of index ix, where it had score old before this script (nil or false: it had
+-- no entry, as far as the run's state says; a claim's find overrides).
+local function ix_rem(ix, run, old)
+  if NS < 4 or OLD_IX then later(ix.scored and 'ZREM' or 'SREM', ix.old, run) end
+  if NS >= 4 then ix_change(ix, run, old, false) end
+end
+
+-- Put run in index ix at score (moving it from score old, as ix_rem).
+local function ix_add(ix, run, score, old)
+  if NS < 4 then
+    if ix.scored then later('ZADD', ix.old, int(score), run) else later('SADD', ix.old, run) end
+    return
+  end
+  if OLD_IX then later(ix.scored and 'ZREM' or 'SREM', ix.old, run) end
+  ix_change(ix, run, old, score)
+end
+
+-- A bucket of another type (a foreign write) leaves the directory: its range joins the
+-- bucket before it, and it is listed in the quarantine as "bucket:<index>|<bound>".
+local function drop_bucket(q, bound)
+  q.dropped[bound], q.ndropped = true, q.ndropped + 1
+  later('ZREM', q.ix.dir, bound)
+  later('HSET', QUARANTINE, 'bucket:' .. q.ix.label .. '|' .. bound, 'type')
+  DROPPED = DROPPED + 1
+end
+
+-- The bound of the bucket that holds (or would hold) composite c, skipping the buckets this
+-- script dropped; nil when the first bucket is of another type, or more than 8 are.
+local function bucket_of(q, c)
+  local ix = q.ix
+  while true do
+    local got = redis.call('ZREVRANGEBYLEX', ix.dir, '[' .. c, '-', 'LIMIT', 0, q.ndropped + 1)
+    local b = ''
+    for _, x in ipairs(got) do
+      if not q.dropped[x] then
+        b = x
+        break
+      end
+    end
+    if of_type(ix.pre .. b, 'zset') then return b end
+    if b == '' or q.ndropped >= 8 then return nil end
+    drop_bucket(q, b)
+  end
+end
+
+-- Where each queued change goes: per bucket the runs to remove and the (score, run) pairs
+-- to add, found with reads only (commit calls it before its first write). Returns the
+-- CORRUPT field of a damaged index, or nil and the count of changes.
+local function ix_plan()
+  local n = 0
+  for _, q in ipairs(IXS) do
+    local ix = q.ix
+    q.rems, q.adds, q.rorder, q.aorder = {}, {}, {}, {}
+    if #q.runs > 0 and not of_type(ix.dir, 'zset') then return 'index:' .. ix.name end
+    for _, run in ipairs(q.runs) do
+      local old, new = q.rem[run], q.add[run]
+      if old and old ~= new then
+        local b = q.at[run]
+        if b == nil then b = bucket_of(q, composite(ix, old, run)) end
+        if b == nil then return 'index:' .. ix.name end
+        if not q.rems[b] then
+          q.rems[b] = {}
+          q.rorder[#q.rorder + 1] = b
+        end
+        push(q.rems[b], run)
+        n = n + 1
+      end
+      if new then
+        local b = bucket_of(q, composite(ix, new, run))
+        if b == nil then return 'index:' .. ix.name end
+        if not q.adds[b] then
+          q.adds[b] = {}
+          q.aorder[#q.aorder + 1] = b
+        end
+        push(q.adds[b], int(new), run)
+        n = n + 1
+      end
+    end
+  end
+  return nil, n
+end
+
+-- Split the bucket of bound b when it holds more than BUCKET_MAX entries: the first
+-- BUCKET_HALF stay, the rest go to new buckets of BUCKET_HALF (the last takes what is left).
+-- Each is written afresh: Redis never turns a sorted set that outgrew a listpack back into
+-- one. A new bucket's name already in use (a foreign key) or an entry of a foreign score
+-- leaves the bucket whole: it only costs memory.
+local function split(ix, b)
+  local key = ix.pre .. b
+  local n = redis.call('ZCARD', key)
+  if n <= BUCKET_MAX then return end
+  local all = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
+  local parts = math.floor(n / BUCKET_HALF)
+  local starts = {{1, b}}
+  for p = 2, parts do
+    local i = (p - 1) * 2 * BUCKET_HALF + 1
+    local score = decimal(all[i + 1], 0, MAX_INT)
+    if not score then return end
+    local bound = composite(ix, score, all[i])
+    if redis.pcall('EXISTS', ix.pre .. bound) ~= 0 then return end
+    starts[p] = {i, bound}
+  end
+  redis.call('DEL', key)
+  for p = 1, parts do
+    local from, last = starts[p][1], #all
+    if starts[p + 1] then last = starts[p + 1][1] - 1 end
+    local args = {'ZADD', ix.pre .. starts[p][2]}
+    for i = from, last, 2 do push(args, all[i + 1], all[i]) end
+    redis.call(unpack(args))
+    if p > 1 then redis.call('ZADD', ix.dir, 0, starts[p][2]) end
+  end
+end
+
+-- Send what ix_plan placed: removals first (a bucket they empty leaves the directory, unless
+-- this script adds to it), then additions, splitting a bucket they fill.
+local function ix_apply()
+  for _, q in ipairs(IXS) do
+    local ix = q.ix
+    for _, b in ipairs(q.rorder) do
+      local key = ix.pre .. b
+      local runs = q.rems[b]
+      for i = 1, #runs, 1000 do
+        redis.call('ZREM', key, unpack(runs, i, math.min(i + 999, #runs)))
+      end
+      if b ~= '' and not q.adds[b] and redis.call('EXISTS', key) == 0 then
+        redis.call('ZREM', ix.dir, b)
+      end
+    end
+    for _, b in ipairs(q.aorder) do
+      local args = q.adds[b]
+      for i = 1, #args, 1000 do
+        redis.call('ZADD', ix.pre .. b, unpack(args, i, math.min(i + 999, #args)))
+      end
+      split(ix, b)
+    end
+  end
+end
+
+-- The bounds of the buckets of ix in order, read in pages of 16 ('' first; a foreign ''
+-- in the directory is passed over): an iterator.
+local function buckets(ix)
+  local page, i, offset, full = {''}, 0, 0, true
+  return function()
+    while true do
+      i = i + 1
+      if page[i] == nil then
+        if not full then return nil end
+        page = redis.call('ZRANGEBYLEX', ix.dir, '-', '+', 'LIMIT', offset, 16)
+        offset, full, i = offset + #page, #page == 16, 1
+        if page[1] == nil then return nil end
+      end
+      if page[i] ~= '' or offset == 0 then return page[i] end
+    end
+  end
+end
+
+-- The first entry of index ix (run, score), or nil. Reads at most 8 buckets (empty ones are
+-- left by foreign writes only) and, while migrating, the old key.
+local function ix_head(ix)
+  local run, score
+  if (NS < 4 or OLD_IX) and of_type(ix.old, 'zset') then
+    local h = redis.call('ZRANGE', ix.old, 0, 0, 'WITHSCORES')
+    run, score = h[1], tonumber(h[2])
+  end
+  if NS >= 4 and of_type(ix.dir, 'zset') then
+    local seen = 0
+    for b in buckets(ix) do
+      local key = ix.pre .. b
+      if of_type(key, 'zset') then
+        local h = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+        if h[1] then
+          if not score or tonumber(h[2]) < score then run, score = h[1], tonumber(h[2]) end
+          break
+        end
+      end
+      seen = seen + 1
+      if seen >= 8 then break end
+    end
+  end
+  return run, score
+end
+
+-- Whether index ix's keys are of the right types, as far as a script checks before it reads
+-- them (absent keys are): the old key below layout 4 and while migrating; the directory and
+-- the first bucket from layout 4 (a later bucket of another type is dropped when met).
+local function index_intact(ix)
+  if (NS < 4 or OLD_IX) and not of_type(ix.old, 'zset') then return false end
+  return NS < 4 or (of_type(ix.dir, 'zset') and of_type(ix.pre, 'zset'))
+end
+
 -- The wake token of a run: its id, or "#" and its SHA1 when the id is long (a token is
 -- copied into every signal and pop).
 local function wake_token(run)
@@ -158,7 +429,7 @@ local SIGNALS = {}
 
 local UNSIGNALS = {}
 
--- Per index, its earliest score before this script's writes, lowered by each signal of an
+-- Per index (by its dir), its earliest score before this script's writes, lowered by each signal of an
 -- earlier time (false: empty); read at most once.
 local HEADS = {}
 
@@ -179,19 +450,18 @@ local function signal(key, index, run, t)
   local now = now_ms()
   if t > now then
     if t - now >= WAKE_AHEAD then return end
-    local head = HEADS[index]
+    local head = HEADS[index.dir]
     if head == nil then
-      if not of_type(index, 'zset') then return end
-      local h = redis.call('ZRANGE', index, 0, 0, 'WITHSCORES')
-      head = h[2] and tonumber(h[2]) or false
+      local _, h = ix_head(index)
+      head = h or false
     end
     -- A head due later than now has a timer on some node (the claim that saw it set one);
     -- a head due now has none (no claim is blocked, or one is about to take it): signal.
     if head and head <= t and head > now then
-      HEADS[index] = head
+      HEADS[index.dir] = head
       return
     end
-    if not head or t < head then HEADS[index] = t end
+    if not head or t < head then HEADS[index.dir] = t end
   end
   queue_token(SIGNALS, key, run)
 end
@@ -237,8 +507,9 @@ local function writes_ok()
     local kind = WRITE_TYPES[command]
     local head = string.sub(k, 1, #runs)
     if kind and k ~= META and head ~= runs and not of_type(k, kind) then
-      if head == P .. 'd:' then return 'index:d' end
+      if head == P .. 'd:' or string.sub(k, 1, #P + 1) == P .. 'D' then return 'index:d' end
       local names = {[LEASES] = 'index:leases', [READY] = 'index:ready',
+        [LEASES_IX.dir] = 'index:leases', [READY_IX.dir] = 'index:ready',
         [FANOUT] = 'index:fanout', [FANOUT_CURSOR] = 'index:fanout-cursor',
         [QUARANTINE] = 'quarantine'}
       return names[k] or 'type'
@@ -273,8 +544,10 @@ end
 -- Send the queued writes, or answer the field of a key of the wrong type (nothing sent).
 -- The caller returns {CORRUPT, field} for the latter.
 local function commit()
-  if #WRITES == 0 then return nil end
-  local bad = writes_ok()
+  local bad, changes = ix_plan()
+  if bad then return bad end
+  if #WRITES == 0 and changes == 0 then return nil end
+  bad = writes_ok()
   if bad then return bad end
   -- Under maxmemory Redis refuses a script's first write (OOM) only if that write is one
   -- that can grow memory (HDEL, ZREM... are not), and lets every later write through. So
@@ -284,22 +557,24 @@ local function commit()
   redis.call('HSETNX', META, 'layout', int(NS))
   local batched = coalesced()
   for i = 1, #batched do redis.call(unpack(batched[i])) end
+  ix_apply()
   send_signals()
   return nil
 end
 
 -- Refuse a namespace laid out by a newer library; a damaged meta key is corrupt.
 local function check_layout()
-  local got = redis.pcall('HGET', META, 'layout')
-  if type(got) == 'table' then
+  local got = redis.pcall('HMGET', META, 'layout', 'old-ix')
+  if got.err then
     wrong_type(got)  -- not a type error (a key the ACL denies...): raised, not corrupt
     return {CORRUPT, 'meta', 0, -1}
   end
-  if not got then return nil end
-  local n = decimal(got, 1, 1000000)
+  if not got[1] then return nil end
+  local n = decimal(got[1], 1, 1000000)
   if n == nil then return {CORRUPT, 'meta.layout', 0, -1} end
   if n > LAYOUT then return {TOO_NEW, n, 0, -1} end
-  NS = n
+  if got[2] and got[2] ~= '1' then return {CORRUPT, 'meta.old-ix', 0, -1} end
+  NS, OLD_IX = n, n >= 4 and got[2] == '1'
   return nil
 end
 
@@ -308,7 +583,7 @@ local function run_key(run)
 end
 
 local FIELDS = {'rev', 'own', 'exp', 'ck', 'cdr', 'cat', 'wk', 'wa', 'wn', 'wdl', 'wrev',
-                'wpv', 'pk', 'pt', 'tk', 'px'}
+                'wpv', 'pk', 'pt', 'tk', 'px', 'rt'}
 
 -- Layout 2 stores these fields as length-prefixed text ("6:node-a"), the others as decimals.
 local TEXT = {own = true, ck = true, wa = true, pk = true}
@@ -365,7 +640,7 @@ local function header(s)
   end
   local f = {int(s.rev), text_field(s.own), number_field(s.own and s.exp), ck, cdr, cat, wk,
              wa, wn, wdl, wrev, wpv, pk, pt, number_field(s.tk > 0 and s.tk),
-             number_field(s.px and 1)}
+             number_field(s.px and 1), number_field(NS >= 4 and s.rt)}
   -- Absent fields at the end are left out (a text field's own bytes may end in ',').
   local n = #f
   while n > 1 and f[n] == '' do n = n - 1 end
@@ -502,6 +777,10 @@ local function load(run)
   if not s.tk then return false, 'tk' end
   if s.px and s.px ~= '1' then return false, 'px' end
   s.px = s.px == '1'
+  s.rt = opt_decimal(s.rt or '', 0, MAX_INT)
+  if s.rt == nil then return false, 'rt' end
+  -- Where the run's index entries are before this script (its state changes as it runs).
+  s.lx, s.rx = s.own and s.exp, s.rt
   SEEN[run] = s
   return s
 end
@@ -567,11 +846,9 @@ local function revision_of(run)
 end
 
 -- Move an index entry whose run is missing, of the wrong type or corrupt to the quarantine.
-local DROPPED = 0
-
-local function quarantine(index, key, run, reason)
-  later('ZREM', key, run)
-  later('HSET', QUARANTINE, index .. '|' .. run, reason)
+local function quarantine(ix, run, reason)
+  ix_rem(ix, run, not ix.scored and 0 or nil)
+  later('HSET', QUARANTINE, ix.label .. '|' .. run, reason)
   DROPPED = DROPPED + 1
 end
 
@@ -590,34 +867,97 @@ local function load_at(run, expected)
   return s
 end
 
--- The due entries of index (score <= now) with their run's state, visiting at most
--- limit + MAX_VISIT of them and stopping once out holds limit runs. An entry whose run is
--- missing, of another type or corrupt is quarantined on the way.
--- Entries are read in pages, the first just a little longer than limit: a claim of one run
--- over a large index copies a few entries into the script, not limit + MAX_VISIT. The
--- offsets hold because every write waits for commit.
-local function due(index, name, limit, out)
-  local cap = limit + MAX_VISIT
-  local runs, read, i = {}, 0, 0
-  local function more()
-    local n = math.min(math.max(2 * (limit - #out), 8), cap - read)
-    if n <= 0 then return false end
-    local page = redis.call('ZRANGEBYSCORE', index, '-inf', int(now_ms()), 'LIMIT', read, n)
-    for _, run in ipairs(page) do runs[#runs + 1] = run end
-    read = read + n
-    return #page == n
+-- The due entries of ix (score <= now) in order, with their run's state, visiting at most
+-- limit + MAX_VISIT of them (a bucket opened counts as one) and stopping once out holds
+-- limit runs. An entry whose run is missing, of another type or corrupt is quarantined on
+-- the way; a bucket of another type is dropped (drop_bucket). Entries are read in pages, the
+-- first just a little longer than limit: a claim of one run over a large index copies a few
+-- entries into the script, not limit + MAX_VISIT. The offsets hold because every write
+-- waits for commit. While migrating to layout 4 the old key's entries are merged in.
+local function due(ix, limit, out)
+  local cap, visits, now = limit + MAX_VISIT, 0, now_ms()
+  local function want() return math.min(math.max(2 * (limit - #out), 8), cap - visits) end
+  local q = NS >= 4 and ix_queue(ix)
+  local old
+  if NS < 4 or OLD_IX then
+    local page, i, read, full = {}, 1, 0, true
+    old = function()
+      if page[i] == nil then
+        local n = want()
+        if not full or n <= 0 then return nil end
+        page = redis.call('ZRANGEBYSCORE', ix.old, '-inf', int(now), 'WITHSCORES', 'LIMIT',
+          read, n)
+        read, full, i = read + n, #page == 2 * n, 1
+      end
+      i = i + 2
+      return page[i - 2], tonumber(page[i - 1])
+    end
   end
-  local full = more()
+  local new
+  if NS >= 4 then
+    local bounds, key, bound, page, i, offset, more = buckets(ix), nil, nil, {}, 1, 0, false
+    new = function()
+      while true do
+        if page[i] then
+          local run, score = page[i], tonumber(page[i + 1])
+          i = i + 2
+          if score > now then return nil end  -- buckets are in order: nothing later is due
+          return run, score, bound
+        end
+        local n = want()
+        if n <= 0 then return nil end
+        if not more then
+          bound = bounds()
+          if bound == nil then return nil end
+          visits = visits + 1
+          key, offset = ix.pre .. bound, 0
+          if q.dropped[bound] then
+            more = false
+          elseif not of_type(key, 'zset') then
+            drop_bucket(q, bound)
+            more = false
+          else
+            more = true
+          end
+        end
+        if more then
+          page = redis.call('ZRANGE', key, offset, offset + n - 1, 'WITHSCORES')
+          i, offset, more = 1, offset + n, #page == 2 * n
+        end
+      end
+    end
+  end
+  local seen, ar, as, br, bs, bb = {}, nil, nil, nil, nil, nil
   return function()
-    while #out < limit do
-      i = i + 1
-      if runs[i] == nil and full then full = more() end
-      local run = runs[i]
-      if run == nil then return nil end
-      local s, bad = load(run)
-      if s then return run, s end
-      if s == nil then bad = 'missing' end
-      quarantine(name, index, run, bad)
+    while #out < limit and visits < cap do
+      if old and not ar then
+        ar, as = old()
+        if not ar then old = nil end
+      end
+      if new and not br then
+        br, bs, bb = new()
+        if not br then new = nil end
+      end
+      local run, score, bound
+      if ar and (not br or as <= bs) then
+        run, score, ar = ar, as, nil
+      elseif br then
+        run, score, bound, br = br, bs, bb, nil
+      else
+        return nil
+      end
+      visits = visits + 1
+      if not seen[run] then
+        seen[run] = true
+        if q then
+          q.found[run] = bound ~= nil and score
+          q.at[run] = bound
+        end
+        local s, bad = load(run)
+        if s then return run, s end
+        if s == nil then bad = 'missing' end
+        quarantine(ix, run, bad)
+      end
     end
     return nil
   end
@@ -644,9 +984,9 @@ local SPENT = 0
 -- A claim with records (budget > 0 bytes, at most MAX_CLAIM_BYTES) hands back each claimed
 -- run's record: the record of run, or nil when it would take the claim past budget after
 -- taken runs (the claim stops before it: the first run always goes), or false when the
--- record is missing (a damaged layout 1 run), quarantined from index (called name).
+-- record is missing (a damaged layout 1 run), quarantined from index ix.
 -- The size is checked before the record is read: a record that does not fit costs nothing.
-local function claimed_record(run, s, budget, taken, name, index)
+local function claimed_record(run, s, budget, taken, ix)
   local size = s.len
   if s.v == 1 then
     size = nil
@@ -655,7 +995,7 @@ local function claimed_record(run, s, budget, taken, name, index)
     end
   end
   if size == nil then
-    quarantine(name, index, run, 'rec')
+    quarantine(ix, run, 'rec')
     return false
   end
   if taken > 0 and SPENT + size > budget then return nil end
@@ -692,17 +1032,16 @@ end
 -- now, or pending is true: work is left; -1: nothing), and, when work is left and the
 -- claim took some, one token added so that another blocked claimer takes the rest (as
 -- advice, like every signal).
-local function wait_after_claim(key, index, took, pending)
+local function wait_after_claim(key, ix, took, pending)
   local now = now_ms()
-  local head = redis.call('ZRANGE', index, 0, 0, 'WITHSCORES')
+  local run, t = ix_head(ix)
   local wait = -1
-  local t = head[2] and tonumber(head[2])
   if pending or (t and t <= now) then
     wait = 0
   elseif t and t <= MAX_INT then
     wait = math.ceil(t) - now
   end
-  if wait == 0 and took > 0 and head[1] then add_tokens(key, {wake_token(head[1])}) end
+  if wait == 0 and took > 0 and run then add_tokens(key, {wake_token(run)}) end
   return wait
 end
 
@@ -713,24 +1052,31 @@ local PLACED = {}
 -- its dependency (dep_write: a run already eligible keeps its earlier time, so runs are
 -- ordered by when their wait became due). was_indexable false: the run was held or had no
 -- wait before this write, so READY holds no entry of it to remove (a stray one, written by
--- hand, is dropped by the next claim_ready that meets it).
+-- hand, is dropped by the next claim_ready that meets it). From layout 4 the run's state
+-- keeps its score (rt), which finds its entry: the caller saves s after.
 local function place(run, s, pv, dep_write, was_indexable)
   local t = eligible_at(s, pv)
   if t == nil then
-    if was_indexable ~= false then later('ZREM', READY, run) end
-    PLACED[run] = false
+    if was_indexable ~= false then ix_rem(READY_IX, run, s.rx) end
+    PLACED[run], s.rt = false, false
     return
   end
   if dep_write and t == now_ms() then
     local old = PLACED[run]
-    if old == nil and of_type(READY, 'zset') then
+    if old == nil and s.rt then
+      old = s.rt
+    elseif old == nil and (NS < 4 or OLD_IX) and of_type(READY, 'zset') then
       old = tonumber(redis.call('ZSCORE', READY, run))
     end
-    if old and old <= t then return end
+    if old and old <= t then
+      -- Kept where it is; from layout 4 put there again, in case its entry was lost.
+      if NS >= 4 and PLACED[run] == nil and s.rt then ix_add(READY_IX, run, old, s.rx) end
+      return
+    end
   end
-  later('ZADD', READY, int(t), run)
-  PLACED[run] = t
-  signal(WAKE_READY, READY, run, t)
+  ix_add(READY_IX, run, t, s.rx)
+  PLACED[run], s.rt = t, t
+  signal(WAKE_READY, READY_IX, run, t)
 end
 
 -- Claim info belongs to the owner whose ready claim made it: it goes with the lease.
@@ -739,16 +1085,16 @@ local function drop_claim(s)
 end
 
 -- Index run's lease, expiring at exp.
-local function index_lease(run, exp)
-  later('ZADD', LEASES, int(exp), run)
-  signal(WAKE_LEASES, LEASES, run, exp)
+local function index_lease(run, s, exp)
+  ix_add(LEASES_IX, run, exp, s.lx)
+  signal(WAKE_LEASES, LEASES_IX, run, exp)
 end
 
 -- Hand run's lease to owner until exp (the caller saves s).
 local function hold(run, s, owner, exp)
   if s.own ~= owner then drop_claim(s) end
   s.own, s.exp = owner, exp
-  index_lease(run, exp)
+  index_lease(run, s, exp)
 end
 
 -- The lease condition's effect on s: 'c'/'s' hand it to owner for ttl, 'r' frees it,
@@ -759,7 +1105,7 @@ local function apply_lease(run, s, kind, owner, ttl)
   elseif kind == 'r' and s.own then
     drop_claim(s)
     s.own, s.exp = false, false
-    later('ZREM', LEASES, run)
+    ix_rem(LEASES_IX, run, s.lx)
   end
 end
 
@@ -804,13 +1150,11 @@ end
 -- time survives while the key stays the same.
 local function apply_wait(run, s, w, pv)
   local was_dep = s.wk == 'c' and s.wa
-  if was_dep and (w.wk ~= 'c' or was_dep ~= w.wa) then
-    later('SREM', P .. 'd:' .. was_dep, run)
-  end
+  if was_dep and (w.wk ~= 'c' or was_dep ~= w.wa) then ix_rem(deps_ix(was_dep), run, 0) end
   if w.wk == '' then
     s.wk, s.wa, s.wn, s.wdl, s.pk, s.pt = false, false, false, false, false, false
   else
-    if w.wk == 'c' and was_dep ~= w.wa then later('SADD', P .. 'd:' .. w.wa, run) end
+    if w.wk == 'c' and was_dep ~= w.wa then ix_add(deps_ix(w.wa), run, 0) end
     if w.wk ~= 'p' then
       s.pk, s.pt = false, false
     elseif s.pk ~= w.wa then
@@ -823,37 +1167,93 @@ local function apply_wait(run, s, w, pv)
   s.wrev, s.wpv = s.rev, pv
 end
 
--- Re-index up to MAX_FANOUT waiters of dep from SSCAN cursor; returns the next cursor ('0'
--- when every waiter was visited). A waiter that is missing or corrupt is quarantined.
-local function fan_out(dep, cursor, pv)
-  local key = P .. 'd:' .. dep
-  local visited = 0
-  repeat
-    local page = redis.call('SSCAN', key, cursor, 'COUNT', 100)
-    cursor = page[1]
-    for _, w in ipairs(page[2]) do
-      local ws, bad = load(w)
-      if ws then
-        if indexable(ws) then place(w, ws, pv, true) end
-      elseif ws == nil then
-        later('SREM', key, w)
-      else
-        later('SREM', key, w)
-        later('HSET', QUARANTINE, 'd:' .. dep .. '|' .. w, bad)
-        DROPPED = DROPPED + 1
-      end
-      visited = visited + 1
+-- A waiter w met by a fan-out over ix: placed in READY (from layout 4 its state is saved
+-- when its ready score changes), or dropped from ix when missing, quarantined when corrupt.
+local function fan_out_one(ix, w, pv)
+  local ws, bad = load(w)
+  if ws then
+    if indexable(ws) then
+      local rt = ws.rt
+      place(w, ws, pv, true)
+      if NS >= 4 and ws.rt ~= rt then save(w, ws) end
     end
-  until cursor == '0' or visited >= MAX_FANOUT
-  return cursor
+  elseif ws == nil then
+    ix_rem(ix, w, 0)
+  else
+    quarantine(ix, w, bad)
+  end
+end
+
+-- Whether dep's waiters index is made of keys of the right types (absent ones are).
+local function deps_intact(dep)
+  local ix = deps_ix(dep)
+  if (NS < 4 or OLD_IX) and not of_type(ix.old, 'set') then return false end
+  return NS < 4 or (of_type(ix.dir, 'zset') and of_type(ix.pre, 'zset'))
+end
+
+-- Re-index up to MAX_FANOUT waiters of dep from cursor; returns the next cursor ('0' when
+-- every waiter was visited). Below layout 4 (and while migrating, first) the cursor is the
+-- old set's SSCAN cursor; from layout 4 it is "b" and the last waiter visited: buckets are
+-- walked in order, each bucket visited counting as a waiter.
+local function fan_out(dep, cursor, pv)
+  local ix = deps_ix(dep)
+  local visited = 0
+  if string.find(cursor, '^%d+$') and (NS < 4 or OLD_IX) then
+    if of_type(ix.old, 'set') then
+      repeat
+        local page = redis.call('SSCAN', ix.old, cursor, 'COUNT', 100)
+        cursor = page[1]
+        for _, w in ipairs(page[2]) do
+          fan_out_one(ix, w, pv)
+          visited = visited + 1
+        end
+      until cursor == '0' or visited >= MAX_FANOUT
+    else
+      cursor = '0'
+    end
+    if NS < 4 or cursor ~= '0' then return cursor end
+  end
+  if NS < 4 then return '0' end
+  local after = ''
+  if string.sub(cursor, 1, 1) == 'b' then after = string.sub(cursor, 2) end
+  if not of_type(ix.dir, 'zset') then return '0' end
+  local q = ix_queue(ix)
+  local b = ''
+  if after ~= '' then b = bucket_of(q, after) end
+  while b and visited < MAX_FANOUT do
+    visited = visited + 1
+    local key = ix.pre .. b
+    if of_type(key, 'zset') then
+      local from = '-'
+      if after ~= '' then from = '(' .. after end
+      local page = redis.call('ZRANGEBYLEX', key, from, '+', 'LIMIT', 0, MAX_FANOUT - visited + 1)
+      for _, w in ipairs(page) do
+        fan_out_one(ix, w, pv)
+        visited, after = visited + 1, w
+      end
+      if visited >= MAX_FANOUT then return 'b' .. after end
+    end
+    local above = redis.call('ZRANGEBYLEX', ix.dir, '(' .. b, '+', 'LIMIT', 0, q.ndropped + 1)
+    b = nil
+    for _, x in ipairs(above) do
+      if not q.dropped[x] and x ~= '' then
+        b = x
+        break
+      end
+    end
+  end
+  if b then return 'b' .. after end
+  return '0'
 end
 
 -- run was written: each run waiting for it to change may now be eligible. Up to
 -- MAX_FANOUT waiters are re-indexed here; a dependency with more is queued in FANOUT and
 -- finished by the next claim_ready calls (a waiter is never missed, only delayed).
 local function notify_dependents(run, pv)
-  local key = P .. 'd:' .. run
-  if not of_type(key, 'set') or TYPES[key] == 'none' then return end
+  local ix = deps_ix(run)
+  local has = (NS < 4 or OLD_IX) and of_type(ix.old, 'set') and TYPES[ix.old] ~= 'none'
+  if NS >= 4 and not has then has = redis.call('EXISTS', ix.pre, ix.dir) > 0 end
+  if not has then return end
   local cursor = fan_out(run, '0', pv)
   if cursor ~= '0' then
     later('ZADD', FANOUT, int(now_ms()), run)
@@ -869,7 +1269,7 @@ local function put_back(run, s)
   if not s.px then return end
   later('HDEL', QUARANTINE, 'poison|' .. run)
   s.px, s.tk = false, 0
-  if s.own then index_lease(run, s.exp) end
+  if s.own then index_lease(run, s, s.exp) end
 end
 
 -- The refusal of a write or delete under lease condition kind by owner, or nil. Only a
@@ -897,7 +1297,7 @@ local function write(run, s, rev, record, kind, owner, ttl, w, pv)
   s.tk = 0
   apply_lease(run, s, kind, owner, ttl)
   apply_wait(run, s, w, pv)
-  save(run, s, record)
   place(run, s, pv, false, was_indexable)
+  save(run, s, record)
   notify_dependents(run, pv)
 end

@@ -17,10 +17,10 @@
 -- re-scored.
 -- Also touches, undeclared (same hash tag): P.."r:"..run of each entry visited (read; written
 -- when claimed), P.."quarantine" (an entry quarantined), P.."wake-leases" (signals).
---- @include CORRUPT, OK, LEASES, MAX_CLAIM, MAX_TTL, now_ms, int, arg_int, arg_text, later
---- @include commit, check_layout, of_type, save, DROPPED, due, hold, QUARANTINE
---- @include MAX_CLAIM_BYTES, claimed_record, current, opt_decimal, MAX_TAKEOVERS, NS
---- @include needs_layout_3, WAKE_LEASES, unsignal, wait_after_claim
+--- @include CORRUPT, MAX_CLAIM, MAX_CLAIM_BYTES, OK, int, arg_int, later, QUARANTINE
+--- @include WAKE_LEASES, NS, MAX_TTL, now_ms, opt_decimal, arg_text, DROPPED, LEASES_IX
+--- @include ix_rem, ix_add, index_intact, unsignal, commit, check_layout, MAX_TAKEOVERS
+--- @include save, due, current, claimed_record, wait_after_claim, hold, needs_layout_3
 local owner = arg_text(2)
 local ttl = arg_int(3, 1, MAX_TTL)
 local limit = arg_int(4, 0, MAX_CLAIM)
@@ -30,23 +30,23 @@ if bound == nil then error('BADARG ARGV[6] must be empty or an integer in [0, ' 
   MAX_TAKEOVERS .. ']') end
 local bad_layout = check_layout() or (bound and needs_layout_3())
 if bad_layout then return bad_layout end
-if not of_type(LEASES, 'zset') then return {CORRUPT, 'index:leases', 0, -1} end
+if not index_intact(LEASES_IX) then return {CORRUPT, 'index:leases', 0, -1} end
 local now = now_ms()
 local out = {}
-for run, s in due(LEASES, 'leases', limit, out) do
+for run, s in due(LEASES_IX, limit, out) do
   if not s.own or s.px then
-    later('ZREM', LEASES, run)
+    ix_rem(LEASES_IX, run, s.lx)
   elseif s.exp > now then
-    later('ZADD', LEASES, int(s.exp), run)
+    ix_add(LEASES_IX, run, s.exp, s.lx)
   elseif s.own ~= owner and bound and s.tk >= bound then
     -- A poison run: out of every claim until a write or a release puts it back.
-    later('ZREM', LEASES, run)
+    ix_rem(LEASES_IX, run, s.lx)
     later('HSET', QUARANTINE, 'poison|' .. run, 'takeovers=' .. int(s.tk))
     DROPPED = DROPPED + 1
     s.px = true
     save(run, s)
   else
-    local rec = budget > 0 and claimed_record(run, s, budget, #out, 'leases', LEASES)
+    local rec = budget > 0 and claimed_record(run, s, budget, #out, LEASES_IX)
     if rec == nil then break end  -- the records would pass the budget: stop before it
     if budget == 0 or rec then
       if s.own ~= owner and NS >= 3 and s.tk < MAX_TAKEOVERS then s.tk = s.tk + 1 end
@@ -59,4 +59,4 @@ for run, s in due(LEASES, 'leases', limit, out) do
 end
 local bad_write = commit()
 if bad_write then return {CORRUPT, bad_write, 0, -1} end
-return {OK, out, DROPPED, wait_after_claim(WAKE_LEASES, LEASES, #out, false)}
+return {OK, out, DROPPED, wait_after_claim(WAKE_LEASES, LEASES_IX, #out, false)}

@@ -15,10 +15,11 @@
 -- dependencies it checks (read; written when claimed), P.."d:"..dep and P.."fanout-cursor"
 -- (the pending re-indexing), P.."quarantine" (an entry quarantined), P.."wake-ready" and
 -- P.."wake-leases" (signals).
---- @include CORRUPT, OK, P, int, arg_int, later, READY, QUARANTINE, FANOUT, FANOUT_CURSOR
---- @include MAX_CLAIM, MAX_TTL, now_ms, arg_text, commit, check_layout, of_type, save
---- @include revision_of, DROPPED, due, eligible_at, hold, fan_out
---- @include MAX_CLAIM_BYTES, claimed_record, current, WAKE_READY, unsignal, wait_after_claim
+--- @include CORRUPT, MAX_CLAIM, MAX_CLAIM_BYTES, OK, arg_int, later, QUARANTINE, FANOUT
+--- @include FANOUT_CURSOR, WAKE_READY, NS, MAX_TTL, now_ms, arg_text, of_type, DROPPED
+--- @include READY_IX, ix_rem, ix_add, index_intact, unsignal, commit, check_layout, save
+--- @include revision_of, due, current, claimed_record, eligible_at, wait_after_claim, hold
+--- @include deps_intact, fan_out
 local owner = arg_text(2)
 local ttl = arg_int(3, 1, MAX_TTL)
 local limit = arg_int(4, 0, MAX_CLAIM)
@@ -26,13 +27,13 @@ local pv = arg_int(5, 0, 2147483648)
 local budget = arg_int(6, 0, MAX_CLAIM_BYTES)
 local bad_layout = check_layout()
 if bad_layout then return bad_layout end
-if not of_type(READY, 'zset') then return {CORRUPT, 'index:ready', 0, -1} end
+if not index_intact(READY_IX) then return {CORRUPT, 'index:ready', 0, -1} end
 if not of_type(FANOUT, 'zset') then return {CORRUPT, 'index:fanout', 0, -1} end
 local now = now_ms()
 -- The dependency whose waiters are re-indexed first, and whether another is queued.
 local queued = redis.call('ZRANGE', FANOUT, 0, 1)
 local pending, more_pending = queued[1], queued[2] ~= nil
-if pending and not of_type(P .. 'd:' .. pending, 'set') then
+if pending and not deps_intact(pending) then
   -- Its waiters' set was replaced by another type: nothing to re-index, never a wall.
   later('ZREM', FANOUT, pending)
   later('HDEL', FANOUT_CURSOR, pending)
@@ -41,7 +42,9 @@ if pending and not of_type(P .. 'd:' .. pending, 'set') then
 elseif pending then
   if not of_type(FANOUT_CURSOR, 'hash') then return {CORRUPT, 'index:fanout-cursor', 0, -1} end
   local cursor = redis.call('HGET', FANOUT_CURSOR, pending) or '0'
-  if not string.find(cursor, '^%d+$') or #cursor > 20 then cursor = '0' end
+  if not (string.find(cursor, '^%d+$') and #cursor <= 20) and string.sub(cursor, 1, 1) ~= 'b' then
+    cursor = '0'
+  end
   cursor = fan_out(pending, cursor, pv)
   more_pending = more_pending or cursor ~= '0'
   if cursor == '0' then
@@ -52,14 +55,23 @@ elseif pending then
   end
 end
 local out = {}
-for run, s in due(READY, 'ready', limit, out) do
+for run, s in due(READY_IX, limit, out) do
   local t = eligible_at(s, pv)
   if t == nil then
-    later('ZREM', READY, run)
+    ix_rem(READY_IX, run, s.rx)
+    -- From layout 4 the run's state says where its entry is: kept true.
+    if s.rt then
+      s.rt = false
+      save(run, s)
+    end
   elseif t > now then
-    later('ZADD', READY, int(t), run)
+    ix_add(READY_IX, run, t, s.rx)
+    if NS >= 4 and s.rt ~= t then
+      s.rt = t
+      save(run, s)
+    end
   else
-    local rec = budget > 0 and claimed_record(run, s, budget, #out, 'ready', READY)
+    local rec = budget > 0 and claimed_record(run, s, budget, #out, READY_IX)
     if rec == nil then break end  -- the records would pass the budget: stop before it
     if budget == 0 or rec then
       hold(run, s, owner, now + ttl)
@@ -69,8 +81,9 @@ for run, s in due(READY, 'ready', limit, out) do
       elseif s.wk == 'p' then
         s.ck, s.pt = s.wa, now
       end
+      ix_rem(READY_IX, run, s.rx)
+      s.rt = false
       save(run, s)
-      later('ZREM', READY, run)
       unsignal(WAKE_READY, run)
       if budget > 0 then out[#out + 1] = {run, current(s, rec)} else out[#out + 1] = run end
     end
@@ -78,4 +91,4 @@ for run, s in due(READY, 'ready', limit, out) do
 end
 local bad_write = commit()
 if bad_write then return {CORRUPT, bad_write, 0, -1} end
-return {OK, out, DROPPED, wait_after_claim(WAKE_READY, READY, #out, more_pending)}
+return {OK, out, DROPPED, wait_after_claim(WAKE_READY, READY_IX, #out, more_pending)}

@@ -16,9 +16,10 @@
 -- Also touches, undeclared (same hash tag): P.."d:"..dep (the waiters of its dependency),
 -- P.."d:"..run and the P.."r:" of those waiters (re-indexed), P.."fanout",
 -- P.."fanout-cursor", P.."quarantine", P.."wake-ready" (signals).
---- @include CORRUPT, OK, LEASES, READY, QUARANTINE, META, MAX_INT, SEEN, GONE, int, arg_int
---- @include arg_text, later, commit, check_layout, needs_layout_3, load_at, lease_refusal
---- @include arg_lease, apply_wait, notify_dependents, deleted_rev, run_key
+--- @include CORRUPT, OK, int, arg_int, later, QUARANTINE, META, MAX_INT, arg_text
+--- @include LEASES_IX, READY_IX, ix_rem, commit, check_layout, run_key, SEEN, GONE
+--- @include deleted_rev, load_at, arg_lease, apply_wait, notify_dependents, lease_refusal
+--- @include needs_layout_3
 local run = arg_text(2)
 local expected = arg_int(3, 0, MAX_INT - 2)
 local kind, owner = arg_lease(4)
@@ -33,8 +34,8 @@ local floor = deleted_rev()
 if not floor then return {CORRUPT, 'meta.deleted-rev', 0, -1} end
 apply_wait(run, s, {wk = ''}, pv)
 later('DEL', run_key(run))
-later('ZREM', LEASES, run)
-later('ZREM', READY, run)
+ix_rem(LEASES_IX, run, s.lx)
+ix_rem(READY_IX, run, s.rx)
 if s.px then later('HDEL', QUARANTINE, 'poison|' .. run) end
 if s.rev > floor then later('HSET', META, 'deleted-rev', int(s.rev)) end
 SEEN[run] = GONE

@@ -19,8 +19,8 @@ if bad_layout then return bad_layout end
 local s, refusal = load_at(run, expected)
 if not s then return refusal end
 apply_wait(run, s, w, pv)
-save(run, s)
 place(run, s, pv, false)
+save(run, s)
 local bad_write = commit()
 if bad_write then return {CORRUPT, bad_write, 0, -1} end
 if w.wk == '' then return {OK, 0, 0, -1} end

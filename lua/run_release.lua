@@ -10,8 +10,8 @@
 -- Also touches, undeclared (same hash tag): P.."r:"..run of each listed run, P.."r:"..dep
 -- of a Changed wait (read), P.."quarantine" (a poison run released), P.."wake-ready" and
 -- P.."wake-leases" (signals).
---- @include CORRUPT, OK, LEASES, MAX_RENEW, arg_int, arg_text, later, commit, check_layout
---- @include load, save, drop_claim, place, put_back
+--- @include CORRUPT, MAX_RENEW, OK, arg_int, arg_text, LEASES_IX, ix_rem, commit
+--- @include check_layout, load, save, place, drop_claim, put_back
 local owner = arg_text(2)
 local pv = arg_int(3, 0, 2147483648)
 if #ARGV - 3 > MAX_RENEW then error('BADARG at most ' .. MAX_RENEW .. ' runs per release') end
@@ -25,9 +25,9 @@ for i = 4, #ARGV do
     put_back(run, s)
     drop_claim(s)
     s.own, s.exp = false, false
-    later('ZREM', LEASES, run)
-    save(run, s)
+    ix_rem(LEASES_IX, run, s.lx)
     place(run, s, pv, false)
+    save(run, s)
     out[#out + 1] = run
   end
 end

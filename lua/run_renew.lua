@@ -7,14 +7,14 @@
 --          poison run (quarantined by claim_expired).
 -- Also touches, undeclared (same hash tag): P.."r:"..run of each listed run, P.."wake-leases"
 -- (a signal, when a lease is due earlier than every other).
---- @include CORRUPT, OK, LEASES, MAX_RENEW, MAX_TTL, now_ms, arg_int, arg_text, commit
---- @include check_layout, of_type, load, save, hold
+--- @include CORRUPT, MAX_RENEW, OK, arg_int, MAX_TTL, now_ms, arg_text, LEASES_IX
+--- @include index_intact, commit, check_layout, load, save, hold
 local owner = arg_text(2)
 local ttl = arg_int(3, 1, MAX_TTL)
 if #ARGV - 3 > MAX_RENEW then error('BADARG at most ' .. MAX_RENEW .. ' runs per renew') end
 local bad_layout = check_layout()
 if bad_layout then return bad_layout end
-if not of_type(LEASES, 'zset') then return {CORRUPT, 'index:leases', 0, -1} end
+if not index_intact(LEASES_IX) then return {CORRUPT, 'index:leases', 0, -1} end
 local now = now_ms()
 local out = {}
 for i = 4, #ARGV do

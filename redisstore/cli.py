@@ -185,6 +185,42 @@ def inspect(url: str | None, namespace: str, run: str | None, as_json: bool,
                     lambda o: _inspect(url, namespace, run, as_json, o, scan_limit))
 
 
+def index_keys(client: Any, keys: Keyspace, index: str) -> list[bytes]:
+    """Every key that may hold entries of run index ``index`` (``"leases"``, ``"ready"``):
+    its layout 3 sorted set (kept until ``migrate()`` empties it), then layout 4's buckets
+    in order, read from the directory in pages (the scripts' own order; no script runs)."""
+    directory, prefix = keys.buckets(index)
+    found = [getattr(keys, index).encode(), prefix.encode()]
+    offset = 0
+    while True:
+        page = client.zrangebylex(directory, "-", "+", start=offset, num=1000)
+        found += [prefix.encode() + bound for bound in page if bound]
+        offset += len(page)
+        if len(page) < 1000:
+            return found
+
+
+def _each(client: Any, keys: list[bytes], command: str, *args: Any) -> list[Any]:
+    """``command key *args`` for each key, in one pipelined round trip."""
+    pipe = client.pipeline(transaction=False)
+    for key in keys:
+        pipe.execute_command(command, key, *args)
+    return list(pipe.execute())
+
+
+def _index_score(client: Any, keys: Keyspace, index: str, run: str) -> float | None:
+    """The score of ``run``'s entry in ``index``, or ``None``."""
+    scores = _each(client, index_keys(client, keys, index), "ZSCORE", run)
+    return next((float(s) for s in scores if s is not None), None)
+
+
+def _index_counts(client: Any, keys: Keyspace, index: str, now: int) -> tuple[int, int]:
+    """How many entries ``index`` holds, and how many of them are due by ``now``."""
+    found = index_keys(client, keys, index)
+    return (sum(_each(client, found, "ZCARD")),
+            sum(_each(client, found, "ZCOUNT", "-inf", now)))
+
+
 def _inspect(url: str | None, namespace: str, run: str | None, as_json: bool, out: Any,
              scan_limit: int) -> int:
     client = _client(url)
@@ -194,8 +230,8 @@ def _inspect(url: str | None, namespace: str, run: str | None, as_json: bool, ou
     if run is not None:
         current = store.get(run)
         holder = current.holder
-        expiry = client.zscore(keys.leases, run)
-        due = client.zscore(keys.ready, run)
+        expiry = _index_score(client, keys, "leases", run)
+        due = _index_score(client, keys, "ready", run)
         report: dict[str, Any] = {
             "run": run, "revision": current.revision, "record_bytes": len(current.record),
             "holder": "free" if isinstance(holder, Free) else holder.owner,
@@ -219,14 +255,14 @@ def _inspect(url: str | None, namespace: str, run: str | None, as_json: bool, ou
                     truncated = True
                     break
         layout = client.hget(keys.meta, "layout")
+        held, held_expired = _index_counts(client, keys, "leases", now)
+        waiting, ready_now = _index_counts(client, keys, "ready", now)
         report = {
             "namespace": namespace, "server_time_ms": now,
             "layout": int(layout) if layout else 1,
             "runs": runs, f"runs_counted_only_up_to_{scan_limit}": truncated,
-            "held": client.zcard(keys.leases),
-            "held_expired": client.zcount(keys.leases, "-inf", now),
-            "waiting": client.zcard(keys.ready),
-            "ready_now": client.zcount(keys.ready, "-inf", now),
+            "held": held, "held_expired": held_expired,
+            "waiting": waiting, "ready_now": ready_now,
             "quarantined": [{"index": q.index, "run": q.run, "reason": q.reason}
                             for q in store.quarantined(limit=50)],
         }

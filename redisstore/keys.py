@@ -61,8 +61,20 @@ class Keyspace:
         return self.prefix + "r:" + run
 
     def dependents(self, dependency: str) -> str:
-        """Set of runs whose wait is ``Changed(dependency)``."""
+        """Set of runs whose wait is ``Changed(dependency)`` (up to layout 3)."""
         return f"{self.prefix}d:{dependency}"
+
+    def buckets(self, index: str) -> tuple[str, str]:
+        """Layout 4's keys of ``index`` (``"leases"``, ``"ready"``, or ``"d:<dependency>"``):
+        its directory (sorted set of the buckets' lower bounds, all scored 0) and the prefix
+        of its buckets (the bucket of bound ``b`` is that prefix followed by ``b``; the first
+        bucket's bound is ``""``)."""
+        if index.startswith("d:"):
+            dep = index[2:]
+            base = f"{self.prefix}D{len(dep.encode())}:{dep}"
+        else:
+            base = self.prefix + {"leases": "L", "ready": "Q"}[index]
+        return base + "/", base + "|"
 
     # ------------------------------------------------------------------ instance repository
     # Names chosen apart from the run store's (r:, leases, ready, d:), so a run store and a

@@ -429,13 +429,13 @@ class RunOps:
         raise Unavailable(f"refresh of {run!r} gave up: the run kept changing under it",
                           outcome=NOT_APPLIED)
 
-    def migrate_step(self, count: int) -> Operation[tuple[int, bool, int]]:
+    def migrate_step(self, count: int) -> Operation[tuple[int, bool, int, int]]:
         """One bounded step of moving the namespace to the current layout: (runs moved,
-        done, damaged runs left as they were)."""
+        done, damaged runs left as they were, index entries moved)."""
         count = check_migrate_count(count)
-        moved, done, damaged = yield from ask(Call(
+        moved, done, damaged, entries = yield from ask(Call(
             scripts.RUN_MIGRATE, (self.keys.meta,), (self.keys.prefix, count), self._answer()))
-        return int(moved), bool(done), int(damaged)
+        return int(moved), bool(done), int(damaged), int(entries)
 
     def quarantined(self, limit: int = 1000) -> Operation[list[Quarantined]]:
         """Up to ``limit`` index entries that claims dropped as damaged."""

@@ -231,16 +231,19 @@ class Quarantined:
 @dataclass(frozen=True, slots=True)
 class Migrated:
     """What a store's ``migrate()`` did: runs ``moved`` to the current layout, ``damaged``
-    runs left as they were (``quarantined()`` lists them under the index ``"migrate"``), and
-    the ``steps`` (one bounded script each) it took."""
+    runs left as they were (``quarantined()`` lists them under the index ``"migrate"``), the
+    ``steps`` (one bounded script each) it took, and the index ``entries`` it moved from
+    layout 3's index keys to layout 4's buckets."""
 
     moved: int = 0
     damaged: int = 0
     steps: int = 0
+    entries: int = 0
 
-    def then(self, step: tuple[int, bool, int]) -> Migrated:
-        """This report after one more step (moved, done, damaged)."""
-        return Migrated(self.moved + step[0], self.damaged + step[2], self.steps + 1)
+    def then(self, step: tuple[int, bool, int, int]) -> Migrated:
+        """This report after one more step (moved, done, damaged, entries)."""
+        return Migrated(self.moved + step[0], self.damaged + step[2], self.steps + 1,
+                        self.entries + step[3])
 
 
 #: Keys one migration step visits (SCAN COUNT); docs/runs.md gives the cost.

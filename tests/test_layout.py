@@ -102,7 +102,7 @@ def test_a_library_that_knows_only_layout_1_refuses_a_migrated_namespace(
     keys = Keyspace(store.namespace)
     # The same script as a library of layout 1 sends it: its check_layout refuses newer.
     old = scripts.Script("run_get_v1", scripts.RUN_GET.source.replace(
-        b"local LAYOUT = 3", b"local LAYOUT = 1"), "")
+        b"local LAYOUT = 4", b"local LAYOUT = 1"), "")
     assert old.source != scripts.RUN_GET.source
 
     def old_get(run: str) -> Any:
@@ -110,20 +110,20 @@ def test_a_library_that_knows_only_layout_1_refuses_a_migrated_namespace(
 
     assert old_get("r2")[0] == 0  # layout 1: read as before
     store.migrate(count=1)
-    assert old_get("r2")[:2] == [8, 3]  # TOO_NEW, layout 3: refused, never misread
+    assert old_get("r2")[:2] == [8, 4]  # TOO_NEW, layout 4: refused, never misread
 
 
-def test_a_layout_2_namespace_moves_to_layout_3_in_one_step(client: redis.Redis) -> None:
-    """A namespace an earlier version moved to layout 2 (strings) only needs layout 3
-    recorded; until then a library that knows only layout 2 reads it, and delete and
-    max_takeovers are refused with nothing written."""
+def test_a_layout_2_namespace_moves_to_layout_4(client: redis.Redis) -> None:
+    """A namespace an earlier version moved to layout 2 (strings) moves to layout 4 (its
+    index entries go to buckets); until then a library that knows only layout 2 reads it,
+    and delete and max_takeovers are refused with nothing written."""
     store = populated(client)
     keys = Keyspace(store.namespace)
     client.hset(keys.meta, "layout", "2")  # what that version's migrate() leaves
     store.compare_and_set("r0", 1, b"held 0", Hold("node-a"))  # written as a string
     assert client.type(keys.run("r0")) == b"string"
     v2 = scripts.Script("run_get_v2", scripts.RUN_GET.source.replace(
-        b"local LAYOUT = 3", b"local LAYOUT = 2"), "")
+        b"local LAYOUT = 4", b"local LAYOUT = 2"), "")
     assert client.eval(v2.source, 2, keys.run("r0"), keys.meta, keys.prefix, "r0")[0] == 0
     before = dump(client, store.namespace)
     with pytest.raises(Misconfigured, match="need layout 3"):
@@ -132,9 +132,12 @@ def test_a_layout_2_namespace_moves_to_layout_3_in_one_step(client: redis.Redis)
         store.claim_expired("node-b", LONG, 10, max_takeovers=1)
     assert dump(client, store.namespace) == before
     client.hdel(keys.meta, "migrate-cursor", "migrate-moved")  # that migration had ended
-    assert store.migrate() == Migrated(0, 0, 1)
-    assert client.hget(keys.meta, "layout") == b"3"
-    assert client.eval(v2.source, 2, keys.run("r0"), keys.meta, keys.prefix, "r0")[:2] == [8, 3]
+    report = store.migrate()
+    assert (report.damaged, report.entries) == (0, 8)  # 4 leases, 4 ready runs
+    assert client.hget(keys.meta, "layout") == b"4"
+    assert not client.exists(keys.leases, keys.ready)
+    assert client.eval(v2.source, 2, keys.run("r0"), keys.meta, keys.prefix, "r0")[:2] == [8, 4]
+    assert sorted(store.claim_ready("node-b", LONG, 10)) == ["r1", "r10", "r4", "r7"]
     store.delete("r0", 2, Hold("node-a"))
     store.insert("r0", b"again", Release())
     assert store.get("r0").revision == 3
@@ -408,12 +411,14 @@ def test_damaged_index_keys_a_write_would_touch_refuse_it_before_it_writes(
     keys = Keyspace(store.namespace)
     store.insert("w", b"old-dep", Claim("n1", LONG))
     store.insert("gone", b"", Claim("n1", 1))
-    client.set(keys.dependents("old-dep"), "not a set")
+    old_dep = keys.buckets("d:old-dep")[1]  # the first bucket of its waiters
+    client.delete(old_dep)
+    client.set(old_dep, "not a set")
     before = dump(client, store.namespace)
-    with pytest.raises(Corrupt, match="index:d"):  # leaving the old dependency's set
+    with pytest.raises(Corrupt, match="index:d"):  # leaving the old dependency's waiters
         store.compare_and_set("w", 1, b"", Release())
     assert dump(client, store.namespace) == before
-    client.delete(keys.dependents("old-dep"))
+    client.delete(old_dep)
     client.set(keys.quarantine, "not a hash")
     client.set(keys.run("gone"), "damaged")  # a claim would quarantine its entry
     before = dump(client, store.namespace)
@@ -427,7 +432,7 @@ def test_damaged_index_keys_a_write_would_touch_refuse_it_before_it_writes(
     assert store.claim_ready("n2", LONG, 10) == []
     # ...one that would resume a pending fan-out is, before it writes.
     client.zadd(keys.prefix + "fanout", {"w": 1})
-    client.sadd(keys.dependents("w"), "x")
+    client.zadd(keys.buckets("d:w")[1], {"x": 0})
     before = dump(client, store.namespace)
     with pytest.raises(Corrupt, match="fanout-cursor"):
         store.claim_ready("n2", LONG, 10)
@@ -444,8 +449,9 @@ def test_a_pending_fan_out_whose_waiters_set_was_replaced_is_dropped_not_a_wall(
         store.insert(f"w{i:03}", b"w", Release())
     store.insert("dep", b"d", Release())
     assert client.zcard(keys.fanout) == 1
-    client.delete(keys.dependents("dep"))
-    client.set(keys.dependents("dep"), "not a set")
+    directory, first = keys.buckets("d:dep")
+    client.delete(directory, first)
+    client.set(first, "not a set")
     claimed = store.claim_ready("n", LONG, 100)
     assert len(claimed) == 100  # the re-indexed waiters are claimed; no wall
     assert client.zcard(keys.fanout) == 0
@@ -463,8 +469,9 @@ def test_a_claims_wait_is_the_time_to_the_earliest_entry_whatever_its_score(
     keys = Keyspace(store.namespace)
     store.insert("a", b"x", Claim("n", LONG))
     store.insert("b", b"x", Claim("n", 2 * LONG))
-    expiry = int(client.zscore(keys.leases, "a") or 0)
-    client.zadd(keys.leases, {"ghost": expiry - 0.5, "ghost2": float("inf")})
+    leases = keys.buckets("leases")[1]  # the first bucket holds them all
+    expiry = int(client.zscore(leases, "a") or 0)
+    client.zadd(leases, {"ghost": expiry - 0.5, "ghost2": float("inf")})
 
     def wait() -> int:
         call = next(RunOps(store.namespace, None, 1).claim_expired("me", LONG, 10))
@@ -478,12 +485,12 @@ def test_a_claims_wait_is_the_time_to_the_earliest_entry_whatever_its_score(
         return int(reply[3])
 
     wait()
-    client.zrem(keys.leases, "a", "b", "ghost")
+    client.zrem(leases, "a", "b", "ghost")
     call = next(RunOps(store.namespace, None, 1).claim_expired("me", LONG, 10))
     assert client.execute_command(*call.command())[3] == -1  # only +inf: never due
 
 
-@pytest.mark.parametrize("layout", [1, 3])
+@pytest.mark.parametrize("layout", [1, 4])
 def test_a_run_id_that_is_not_utf8_never_breaks_a_claim_and_round_trips(
         client: redis.Redis, layout: int) -> None:
     """A tenant with EVALSHA can store any bytes as a run id or owner; a claim that takes
