@@ -1,5 +1,6 @@
 -- run_claim_expired: claim up to limit held, expired leases, the longest-expired first.
--- KEYS[1]  P.."leases"          KEYS[2] P.."meta"
+-- KEYS[1]  P.."leases" (layout 3 index: from layout 4 not read once migrated; routes the call)
+-- KEYS[2]  P.."meta"
 -- ARGV[1]  key prefix           ARGV[2] owner             ARGV[3] ttl ms
 -- ARGV[4]  limit (at most MAX_CLAIM)
 -- ARGV[5]  record budget: 0 for ids only, else bytes (at most MAX_CLAIM_BYTES) of records
@@ -17,6 +18,8 @@
 -- re-scored.
 -- Also touches, undeclared (same hash tag): P.."r:"..run of each entry visited (read; written
 -- when claimed), P.."quarantine" (an entry quarantined), P.."wake-leases" (signals).
+-- From layout 4 also the buckets and directories of the indexes it reads or changes
+-- (P.."L|".., P.."L/", P.."Q|".., P.."Q/", P.."D"..#dep..":"..dep.."|".. and "/").
 --- @include CORRUPT, MAX_CLAIM, MAX_CLAIM_BYTES, OK, int, arg_int, later, QUARANTINE
 --- @include WAKE_LEASES, NS, MAX_TTL, now_ms, opt_decimal, arg_text, DROPPED, LEASES_IX
 --- @include ix_rem, ix_add, index_intact, unsignal, commit, check_layout, MAX_TAKEOVERS

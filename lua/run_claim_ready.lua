@@ -1,5 +1,7 @@
 -- run_claim_ready: claim up to limit free runs whose wait is eligible, earliest first.
--- KEYS[1]  P.."ready"           KEYS[2] P.."leases"       KEYS[3] P.."meta"
+-- KEYS[1]  P.."ready" (layout 3 index: from layout 4 not read once migrated; routes the call)
+-- KEYS[2]  P.."leases" (layout 3 index: from layout 4 not read once migrated; routes the call)
+-- KEYS[3]  P.."meta"
 -- KEYS[4]  P.."fanout"
 -- ARGV[1]  key prefix           ARGV[2] owner             ARGV[3] ttl ms
 -- ARGV[4]  limit (at most MAX_CLAIM)                       ARGV[5] caller's projection version
@@ -15,6 +17,8 @@
 -- dependencies it checks (read; written when claimed), P.."d:"..dep and P.."fanout-cursor"
 -- (the pending re-indexing), P.."quarantine" (an entry quarantined), P.."wake-ready" and
 -- P.."wake-leases" (signals).
+-- From layout 4 also the buckets and directories of the indexes it reads or changes
+-- (P.."L|".., P.."L/", P.."Q|".., P.."Q/", P.."D"..#dep..":"..dep.."|".. and "/").
 --- @include CORRUPT, MAX_CLAIM, MAX_CLAIM_BYTES, OK, arg_int, later, QUARANTINE, FANOUT
 --- @include FANOUT_CURSOR, WAKE_READY, NS, MAX_TTL, now_ms, arg_text, of_type, DROPPED
 --- @include READY_IX, ix_rem, ix_add, index_intact, unsignal, commit, check_layout, save

@@ -1,5 +1,7 @@
 -- run_compare_and_set: write revision expected + 1 under a lease condition, atomically.
--- KEYS[1]  P.."r:"..run         KEYS[2] P.."leases"       KEYS[3] P.."ready"
+-- KEYS[1]  P.."r:"..run
+-- KEYS[2]  P.."leases" (layout 3 index: from layout 4 not read once migrated; routes the call)
+-- KEYS[3]  P.."ready" (layout 3 index: from layout 4 not read once migrated; routes the call)
 -- KEYS[4]  P.."meta"
 -- ARGV[1]  key prefix           ARGV[2] run               ARGV[3] expected revision
 -- ARGV[4]  record bytes
@@ -13,6 +15,8 @@
 -- P.."d:"..dep (the waiters of its old and new dependency), P.."d:"..run and the P.."r:" of
 -- those waiters (re-indexed), P.."fanout", P.."fanout-cursor", P.."quarantine",
 -- P.."wake-ready" and P.."wake-leases" (signals).
+-- From layout 4 also the buckets and directories of the indexes it reads or changes
+-- (P.."L|".., P.."L/", P.."Q|".., P.."Q/", P.."D"..#dep..":"..dep.."|".. and "/").
 --- @include CORRUPT, OK, MAX_RECORD_CEILING, MAX_INT, arg_int, arg_text, commit
 --- @include check_layout, load_at, lease_refusal, arg_wait, arg_lease, write
 local run = arg_text(2)

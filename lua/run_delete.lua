@@ -1,5 +1,7 @@
 -- run_delete: remove a run at revision expected under a lease condition, atomically.
--- KEYS[1]  P.."r:"..run         KEYS[2] P.."leases"       KEYS[3] P.."ready"
+-- KEYS[1]  P.."r:"..run
+-- KEYS[2]  P.."leases" (layout 3 index: from layout 4 not read once migrated; routes the call)
+-- KEYS[3]  P.."ready" (layout 3 index: from layout 4 not read once migrated; routes the call)
 -- KEYS[4]  P.."meta"
 -- ARGV[1]  key prefix           ARGV[2] run               ARGV[3] expected revision
 -- ARGV[4]  lease kind: 'h' Hold, 'c' Claim, 's' Seize, 'r' Release
@@ -16,6 +18,8 @@
 -- Also touches, undeclared (same hash tag): P.."d:"..dep (the waiters of its dependency),
 -- P.."d:"..run and the P.."r:" of those waiters (re-indexed), P.."fanout",
 -- P.."fanout-cursor", P.."quarantine", P.."wake-ready" (signals).
+-- From layout 4 also the buckets and directories of the indexes it reads or changes
+-- (P.."L|".., P.."L/", P.."Q|".., P.."Q/", P.."D"..#dep..":"..dep.."|".. and "/").
 --- @include CORRUPT, OK, int, arg_int, later, QUARANTINE, META, MAX_INT, arg_text
 --- @include LEASES_IX, READY_IX, ix_rem, commit, check_layout, run_key, SEEN, GONE
 --- @include deleted_rev, load_at, arg_lease, apply_wait, notify_dependents, lease_refusal

@@ -1,6 +1,8 @@
 -- run_insert: create a run at revision 1 (one above meta's deleted-rev, the highest revision
 -- a deleted run had), with a lease for Claim / Seize.
--- KEYS[1]  P.."r:"..run         KEYS[2] P.."leases"       KEYS[3] P.."ready"
+-- KEYS[1]  P.."r:"..run
+-- KEYS[2]  P.."leases" (layout 3 index: from layout 4 not read once migrated; routes the call)
+-- KEYS[3]  P.."ready" (layout 3 index: from layout 4 not read once migrated; routes the call)
 -- KEYS[4]  P.."meta"
 -- ARGV[1]  key prefix           ARGV[2] run               ARGV[3] record bytes
 -- ARGV[4]  lease kind: 'h' Hold, 'c' Claim, 's' Seize, 'r' Release
@@ -13,6 +15,8 @@
 -- P.."d:"..dep (the waiters of its dependency), P.."d:"..run and the P.."r:" of those
 -- waiters (re-indexed), P.."fanout", P.."fanout-cursor", P.."quarantine", P.."wake-ready"
 -- and P.."wake-leases" (signals).
+-- From layout 4 also the buckets and directories of the indexes it reads or changes
+-- (P.."L|".., P.."L/", P.."Q|".., P.."Q/", P.."D"..#dep..":"..dep.."|".. and "/").
 --- @include CORRUPT, EXISTS, OK, MAX_RECORD_CEILING, arg_text, commit, check_layout, load
 --- @include arg_wait, arg_lease, write, deleted_rev
 local run, record = arg_text(2), ARGV[3]

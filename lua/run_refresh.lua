@@ -1,6 +1,8 @@
 -- run_refresh: re-derive a run's wait from its current record (the caller ran discover on
 -- the record it read at revision expected); changes no record, revision or lease.
--- KEYS[1]  P.."r:"..run         KEYS[2] P.."ready"        KEYS[3] P.."meta"
+-- KEYS[1]  P.."r:"..run
+-- KEYS[2]  P.."ready" (layout 3 index: from layout 4 not read once migrated; routes the call)
+-- KEYS[3]  P.."meta"
 -- ARGV[1]  key prefix           ARGV[2] run               ARGV[3] expected revision
 -- ARGV[4..7] wait: kind ('' none, 'c', 'p', 'a'), dependency/key, seen/interval/due, deadline
 -- ARGV[8]  projection version
@@ -9,6 +11,8 @@
 -- Also touches, undeclared (same hash tag): P.."leases" and P.."fanout" (their types
 -- checked), P.."d:"..dep (the waiters of its old and new dependency), P.."r:"..dep,
 -- P.."wake-ready" (signals).
+-- From layout 4 also the buckets and directories of the indexes it reads or changes
+-- (P.."L|".., P.."L/", P.."Q|".., P.."Q/", P.."D"..#dep..":"..dep.."|".. and "/").
 --- @include CORRUPT, OK, MAX_INT, arg_int, arg_text, commit, check_layout, save, load_at
 --- @include place, arg_wait, apply_wait
 local run = arg_text(2)

@@ -1,5 +1,7 @@
 -- run_release: free every listed lease that owner holds, live or expired, without a write.
--- KEYS[1]  P.."leases"          KEYS[2] P.."ready"        KEYS[3] P.."meta"
+-- KEYS[1]  P.."leases" (layout 3 index: from layout 4 not read once migrated; routes the call)
+-- KEYS[2]  P.."ready" (layout 3 index: from layout 4 not read once migrated; routes the call)
+-- KEYS[3]  P.."meta"
 -- ARGV[1]  key prefix           ARGV[2] owner             ARGV[3] caller's projection version
 -- ARGV[4..] run ids (distinct, at most MAX_RENEW)
 -- Reply    {OK, {released run ids, in the given order}} | {TOO_NEW, layout}
@@ -10,6 +12,8 @@
 -- Also touches, undeclared (same hash tag): P.."r:"..run of each listed run, P.."r:"..dep
 -- of a Changed wait (read), P.."quarantine" (a poison run released), P.."wake-ready" and
 -- P.."wake-leases" (signals).
+-- From layout 4 also the buckets and directories of the indexes it reads or changes
+-- (P.."L|".., P.."L/", P.."Q|".., P.."Q/", P.."D"..#dep..":"..dep.."|".. and "/").
 --- @include CORRUPT, MAX_RENEW, OK, arg_int, arg_text, LEASES_IX, ix_rem, commit
 --- @include check_layout, load, save, place, drop_claim, put_back
 local owner = arg_text(2)

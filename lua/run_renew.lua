@@ -1,5 +1,6 @@
 -- run_renew: extend to now + ttl every listed lease that owner holds live.
--- KEYS[1]  P.."leases"          KEYS[2] P.."meta"
+-- KEYS[1]  P.."leases" (layout 3 index: from layout 4 not read once migrated; routes the call)
+-- KEYS[2]  P.."meta"
 -- ARGV[1]  key prefix           ARGV[2] owner             ARGV[3] ttl ms
 -- ARGV[4..] run ids (distinct, at most MAX_RENEW)
 -- Reply    {OK, {renewed run ids, in the given order}} | {TOO_NEW, layout}
@@ -7,6 +8,8 @@
 --          poison run (quarantined by claim_expired).
 -- Also touches, undeclared (same hash tag): P.."r:"..run of each listed run, P.."wake-leases"
 -- (a signal, when a lease is due earlier than every other).
+-- From layout 4 also the buckets and directories of the indexes it reads or changes
+-- (P.."L|".., P.."L/", P.."Q|".., P.."Q/", P.."D"..#dep..":"..dep.."|".. and "/").
 --- @include CORRUPT, MAX_RENEW, OK, arg_int, MAX_TTL, now_ms, arg_text, LEASES_IX
 --- @include index_intact, commit, check_layout, load, save, hold
 local owner = arg_text(2)
