@@ -170,7 +170,8 @@ def library() -> str:
 
 def store_fill(state: str, dependency: str, layout: int) -> Fill:
     """Insert each run through ``RedisRunStore`` in ``state``, in a namespace of run
-    ``layout`` (1 as a namespace starts, 2 after ``migrate()``)."""
+    ``layout`` (1 as a namespace starts, 2 after ``migrate()``: the newest layout the
+    installed library knows)."""
     from redisstore import At, Changed, Claim, RedisRunStore, Release
 
     discover: Callable[[bytes], Any] | None = None
@@ -294,7 +295,8 @@ def run_rows(client: redis.Redis, port: int, sizes: list[int], threads: int,
     rows: list[Row] = []
     for layout, state in [(layout, state) for layout in layouts
                           for state in ("free", "held", "ready", "waiting")]:
-        row = Row("A", f"RedisRunStore layout {layout} (public API)", state)
+        name = "as a namespace starts" if layout == 1 else "after migrate()"
+        row = Row("A", f"RedisRunStore, {name}", state)
         rows.append(row)
         try:
             fill = store_fill(state, dependency, layout)
@@ -328,7 +330,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--part", choices=["A", "AB"], default="AB",
                         help="A: the library's layouts only; AB: also the raw candidates")
     parser.add_argument("--layout", type=int, choices=[1, 2], action="append",
-                        help="part A's run layouts (repeatable; default both)")
+                        help="part A: 1, a namespace as it starts; 2, after migrate() "
+                        "(the newest layout); repeatable, default both")
     args = parser.parse_args(argv)
     sizes = [SMALL, BIG] if args.big else [SMALL]
     binary = server_binary(args.valkey)

@@ -74,6 +74,8 @@ import redis
 from common import ROOT, own_server, server_binary
 
 from redisstore import At, Changed, Claim, Release, StoreError, runops, runs, scripts
+from redisstore.cli import index_keys
+from redisstore.keys import Keyspace
 from redisstore.protocol import Call, Operation, Settled
 from redisstore.runops import RunOps
 
@@ -464,12 +466,16 @@ class Plan:
 def damage(bench: Bench, client: redis.Redis, namespace: str, index: str, n: int,
            tag: str) -> None:
     """n entries at the head of ``index`` (score 0, ids sorting first) whose runs are
-    damaged: every other one points at nothing, the others at a hash with ``rev = nan``."""
+    damaged: every other one points at nothing, the others at a hash with ``rev = nan``.
+    From layout 4 the index's head is its first bucket."""
     prefix = "{" + namespace + "}:"
+    key = prefix + index
+    if (client.hget(prefix + "meta", "layout") or b"1") >= b"4":
+        key = Keyspace(namespace).buckets(index)[1]
     commands: list[tuple[Any, ...]] = []
     for j in range(n):
         run = f"--damaged-{tag}-{j:05d}"
-        commands.append(("ZADD", prefix + index, 0, run))
+        commands.append(("ZADD", key, 0, run))
         if j % 2:
             commands.append(("HSET", prefix + "r:" + run, "rev", "nan", "rec", "x"))
     bench.pipe(client, commands)
@@ -560,8 +566,9 @@ def suite(bench: Bench, layout: int, db: int, plan: Plan) -> None:
                   before=lambda i: damage(bench, c, expired_ns, "leases", VISIT, f"a{i}"))
 
     # renew: the leases "me" took above are live
-    held = [text.decode() for text in c.zrangebyscore("{" + expired_ns + "}:leases",
-                                                      f"({int(time.time() * 1000)}", "+inf")]
+    now = int(time.time() * 1000)
+    held = [text.decode() for key in index_keys(c, Keyspace(expired_ns), "leases")
+            for text in c.zrangebyscore(key, f"({now}", "+inf")]
     held = [run for run in held if not run.startswith("--")]
     expect(len(held) >= RENEW, f"only {len(held)} live leases to renew")
 

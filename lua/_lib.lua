@@ -271,6 +271,46 @@ local function bucket_of(q, c)
   end
 end
 
+-- Whether byte string a sorts before b, as the server compares members (Lua's own < follows
+-- the server's locale). Ids differ early, so the loop is short.
+local function bytes_before(a, b)
+  for i = 1, math.min(#a, #b) do
+    local x, y = string.byte(a, i), string.byte(b, i)
+    if x ~= y then return x < y end
+  end
+  return #a < #b
+end
+
+-- A bucket bound as (score, run): (-1, '') for the first bucket's ''; nil for a bound a
+-- foreign write made (then the server is asked every time).
+local function bound_parts(b)
+  if b == '' then return -1, '' end
+  local digits = string.sub(b, 1, 16)
+  if #digits < 16 or not string.find(digits, '^%d+$') then return nil end
+  return tonumber(digits), string.sub(b, 17)
+end
+
+-- The bucket of (score, run) in a scored index: the last bucket found answers when (score,
+-- run) lies between its bound and the next bound; else the server is asked (bucket_of),
+-- and for the next bound. A batch (a claim, a renew) mostly lands in one or two buckets.
+-- slot: which of q's two remembered buckets (removals and additions go to different ones).
+local function bucket_at(q, score, run, slot)
+  local ix, r = q.ix, q[slot]
+  if r and (score > r.lo or (score == r.lo and not bytes_before(run, r.lr)))
+      and (not r.hi or score < r.hi or (score == r.hi and bytes_before(run, r.hr))) then
+    return r.b
+  end
+  local b = bucket_of(q, composite(ix, score, run))
+  if b == nil or not ix.scored then return b end
+  local above = redis.call('ZRANGEBYLEX', ix.dir, '(' .. b, '+', 'LIMIT', 0, 1)[1]
+  local lo, lr = bound_parts(b)
+  local hi, hr = false, nil
+  if above then hi, hr = bound_parts(above) end
+  q[slot] = nil
+  if lo and hi ~= nil then q[slot] = {b = b, lo = lo, lr = lr, hi = hi, hr = hr} end
+  return b
+end
+
 -- Where each queued change goes: per bucket the runs to remove and the (score, run) pairs
 -- to add, found with reads only (commit calls it before its first write). Returns the
 -- CORRUPT field of a damaged index, or nil and the count of changes.
@@ -284,7 +324,7 @@ local function ix_plan()
       local old, new = q.rem[run], q.add[run]
       if old and old ~= new then
         local b = q.at[run]
-        if b == nil then b = bucket_of(q, composite(ix, old, run)) end
+        if b == nil then b = bucket_at(q, old, run, 'from') end
         if b == nil then return 'index:' .. ix.name end
         if not q.rems[b] then
           q.rems[b] = {}
@@ -294,7 +334,7 @@ local function ix_plan()
         n = n + 1
       end
       if new then
-        local b = bucket_of(q, composite(ix, new, run))
+        local b = bucket_at(q, new, run, 'to')
         if b == nil then return 'index:' .. ix.name end
         if not q.adds[b] then
           q.adds[b] = {}
@@ -868,9 +908,9 @@ local function load_at(run, expected)
 end
 
 -- The due entries of ix (score <= now) in order, with their run's state, visiting at most
--- limit + MAX_VISIT of them (a bucket opened counts as one) and stopping once out holds
--- limit runs. An entry whose run is missing, of another type or corrupt is quarantined on
--- the way; a bucket of another type is dropped (drop_bucket). Entries are read in pages, the
+-- limit + MAX_VISIT of them (an empty or dropped bucket counts as one) and stopping once
+-- out holds limit runs. An entry whose run is missing, of another type or corrupt is
+-- quarantined on the way; a bucket of another type is dropped (drop_bucket). Entries are read in pages, the
 -- first just a little longer than limit: a claim of one run over a large index copies a few
 -- entries into the script, not limit + MAX_VISIT. The offsets hold because every write
 -- waits for commit. While migrating to layout 4 the old key's entries are merged in.
@@ -909,7 +949,6 @@ local function due(ix, limit, out)
         if not more then
           bound = bounds()
           if bound == nil then return nil end
-          visits = visits + 1
           key, offset = ix.pre .. bound, 0
           if q.dropped[bound] then
             more = false
@@ -919,9 +958,12 @@ local function due(ix, limit, out)
           else
             more = true
           end
+          if not more then visits = visits + 1 end
         end
         if more then
           page = redis.call('ZRANGE', key, offset, offset + n - 1, 'WITHSCORES')
+          -- An empty bucket (left by a foreign write) counts as a visit: never a wall.
+          if offset == 0 and page[1] == nil then visits = visits + 1 end
           i, offset, more = 1, offset + n, #page == 2 * n
         end
       end

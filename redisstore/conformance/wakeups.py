@@ -184,8 +184,8 @@ class WakeupRules(RunSuite):
 
     def test_an_expiring_lease_wakes_a_blocked_claim_expired(self) -> None:
         store = self.make_store()
+        expiry = store.now() + 150  # at or before the lease's own expiry (judged at insert)
         store.insert("run", b"r", Claim(OTHER, 150))
-        expiry = store.now() + 150
         blocked = Blocked(lambda: store.claim_expired(ME, LONG, 10, block=BLOCK))
         self._advance_soon(store, 150)
         assert blocked.get() == ["run"]
