@@ -22,7 +22,8 @@ what the script itself costs, and the steadier base for the per-item costs. A th
 the server every few ms all along, so a script over the busy threshold would show up as
 ``BUSY`` replies (also counted by ``INFO errorstats``).
 
-Per layout (2, one string per run, first; then 1, one hash per run), two namespaces of
+Per layout (4, the newest: one string per run, bucketed indexes, first; then 1, one hash per
+run), two namespaces of
 ``--runs`` runs each: one of ready runs (``At(0)``), one of expired leases. Then:
 
 - claim_ready(limit=MAX_CLAIM) over the ready runs; over MAX_VISIT damaged index entries
@@ -45,7 +46,7 @@ how many items one call could take within 10 ms of CPU. Nothing is asserted
 (tests/test_stall.py holds the bound); figures are printed, and with ``--json`` as JSON too::
 
     .venv/bin/python benchmarks/bench_stall.py                  # Redis 7, both layouts
-    .venv/bin/python benchmarks/bench_stall.py --valkey --layouts 2 --repeats 3
+    .venv/bin/python benchmarks/bench_stall.py --valkey --layouts 4 --repeats 3
     .venv/bin/python benchmarks/bench_stall.py --quick          # 30k runs: a smoke run
 
 The caps are read from ``lua/_lib.lua``, so the script follows them when they change; where
@@ -432,7 +433,7 @@ class Bench:
         return figure
 
     def migrated_empty(self, client: redis.Redis, namespace: str) -> None:
-        """Move a namespace that has no runs yet to layout 2: its runs are written as
+        """Move a namespace that has no runs yet to the newest layout: its runs are written as
         strings from the first."""
         ops = RunOps(namespace, None, 0)
         for _ in range(100_000):
@@ -503,7 +504,7 @@ def suite(bench: Bench, layout: int, db: int, plan: Plan) -> None:
     c = bench.client(db)
     tag = f"l{layout}"
     ready_ns, expired_ns = f"stall-ready-{tag}", f"stall-expired-{tag}"
-    if layout == 2:
+    if layout != 1:
         bench.migrated_empty(c, ready_ns)
         bench.migrated_empty(c, expired_ns)
     bench.log(f"layout {layout}: filling {plan.runs:,} ready runs and {plan.runs:,} expired "
@@ -637,7 +638,7 @@ def big_records(bench: Bench, c: redis.Redis, ops: RunOps, layout: int, where: s
     figures = {f.scenario: f for f in bench.figures[-6:]}
     # A claim with records at its byte budget: MAX_CLAIM_BYTES of 1 MiB records, ready.
     namespace = f"stall-budget-l{layout}"
-    if layout == 2:
+    if layout != 1:
         bench.migrated_empty(c, namespace)
     budget = RunOps(namespace, lambda record: At(0), 0)
     fits = CLAIM_BYTES // MiB
@@ -857,7 +858,7 @@ def main(argv: list[str] | None = None) -> None:
                         help="ready runs, and expired leases, per layout (default 300,000)")
     parser.add_argument("--waiters", type=int, default=10_000)
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--layouts", default="2,1", help="layouts to measure, in order")
+    parser.add_argument("--layouts", default="4,1", help="layouts to measure, in order")
     parser.add_argument("--quick", action="store_true", help="30,000 runs, 3 repeats")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)

@@ -469,8 +469,8 @@ local SIGNALS = {}
 
 local UNSIGNALS = {}
 
--- Per index (by its dir), its earliest score before this script's writes, lowered by each signal of an
--- earlier time (false: empty); read at most once.
+-- Per index (by its dir), its earliest score before this script's writes, lowered by each
+-- signal of an earlier time (false: empty); read at most once.
 local HEADS = {}
 
 local function queue_token(queue, key, run)
@@ -910,10 +910,11 @@ end
 -- The due entries of ix (score <= now) in order, with their run's state, visiting at most
 -- limit + MAX_VISIT of them (an empty or dropped bucket counts as one) and stopping once
 -- out holds limit runs. An entry whose run is missing, of another type or corrupt is
--- quarantined on the way; a bucket of another type is dropped (drop_bucket). Entries are read in pages, the
--- first just a little longer than limit: a claim of one run over a large index copies a few
--- entries into the script, not limit + MAX_VISIT. The offsets hold because every write
--- waits for commit. While migrating to layout 4 the old key's entries are merged in.
+-- quarantined on the way; a bucket of another type is dropped (drop_bucket). Entries are
+-- read in pages, the first just a little longer than limit: a claim of one run over a large
+-- index copies a few entries into the script, not limit + MAX_VISIT. The offsets hold
+-- because every write waits for commit. While migrating to layout 4 the old key's entries
+-- are merged in.
 local function due(ix, limit, out)
   local cap, visits, now = limit + MAX_VISIT, 0, now_ms()
   local function want() return math.min(math.max(2 * (limit - #out), 8), cap - visits) end

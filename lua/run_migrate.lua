@@ -2,7 +2,8 @@
 -- deletes and poison runs; bucketed indexes).
 -- KEYS[1]  P.."meta"
 -- ARGV[1]  key prefix           ARGV[2] SCAN COUNT of this step (at most MAX_MIGRATE)
--- Reply    {OK, {runs moved, done 0|1, damaged, index entries moved}} | {TOO_NEW, layout} | {CORRUPT, field}
+-- Reply    {OK, {runs moved, done 0|1, damaged, index entries moved}} | {TOO_NEW, layout}
+--          | {CORRUPT, field}
 -- The first step records layout 4, old-ix (the layout 3 index keys may hold entries) and a
 -- SCAN cursor in meta. From then on every write stores a run as a string and indexes it in
 -- buckets, and a library that knows only layouts 1 to 3 refuses the namespace (TOO_NEW)

@@ -62,13 +62,26 @@ def dump(client: redis.Redis, namespace: str) -> dict[bytes, Any]:
     return {key: client.dump(key) for key in client.scan_iter(match=f"{{{namespace}}}:*")}
 
 
+def migrated(client: redis.Redis, **options: Any) -> tuple[RedisRunStore, Keyspace]:
+    """A store of a fresh namespace moved to the newest layout, and its keys."""
+    store = RedisRunStore(client, namespace=unique_namespace(), **options)
+    store.migrate()
+    return store, Keyspace(store.namespace)
+
+
+def holding(client: redis.Redis, n: int, ttl: int) -> tuple[RedisRunStore, Keyspace, list[str]]:
+    """A migrated store with n runs held by "a" for ttl ms."""
+    store, keys = migrated(client)
+    runs = [f"r{i:04}" for i in range(n)]
+    for run in runs:
+        store.insert(run, b"x", Claim("a", ttl))
+    return store, keys, runs
+
+
 def test_ready_runs_are_claimed_in_order_across_many_buckets(client: redis.Redis) -> None:
     """500 ready runs with tied due times fill several buckets; claims take them by due
     time, ties by run id, exactly as one sorted set would."""
-    store = RedisRunStore(client, namespace=unique_namespace(),
-                          discover=lambda r: At(int(r)))
-    store.migrate()
-    keys = Keyspace(store.namespace)
+    store, keys = migrated(client, discover=lambda r: At(int(r)))
     runs = {f"run-{random.getrandbits(48):012x}": i % 7 for i in range(500)}
     order = list(runs)
     random.shuffle(order)
@@ -87,12 +100,7 @@ def test_ready_runs_are_claimed_in_order_across_many_buckets(client: redis.Redis
 
 def test_leases_move_between_buckets_as_they_are_renewed_and_released(
         client: redis.Redis) -> None:
-    store = RedisRunStore(client, namespace=unique_namespace())
-    store.migrate()
-    keys = Keyspace(store.namespace)
-    runs = [f"r{i:04}" for i in range(400)]
-    for run in runs:
-        store.insert(run, b"x", Claim("a", LONG))
+    store, keys, runs = holding(client, 400, LONG)
     assert check_buckets(client, keys, "leases") == 400
     assert store.renew("a", runs[:200], 2 * LONG) == runs[:200]
     assert store.release("a", runs[100:300]) == runs[100:300]
@@ -108,10 +116,7 @@ def test_leases_move_between_buckets_as_they_are_renewed_and_released(
 
 def test_every_waiter_of_a_dependency_with_many_buckets_becomes_ready(
         client: redis.Redis) -> None:
-    store = RedisRunStore(client, namespace=unique_namespace(),
-                          discover=lambda r: Changed("dep", seen=0) if r == b"w" else None)
-    store.migrate()
-    keys = Keyspace(store.namespace)
+    store, keys = migrated(client, discover=lambda r: Changed("dep", seen=0) if r == b"w" else None)
     waiters = [f"w{i:04}" for i in range(700)]
     for run in waiters:
         store.insert(run, b"w", Release())
@@ -128,12 +133,7 @@ def test_every_waiter_of_a_dependency_with_many_buckets_becomes_ready(
 
 def test_a_damaged_bucket_is_dropped_and_quarantined_never_a_wall(
         client: redis.Redis) -> None:
-    store = RedisRunStore(client, namespace=unique_namespace())
-    store.migrate()
-    keys = Keyspace(store.namespace)
-    runs = [f"r{i:04}" for i in range(300)]
-    for run in runs:
-        store.insert(run, b"x", Claim("a", 1))
+    store, keys, runs = holding(client, 300, 1)
     found = bucket_keys(client, keys, "leases")
     assert len(found) >= 3
     lost = {r.decode() for r in client.zrange(found[1], 0, -1)}
@@ -159,10 +159,7 @@ def test_a_damaged_bucket_is_dropped_and_quarantined_never_a_wall(
 
 def test_a_damaged_first_bucket_or_directory_refuses_before_writing(
         client: redis.Redis) -> None:
-    store = RedisRunStore(client, namespace=unique_namespace(),
-                          discover=lambda r: At(0) if r == b"ready" else None)
-    store.migrate()
-    keys = Keyspace(store.namespace)
+    store, keys = migrated(client, discover=lambda r: At(0) if r == b"ready" else None)
     store.insert("a", b"x", Claim("n", LONG))
     for key in keys.buckets("leases"):
         saved = client.dump(key)
@@ -188,9 +185,7 @@ def test_a_foreign_key_where_a_split_would_go_leaves_the_bucket_whole(
         client: redis.Redis) -> None:
     """The split of the first bucket at 129 entries would name its new bucket after its
     65th entry: a key already there (foreign) keeps the bucket whole, still in order."""
-    store = RedisRunStore(client, namespace=unique_namespace(), discover=lambda r: At(0))
-    store.migrate()
-    keys = Keyspace(store.namespace)
+    store, keys = migrated(client, discover=lambda r: At(0))
     runs = [f"r{i:04}" for i in range(129)]
     squatted = keys.buckets("ready")[1] + "0" * 16 + runs[64]
     client.set(squatted, "foreign")

@@ -147,11 +147,11 @@ def test_a_script_over_the_busy_threshold_breaks_the_bound(stall_server: Server)
                                   "threshold"]
 
 
-@pytest.mark.parametrize("layout", [2, 1])
+@pytest.mark.parametrize("layout", [4, 1])
 def test_every_run_script_at_its_caps_over_300k_runs_stays_below_the_busy_threshold(
         stall_server: Server, capsys: pytest.CaptureFixture[str], layout: int) -> None:
     b = bench_stall()
-    db = {2: 0, 1: 1}[layout]
+    db = {4: 0, 1: 1}[layout]
 
     def work(bench: Any) -> None:
         b.suite(bench, layout, db, b.Plan(runs=RUNS, per_item=False))
@@ -175,7 +175,7 @@ def test_migrate_steps_at_their_caps_stay_below_the_busy_threshold(
         b.migration(bench, 2, b.Plan(per_item=False))
 
     try:
-        bench = run(b, stall_server, capsys, "migration to layout 2", work)
+        bench = run(b, stall_server, capsys, "migration to layout 4", work)
     finally:
         for db in (2, 3, 4):
             stall_server.client(db=db).flushdb()
