@@ -352,11 +352,12 @@ end
 -- BUCKET_HALF stay, the rest go to new buckets of BUCKET_HALF (the last takes what is left).
 -- Each is written afresh: Redis never turns a sorted set that outgrew a listpack back into
 -- one. A new bucket's name already in use (a foreign key) or an entry of a foreign score
--- leaves the bucket whole: it only costs memory.
+-- leaves the bucket whole: it only costs memory. So does a bucket grown past what one
+-- script adds (BUCKET_MAX + 2048) by foreign writes: splitting it would stall the server.
 local function split(ix, b)
   local key = ix.pre .. b
   local n = redis.call('ZCARD', key)
-  if n <= BUCKET_MAX then return end
+  if n <= BUCKET_MAX or n > BUCKET_MAX + 2048 then return end
   local all = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
   local parts = math.floor(n / BUCKET_HALF)
   local starts = {{1, b}}

@@ -249,3 +249,19 @@ def test_a_layout_3_namespace_moves_its_index_entries_while_in_use(
     check_buckets(client, keys, "leases")
     # The claims before the migration ended took ready runs in order (ties by run id).
     assert claimed_ready[:7] == ready[:7]
+
+
+def test_a_bucket_grown_by_foreign_writes_is_never_split_in_one_script(
+        client: redis.Redis) -> None:
+    """A bucket far past what one script adds (a tenant's ZADD of 3,000 members) is left
+    whole: splitting it would copy it all in one script. Claims still page through it."""
+    store, keys = migrated(client, discover=lambda r: At(0))
+    first = keys.buckets("ready")[1]
+    client.zadd(first, {f"--foreign-{i:05}": 0 for i in range(3000)})
+    store.insert("mine", b"x", Release())
+    assert client.zcard(first) == 3001
+    assert client.zcard(keys.buckets("ready")[0]) == 0  # no split: no directory entry
+    claimed: list[str] = []
+    for _ in range(20):
+        claimed += store.claim_ready("n", LONG, 100)
+    assert claimed == ["mine"]  # the foreign members lead nowhere: quarantined on the way
