@@ -243,6 +243,25 @@ local function ix_add(ix, run, score, old)
   ix_change(ix, run, old, score)
 end
 
+-- Bucket key -> its entry count, read at most once and then kept as this script plans
+-- (false: of another type). The read checks the type, and tells commit whether a bucket
+-- fills (split) or empties (leaves the directory) without another read.
+local CARDS = {}
+
+local function card_of(key)
+  local n = CARDS[key]
+  if n == nil then
+    local r = redis.pcall('ZCARD', key)
+    n = r
+    if type(r) == 'table' then
+      wrong_type(r)  -- not a type error (a key on another node...): aborts, nothing written
+      n = false
+    end
+    CARDS[key], READ[key] = n, true
+  end
+  return n
+end
+
 -- A bucket of another type (a foreign write) leaves the directory: its range joins the
 -- bucket before it, and it is listed in the quarantine as "bucket:<index>|<bound>".
 local function drop_bucket(q, bound)
@@ -257,7 +276,11 @@ end
 local function bucket_of(q, c)
   local ix = q.ix
   while true do
-    local got = redis.call('ZREVRANGEBYLEX', ix.dir, '[' .. c, '-', 'LIMIT', 0, q.ndropped + 1)
+    -- No directory (an index of one bucket, as every small one is): the first bucket.
+    local got = {}
+    if of_type(ix.dir, 'zset') and TYPES[ix.dir] ~= 'none' then
+      got = redis.call('ZREVRANGEBYLEX', ix.dir, '[' .. c, '-', 'LIMIT', 0, q.ndropped + 1)
+    end
     local b = ''
     for _, x in ipairs(got) do
       if not q.dropped[x] then
@@ -265,7 +288,7 @@ local function bucket_of(q, c)
         break
       end
     end
-    if of_type(ix.pre .. b, 'zset') then return b end
+    if card_of(ix.pre .. b) then return b end
     if b == '' or q.ndropped >= 8 then return nil end
     drop_bucket(q, b)
   end
@@ -291,23 +314,27 @@ local function bound_parts(b)
 end
 
 -- The bucket of (score, run) in a scored index: the last bucket found answers when (score,
--- run) lies between its bound and the next bound; else the server is asked (bucket_of),
--- and for the next bound. A batch (a claim, a renew) mostly lands in one or two buckets.
+-- run) lies between its bound and the next bound; else the server is asked (bucket_of).
+-- The next bound is asked only when a second change comes (most scripts make one), and
+-- then once per bucket: a batch (a claim, a renew) mostly lands in one or two buckets.
 -- slot: which of q's two remembered buckets (removals and additions go to different ones).
 local function bucket_at(q, score, run, slot)
   local ix, r = q.ix, q[slot]
-  if r and (score > r.lo or (score == r.lo and not bytes_before(run, r.lr)))
-      and (not r.hi or score < r.hi or (score == r.hi and bytes_before(run, r.hr))) then
-    return r.b
+  if r and (score > r.lo or (score == r.lo and not bytes_before(run, r.lr))) then
+    if r.hi == nil then
+      local above = redis.call('ZRANGEBYLEX', ix.dir, '(' .. r.b, '+', 'LIMIT', 0, 1)[1]
+      r.hi = false
+      if above then r.hi, r.hr = bound_parts(above) end
+      if above and not r.hi then r.hi, r.hr = -1, '' end  -- a foreign bound: always ask
+    end
+    if not r.hi or score < r.hi or (score == r.hi and bytes_before(run, r.hr)) then
+      return r.b
+    end
   end
   local b = bucket_of(q, composite(ix, score, run))
   if b == nil or not ix.scored then return b end
-  local above = redis.call('ZRANGEBYLEX', ix.dir, '(' .. b, '+', 'LIMIT', 0, 1)[1]
   local lo, lr = bound_parts(b)
-  local hi, hr = false, nil
-  if above then hi, hr = bound_parts(above) end
-  q[slot] = nil
-  if lo and hi ~= nil then q[slot] = {b = b, lo = lo, lr = lr, hi = hi, hr = hr} end
+  q[slot] = lo and {b = b, lo = lo, lr = lr} or nil
   return b
 end
 
@@ -354,9 +381,8 @@ end
 -- one. A new bucket's name already in use (a foreign key) or an entry of a foreign score
 -- leaves the bucket whole: it only costs memory. So does a bucket grown past what one
 -- script adds (BUCKET_MAX + 2048) by foreign writes: splitting it would stall the server.
-local function split(ix, b)
+local function split(ix, b, n)
   local key = ix.pre .. b
-  local n = redis.call('ZCARD', key)
   if n <= BUCKET_MAX or n > BUCKET_MAX + 2048 then return end
   local all = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
   local parts = math.floor(n / BUCKET_HALF)
@@ -376,6 +402,7 @@ local function split(ix, b)
     local args = {'ZADD', ix.pre .. starts[p][2]}
     for i = from, last, 2 do push(args, all[i + 1], all[i]) end
     redis.call(unpack(args))
+    CARDS[ix.pre .. starts[p][2]] = (last - from + 1) / 2
     if p > 1 then redis.call('ZADD', ix.dir, 0, starts[p][2]) end
   end
 end
@@ -387,20 +414,21 @@ local function ix_apply()
     local ix = q.ix
     for _, b in ipairs(q.rorder) do
       local key = ix.pre .. b
-      local runs = q.rems[b]
+      local runs, n = q.rems[b], card_of(key)
       for i = 1, #runs, 1000 do
-        redis.call('ZREM', key, unpack(runs, i, math.min(i + 999, #runs)))
+        n = n - redis.call('ZREM', key, unpack(runs, i, math.min(i + 999, #runs)))
       end
-      if b ~= '' and not q.adds[b] and redis.call('EXISTS', key) == 0 then
-        redis.call('ZREM', ix.dir, b)
-      end
+      CARDS[key] = n
+      if b ~= '' and not q.adds[b] and n <= 0 then redis.call('ZREM', ix.dir, b) end
     end
     for _, b in ipairs(q.aorder) do
-      local args = q.adds[b]
+      local key = ix.pre .. b
+      local args, n = q.adds[b], card_of(key)
       for i = 1, #args, 1000 do
-        redis.call('ZADD', ix.pre .. b, unpack(args, i, math.min(i + 999, #args)))
+        n = n + redis.call('ZADD', key, unpack(args, i, math.min(i + 999, #args)))
       end
-      split(ix, b)
+      CARDS[key] = n
+      split(ix, b, n)
     end
   end
 end
@@ -434,13 +462,13 @@ local function ix_head(ix)
   if NS >= 4 and of_type(ix.dir, 'zset') then
     local seen = 0
     for b in buckets(ix) do
-      local key = ix.pre .. b
-      if of_type(key, 'zset') then
-        local h = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
-        if h[1] then
-          if not score or tonumber(h[2]) < score then run, score = h[1], tonumber(h[2]) end
-          break
+      local n = card_of(ix.pre .. b)
+      if n and n > 0 then
+        local h = redis.call('ZRANGE', ix.pre .. b, 0, 0, 'WITHSCORES')
+        if h[1] and (not score or tonumber(h[2]) < score) then
+          run, score = h[1], tonumber(h[2])
         end
+        break
       end
       seen = seen + 1
       if seen >= 8 then break end
@@ -954,7 +982,7 @@ local function due(ix, limit, out)
           key, offset = ix.pre .. bound, 0
           if q.dropped[bound] then
             more = false
-          elseif not of_type(key, 'zset') then
+          elseif not card_of(key) then
             drop_bucket(q, bound)
             more = false
           else
