@@ -272,7 +272,8 @@ local function drop_bucket(q, bound)
 end
 
 -- The bound of the bucket that holds (or would hold) composite c, skipping the buckets this
--- script dropped; nil when the first bucket is of another type, or more than 8 are.
+-- script dropped; nil when the first bucket is of another type, or more than 16 are (a
+-- claim drops at most 8 of those it walks past).
 local function bucket_of(q, c)
   local ix = q.ix
   while true do
@@ -289,7 +290,7 @@ local function bucket_of(q, c)
       end
     end
     if card_of(ix.pre .. b) then return b end
-    if b == '' or q.ndropped >= 8 then return nil end
+    if b == '' or q.ndropped >= 16 then return nil end
     drop_bucket(q, b)
   end
 end
@@ -379,11 +380,15 @@ end
 -- BUCKET_HALF stay, the rest go to new buckets of BUCKET_HALF (the last takes what is left).
 -- Each is written afresh: Redis never turns a sorted set that outgrew a listpack back into
 -- one. A new bucket's name already in use (a foreign key) or an entry of a foreign score
--- leaves the bucket whole: it only costs memory. So does a bucket grown past what one
+-- leaves the bucket whole: it costs memory, and one entry read per addition (the first new
+-- bucket's name is checked before the bucket is read). So does a bucket grown past what one
 -- script adds (BUCKET_MAX + 2048) by foreign writes: splitting it would stall the server.
 local function split(ix, b, n)
   local key = ix.pre .. b
   if n <= BUCKET_MAX or n > BUCKET_MAX + 2048 then return end
+  local first = redis.call('ZRANGE', key, BUCKET_HALF, BUCKET_HALF, 'WITHSCORES')
+  local at = decimal(first[2], 0, MAX_INT)
+  if not at or redis.pcall('EXISTS', ix.pre .. composite(ix, at, first[1])) ~= 0 then return end
   local all = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
   local parts = math.floor(n / BUCKET_HALF)
   local starts = {{1, b}}
@@ -983,7 +988,7 @@ local function due(ix, limit, out)
           if q.dropped[bound] then
             more = false
           elseif not card_of(key) then
-            drop_bucket(q, bound)
+            if q.ndropped < 8 then drop_bucket(q, bound) end
             more = false
           else
             more = true
@@ -1011,7 +1016,7 @@ local function due(ix, limit, out)
         if not br then new = nil end
       end
       local run, score, bound
-      if ar and (not br or as <= bs) then
+      if ar and (not br or as < bs or (as == bs and bytes_before(ar, br))) then
         run, score, ar = ar, as, nil
       elseif br then
         run, score, bound, br = br, bs, bb, nil
@@ -1128,8 +1133,9 @@ local PLACED = {}
 -- keeps its score (rt), which finds its entry: the caller saves s after.
 local function place(run, s, pv, dep_write, was_indexable)
   local t = eligible_at(s, pv)
+  if t and t > MAX_INT then t = MAX_INT end  -- a poll time past MAX_INT: stored, and read back
   if t == nil then
-    if was_indexable ~= false then ix_rem(READY_IX, run, s.rx) end
+    if was_indexable ~= false or s.rx then ix_rem(READY_IX, run, s.rx) end
     PLACED[run], s.rt = false, false
     return
   end
@@ -1290,21 +1296,28 @@ local function fan_out(dep, cursor, pv)
   if string.sub(cursor, 1, 1) == 'b' then after = string.sub(cursor, 2) end
   if not of_type(ix.dir, 'zset') then return '0' end
   local q = ix_queue(ix)
-  local b = ''
+  local b, walked = '', false
   if after ~= '' then b = bucket_of(q, after) end
   while b and visited < MAX_FANOUT do
     visited = visited + 1
-    local key = ix.pre .. b
-    if of_type(key, 'zset') then
+    local n = card_of(ix.pre .. b)
+    if n and n > 0 then
       local from = '-'
       if after ~= '' then from = '(' .. after end
-      local page = redis.call('ZRANGEBYLEX', key, from, '+', 'LIMIT', 0, MAX_FANOUT - visited + 1)
+      local page = redis.call('ZRANGEBYLEX', ix.pre .. b, from, '+', 'LIMIT', 0,
+        MAX_FANOUT - visited + 1)
       for _, w in ipairs(page) do
         fan_out_one(ix, w, pv)
         visited, after = visited + 1, w
       end
       if visited >= MAX_FANOUT then return 'b' .. after end
+    else
+      -- An empty bucket (a foreign directory entry) or one of another type (dropped): the
+      -- cursor moves past its bound, so no later step walks it again.
+      if n == false and q.ndropped < 8 then drop_bucket(q, b) end
+      if walked then after = b end
     end
+    walked = true
     local above = redis.call('ZRANGEBYLEX', ix.dir, '(' .. b, '+', 'LIMIT', 0, q.ndropped + 1)
     b = nil
     for _, x in ipairs(above) do

@@ -265,3 +265,36 @@ def test_a_bucket_grown_by_foreign_writes_is_never_split_in_one_script(
     for _ in range(20):
         claimed += store.claim_ready("n", LONG, 100)
     assert claimed == ["mine"]  # the foreign members lead nowhere: quarantined on the way
+
+
+def test_a_fan_out_walks_past_empty_and_foreign_waiter_buckets_never_a_wall(
+        client: redis.Redis) -> None:
+    """A tenant's directory entries with no bucket behind them (or one of another type)
+    count as visited waiters: the re-indexing goes past them, so it finishes instead of
+    walking the same empty buckets on every claim."""
+    store, keys = migrated(client, discover=lambda r: Changed("dep", seen=0) if r == b"w" else None)
+    for run in ("w1", "w2", "w3"):
+        store.insert(run, b"w", Release())
+    directory, prefix = keys.buckets("d:dep")
+    client.zadd(directory, {f"zz{i:03}": 0 for i in range(150)})
+    client.set(prefix + "zz007", "foreign")
+    store.insert("dep", b"d", Release())  # the write re-indexes the first 100 "waiters"
+    claimed: list[str] = []
+    for _ in range(4):
+        claimed += store.claim_ready("n", LONG, 100)
+    assert sorted(claimed) == ["w1", "w2", "w3"]
+    assert client.zcard(keys.fanout) == 0  # the pending re-indexing finished
+    assert Quarantined("bucket:d:dep", "zz007", "type") in store.quarantined()
+
+
+def test_while_migrating_ties_between_old_and_bucketed_entries_go_by_run_id(
+        client: redis.Redis) -> None:
+    store = RedisRunStore(client, namespace=unique_namespace(), discover=lambda r: At(0))
+    keys = Keyspace(store.namespace)
+    client.hset(keys.meta, "layout", "3")
+    store.insert("a", b"x", Release())
+    store.insert("b", b"x", Release())  # both in layout 3's ready index, at 0
+    store._write(store._ops.migrate_step(1))  # layout 4; "a" moves to a bucket
+    assert client.zrange(keys.ready, 0, -1) == [b"b"]
+    store.insert("c", b"x", Release())  # in a bucket, at 0
+    assert store.claim_ready("n", LONG, 3) == ["a", "b", "c"]
