@@ -486,7 +486,9 @@ end
 -- them (absent keys are): the old key below layout 4 and while migrating; the directory and
 -- the first bucket from layout 4 (a later bucket of another type is dropped when met).
 local function index_intact(ix)
-  if (NS < 4 or OLD_IX) and not of_type(ix.old, 'zset') then return false end
+  if (NS < 4 or OLD_IX) and not of_type(ix.old, ix.scored and 'zset' or 'set') then
+    return false
+  end
   return NS < 4 or (of_type(ix.dir, 'zset') and of_type(ix.pre, 'zset'))
 end
 
@@ -1260,13 +1262,6 @@ local function fan_out_one(ix, w, pv)
   else
     quarantine(ix, w, bad)
   end
-end
-
--- Whether dep's waiters index is made of keys of the right types (absent ones are).
-local function deps_intact(dep)
-  local ix = deps_ix(dep)
-  if (NS < 4 or OLD_IX) and not of_type(ix.old, 'set') then return false end
-  return NS < 4 or (of_type(ix.dir, 'zset') and of_type(ix.pre, 'zset'))
 end
 
 -- Re-index up to MAX_FANOUT waiters of dep from cursor; returns the next cursor ('0' when

@@ -21,9 +21,9 @@
 -- (P.."L|".., P.."L/", P.."Q|".., P.."Q/", P.."D"..#dep..":"..dep.."|".. and "/").
 --- @include CORRUPT, MAX_CLAIM, MAX_CLAIM_BYTES, OK, arg_int, later, QUARANTINE, FANOUT
 --- @include FANOUT_CURSOR, WAKE_READY, NS, MAX_TTL, now_ms, arg_text, of_type, DROPPED
---- @include READY_IX, ix_rem, ix_add, index_intact, unsignal, commit, check_layout, save
---- @include revision_of, due, current, claimed_record, eligible_at, wait_after_claim, hold
---- @include deps_intact, fan_out
+--- @include READY_IX, deps_ix, ix_rem, ix_add, index_intact, unsignal, commit
+--- @include check_layout, save, revision_of, due, current, claimed_record, eligible_at
+--- @include wait_after_claim, hold, fan_out
 local owner = arg_text(2)
 local ttl = arg_int(3, 1, MAX_TTL)
 local limit = arg_int(4, 0, MAX_CLAIM)
@@ -37,7 +37,7 @@ local now = now_ms()
 -- The dependency whose waiters are re-indexed first, and whether another is queued.
 local queued = redis.call('ZRANGE', FANOUT, 0, 1)
 local pending, more_pending = queued[1], queued[2] ~= nil
-if pending and not deps_intact(pending) then
+if pending and not index_intact(deps_ix(pending)) then
   -- Its waiters' set was replaced by another type: nothing to re-index, never a wall.
   later('ZREM', FANOUT, pending)
   later('HDEL', FANOUT_CURSOR, pending)
