@@ -63,7 +63,10 @@ log = logging.getLogger(__name__)
 
 #: The newest layout of the run store's keys that this library reads and writes
 #: (lua/_lib.lua's LAYOUT); a namespace stays at layout 1 until ``migrate()`` moves it.
-LAYOUT = 3
+LAYOUT = 4
+
+#: The layout ``delete`` and ``max_takeovers`` need (lua/_lib.lua's needs_layout_3).
+DELETE_LAYOUT = 3
 
 
 #: A script reply's status code: defined in scripts, the one place the Lua side gets them too.
@@ -110,7 +113,7 @@ def answer(run: str, namespace: str) -> Callable[[Any], Any]:
         if code == Code.TOO_OLD:
             raise Misconfigured(
                 f"namespace {namespace!r} has run layout version {int(payload)}; delete and "
-                f"max_takeovers need layout {LAYOUT}: call store.migrate() once every node "
+                f"max_takeovers need layout {DELETE_LAYOUT}: call store.migrate() once every node "
                 "runs this version of redisstore (nothing was written)")
         raise ValueError(f"unknown reply code {code!r}")
 

@@ -515,3 +515,10 @@ def test_a_run_id_that_is_not_utf8_never_breaks_a_claim_and_round_trips(
     assert sorted(claimed) == sorted(["good", name, "odd-owner"])
     assert store.renew("me", [name], LONG) == [name]
     assert store.get(name).holder == Held("me", True)
+
+
+def test_the_library_names_the_layout_its_scripts_write() -> None:
+    """The refusal a node gives names its own newest layout: the scripts' LAYOUT."""
+    from redisstore.runops import LAYOUT
+
+    assert f"local LAYOUT = {LAYOUT}\n" in (scripts.lua_dir() / "_lib.lua").read_text()
