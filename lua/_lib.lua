@@ -167,7 +167,7 @@ local BUCKET_HALF = 64
 -- reply ('index:' .. name); label: in the quarantine.
 local function index(old, kind, name, label, base)
   return {old = old, kind = kind, name = name, label = label, dir = base .. '/',
-          pre = base .. '|', scored = kind == 'zset'}
+          pre = base .. '|', scored = kind == 'zset', unindex = kind == 'zset' and 'ZREM' or 'SREM'}
 end
 
 local LEASES_IX = index(LEASES, 'zset', 'leases', 'leases', P .. 'L')
@@ -229,7 +229,7 @@ end
 -- Take run out of index ix, where it had score old before this script (nil or false: it had
 -- no entry, as far as the run's state says; a claim's find overrides).
 local function ix_rem(ix, run, old)
-  if NS < 4 or OLD_IX then later(ix.scored and 'ZREM' or 'SREM', ix.old, run) end
+  if NS < 4 or OLD_IX then later(ix.unindex, ix.old, run) end
   if NS >= 4 then ix_change(ix, run, old, false) end
 end
 
@@ -239,7 +239,7 @@ local function ix_add(ix, run, score, old)
     if ix.scored then later('ZADD', ix.old, int(score), run) else later('SADD', ix.old, run) end
     return
   end
-  if OLD_IX then later(ix.scored and 'ZREM' or 'SREM', ix.old, run) end
+  if OLD_IX then later(ix.unindex, ix.old, run) end
   ix_change(ix, run, old, score)
 end
 
@@ -295,6 +295,16 @@ local function bucket_of(q, c)
   end
 end
 
+-- The bound of the bucket after the one of bound b, skipping buckets this script dropped
+-- (and a foreign ''), or nil when b's is the last.
+local function next_bound(q, b)
+  local above = redis.call('ZRANGEBYLEX', q.ix.dir, '(' .. b, '+', 'LIMIT', 0, q.ndropped + 1)
+  for _, x in ipairs(above) do
+    if not q.dropped[x] and x ~= '' then return x end
+  end
+  return nil
+end
+
 -- Whether byte string a sorts before b, as the server compares members (Lua's own < follows
 -- the server's locale). Ids differ early, so the loop is short.
 local function bytes_before(a, b)
@@ -323,7 +333,7 @@ local function bucket_at(q, score, run, slot)
   local ix, r = q.ix, q[slot]
   if r and (score > r.lo or (score == r.lo and not bytes_before(run, r.lr))) then
     if r.hi == nil then
-      local above = redis.call('ZRANGEBYLEX', ix.dir, '(' .. r.b, '+', 'LIMIT', 0, 1)[1]
+      local above = next_bound(q, r.b)
       r.hi = false
       if above then r.hi, r.hr = bound_parts(above) end
       if above and not r.hi then r.hi, r.hr = -1, '' end  -- a foreign bound: always ask
@@ -489,7 +499,7 @@ local function index_intact(ix)
   if (NS < 4 or OLD_IX) and not of_type(ix.old, ix.scored and 'zset' or 'set') then
     return false
   end
-  return NS < 4 or (of_type(ix.dir, 'zset') and of_type(ix.pre, 'zset'))
+  return NS < 4 or (of_type(ix.dir, 'zset') and card_of(ix.pre) ~= false)
 end
 
 -- The wake token of a run: its id, or "#" and its SHA1 when the id is long (a token is
@@ -1313,14 +1323,7 @@ local function fan_out(dep, cursor, pv)
       if walked then after = b end
     end
     walked = true
-    local above = redis.call('ZRANGEBYLEX', ix.dir, '(' .. b, '+', 'LIMIT', 0, q.ndropped + 1)
-    b = nil
-    for _, x in ipairs(above) do
-      if not q.dropped[x] and x ~= '' then
-        b = x
-        break
-      end
-    end
+    b = next_bound(q, b)
   end
   if b then return 'b' .. after end
   return '0'

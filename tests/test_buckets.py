@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import redis
 from servers import unique_namespace
+from test_layout import dump
 
 from redisstore import (
     At,
@@ -56,10 +57,6 @@ def _fake() -> type:
     import fakeredis
 
     return fakeredis.FakeRedis
-
-
-def dump(client: redis.Redis, namespace: str) -> dict[bytes, Any]:
-    return {key: client.dump(key) for key in client.scan_iter(match=f"{{{namespace}}}:*")}
 
 
 def migrated(client: redis.Redis, **options: Any) -> tuple[RedisRunStore, Keyspace]:
