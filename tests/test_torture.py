@@ -1,6 +1,8 @@
 """Torture: engine processes work a shared set of runs through a fault proxy while the
-server is cut off, loses replies and is killed -9 and restarted (AOF, fsync always). Every
-call is logged; :mod:`history` then checks the log against the final state.
+server is cut off, loses replies and is killed -9 and restarted (AOF, fsync always); half
+the processes run their engines as threads sharing one asyncio store, whose multiplexer
+pipelines their calls. Every call is logged; :mod:`history` then checks the log against the
+final state.
 
 It runs once on Redis 7 and once on Valkey 8. ``REDISSTORE_TORTURE_SECONDS`` sets how long
 the load runs (default 20 s per server, about 25-30 s each in all);
@@ -9,10 +11,12 @@ the load runs (default 20 s per server, about 25-30 s each in all);
 
 from __future__ import annotations
 
+import asyncio
 import json
 import multiprocessing
 import os
 import random
+import re
 import threading
 import time
 import uuid
@@ -23,11 +27,13 @@ from typing import Any
 
 import pytest
 import redis
+import redis.asyncio
 from faultproxy import FaultProxy
 from history import Event, Final, check, load
 from servers import Server, redis_binary, start, unique_namespace, valkey_binary
 
 from redisstore import (
+    AsyncRedisRunStore,
     Held,
     Hold,
     NotFound,
@@ -48,6 +54,8 @@ WORKERS = int(os.environ.get("REDISSTORE_TORTURE_WORKERS", "6"))
 RUNS = 50
 TTL = 1500          # ms: short enough that abandoned and orphaned leases expire in the test
 FAULT_EVERY = (0.3, 1.2)  # seconds between faults
+#: Workers sharing one asyncio store in each of the odd-numbered processes.
+ASYNC_TASKS = 3
 DURABLE = ("--save", "", "--appendonly", "yes", "--appendfsync", "always")
 
 
@@ -185,13 +193,60 @@ class Worker:
                 time.sleep(0.01)
 
 
+class OnLoop:
+    """The sync calls a Worker makes, each a call of one asyncio store run on its event loop
+    in another thread: the workers of a process share the store, whose multiplexer pipelines
+    their concurrent calls on its few connections."""
+
+    def __init__(self, store: AsyncRedisRunStore, loop: asyncio.AbstractEventLoop) -> None:
+        self._store, self._loop = store, loop
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        method = getattr(self._store, name)
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            return asyncio.run_coroutine_threadsafe(method(*args, **kwargs),
+                                                    self._loop).result()
+        return call
+
+
 def _work(port: int, namespace: str, owner: str, seconds: float, log_path: str,
-          runs: list[str], seed: int) -> None:
-    client = redis.Redis(host="127.0.0.1", port=port, socket_timeout=2,
-                         socket_connect_timeout=2)
-    store = RedisRunStore(client, namespace=namespace, discover=json_wait)
+          runs: list[str], seed: int, tasks: int) -> None:
+    """One engine process: a sync store, or (``tasks`` > 0) that many workers, each logged as
+    its own process, sharing one multiplexed asyncio store."""
+    deadline = time.monotonic() + seconds
+    if not tasks:
+        client = redis.Redis(host="127.0.0.1", port=port, socket_timeout=2,
+                             socket_connect_timeout=2)
+        store = RedisRunStore(client, namespace=namespace, discover=json_wait)
+        with open(log_path, "w", buffering=1) as log:
+            Worker(store, owner, log, random.Random(seed)).loop(deadline, runs)
+        return
+    loop = asyncio.new_event_loop()
+    looping = threading.Thread(target=loop.run_forever, daemon=True)
+    looping.start()
+    aclient = redis.asyncio.Redis(host="127.0.0.1", port=port, socket_timeout=2,
+                                  socket_connect_timeout=2)
+    shared: Any = OnLoop(AsyncRedisRunStore(aclient, namespace=namespace, discover=json_wait),
+                         loop)
+    rng = random.Random(seed)
     with open(log_path, "w", buffering=1) as log:
-        Worker(store, owner, log, random.Random(seed)).loop(time.monotonic() + seconds, runs)
+        lock = threading.Lock()
+
+        class Lines:  # one line at a time from every thread
+            def write(self, line: str) -> None:
+                with lock:
+                    log.write(line)
+
+        threads = [threading.Thread(target=Worker(shared, f"{owner}t{k}", Lines(),
+                                                  random.Random(rng.random())).loop,
+                                    args=(deadline, runs)) for k in range(tasks)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    asyncio.run_coroutine_threadsafe(aclient.aclose(), loop).result(10)
+    loop.call_soon_threadsafe(loop.stop)
 
 
 class Faults:
@@ -258,8 +313,11 @@ def test_torture_history_is_linearizable_enough(durable_server: Server,
         faults = Faults(proxy, durable_server, rng)
         ctx = multiprocessing.get_context("spawn")
         logs = [tmp_path / f"w{w}.jsonl" for w in range(WORKERS)]
+        # Half the processes are engines on a sync store each, half run ASYNC_TASKS
+        # workers on one shared asyncio store (its multiplexer under the same faults).
         workers = [ctx.Process(target=_work, args=(proxy.port, namespace, f"w{w}", SECONDS,
-                                                   str(logs[w]), runs, rng.randrange(2**32)))
+                                                   str(logs[w]), runs, rng.randrange(2**32),
+                                                   ASYNC_TASKS if w % 2 else 0))
                    for w in range(WORKERS)]
         began = time.monotonic()
         for worker in workers:
@@ -311,6 +369,10 @@ def test_torture_history_is_linearizable_enough(durable_server: Server,
     assert counts["unavailable"] > 0
     assert counts["operations"] > 50 * SECONDS
     assert counts["successful_writes"] > 50
+    # The asyncio stores' workers wrote too, and met the faults.
+    shared = [e for e in events if re.fullmatch(r"w\d+t\d+", e.proc)]
+    assert sum(e.op == "cas" and e.outcome == "ok" for e in shared) > 20, len(shared)
+    assert any(e.outcome == "unavailable" for e in shared)
     _assert_the_checker_bites(events, final)
 
 
