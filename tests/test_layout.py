@@ -102,7 +102,7 @@ def test_a_library_that_knows_only_layout_1_refuses_a_migrated_namespace(
     keys = Keyspace(store.namespace)
     # The same script as a library of layout 1 sends it: its check_layout refuses newer.
     old = scripts.Script("run_get_v1", scripts.RUN_GET.source.replace(
-        b"local LAYOUT = 4", b"local LAYOUT = 1"), "")
+        b"\nLAYOUT = 4", b"\nLAYOUT = 1"), "")
     assert old.source != scripts.RUN_GET.source
 
     def old_get(run: str) -> Any:
@@ -123,7 +123,7 @@ def test_a_layout_2_namespace_moves_to_layout_4(client: redis.Redis) -> None:
     store.compare_and_set("r0", 1, b"held 0", Hold("node-a"))  # written as a string
     assert client.type(keys.run("r0")) == b"string"
     v2 = scripts.Script("run_get_v2", scripts.RUN_GET.source.replace(
-        b"local LAYOUT = 4", b"local LAYOUT = 2"), "")
+        b"\nLAYOUT = 4", b"\nLAYOUT = 2"), "")
     assert client.eval(v2.source, 2, keys.run("r0"), keys.meta, keys.prefix, "r0")[0] == 0
     before = dump(client, store.namespace)
     with pytest.raises(Misconfigured, match="need layout 3"):
