@@ -27,11 +27,13 @@ from . import telemetry
 from .outcomes import Exchange, Lost, Reply
 from .protocol import Batch, Driver, Durability, Machine, Operation
 from .wire import (
+    MAX_REDIRECTS,
     Connections,
     check_client,
     describe,
     error_reply,
     is_error_reply,
+    moved_to,
     never_evicts,
     no_node,
     pack,
@@ -204,6 +206,31 @@ def _stale(conn: Any) -> bool:
         return True
 
 
+_RELEARNING: set[int] = set()
+_RELEARNING_LOCK = threading.Lock()
+
+
+def relearn_later(client: Any) -> None:
+    """Have the cluster ``client`` learn its slot map again on a thread of its own, once at
+    a time per client: a call that lost its node must not wait past its deadline for the
+    other nodes (one of which may hang too)."""
+    with _RELEARNING_LOCK:
+        if id(client) in _RELEARNING:
+            return
+        _RELEARNING.add(id(client))
+
+    def relearn() -> None:
+        try:
+            client.nodes_manager.initialize()
+        except Exception:  # the next failed call tries again
+            pass
+        finally:
+            with _RELEARNING_LOCK:
+                _RELEARNING.discard(id(client))
+
+    threading.Thread(target=relearn, name="redisstore-cluster-relearn", daemon=True).start()
+
+
 class Transport:
     """Runs operations on a ``redis.Redis`` (or valkey-py, fakeredis, ``RedisCluster``)
     client. ``timeout`` is each operation's deadline, in ms."""
@@ -262,11 +289,29 @@ class Transport:
         except Exception as exc:
             return no_node(exc)
         got = self.exchange(pool, batch, deadline)
+        for _ in range(MAX_REDIRECTS):
+            where = moved_to(batch, got)
+            if where is None:
+                break
+            # No script ran: the slot has a new owner. Learn the layout (for the next calls
+            # too) and send the batch there.
+            try:
+                self.client.nodes_manager.initialize()
+                node = self.client.get_node(host=where[0], port=where[1])
+                pool = pool_for(self.client.get_redis_connection(node).connection_pool)
+                self._used.add(pool)
+            except Exception:
+                break
+            got = self.exchange(pool, batch, deadline)
         if slot_moved(got):
-            # The slot moved: nothing ran. Learn the new layout so the caller's next call
-            # goes to the right node.
+            # Still redirected, ASK, or only some scripts were: nothing of those ran. Learn
+            # the layout again so the caller's next call goes to the right node.
             with contextlib.suppress(Exception):
                 self.client.nodes_manager.initialize()
+        elif got.lost is not None:
+            # The node may have failed and a replica taken its slots: the next call should
+            # find the new primary. Learnt in the background, past this call's deadline.
+            relearn_later(self.client)
         return got
 
     def exchange(self, pool: Pool, batch: Batch, deadline: float) -> Exchange:

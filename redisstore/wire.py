@@ -13,6 +13,7 @@ import weakref
 from typing import Any
 
 from .outcomes import ErrorReply, Exchange, Lost, split_error
+from .protocol import Batch
 
 try:
     from hiredis import pack_command as _hiredis_pack
@@ -65,6 +66,40 @@ def slot_moved(got: Exchange) -> bool:
     """Whether a cluster node answered MOVED or ASK: the slot is elsewhere and nothing ran;
     the transport has the client learn the layout again."""
     return any(getattr(r, "code", "") in ("MOVED", "ASK") for r in got.replies)
+
+
+#: How many times a call follows MOVED before it reports it (the slot moved twice).
+MAX_REDIRECTS = 3
+
+# The scripts' commands: the only ones a cluster node redirects (SCRIPT LOAD, WAIT, WAITAOF
+# and CONFIG GET name no key, and the node runs them).
+_KEYED = (b"EVALSHA", b"EVAL")
+
+
+def moved_to(batch: Batch, got: Exchange) -> tuple[str, int] | None:
+    """The node a cluster shell sends ``batch`` to again, ``(host, port)``: when every
+    script of the batch was answered MOVED to one node. None of them ran (a node checks the
+    slot before it runs a script), so sending the whole batch there runs each exactly once.
+
+    ASK is never followed: it means the slot is migrating and the keys a script named have
+    gone to the importing node, but the namespace's other keys (its meta, its index
+    buckets) may not have: a script run there behind ``ASKING`` would read them as absent
+    and answer wrongly, or write keys the migration then collides with. Until the slot's
+    migration ends (MOVED), such a call is not applied (docs/faults.md).
+    """
+    if got.lost is not None:
+        return None
+    found: set[tuple[str, int]] = set()
+    for command, reply in zip(batch.commands, got.replies, strict=False):
+        if command[0] not in _KEYED:
+            continue
+        if getattr(reply, "code", "") != "MOVED":
+            return None
+        host, _, port = str(getattr(reply, "message", "")).split(" ")[-1].rpartition(":")
+        if not host or not port.isdigit():
+            return None
+        found.add((host, int(port)))
+    return found.pop() if len(found) == 1 else None
 
 
 def pack(conn: Any, commands: tuple[tuple[bytes | int, ...], ...]) -> list[bytes]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -31,11 +32,28 @@ def missing(reason: str) -> None:
     pytest.skip(reason)
 
 
+def _ephemeral() -> tuple[int, int]:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
+
+
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+    """A free loopback port below the kernel's ephemeral range: a server killed and started
+    again on its port (the crash tests) must not find it taken by some client socket's
+    ephemeral port meanwhile. Random, so that parallel test workers rarely pick the same."""
+    low, _ = _ephemeral()
+    rng = random.Random()
+    while True:
+        port = rng.randrange(10_000, max(low, 11_000))
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
 
 
 def on_path(name: str) -> str | None:
@@ -190,11 +208,14 @@ def replica_pair(binary: str | None, name: str, folder: Path,
 
 
 def cluster_ports(count: int) -> list[int]:
-    """Free ports whose cluster bus ports (port + 10000) are free too."""
+    """Free ports whose cluster bus ports (port + 10000) are free too, both below the
+    ephemeral range (see :func:`free_port`)."""
+    low, _ = _ephemeral()
+    limit = low if low > 21_000 else 65_536  # a range starting low leaves no room below
     ports: list[int] = []
     while len(ports) < count:
         port = free_port()
-        if port + 10000 < 65536 and port not in ports:
+        if port + 10000 < limit and port not in ports:
             with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
                 try:
                     s.bind(("127.0.0.1", port + 10000))
@@ -204,8 +225,11 @@ def cluster_ports(count: int) -> list[int]:
     return ports
 
 
-def start_cluster(binary: str | None, folder: Path, nodes: int = 3) -> list[Server]:
-    """A Redis Cluster of ``nodes`` primaries on loopback, every slot assigned and ok."""
+def start_cluster(binary: str | None, folder: Path, nodes: int = 3,
+                  replicas: int = 0) -> list[Server]:
+    """A Redis Cluster of ``nodes`` primaries on loopback, every slot assigned and ok; with
+    ``replicas``, that many replicas of each primary too, in sync (the servers after the
+    primaries in the list)."""
     if binary is None:
         missing("no redis-server binary on this machine")
     assert binary is not None
@@ -216,17 +240,50 @@ def start_cluster(binary: str | None, folder: Path, nodes: int = 3) -> list[Serv
     servers = [Server(binary, folder / str(port),
                       (*EPHEMERAL, "--cluster-enabled", "yes", "--cluster-config-file",
                        "nodes.conf", "--cluster-node-timeout", "2000"), port).start()
-               for port in cluster_ports(nodes)]
+               for port in cluster_ports(nodes * (1 + replicas))]
     subprocess.run([cli, "--cluster", "create", *[f"127.0.0.1:{s.port}" for s in servers],
-                    "--cluster-replicas", "0", "--cluster-yes"],
+                    "--cluster-replicas", str(replicas), "--cluster-yes"],
                    check=True, capture_output=True, timeout=60)
     deadline = time.monotonic() + 30
-    while not all(b"cluster_state:ok" in s.client().execute_command("CLUSTER", "INFO")
-                  for s in servers):
+
+    def ready(server: Server) -> bool:
+        client = server.client()
+        if b"cluster_state:ok" not in client.execute_command("CLUSTER", "INFO"):
+            return False
+        info = client.info("replication")
+        return info["role"] == "master" or info.get("master_link_status") == "up"
+
+    while not all(ready(s) for s in servers):
         if time.monotonic() > deadline:
             raise RuntimeError("the cluster did not reach cluster_state:ok")
         time.sleep(0.1)
+    # redis-cli makes the first `nodes` servers the primaries: list them first.
+    servers.sort(key=lambda s: s.client().info("replication")["role"] != "master")
     return servers
+
+
+def node_id(server: Server) -> str:
+    return str(server.client().execute_command("CLUSTER", "MYID"), "ascii")
+
+
+def start_migration(cluster: list[Server], slot: int, owner: Any) -> tuple[Server, Server]:
+    """Mark ``slot`` migrating from its owner to another node (no key moved yet)."""
+    source = next(s for s in cluster if s.port == owner.port)
+    target = next(s for s in cluster if s.port != owner.port)
+    target.client().execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", node_id(source))
+    source.client().execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", node_id(target))
+    return source, target
+
+
+def migrate_keys(source: Server, target: Server, keys: list[bytes]) -> None:
+    if keys:
+        source.client().execute_command("MIGRATE", "127.0.0.1", target.port, "", 0, 5000,
+                                        "KEYS", *keys)
+
+
+def finish_migration(cluster: list[Server], slot: int, target: Server) -> None:
+    for server in cluster:
+        server.client().execute_command("CLUSTER", "SETSLOT", slot, "NODE", node_id(target))
 
 
 def unique_namespace(prefix: str = "rstest") -> str:

@@ -367,3 +367,26 @@ def test_a_hung_server_costs_one_deadline_per_async_call(
     elapsed, error = asyncio.run(main())
     assert elapsed < 0.3 + 0.5, elapsed  # one deadline, with room for a loaded machine
     assert "deadline" in error.reason
+
+
+# ---------------------------------------------------------------------------- cluster redirects
+
+
+def test_a_batch_is_sent_to_the_new_owner_only_when_every_script_was_moved_there() -> None:
+    from redisstore.protocol import Batch
+    from redisstore.wire import moved_to
+
+    script = (b"EVALSHA", b"0" * 40, 1, b"{ns}:meta")
+    batch = Batch((script, script, (b"WAIT", 1, 100)), write=True, keys=("{ns}:meta",))
+    moved = ErrorReply("MOVED", "12 127.0.0.1:7001")
+    waited = Reply(1)  # WAIT names no key: the old node ran it, harmlessly
+    assert moved_to(batch, Exchange((moved, moved, waited))) == ("127.0.0.1", 7001)
+    # One script ran: sending the batch again would run it twice.
+    assert moved_to(batch, Exchange((moved, Reply([0]), waited))) is None
+    # ASK: the slot is migrating, the namespace's keys split between two nodes.
+    asked = ErrorReply("ASK", "12 127.0.0.1:7001")
+    assert moved_to(batch, Exchange((asked, asked, waited))) is None
+    assert moved_to(batch, Exchange((moved, ErrorReply("MOVED", "12 127.0.0.1:7002"),
+                                     waited))) is None
+    assert moved_to(batch, Exchange((moved,), Lost(True, "cut"))) is None
+    assert moved_to(batch, Exchange((ErrorReply("MOVED", "garbled"),) * 2 + (waited,))) is None
