@@ -293,6 +293,56 @@ def _ask(call: Callable[[], Any]) -> tuple[Any, str | None]:
         return None, f"{type(exc).__name__}: {exc}"
 
 
+#: Clocks of a cluster's primaries further apart than this are worth a warning: leases of
+#: namespaces on different nodes are judged by different clocks.
+MAX_SKEW_MS = 50
+
+
+def _primary_clocks(client: Any) -> list[tuple[str, float, float]]:
+    """``(node, offset ms, round trip ms)`` of each primary of the cluster ``client`` is a
+    node of: its ``TIME`` minus this machine's clock at the middle of the exchange."""
+    source = client.connection_pool  # each node's connection made like the client's own
+    primaries = sorted({(p[0].decode() if isinstance(p[0], bytes) else str(p[0]), int(p[1]))
+                        for _start, _end, p, *_ in client.execute_command("CLUSTER", "SLOTS")})
+    samples = []
+    for host, port in primaries:
+        conn = source.connection_class(**{**source.connection_kwargs,
+                                          "host": host or source.connection_kwargs.get("host"),
+                                          "port": port})
+        try:
+            best: tuple[float, float] | None = None
+            for _ in range(5):  # the exchange with the shortest round trip says most
+                sent = time.time()
+                conn.send_command("TIME")
+                seconds, micros = (int(x) for x in conn.read_response())
+                came = time.time()
+                offset = (seconds + micros / 1e6 - (sent + came) / 2) * 1000
+                if best is None or (came - sent) * 1000 < best[1]:
+                    best = (offset, (came - sent) * 1000)
+            assert best is not None
+            samples.append((f"{host}:{port}", *best))
+        finally:
+            conn.disconnect()
+    return samples
+
+
+def clock_skew(samples: list[tuple[str, float, float]]) -> Finding:
+    """The finding for the primaries' clocks (``(node, offset ms, round trip ms)`` each):
+    how far apart they are, give or take half the longest round trip."""
+    if len(samples) < 2:
+        return ("ok", "one primary: one clock judges every lease", "")
+    offsets = [offset for _, offset, _ in samples]
+    skew = max(offsets) - min(offsets)
+    slack = max(rtt for _, _, rtt in samples) / 2
+    apart = (f"the {len(samples)} primaries' clocks are {skew:.1f} ms apart "
+             f"(± {slack:.1f} ms)")
+    if skew - slack > MAX_SKEW_MS:
+        return ("warn", f"{apart}: each namespace's leases are judged by its own node's "
+                "clock, so times read from namespaces on different nodes disagree by that "
+                "much", "run NTP (chrony) on every node")
+    return ("ok", apart, "")
+
+
 def _doctor(url: str | None, namespace: str, as_json: bool, out: Any) -> int:
     client = _client(url)
     try:  # nothing listening, a wrong password: one line and exit 2, not findings
@@ -360,9 +410,18 @@ def _doctor(url: str | None, namespace: str, as_json: bool, out: Any) -> int:
                       "allow TIME in scripts (grant +time; some managed services forbid it)"))
     else:
         found.append(("ok", "TIME works inside scripts", ""))
-    if info.get("cluster_enabled") in (1, "1"):
+    on_cluster = info.get("cluster_enabled") in (1, "1")
+    if on_cluster:
         found.append(("ok", "cluster mode: use redis.cluster.RedisCluster; a namespace lives "
                       "in one slot", ""))
+        samples, problem = _ask(lambda: _primary_clocks(client))
+        found.append(clock_skew(samples) if samples is not None else (
+            "warn", f"the primaries' clocks cannot be read ({problem})",
+            "run doctor as a user with +cluster|slots and +time"))
+        from redis.cluster import RedisCluster
+
+        assert url is not None  # fakeredis is never a cluster
+        client = RedisCluster.from_url(url)  # the namespace's calls go to its slot's node
     store = RedisRunStore(client, namespace=namespace)
     clock, failed = _ask(store.now)
     if clock is None:

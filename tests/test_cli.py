@@ -217,3 +217,13 @@ def test_credentials_are_hidden_as_tokens_and_words_stay_whole(user: str, passwo
 def test_doctor_on_a_closed_port_is_one_line_and_exit_2(monkeypatch: pytest.MonkeyPatch) -> None:
     code, out = run(["doctor", "--url", "redis://127.0.0.1:1/0"], monkeypatch)
     assert code == 2 and out.count("\n") == 1 and "doctor failed" in out
+
+
+def test_clock_skew_warns_past_50_ms_beyond_the_round_trips() -> None:
+    assert cli.clock_skew([("a", 3.0, 0.2)])[0] == "ok"
+    close = cli.clock_skew([("a", 3.0, 0.4), ("b", 12.0, 0.2), ("c", -1.0, 0.3)])
+    assert close[0] == "ok" and "13.0 ms apart" in close[1]
+    far = cli.clock_skew([("a", 0.0, 0.4), ("b", 80.0, 0.2)])
+    assert far[0] == "warn" and "80.0 ms apart" in far[1] and "NTP" in far[2]
+    # 60 ms apart, but a 30 ms round trip leaves it unsure by 15: no warning.
+    assert cli.clock_skew([("a", 0.0, 30.0), ("b", 60.0, 0.2)])[0] == "ok"

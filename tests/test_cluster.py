@@ -275,3 +275,18 @@ def test_a_blocked_claim_follows_its_slot_to_another_node(
     assert blocked.get() == ["run"]
     assert blocked.returned - since < SLACK + 1.0  # the server's tick redirects the waker
     assert target.client().exists(Keyspace(namespace).run("run")) == 1
+
+
+def test_doctor_on_a_cluster_node_checks_the_namespace_on_its_slot_and_the_clocks(
+        cluster: list[Server], capsys: pytest.CaptureFixture[str]) -> None:
+    from redisstore import cli
+
+    namespace = unique_namespace("doctor")
+    # Whichever node the URL names, the namespace's calls go to its slot's node.
+    for server in cluster:
+        code = cli.main(["doctor", "--url", f"redis://127.0.0.1:{server.port}/0",
+                         "--namespace", namespace])
+        out = capsys.readouterr().out
+        assert code == 0, out
+        assert f"namespace '{namespace}': the store runs" in out
+        assert "the 3 primaries' clocks are" in out, out
