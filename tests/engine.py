@@ -10,7 +10,7 @@ import random
 import time
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from redisstore import (
     AsyncRedisRunStore,
@@ -25,6 +25,9 @@ from redisstore import (
     confirm_write,
 )
 from redisstore.runs import Claim
+
+if TYPE_CHECKING:
+    from history import Final
 
 TTL = 1500  # ms: short enough that abandoned and orphaned leases expire in a test
 
@@ -179,3 +182,30 @@ class OnLoop:
             return asyncio.run_coroutine_threadsafe(method(*args, **kwargs),
                                                     self._loop).result()
         return call
+
+
+def seed(store: RedisRunStore, runs: list[str]) -> list[str]:
+    """Insert each run free, with a first record the engines chain theirs to; the log lines
+    that say so (process ``setup``)."""
+    lines = []
+    for i, run in enumerate(runs):
+        token = f"seed-{run}"
+        store.insert(run, make_record(token, None, "setup", 0), Release())
+        lines.append(json.dumps({"proc": "setup", "seq": i, "op": "insert", "outcome": "ok",
+                                 "run": run, "lease": "release", "token": token}))
+    return lines
+
+
+def final_state(store: RedisRunStore, runs: list[str]) -> dict[str, Final]:
+    """Each run's state at the end, as :func:`history.check` takes it."""
+    from history import Final
+
+    final = {}
+    for run in runs:
+        current = store.get(run)
+        holder = current.holder
+        final[run] = Final(current.revision, token_of(current.record),
+                           holder.owner if isinstance(holder, Held) else None,
+                           isinstance(holder, Held) and holder.live)
+    return final
+

@@ -23,8 +23,8 @@ from typing import Any
 
 import pytest
 import redis.asyncio
-from engine import OnLoop, Worker, make_record, token_of
-from history import Final, check, load
+from engine import OnLoop, Worker, final_state, seed
+from history import check, load
 from redis.cluster import RedisCluster
 from servers import (
     Server,
@@ -36,7 +36,7 @@ from servers import (
     unique_namespace,
 )
 
-from redisstore import AsyncRedisRunStore, Held, RedisRunStore, Release
+from redisstore import AsyncRedisRunStore, RedisRunStore
 from redisstore.discovery import json_wait
 from redisstore.keys import Keyspace
 
@@ -92,12 +92,7 @@ def test_resharding_under_load_loses_nothing_acknowledged(cluster: list[Server],
     setup = RedisRunStore(client, namespace=namespace, discover=json_wait)
     setup.migrate()
     runs = [f"run-{i:02d}" for i in range(RUNS)]
-    lines: list[str] = []
-    for i, run in enumerate(runs):
-        token = f"seed-{run}"
-        setup.insert(run, make_record(token, None, "setup", 0), Release())
-        lines.append(json.dumps({"proc": "setup", "seq": i, "op": "insert", "outcome": "ok",
-                                 "run": run, "lease": "release", "token": token}))
+    lines = seed(setup, runs)
     deadline = time.monotonic() + SECONDS
     rng = random.Random(os.environ.get("REDISSTORE_RESHARD_SEED", "reshard"))
     logs: list[Path] = []
@@ -144,13 +139,7 @@ def test_resharding_under_load_loses_nothing_acknowledged(cluster: list[Server],
     asyncio.run_coroutine_threadsafe(aclient.aclose(), loop).result(10)
     loop.call_soon_threadsafe(loop.stop)
 
-    final: dict[str, Final] = {}
-    for run in runs:
-        current = setup.get(run)
-        holder = current.holder
-        final[run] = Final(current.revision, token_of(current.record),
-                           holder.owner if isinstance(holder, Held) else None,
-                           isinstance(holder, Held) and holder.live)
+    final = final_state(setup, runs)
     for path in logs:
         lines += path.read_text().splitlines()
     events = load(lines)

@@ -12,7 +12,6 @@ the load runs (default 20 s per server, about 25-30 s each in all);
 from __future__ import annotations
 
 import asyncio
-import json
 import multiprocessing
 import os
 import random
@@ -27,16 +26,14 @@ from typing import Any
 import pytest
 import redis
 import redis.asyncio
-from engine import TTL, OnLoop, Worker, make_record, token_of
+from engine import TTL, OnLoop, Worker, final_state, seed
 from faultproxy import FaultProxy
 from history import Event, Final, check, load
 from servers import Server, redis_binary, start, unique_namespace, valkey_binary
 
 from redisstore import (
     AsyncRedisRunStore,
-    Held,
     RedisRunStore,
-    Release,
 )
 from redisstore.discovery import json_wait
 
@@ -142,13 +139,7 @@ def test_torture_history_is_linearizable_enough(durable_server: Server,
     namespace = unique_namespace("torture")
     setup = RedisRunStore(durable_server.client(), namespace=namespace, discover=json_wait)
     runs = [f"run-{i:02d}" for i in range(RUNS)]
-    setup_lines: list[str] = []
-    for i, run in enumerate(runs):
-        token = f"seed-{run}"
-        setup.insert(run, make_record(token, None, "setup", 0), Release())
-        setup_lines.append(json.dumps({"proc": "setup", "seq": i, "op": "insert",
-                                       "outcome": "ok", "run": run, "lease": "release",
-                                       "token": token}))
+    setup_lines = seed(setup, runs)
     rng = random.Random(os.environ.get("REDISSTORE_TORTURE_SEED", "torture"))
     with FaultProxy(durable_server.port) as proxy:
         faults = Faults(proxy, durable_server, rng)
@@ -174,13 +165,7 @@ def test_torture_history_is_linearizable_enough(durable_server: Server,
         dropped, cut = proxy.replies_dropped, proxy.connections_cut
         elapsed = time.monotonic() - began
 
-    final: dict[str, Final] = {}
-    for run in runs:
-        current = setup.get(run)
-        holder = current.holder
-        final[run] = Final(current.revision, token_of(current.record),
-                           holder.owner if isinstance(holder, Held) else None,
-                           isinstance(holder, Held) and holder.live)
+    final = final_state(setup, runs)
     lines = list(setup_lines)
     for path in logs:
         lines += path.read_text().splitlines()
