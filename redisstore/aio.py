@@ -48,6 +48,7 @@ from .runs import (
 from .wakeups import LoopDriver, Wakeups, check_block
 from .wire import (
     MAX_REDIRECTS,
+    RELEARNING,
     Connections,
     check_client,
     describe,
@@ -508,46 +509,43 @@ class AsyncTransport:
         except Exception as exc:
             return no_node(exc)
         got = await mux_for(source).exchange(batch, deadline, self.timeout)
+        tried = {node.name}
         for _ in range(MAX_REDIRECTS):
             where = moved_to(batch, got)
             if where is None:
                 break
             # No script ran: the slot has a new owner (see Transport._send).
             try:
-                await self.client.nodes_manager.initialize()
                 node = self.client.get_node(host=where[0], port=where[1])
+                if node is None or node.name in tried:
+                    break
+                tried.add(node.name)
                 mux = mux_for(node_source(self.client, node))
             except Exception:
                 break
             got = await mux.exchange(batch, deadline, self.timeout)
-        if slot_moved(got):
-            # Still redirected, ASK, or only some scripts were: nothing of those ran. Learn
-            # the layout again so the caller's next call goes to the right node.
-            with contextlib.suppress(Exception):
-                await self.client.nodes_manager.initialize()
-        elif got.lost is not None:
-            _relearn_later(self.client)  # see redisstore.transport.relearn_later
+        if len(tried) > 1 or slot_moved(got) or got.lost is not None:
+            _relearn_later(self.client, max(self.timeout / 1000, 1.0))
         return got
 
 
-_RELEARNING: set[int] = set()
 _RELEARN_TASKS: set[asyncio.Task[None]] = set()
 
 
-def _relearn_later(client: Any) -> None:
-    """Have the asyncio cluster ``client`` learn its slot map again in a task of its own,
-    once at a time per client (the node a call lost may have failed over)."""
-    if id(client) in _RELEARNING:
+def _relearn_later(client: Any, stale: float) -> None:
+    """Have the asyncio cluster ``client`` learn its slot map again in a task of its own
+    (see :func:`redisstore.transport.relearn_later`)."""
+    token = RELEARNING.begin(client, stale)
+    if token is None:
         return
-    _RELEARNING.add(id(client))
 
     async def relearn() -> None:
         try:
             await client.nodes_manager.initialize()
-        except Exception:  # the next failed call tries again
+        except Exception:  # the next call that needs it tries again
             pass
         finally:
-            _RELEARNING.discard(id(client))
+            RELEARNING.end(client, token)
 
     task = asyncio.get_running_loop().create_task(relearn())
     _RELEARN_TASKS.add(task)

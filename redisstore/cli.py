@@ -411,6 +411,10 @@ def _doctor(url: str | None, namespace: str, as_json: bool, out: Any) -> int:
     else:
         found.append(("ok", "TIME works inside scripts", ""))
     on_cluster = info.get("cluster_enabled") in (1, "1")
+    if not info:  # INFO denied: CLUSTER INFO may still say
+        state, _ = _ask(lambda: client.execute_command("CLUSTER", "INFO"))
+        on_cluster = bool(state) and "cluster_state" in str(state)
+    cluster_client = None
     if on_cluster:
         found.append(("ok", "cluster mode: use redis.cluster.RedisCluster; a namespace lives "
                       "in one slot", ""))
@@ -421,7 +425,14 @@ def _doctor(url: str | None, namespace: str, as_json: bool, out: Any) -> int:
         from redis.cluster import RedisCluster
 
         assert url is not None  # fakeredis is never a cluster
-        client = RedisCluster.from_url(url)  # the namespace's calls go to its slot's node
+        # The namespace's calls go to its slot's node, whichever node the URL names.
+        cluster_client, problem = _ask(lambda: RedisCluster.from_url(url))
+        if cluster_client is None:
+            found.append(("warn", f"no cluster client can be made ({problem}): the namespace "
+                          "is checked on this node alone", "run doctor as a user with "
+                          "+cluster|slots, or with the URL of the namespace's node"))
+        else:
+            client = cluster_client
     store = RedisRunStore(client, namespace=namespace)
     clock, failed = _ask(store.now)
     if clock is None:
@@ -435,6 +446,8 @@ def _doctor(url: str | None, namespace: str, as_json: bool, out: Any) -> int:
                       "store.migrate() once every node runs this version (half the memory "
                       "per run; delete and poison runs need it)"))
     store.close()
+    if cluster_client is not None:
+        cluster_client.close()
     if as_json:
         print(json.dumps([{"severity": sev, "finding": what, "fix": fix}
                           for sev, what, fix in found], indent=2), file=out)

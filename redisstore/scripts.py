@@ -354,7 +354,9 @@ def parse_lib(name: str, text: str, generated: tuple[type[IntEnum], ...] = (),
                 f"generates from {enum.__name__}: delete it (the names are defined once, in "
                 "Python)")
             continue
-        frags.append(Fragment(defined, source, line, file, names(source, line)))
+        frag = Fragment(defined, source, line, file, names(source, line))
+        problems += _unhoistable(frag, def_line)
+        frags.append(frag)
     frags[:0] = [_generated(enum) for enum in generated]
     inherited = base.fragments if base is not None else ()
     defines: dict[str, Fragment] = dict(base.defines) if base is not None else {}
@@ -483,12 +485,30 @@ def check(name: str, text: str, lib: Lib) -> list[str]:
     return problems
 
 
-#: Lua 5.1's LUAI_MAXUPVALUES: a function may use at most this many locals of the functions
-#: around it (the servers' Lua is 5.1; 5.4, fakeredis' other choice, allows 255).
-MAX_UPVALUES = 60
-
 # A fragment's definition line: `local function NAME` or `local A, B =`.
 _DEFINITION = re.compile(r"^((?:--[^\n]*\n)*)local (?:function ([A-Za-z_]\w*)|(?=[A-Za-z_]))")
+
+
+_BARE = re.compile(r"^local [A-Za-z_]\w*(?:, *[A-Za-z_]\w*)*[ \t]*(?:--[^\n]*)?$", re.M)
+
+
+def _unhoistable(frag: Fragment, def_line: int) -> list[str]:
+    """What keeps ``frag`` from being sent as :func:`_hoisted` sends it: a definition without
+    a value, or a value that reads a name the fragment defines on its own first line (the
+    global it means, ``local tostring = tostring``, is the lib's own nil local once the
+    names are declared ahead)."""
+    if frag.source.split("\n")[def_line - frag.line].startswith("local function "):
+        return []
+    head = frag.source.split("\n")[def_line - frag.line]
+    if _BARE.match(head):
+        return [f"{frag.file}:{def_line}: `{head.strip()}` declares without a value: give "
+                "it one (`= nil`, `= false`)"]
+    own = [n for n in frag.names if frag.scan.used.get(n) == def_line]
+    if own:
+        return [f"{frag.file}:{def_line}: {frag.names[0]}'s value reads {', '.join(own)}, a "
+                "name it defines: scripts declare every lib name before the fragments, so "
+                "that reads the lib's own local, not the global; name it apart"]
+    return []
 
 
 def _assigned(frag: Fragment) -> str:

@@ -28,6 +28,7 @@ from .outcomes import Exchange, Lost, Reply
 from .protocol import Batch, Driver, Durability, Machine, Operation
 from .wire import (
     MAX_REDIRECTS,
+    RELEARNING,
     Connections,
     check_client,
     describe,
@@ -36,6 +37,7 @@ from .wire import (
     moved_to,
     never_evicts,
     no_node,
+    node_client,
     pack,
     slot_moved,
 )
@@ -206,29 +208,27 @@ def _stale(conn: Any) -> bool:
         return True
 
 
-_RELEARNING: set[int] = set()
-_RELEARNING_LOCK = threading.Lock()
-
-
-def relearn_later(client: Any) -> None:
-    """Have the cluster ``client`` learn its slot map again on a thread of its own, once at
-    a time per client: a call that lost its node must not wait past its deadline for the
-    other nodes (one of which may hang too)."""
-    with _RELEARNING_LOCK:
-        if id(client) in _RELEARNING:
-            return
-        _RELEARNING.add(id(client))
+def relearn_later(client: Any, stale: float) -> None:
+    """Have the cluster ``client`` learn its slot map again on a thread of its own (see
+    :class:`~redisstore.wire.Relearning`): a call must not wait past its deadline for the
+    nodes the client asks, one of which may hang."""
+    token = RELEARNING.begin(client, stale)
+    if token is None:
+        return
 
     def relearn() -> None:
         try:
             client.nodes_manager.initialize()
-        except Exception:  # the next failed call tries again
+        except Exception:  # the next call that needs it tries again
             pass
         finally:
-            with _RELEARNING_LOCK:
-                _RELEARNING.discard(id(client))
+            RELEARNING.end(client, token)
 
-    threading.Thread(target=relearn, name="redisstore-cluster-relearn", daemon=True).start()
+    try:
+        threading.Thread(target=relearn, name="redisstore-cluster-relearn",
+                         daemon=True).start()
+    except RuntimeError:  # no new thread (the interpreter is shutting down)
+        RELEARNING.end(client, token)
 
 
 class Transport:
@@ -284,34 +284,33 @@ class Transport:
         # RedisCluster: every key of a namespace is in one slot; talk to its node.
         try:
             node = self.client.get_node_from_key(batch.keys[0] if batch.keys else "")
-            pool = pool_for(self.client.get_redis_connection(node).connection_pool)
+            pool = pool_for(node_client(self.client, node).connection_pool)
             self._used.add(pool)
         except Exception as exc:
             return no_node(exc)
         got = self.exchange(pool, batch, deadline)
+        tried = {node.name}
         for _ in range(MAX_REDIRECTS):
             where = moved_to(batch, got)
             if where is None:
                 break
-            # No script ran: the slot has a new owner. Learn the layout (for the next calls
-            # too) and send the batch there.
+            # No script ran: the slot has a new owner; send the batch there, once per node
+            # (two nodes that each name the other are mid-way through a SETSLOT).
             try:
-                self.client.nodes_manager.initialize()
                 node = self.client.get_node(host=where[0], port=where[1])
-                pool = pool_for(self.client.get_redis_connection(node).connection_pool)
+                if node is None or node.name in tried:
+                    break
+                tried.add(node.name)
+                pool = pool_for(node_client(self.client, node).connection_pool)
                 self._used.add(pool)
             except Exception:
                 break
             got = self.exchange(pool, batch, deadline)
-        if slot_moved(got):
-            # Still redirected, ASK, or only some scripts were: nothing of those ran. Learn
-            # the layout again so the caller's next call goes to the right node.
-            with contextlib.suppress(Exception):
-                self.client.nodes_manager.initialize()
-        elif got.lost is not None:
-            # The node may have failed and a replica taken its slots: the next call should
-            # find the new primary. Learnt in the background, past this call's deadline.
-            relearn_later(self.client)
+        if len(tried) > 1 or slot_moved(got) or got.lost is not None:
+            # The slot moved (followed or not), or the node may have failed and a replica
+            # taken its slots: the next calls should go to the slot's node now. Learnt in
+            # the background: this call keeps its deadline.
+            relearn_later(self.client, max(self.timeout / 1000, 1.0))
         return got
 
     def exchange(self, pool: Pool, batch: Batch, deadline: float) -> Exchange:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import inspect
 import os
+import threading
+import time
 import weakref
 from typing import Any
 
@@ -100,6 +102,45 @@ def moved_to(batch: Batch, got: Exchange) -> tuple[str, int] | None:
             return None
         found.add((host, int(port)))
     return found.pop() if len(found) == 1 else None
+
+
+class Relearning:
+    """The cluster clients learning their slot map again, and since when: one relearn at a
+    time per client, and another once that one has run past ``stale`` seconds (a relearn
+    stuck on a frozen node, whose client has no socket timeout, must not keep the client on
+    a dead map for good). Shared by the sync and asyncio shells."""
+
+    def __init__(self) -> None:
+        self._since: dict[int, tuple[float, object]] = {}
+        self._lock = threading.Lock()
+
+    def begin(self, client: Any, stale: float) -> object | None:
+        """A token for a relearn of ``client`` to start now, or None: one is under way."""
+        now = time.monotonic()
+        with self._lock:
+            started = self._since.get(id(client))
+            if started is not None and now - started[0] < stale:
+                return None
+            token = object()
+            self._since[id(client)] = (now, token)
+            return token
+
+    def end(self, client: Any, token: object) -> None:
+        """The relearn of ``token`` is over (a later one, started while it was stuck, stays)."""
+        with self._lock:
+            started = self._since.get(id(client))
+            if started is not None and started[1] is token:
+                del self._since[id(client)]
+
+
+RELEARNING = Relearning()
+
+
+def node_client(client: Any, node: Any) -> Any:
+    """The client of one node of a sync cluster client (redis-py's ``get_redis_connection``,
+    valkey-py's ``get_valkey_connection``)."""
+    get = getattr(client, "get_redis_connection", None) or client.get_valkey_connection
+    return get(node)
 
 
 def pack(conn: Any, commands: tuple[tuple[bytes | int, ...], ...]) -> list[bytes]:

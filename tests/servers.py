@@ -45,9 +45,14 @@ def free_port() -> int:
     again on its port (the crash tests) must not find it taken by some client socket's
     ephemeral port meanwhile. Random, so that parallel test workers rarely pick the same."""
     low, _ = _ephemeral()
+    if low < 20_000:  # no room below the range: any free port the kernel gives
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            given: int = s.getsockname()[1]
+            return given
     rng = random.Random()
     while True:
-        port = rng.randrange(10_000, max(low, 11_000))
+        port = rng.randrange(10_000, low)
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             try:
                 s.bind(("127.0.0.1", port))
@@ -267,9 +272,11 @@ def node_id(server: Server) -> str:
 
 
 def start_migration(cluster: list[Server], slot: int, owner: Any) -> tuple[Server, Server]:
-    """Mark ``slot`` migrating from its owner to another node (no key moved yet)."""
-    source = next(s for s in cluster if s.port == owner.port)
-    target = next(s for s in cluster if s.port != owner.port)
+    """Mark ``slot`` migrating from its owner to the next primary in ``cluster``'s order (no
+    key moved yet): the source and the target."""
+    primaries = [s for s in cluster if s.client().info("replication")["role"] == "master"]
+    at = next(i for i, s in enumerate(primaries) if s.port == owner.port)
+    source, target = primaries[at], primaries[(at + 1) % len(primaries)]
     target.client().execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", node_id(source))
     source.client().execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", node_id(target))
     return source, target
@@ -282,7 +289,9 @@ def migrate_keys(source: Server, target: Server, keys: list[bytes]) -> None:
 
 
 def finish_migration(cluster: list[Server], slot: int, target: Server) -> None:
-    for server in cluster:
+    """Give ``slot`` to ``target``: the target first, then the others (as redis-cli does,
+    so that no two nodes each name the other as the owner meanwhile)."""
+    for server in sorted(cluster, key=lambda s: s.port != target.port):
         server.client().execute_command("CLUSTER", "SETSLOT", slot, "NODE", node_id(target))
 
 

@@ -139,8 +139,12 @@ def test_a_moved_slot_is_followed_within_the_call(
     # MOVED: nothing ran on the old owner, so the call goes to the new one, once.
     assert store.insert("run", b"r1", Claim("me", 60_000)) == 1
     assert target.client().exists(Keyspace(namespace).run("run")) == 1
-    assert store.get("run").revision == 1  # and the client has learnt the new layout
-    assert cluster_client.get_node_from_key(Keyspace(namespace).leases).port == target.port
+    assert store.get("run").revision == 1
+    # The client learns the new layout in the background (the call kept its deadline).
+    deadline = time.monotonic() + 5
+    while cluster_client.get_node_from_key(Keyspace(namespace).leases).port != target.port:
+        assert time.monotonic() < deadline, "the client never learnt the slot's new node"
+        time.sleep(0.05)
 
 
 def test_an_async_store_follows_a_moved_slot_as_the_sync_one(
@@ -290,3 +294,58 @@ def test_doctor_on_a_cluster_node_checks_the_namespace_on_its_slot_and_the_clock
         assert code == 0, out
         assert f"namespace '{namespace}': the store runs" in out
         assert "the 3 primaries' clocks are" in out, out
+
+
+def test_valkey_py_cluster_clients_serve_a_store(cluster: list[Server]) -> None:
+    """valkey-py's ValkeyCluster (sync: it names its node clients get_valkey_connection) and
+    its asyncio one, on the same cluster."""
+    from valkey.asyncio import ValkeyCluster as AsyncValkeyCluster
+    from valkey.cluster import ValkeyCluster
+
+    sync_client = ValkeyCluster(host="127.0.0.1", port=cluster[0].port)
+    store = RedisRunStore(sync_client, namespace=unique_namespace("valkey-py"))
+    assert store.insert("run", b"r1", Claim("me", 60_000)) == 1
+    store.compare_and_set("run", 1, b"r2", Hold("me"))
+    assert store.get("run").record == b"r2"
+    assert store.renew("me", ["run"], 60_000) == ["run"]
+
+    async def main() -> bytes:
+        client = AsyncValkeyCluster(host="127.0.0.1", port=cluster[0].port)
+        try:
+            astore = AsyncRedisRunStore(client, namespace=unique_namespace("valkey-py"))
+            assert await astore.insert("run", b"a1", Claim("me", 60_000)) == 1
+            record = (await astore.get("run")).record
+            await astore.aclose()
+            return record
+        finally:
+            await client.aclose()
+
+    assert asyncio.run(main()) == b"a1"
+
+
+def test_two_nodes_naming_each_other_mid_setslot_are_each_tried_once(
+        cluster: list[Server], cluster_client: RedisCluster) -> None:
+    """The old owner was told the slot is the target's before the target was: the old
+    owner answers MOVED to the target, the target (still importing) MOVED back. The call
+    tries each node once and is not applied; once the target knows, it goes there."""
+    from servers import node_id
+
+    namespace, slot, owner = movable_namespace(cluster_client)
+    store = RedisRunStore(cluster_client, namespace=namespace)
+    store.insert("run", b"r1", Claim("me", 60_000))
+    source, target = start_migration(cluster, slot, owner)
+    keys = source.client().execute_command("CLUSTER", "GETKEYSINSLOT", slot, 1000)
+    migrate_keys(source, target, list(keys))
+    source.client().execute_command("CLUSTER", "SETSLOT", slot, "NODE", node_id(target))
+    def evalsha(server: Server) -> int:  # run or turned away (MOVED counts as rejected)
+        stats = server.client().info("commandstats").get("cmdstat_evalsha", {})
+        return int(stats.get("calls", 0)) + int(stats.get("rejected_calls", 0))
+
+    before = {s.port: evalsha(s) for s in (source, target)}
+    with pytest.raises(Unavailable) as caught:
+        store.get("run")
+    assert caught.value.outcome == "not_applied" and "MOVED" in caught.value.reason
+    sent = {s.port: evalsha(s) - before[s.port] for s in (source, target)}
+    assert sent == {source.port: 1, target.port: 1}, sent
+    finish_migration(cluster, slot, target)
+    assert store.get("run").record == b"r1"

@@ -186,6 +186,13 @@ def test_every_problem_of_every_script_is_reported_at_once(tmp_path: Path) -> No
     (LIB + "\nlocal function d()\n  return e()\nend\n",
      r"_t\.lua:17: d uses e, which neither _t\.lua nor Lua defines"),
     (LIB + "\nlocal function a()\nend\n", r"_t\.lua:16: defines a again \(first at _t\.lua:5"),
+    # Sent with every lib name declared ahead, these would read the lib's own nil local.
+    (LIB + "\nlocal tostring = tostring\n",
+     r"_t\.lua:16: tostring's value reads tostring, a name it defines"),
+    (LIB + "\nlocal unpack = unpack or table.unpack\n",
+     r"_t\.lua:16: unpack's value reads unpack"),
+    (LIB + "\nlocal CACHE  -- filled later\n", r"_t\.lua:16: `local CACHE  -- filled later` "
+     r"declares without a value"),
 ])
 def test_the_loader_refuses_a_lib_that_cannot_work(tmp_path: Path, lib: str,
                                                    expected: str) -> None:
