@@ -487,8 +487,7 @@ def check(name: str, text: str, lib: Lib) -> list[str]:
 
 # A fragment's definition line: `local function NAME` or `local A, B =`.
 _DEFINITION = re.compile(r"^((?:--[^\n]*\n)*)local (?:function ([A-Za-z_]\w*)|(?=[A-Za-z_]))")
-
-
+# A definition line without a value: `local A, B` (and maybe a comment).
 _BARE = re.compile(r"^local [A-Za-z_]\w*(?:, *[A-Za-z_]\w*)*[ \t]*(?:--[^\n]*)?$", re.M)
 
 
@@ -497,9 +496,9 @@ def _unhoistable(frag: Fragment, def_line: int) -> list[str]:
     a value, or a value that reads a name the fragment defines on its own first line (the
     global it means, ``local tostring = tostring``, is the lib's own nil local once the
     names are declared ahead)."""
-    if frag.source.split("\n")[def_line - frag.line].startswith("local function "):
-        return []
     head = frag.source.split("\n")[def_line - frag.line]
+    if head.startswith("local function "):
+        return []
     if _BARE.match(head):
         return [f"{frag.file}:{def_line}: `{head.strip()}` declares without a value: give "
                 "it one (`= nil`, `= false`)"]
