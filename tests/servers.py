@@ -230,11 +230,13 @@ def cluster_ports(count: int) -> list[int]:
     return ports
 
 
-def start_cluster(binary: str | None, folder: Path, nodes: int = 3,
-                  replicas: int = 0) -> list[Server]:
+def start_cluster(binary: str | None, folder: Path, nodes: int = 3, replicas: int = 0, *,
+                  args: tuple[str, ...] = EPHEMERAL, ports: list[int] | None = None,
+                  extra: dict[int, tuple[str, ...]] | None = None) -> list[Server]:
     """A Redis Cluster of ``nodes`` primaries on loopback, every slot assigned and ok; with
     ``replicas``, that many replicas of each primary too, in sync (the servers after the
-    primaries in the list)."""
+    primaries in the list). ``args`` for every node (persistence), ``ports`` chosen by the
+    caller (from :func:`cluster_ports`), ``extra`` arguments of the node at an index."""
     if binary is None:
         missing("no redis-server binary on this machine")
     assert binary is not None
@@ -242,10 +244,12 @@ def start_cluster(binary: str | None, folder: Path, nodes: int = 3,
     if cli is None:
         missing("no redis-cli on this machine (it creates the cluster)")
     assert cli is not None
+    ports = ports or cluster_ports(nodes * (1 + replicas))
     servers = [Server(binary, folder / str(port),
-                      (*EPHEMERAL, "--cluster-enabled", "yes", "--cluster-config-file",
-                       "nodes.conf", "--cluster-node-timeout", "2000"), port).start()
-               for port in cluster_ports(nodes * (1 + replicas))]
+                      (*args, "--cluster-enabled", "yes", "--cluster-config-file",
+                       "nodes.conf", "--cluster-node-timeout", "2000",
+                       *(extra or {}).get(i, ())), port).start()
+               for i, port in enumerate(ports)]
     subprocess.run([cli, "--cluster", "create", *[f"127.0.0.1:{s.port}" for s in servers],
                     "--cluster-replicas", str(replicas), "--cluster-yes"],
                    check=True, capture_output=True, timeout=60)

@@ -4,14 +4,17 @@ the processes run their engines as threads sharing one asyncio store, whose mult
 pipelines their calls. Every call is logged; :mod:`history` then checks the log against the
 final state.
 
-It runs once on Redis 7 and once on Valkey 8. ``REDISSTORE_TORTURE_SECONDS`` sets how long
-the load runs (default 20 s per server, about 25-30 s each in all);
+It runs once on Redis 7 and once on Valkey 8, and once on a three-primary Redis Cluster
+whose namespace's node is behind the proxy (faults on that node only).
+``REDISSTORE_TORTURE_SECONDS`` sets how long the load runs (default 20 s per server, about
+25-30 s each in all);
 ``REDISSTORE_TORTURE_WORKERS`` how many processes (default 6).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import multiprocessing
 import os
 import random
@@ -29,13 +32,23 @@ import redis.asyncio
 from engine import TTL, OnLoop, Worker, final_state, seed
 from faultproxy import FaultProxy
 from history import Event, Final, check, load
-from servers import Server, redis_binary, start, unique_namespace, valkey_binary
+from redis.cluster import RedisCluster
+from servers import (
+    Server,
+    cluster_ports,
+    redis_binary,
+    start,
+    start_cluster,
+    unique_namespace,
+    valkey_binary,
+)
 
 from redisstore import (
     AsyncRedisRunStore,
     RedisRunStore,
 )
 from redisstore.discovery import json_wait
+from redisstore.keys import Keyspace
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
 
@@ -49,13 +62,15 @@ DURABLE = ("--save", "", "--appendonly", "yes", "--appendfsync", "always")
 
 
 def _work(port: int, namespace: str, owner: str, seconds: float, log_path: str,
-          runs: list[str], seed: int, tasks: int) -> None:
+          runs: list[str], seed: int, tasks: int, cluster: bool) -> None:
     """One engine process: a sync store, or (``tasks`` > 0) that many workers, each logged as
-    its own process, sharing one multiplexed asyncio store."""
+    its own process, sharing one multiplexed asyncio store; on a cluster client when
+    ``cluster`` (``port`` is then a node it learns the others from)."""
     deadline = time.monotonic() + seconds
+    settings: dict[str, Any] = {"host": "127.0.0.1", "port": port, "socket_timeout": 2,
+                                "socket_connect_timeout": 2}
     if not tasks:
-        client = redis.Redis(host="127.0.0.1", port=port, socket_timeout=2,
-                             socket_connect_timeout=2)
+        client = RedisCluster(**settings) if cluster else redis.Redis(**settings)
         store = RedisRunStore(client, namespace=namespace, discover=json_wait)
         with open(log_path, "w", buffering=1) as log:
             Worker(store, owner, log, random.Random(seed)).loop(deadline, runs)
@@ -63,8 +78,12 @@ def _work(port: int, namespace: str, owner: str, seconds: float, log_path: str,
     loop = asyncio.new_event_loop()
     looping = threading.Thread(target=loop.run_forever, daemon=True)
     looping.start()
-    aclient = redis.asyncio.Redis(host="127.0.0.1", port=port, socket_timeout=2,
-                                  socket_connect_timeout=2)
+
+    async def connect() -> Any:
+        return (redis.asyncio.RedisCluster(**settings) if cluster
+                else redis.asyncio.Redis(**settings))
+
+    aclient = asyncio.run_coroutine_threadsafe(connect(), loop).result(10)
     shared: Any = OnLoop(AsyncRedisRunStore(aclient, namespace=namespace, discover=json_wait),
                          loop)
     rng = random.Random(seed)
@@ -138,34 +157,69 @@ def test_torture_history_is_linearizable_enough(durable_server: Server,
                                                  tmp_path: Path) -> None:
     namespace = unique_namespace("torture")
     setup = RedisRunStore(durable_server.client(), namespace=namespace, discover=json_wait)
+    with FaultProxy(durable_server.port) as proxy:
+        _torture(setup, setup, durable_server, proxy, proxy.port, False, tmp_path, "torture")
+
+
+def test_torture_on_a_cluster_with_faults_on_one_node(tmp_path: Path) -> None:
+    """The same load on a namespace of a three-primary cluster whose node announces a fault
+    proxy as its address (so the clients reach it through the proxy, the other nodes over
+    the bus): cuts, lost and hung replies, kill -9 and restarts of that node only."""
+    ports = cluster_ports(3)
+    with FaultProxy(ports[0]) as proxy:
+        servers = start_cluster(redis_binary(), tmp_path / "cluster", args=DURABLE,
+                                ports=ports, extra={0: (
+                                    "--cluster-announce-port", str(proxy.port),
+                                    "--cluster-announce-bus-port", str(ports[0] + 10000))})
+        try:
+            client = RedisCluster(host="127.0.0.1", port=servers[1].port)
+            namespace = unique_namespace("torture-cluster")
+            while client.get_node_from_key(Keyspace(namespace).meta).port != proxy.port:
+                namespace = unique_namespace("torture-cluster")
+            setup = RedisRunStore(client, namespace=namespace, discover=json_wait)
+            # The end state is read from the node itself, not through the proxy (a reply
+            # drop may still be armed there).
+            direct = RedisRunStore(servers[0].client(), namespace=namespace)
+            _torture(setup, direct, servers[0], proxy, servers[1].port, True, tmp_path,
+                     "torture on a cluster, faults on one node")
+        finally:
+            for server in servers:
+                server.kill()
+
+
+def _torture(setup: RedisRunStore, reader: RedisRunStore, server: Server, proxy: FaultProxy,
+             port: int, cluster: bool, tmp_path: Path, label: str) -> None:
+    """Seed the runs through ``setup``; run the engines (on ``port``) while the faults hit
+    ``proxy`` and ``server``; read the end state through ``reader``; check the history
+    against it, and that the checker sees what it must."""
+    namespace = setup.namespace
     runs = [f"run-{i:02d}" for i in range(RUNS)]
     setup_lines = seed(setup, runs)
     rng = random.Random(os.environ.get("REDISSTORE_TORTURE_SEED", "torture"))
-    with FaultProxy(durable_server.port) as proxy:
-        faults = Faults(proxy, durable_server, rng)
-        ctx = multiprocessing.get_context("spawn")
-        logs = [tmp_path / f"w{w}.jsonl" for w in range(WORKERS)]
-        # Half the processes are engines on a sync store each, half run ASYNC_TASKS
-        # workers on one shared asyncio store (its multiplexer under the same faults).
-        workers = [ctx.Process(target=_work, args=(proxy.port, namespace, f"w{w}", SECONDS,
-                                                   str(logs[w]), runs, rng.randrange(2**32),
-                                                   ASYNC_TASKS if w % 2 else 0))
-                   for w in range(WORKERS)]
-        began = time.monotonic()
-        for worker in workers:
-            worker.start()
-        time.sleep(2)  # the spawned interpreters start before the faults do
-        faults.thread.start()
-        for worker in workers:
-            worker.join(SECONDS + 120)
-        faults.stop.set()
-        faults.thread.join(30)
-        assert all(worker.exitcode == 0 for worker in workers), \
-            [worker.exitcode for worker in workers]
-        dropped, cut = proxy.replies_dropped, proxy.connections_cut
-        elapsed = time.monotonic() - began
+    faults = Faults(proxy, server, rng)
+    ctx = multiprocessing.get_context("spawn")
+    logs = [tmp_path / f"w{w}.jsonl" for w in range(WORKERS)]
+    # Half the processes are engines on a sync store each, half run ASYNC_TASKS
+    # workers on one shared asyncio store (its multiplexer under the same faults).
+    workers = [ctx.Process(target=_work, args=(port, namespace, f"w{w}", SECONDS,
+                                               str(logs[w]), runs, rng.randrange(2**32),
+                                               ASYNC_TASKS if w % 2 else 0, cluster))
+               for w in range(WORKERS)]
+    began = time.monotonic()
+    for worker in workers:
+        worker.start()
+    time.sleep(2)  # the spawned interpreters start before the faults do
+    faults.thread.start()
+    for worker in workers:
+        worker.join(SECONDS + 120)
+    faults.stop.set()
+    faults.thread.join(30)
+    assert all(worker.exitcode == 0 for worker in workers), \
+        [worker.exitcode for worker in workers]
+    dropped, cut = proxy.replies_dropped, proxy.connections_cut
+    elapsed = time.monotonic() - began
 
-    final = final_state(setup, runs)
+    final = final_state(reader, runs)
     lines = list(setup_lines)
     for path in logs:
         lines += path.read_text().splitlines()
@@ -173,7 +227,7 @@ def test_torture_history_is_linearizable_enough(durable_server: Server,
     report = check(events, final)
 
     counts = report.counts
-    print(f"\ntorture: {WORKERS} processes x {SECONDS:.0f} s over {RUNS} runs "
+    print(f"\n{label}: {WORKERS} processes x {SECONDS:.0f} s over {RUNS} runs "
           f"({elapsed:.0f} s wall)")
     print(f"  operations={counts['operations']} "
           + " ".join(f"{k[3:]}={v}" for k, v in sorted(counts.items()) if k.startswith("op.")))
@@ -185,6 +239,9 @@ def test_torture_history_is_linearizable_enough(durable_server: Server,
           f"{counts['confirmed_by_readback']}); successful writes="
           f"{counts['successful_writes']}; refusals="
           + str({k[8:]: v for k, v in counts.items() if k.startswith("refused.")}))
+    reasons = Counter(re.sub(r"\d+", "N", json.loads(line)["reason"])[:60] for line in lines
+                      if '"unavailable"' in line and json.loads(line).get("reason"))
+    print(f"  unavailable, by reason: {dict(reasons.most_common(6))}")
     print(f"  violations={len(report.violations)}")
     for violation in report.violations[:20]:
         print("   ", violation)
