@@ -47,15 +47,14 @@ from .runs import (
 )
 from .wakeups import LoopDriver, Wakeups, check_block
 from .wire import (
-    MAX_REDIRECTS,
     RELEARNING,
     Connections,
     check_client,
     describe,
     error_reply,
     is_error_reply,
-    moved_to,
     never_evicts,
+    next_hop,
     no_node,
     pack,
     slot_moved,
@@ -510,16 +509,9 @@ class AsyncTransport:
             return no_node(exc)
         got = await mux_for(source).exchange(batch, deadline, self.timeout)
         tried = {node.name}
-        for _ in range(MAX_REDIRECTS):
-            where = moved_to(batch, got)
-            if where is None:
-                break
-            # No script ran: the slot has a new owner (see Transport._send).
+        # MOVED: no script ran, the slot has a new owner (see Transport._send).
+        while (node := next_hop(self.client, batch, got, tried)) is not None:
             try:
-                node = self.client.get_node(host=where[0], port=where[1])
-                if node is None or node.name in tried:
-                    break
-                tried.add(node.name)
                 mux = mux_for(node_source(self.client, node))
             except Exception:
                 break

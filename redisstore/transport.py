@@ -27,15 +27,14 @@ from . import telemetry
 from .outcomes import Exchange, Lost, Reply
 from .protocol import Batch, Driver, Durability, Machine, Operation
 from .wire import (
-    MAX_REDIRECTS,
     RELEARNING,
     Connections,
     check_client,
     describe,
     error_reply,
     is_error_reply,
-    moved_to,
     never_evicts,
+    next_hop,
     no_node,
     node_client,
     pack,
@@ -290,17 +289,9 @@ class Transport:
             return no_node(exc)
         got = self.exchange(pool, batch, deadline)
         tried = {node.name}
-        for _ in range(MAX_REDIRECTS):
-            where = moved_to(batch, got)
-            if where is None:
-                break
-            # No script ran: the slot has a new owner; send the batch there, once per node
-            # (two nodes that each name the other are mid-way through a SETSLOT).
+        # MOVED: no script ran, the slot has a new owner; the batch goes there.
+        while (node := next_hop(self.client, batch, got, tried)) is not None:
             try:
-                node = self.client.get_node(host=where[0], port=where[1])
-                if node is None or node.name in tried:
-                    break
-                tried.add(node.name)
                 pool = pool_for(node_client(self.client, node).connection_pool)
                 self._used.add(pool)
             except Exception:

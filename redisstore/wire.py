@@ -104,6 +104,24 @@ def moved_to(batch: Batch, got: Exchange) -> tuple[str, int] | None:
     return found.pop() if len(found) == 1 else None
 
 
+def next_hop(client: Any, batch: Batch, got: Exchange, tried: set[str]) -> Any:
+    """The node of the cluster ``client`` to send ``batch`` to next, after ``got``: the one
+    every script was MOVED to (:func:`moved_to`), when the client knows it and it is not
+    among the names ``tried`` (two nodes that each name the other are mid-way through a
+    ``SETSLOT``: each is tried once); None to stop. Adds the node to ``tried``."""
+    where = moved_to(batch, got)
+    if where is None or len(tried) > MAX_REDIRECTS:
+        return None
+    try:
+        node = client.get_node(host=where[0], port=where[1])
+    except Exception:
+        return None
+    if node is None or node.name in tried:
+        return None
+    tried.add(node.name)
+    return node
+
+
 class Relearning:
     """The cluster clients learning their slot map again, and since when: one relearn at a
     time per client, and another once that one has run past ``stale`` seconds (a relearn
