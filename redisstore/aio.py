@@ -57,7 +57,7 @@ from .wire import (
     next_hop,
     no_node,
     pack,
-    slot_moved,
+    relearn_after,
 )
 
 T = TypeVar("T")
@@ -516,18 +516,18 @@ class AsyncTransport:
             except Exception:
                 break
             got = await mux.exchange(batch, deadline, self.timeout)
-        if len(tried) > 1 or slot_moved(got) or got.lost is not None:
-            _relearn_later(self.client, max(self.timeout / 1000, 1.0))
+        if relearn_after(got, len(tried) - 1):
+            _relearn_later(self.client, self.timeout)
         return got
 
 
 _RELEARN_TASKS: set[asyncio.Task[None]] = set()
 
 
-def _relearn_later(client: Any, stale: float) -> None:
+def _relearn_later(client: Any, timeout: int) -> None:
     """Have the asyncio cluster ``client`` learn its slot map again in a task of its own
     (see :func:`redisstore.transport.relearn_later`)."""
-    token = RELEARNING.begin(client, stale)
+    token = RELEARNING.begin(client, timeout)
     if token is None:
         return
 

@@ -38,7 +38,7 @@ from .wire import (
     no_node,
     node_client,
     pack,
-    slot_moved,
+    relearn_after,
 )
 
 T = TypeVar("T")
@@ -207,11 +207,11 @@ def _stale(conn: Any) -> bool:
         return True
 
 
-def relearn_later(client: Any, stale: float) -> None:
+def relearn_later(client: Any, timeout: int) -> None:
     """Have the cluster ``client`` learn its slot map again on a thread of its own (see
     :class:`~redisstore.wire.Relearning`): a call must not wait past its deadline for the
     nodes the client asks, one of which may hang."""
-    token = RELEARNING.begin(client, stale)
+    token = RELEARNING.begin(client, timeout)
     if token is None:
         return
 
@@ -297,11 +297,11 @@ class Transport:
             except Exception:
                 break
             got = self.exchange(pool, batch, deadline)
-        if len(tried) > 1 or slot_moved(got) or got.lost is not None:
+        if relearn_after(got, len(tried) - 1):
             # The slot moved (followed or not), or the node may have failed and a replica
             # taken its slots: the next calls should go to the slot's node now. Learnt in
             # the background: this call keeps its deadline.
-            relearn_later(self.client, max(self.timeout / 1000, 1.0))
+            relearn_later(self.client, self.timeout)
         return got
 
     def exchange(self, pool: Pool, batch: Batch, deadline: float) -> Exchange:

@@ -64,10 +64,13 @@ def no_node(exc: BaseException) -> Exchange:
     return Exchange((), Lost(False, f"no cluster node for the slot: {describe(exc)}"))
 
 
-def slot_moved(got: Exchange) -> bool:
-    """Whether a cluster node answered MOVED or ASK: the slot is elsewhere and nothing ran;
-    the transport has the client learn the layout again."""
-    return any(getattr(r, "code", "") in ("MOVED", "ASK") for r in got.replies)
+def relearn_after(got: Exchange, hops: int) -> bool:
+    """Whether a cluster shell has the client learn its slot map again after a call that
+    followed ``hops`` MOVED and ended with ``got``: the slot moved (followed or not, ASK
+    too: nothing of those ran), or the node was lost (it may have failed and a replica taken
+    its slots), so the next calls should go to the slot's node now."""
+    return (hops > 0 or got.lost is not None
+            or any(getattr(r, "code", "") in ("MOVED", "ASK") for r in got.replies))
 
 
 #: How many times a call follows MOVED before it reports it (the slot moved twice).
@@ -124,7 +127,7 @@ def next_hop(client: Any, batch: Batch, got: Exchange, tried: set[str]) -> Any:
 
 class Relearning:
     """The cluster clients learning their slot map again, and since when: one relearn at a
-    time per client, and another once that one has run past ``stale`` seconds (a relearn
+    time per client, and another once that one has run past the store's timeout (a relearn
     stuck on a frozen node, whose client has no socket timeout, must not keep the client on
     a dead map for good). Shared by the sync and asyncio shells."""
 
@@ -132,9 +135,11 @@ class Relearning:
         self._since: dict[int, tuple[float, object]] = {}
         self._lock = threading.Lock()
 
-    def begin(self, client: Any, stale: float) -> object | None:
-        """A token for a relearn of ``client`` to start now, or None: one is under way."""
+    def begin(self, client: Any, timeout: int) -> object | None:
+        """A token for a relearn of ``client`` to start now, or None: one is under way and
+        has run less than the store's ``timeout`` (ms, at least a second)."""
         now = time.monotonic()
+        stale = max(timeout / 1000, 1.0)
         with self._lock:
             started = self._since.get(id(client))
             if started is not None and now - started[0] < stale:

@@ -10,7 +10,9 @@ import random
 import time
 import uuid
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+from history import Final
 
 from redisstore import (
     AsyncRedisRunStore,
@@ -25,9 +27,6 @@ from redisstore import (
     confirm_write,
 )
 from redisstore.runs import Claim
-
-if TYPE_CHECKING:
-    from history import Final
 
 TTL = 1500  # ms: short enough that abandoned and orphaned leases expire in a test
 
@@ -198,8 +197,6 @@ def seed(store: RedisRunStore, runs: list[str]) -> list[str]:
 
 def final_state(store: RedisRunStore, runs: list[str]) -> dict[str, Final]:
     """Each run's state at the end, as :func:`history.check` takes it."""
-    from history import Final
-
     final = {}
     for run in runs:
         current = store.get(run)
