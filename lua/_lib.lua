@@ -1376,6 +1376,9 @@ end
 local function write(run, s, rev, record, kind, owner, ttl, w, pv)
   local was_indexable = indexable(s) and true or false
   s.rev = rev
+  -- From here on the run is this state for every read of the script: an insert's run was
+  -- GONE, and a run waiting on itself must see its own new revision.
+  SEEN[run] = s
   put_back(run, s)
   s.tk = 0
   apply_lease(run, s, kind, owner, ttl)

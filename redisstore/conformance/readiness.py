@@ -177,6 +177,15 @@ class ReadinessRules(RunSuite):
         assert store.claim_ready(ME, LONG, 10) == ["zero"]
         assert store.get("zero").claim == ClaimInfo("absent", 1, store.get("zero").claim.claimed_at)  # type: ignore[union-attr]
 
+    def test_a_run_waiting_on_itself_sees_its_own_write(self) -> None:
+        # Its own insert is revision 1, past the seen 0: changed, ready at once.
+        store = self.ready_store()
+        store.insert("self", rec({"changed": "self", "seen": 0}), Release())
+        store.insert("later", rec({"changed": "later", "seen": 1}), Release())
+        assert store.claim_ready(ME, LONG, 10) == ["self"]
+        store.compare_and_set("later", 1, rec({"changed": "later", "seen": 1}), Release())
+        assert store.claim_ready(ME, LONG, 10) == ["later"]  # its revision 2 is past 1
+
     def test_dependency_written_while_held_stays_discoverable(self) -> None:
         store = self.ready_store()
         store.insert("dep", rec(None), Release())
