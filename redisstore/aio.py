@@ -25,14 +25,23 @@ import copy
 import select
 import time
 import weakref
-from collections.abc import Iterable
+from collections.abc import Hashable, Iterable
 from datetime import datetime
 from typing import Any, Literal, TypeVar, overload
 
 from . import telemetry, wakeups
 from .outcomes import ErrorReply, Exchange, Lost, Reply
-from .pipeline import MAX_ROUND_BYTES, MAX_ROUND_CALLS, Pipelined, batch_size
-from .protocol import Batch, Driver, Durability, Machine, Operation, Shell, check_io
+from .partitions import PartitionedOps, run_ops
+from .pipeline import (
+    MAX_ROUND_BYTES,
+    MAX_ROUND_CALLS,
+    Group,
+    Pipelined,
+    batch_size,
+    by_node,
+    settled_of,
+)
+from .protocol import Batch, Driver, Durability, Machine, Operation, Shell, Spread, check_io
 from .repository import MAX_PAGE, InFlightPage, InstanceRecord, Logger, RepositoryOps
 from .runops import RunOps
 from .runs import (
@@ -482,17 +491,46 @@ class AsyncTransport:
         for source in list(_NODES.get(self.client, {}).values()):
             await pool_for(source).aclose()
 
-    async def drive(self, op: Operation[T]) -> T:
+    async def drive(self, op: Operation[T] | Spread[T]) -> T:
         """Run an operation to its end: send each batch it makes, report what came back."""
+        if isinstance(op, Spread):
+            return await self._spread(op)
         driver = Driver(op, self.durability)
         with telemetry.operation(driver.telemetry) as call:
             await self.run(driver)
             call.result = driver.result()
             return call.result  # type: ignore[no-any-return]
 
-    async def run(self, machine: Machine) -> None:
-        """Send each batch of ``machine`` (a driver, a pipeline), within one deadline."""
+    async def _spread(self, spread: Spread[T]) -> T:
+        """Run a call over partitions: each fan's operations grouped by node, the nodes at
+        once, within one deadline."""
         deadline = time.monotonic() + self.timeout / 1000
+        steps, answers = spread.steps, None
+        while True:
+            try:
+                fan = next(steps) if answers is None else steps.send(answers)
+            except StopIteration as stop:
+                return stop.value  # type: ignore[no-any-return]
+            if self.cluster:
+                await self.client.initialize()  # once: it learns the layout on first use
+            calls, groups = by_node(fan.ops, self.durability, self.node_of)
+            await run_all(self, groups, deadline)
+            answers = [settled_of(call) for call in calls]
+
+    def node_of(self, key: str) -> Hashable:
+        """The node ``key`` lives on, as far as the client knows (None: one server)."""
+        if not self.cluster:
+            return None
+        try:
+            name: Hashable = self.client.get_node_from_key(key).name
+            return name
+        except Exception:
+            return key  # sent alone; its send reports what is wrong
+
+    async def run(self, machine: Machine, deadline: float | None = None) -> None:
+        """Send each batch of ``machine`` (a driver, a pipeline), within one deadline."""
+        if deadline is None:
+            deadline = time.monotonic() + self.timeout / 1000
         while (batch := machine.next_batch()) is not None:
             machine.receive(await self._send(batch, deadline))
 
@@ -519,6 +557,22 @@ class AsyncTransport:
         if relearn_after(got, len(tried) - 1):
             _relearn_later(self.client, self.timeout)
         return got
+
+
+async def run_all(io: AsyncTransport, groups: list[Group], deadline: float | None = None
+                  ) -> None:
+    """Send ``groups`` (one per node) at once. If this task is cancelled, or a send raises,
+    every call still without its answer gets one (see Group.interrupted)."""
+    tasks = [asyncio.ensure_future(io.run(group, deadline)) for group in groups]
+    try:
+        await asyncio.gather(*tasks)
+    except BaseException as exc:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for group in groups:
+            group.interrupted(type(exc).__name__)
+        raise
 
 
 _RELEARN_TASKS: set[asyncio.Task[None]] = set()
@@ -574,20 +628,17 @@ class AsyncPipeline(Pipelined):
     of its ``async with`` block (or by :meth:`send`): the asyncio twin of
     :class:`redisstore.store.Pipeline`."""
 
-    def __init__(self, io: AsyncTransport, ops: RunOps) -> None:
+    def __init__(self, io: AsyncTransport, ops: RunOps | PartitionedOps) -> None:
         super().__init__(ops, io.durability)
         self._io = io
 
     async def send(self) -> None:
         """Send the queued calls; each :class:`Pending` then holds its answer."""
-        group = self._group()
-        if group is None:
-            return
-        try:
-            await self._io.run(group)
-        except BaseException as exc:  # cancelled, interrupted: every call gets an answer
-            group.interrupted(type(exc).__name__)
-            raise
+        if self._io.cluster:
+            await self._io.client.initialize()  # once: it learns the layout on first use
+        groups = self._groups(self._io.node_of)
+        if groups:
+            await run_all(self._io, groups)
 
     async def __aenter__(self) -> AsyncPipeline:
         return self
@@ -599,7 +650,7 @@ class AsyncPipeline(Pipelined):
             await self.send()
 
 
-class AsyncRedisRunStore(_Closes, Shell[RunOps]):
+class AsyncRedisRunStore(_Closes, Shell[RunOps | PartitionedOps]):
     """The leased run backend on a ``redis.asyncio`` client: the asyncio twin of
     :class:`redisstore.RedisRunStore`, with the same options, methods (``async def``),
     errors and semantics. A cancelled write is of unknown outcome (see the module)."""
@@ -607,10 +658,10 @@ class AsyncRedisRunStore(_Closes, Shell[RunOps]):
     def __init__(self, client: Any, *, namespace: str = "redisstore",
                  discover: Discover | None = None, projection_version: int = 1,
                  durability: Durability | None = None, timeout: int = 5000,
-                 max_record_bytes: int = MAX_RECORD) -> None:
+                 max_record_bytes: int = MAX_RECORD, partitions: int = 1) -> None:
         durability, timeout = check_io(durability, timeout)
-        self._ops = RunOps(namespace, discover, projection_version, durability=durability,
-                           max_record_bytes=max_record_bytes)
+        self._ops = run_ops(namespace, discover, projection_version, durability=durability,
+                            max_record_bytes=max_record_bytes, partitions=partitions)
         self._io = AsyncTransport(client, durability, timeout)
         self._ops.checks = self._io.checks
         self._wake: Wakeups | None = None
@@ -629,8 +680,9 @@ class AsyncRedisRunStore(_Closes, Shell[RunOps]):
         if self._wake is None:
             io = AsyncTransport(self._io.client, None, wakeups.waker_timeout(self._io.timeout))
             driver = LoopDriver(io.drive, io.aclose)
-            self._wake = Wakeups(driver, self._ops.next_wakeup, self._ops.give_back_wakeup,
-                                 driver.close, pop_seconds=wakeups.pop_cap(self._io.client))
+            (first, *also) = self._ops.wake_sources(io.cluster)
+            self._wake = Wakeups(driver, *first, driver.close,
+                                 pop_seconds=wakeups.pop_cap(self._io.client), also=also)
         return self._wake
 
     def _dedicated(self, timeout: int) -> AsyncRedisRunStore:
@@ -644,7 +696,7 @@ class AsyncRedisRunStore(_Closes, Shell[RunOps]):
 
     async def now(self) -> int:
         """See :meth:`redisstore.RedisRunStore.now`."""
-        return await self._io.drive(self._ops.now())
+        return await self._io.drive(self._ops.counting(self._ops.now()))
 
     def pipeline(self) -> AsyncPipeline:
         """Queue calls and send them in one round trip (see
@@ -662,7 +714,7 @@ class AsyncRedisRunStore(_Closes, Shell[RunOps]):
 
     async def get(self, run: str) -> Current:
         """See :meth:`redisstore.RedisRunStore.get`."""
-        return await self._io.drive(self._ops.get(run))
+        return await self._io.drive(self._ops.counting(self._ops.get(run)))
 
     async def insert(self, run: str, record: bytes, lease: Lease) -> int:
         """See :meth:`redisstore.RedisRunStore.insert`."""
@@ -744,7 +796,7 @@ class AsyncRedisRunStore(_Closes, Shell[RunOps]):
 
     async def quarantined(self, limit: int = 1000) -> list[Quarantined]:
         """See :meth:`redisstore.RedisRunStore.quarantined`."""
-        return await self._io.drive(self._ops.quarantined(limit))
+        return await self._io.drive(self._ops.counting(self._ops.quarantined(limit)))
 
     async def migrate(self, *, count: int = MIGRATE_COUNT) -> Migrated:
         """See :meth:`redisstore.RedisRunStore.migrate`."""
@@ -755,7 +807,7 @@ class AsyncRedisRunStore(_Closes, Shell[RunOps]):
             if step[1]:
                 return report
 
-    async def _write(self, op: Operation[T]) -> T:
+    async def _write(self, op: Operation[T] | Spread[T]) -> T:
         # The one-time server check runs before the store's first write (after the
         # write's own argument checks).
         return await self._io.drive(self._ops.guarded(op))

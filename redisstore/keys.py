@@ -1,6 +1,7 @@
 """Key names of a namespace. Every key shares the hash tag ``{namespace}``, so every script
-runs in one cluster slot. The Lua scripts build the same names from the prefix (see
-``lua/_lib.lua``); keep the two in step."""
+runs in one cluster slot; a store spread over partitions (``partitions=N``) has one hash tag
+per partition: ``{namespace}`` for partition 0, ``{namespace#p}`` for partition p. The Lua
+scripts build the same names from the prefix (see ``lua/_lib.lua``); keep the two in step."""
 
 from __future__ import annotations
 
@@ -8,19 +9,24 @@ from dataclasses import dataclass, field
 
 
 def check_namespace(namespace: object) -> str:
-    """A namespace: a non-empty str without braces (they would break the hash tag)."""
+    """A namespace: a non-empty str without braces (they would break the hash tag) and
+    without ``#`` (it names a partition's hash tag, ``{namespace#p}``: no namespace's keys
+    may meet another's partitions)."""
     if not isinstance(namespace, str):
         raise TypeError(f"namespace must be a str, not {type(namespace).__name__}")
-    if not namespace or "{" in namespace or "}" in namespace:
-        raise ValueError(f"namespace must be non-empty and without braces, got {namespace!r}")
+    if not namespace or "{" in namespace or "}" in namespace or "#" in namespace:
+        raise ValueError("namespace must be non-empty and without braces or '#', got "
+                         f"{namespace!r}")
     return namespace
 
 
 @dataclass(frozen=True, slots=True)
 class Keyspace:
-    """The keys of one namespace."""
+    """The keys of one namespace (of one of its partitions: ``partition`` p >= 1 has the hash
+    tag ``{namespace#p}``; partition 0 is the namespace's own, ``{namespace}``)."""
 
     namespace: str
+    partition: int = 0
     #: What every key of the namespace starts with; scripts get it as ARGV[1].
     prefix: str = field(init=False)
     #: Sorted set: held run -> lease expiry (backend ms).
@@ -30,8 +36,11 @@ class Keyspace:
 
     def __post_init__(self) -> None:
         check_namespace(self.namespace)
+        if type(self.partition) is not int or self.partition < 0:
+            raise ValueError(f"partition must be an int >= 0, got {self.partition!r}")
         # Computed once: every call of every operation names these keys.
-        prefix = "{" + self.namespace + "}:"
+        tag = self.namespace if self.partition == 0 else f"{self.namespace}#{self.partition}"
+        prefix = "{" + tag + "}:"
         object.__setattr__(self, "prefix", prefix)
         object.__setattr__(self, "leases", prefix + "leases")
         object.__setattr__(self, "ready", prefix + "ready")

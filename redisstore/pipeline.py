@@ -16,12 +16,13 @@ covers every write in it (``WAIT`` counts every write sent before it on the conn
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable
+from collections.abc import Callable, Hashable, Iterable
 from typing import Any, Generic, Literal, TypeVar, overload
 
 from .errors import NOT_APPLIED, UNKNOWN, StoreError, Unavailable
 from .outcomes import ErrorReply, Exchange, Lost, Reply
-from .protocol import Batch, Driver, Durability, Operation
+from .partitions import PartitionedOps
+from .protocol import Batch, Driver, Durability, Operation, Settled, Spread
 from .runops import RunOps, runs_only
 from .runs import Claimed, Current, Lease
 
@@ -192,12 +193,35 @@ class Group:
             driver.receive(Exchange(tuple(mine), lost))
 
 
+def by_node(ops: Iterable[Operation[Any]], durability: Durability | None,
+            node_of: Callable[[str], Hashable]) -> tuple[list[Pending[Any]], list[Group]]:
+    """Operations of several partitions (a :class:`~redisstore.partitions.Fan`), each as a
+    pending call, and the groups that send them: one per node (``node_of`` a key's node),
+    each one pipelined round trip. An operation with nothing to send is answered already."""
+    calls = [Pending(Driver(op, durability)) for op in ops]
+    nodes: dict[Hashable, list[Pending[Any]]] = {}
+    for call in calls:
+        batch = call._driver.next_batch() if call._driver is not None else None
+        if batch is not None:
+            nodes.setdefault(node_of(batch.keys[0] if batch.keys else ""), []).append(call)
+    return calls, [Group(group, durability) for group in nodes.values()]
+
+
+def settled_of(call: Pending[T]) -> Settled[T]:
+    """A sent call's answer as a Settled: its value or its StoreError (any other error, a
+    bug's or a discover function's, is raised)."""
+    try:
+        return Settled(call.result())
+    except StoreError as error:
+        return Settled(error=error)
+
+
 class Pipelined:
     """The calls a pipeline queues, for the sync and asyncio pipelines alike: each takes the
     arguments of the store method of its name, checks them at once (a bad one raises here,
     and nothing is queued) and returns a :class:`Pending`. See docs/runs.md."""
 
-    def __init__(self, ops: RunOps, durability: Durability | None) -> None:
+    def __init__(self, ops: RunOps | PartitionedOps, durability: Durability | None) -> None:
         self._ops = ops
         self._durability = durability
         self._calls: list[Pending[Any]] = []
@@ -245,8 +269,8 @@ class Pipelined:
     def claim_expired(self, owner: str, ttl: int, limit: int, *, records: bool = False,
                       max_takeovers: int | None = None) -> Pending[Any]:
         """Queue :meth:`redisstore.RedisRunStore.claim_expired`."""
-        return self._queue(runs_only(self._ops.claim_expired(owner, ttl, limit, records,
-                                                          max_takeovers)))
+        return self._queue(_runs(self._ops.claim_expired(owner, ttl, limit, records,
+                                                      max_takeovers)))
 
     @overload
     def claim_ready(self, owner: str, ttl: int, limit: int, *,
@@ -259,7 +283,7 @@ class Pipelined:
     def claim_ready(self, owner: str, ttl: int, limit: int, *,
                     records: bool = False) -> Pending[Any]:
         """Queue :meth:`redisstore.RedisRunStore.claim_ready`."""
-        return self._queue(runs_only(self._ops.claim_ready(owner, ttl, limit, records)))
+        return self._queue(_runs(self._ops.claim_ready(owner, ttl, limit, records)))
 
     def refresh(self, run: str) -> Pending[bool]:
         """Queue :meth:`redisstore.RedisRunStore.refresh` (it reads, then writes: it takes
@@ -269,24 +293,37 @@ class Pipelined:
     def __len__(self) -> int:
         return len(self._calls)
 
-    def _queue(self, op: Operation[T], *, write: bool = True) -> Pending[T]:
+    def _queue(self, op: Operation[T] | Spread[T], *, write: bool = True) -> Pending[T]:
         if self._sent:
             raise RuntimeError("this pipeline was sent: start another one")
+        if isinstance(op, Spread):
+            raise TypeError("a pipeline of a store of several partitions takes calls of one "
+                            "run; call renew, release and the claims on the store itself "
+                            "(each is one round trip per node)")
         pending = Pending(Driver(op, self._durability), write)  # checks the arguments now
         self._calls.append(pending)
         return pending
 
-    def _group(self) -> Group | None:
-        """The calls to send, once (None: nothing to send)."""
+    def _groups(self, node_of: Callable[[str], Hashable]) -> list[Group]:
+        """The calls to send, once, as one group per node (``node_of`` a key's node; one
+        group unless a partitioned store's calls are on several nodes of a cluster)."""
         if self._sent:
             raise RuntimeError("this pipeline was sent already")
         self._sent = True
-        if not self._calls:
-            return None
-        first = None
-        if not self._ops.checked() and any(call._write for call in self._calls):
-            first = Driver(self._ops.server_check(), None)
-        return Group(self._calls, self._durability, first)
+        nodes: dict[Hashable, list[Pending[Any]]] = {}
+        for call in self._calls:
+            batch = call._driver.next_batch() if call._driver is not None else None
+            key = batch.keys[0] if batch is not None and batch.keys else ""
+            nodes.setdefault(node_of(key), []).append(call)
+        groups = []
+        for calls in nodes.values():
+            first = None
+            if not self._ops.checked() and any(call._write for call in calls):
+                # Each group checks before its writes (the check is idempotent): a group
+                # whose check fails sends none of its writes.
+                first = Driver(self._ops.server_check(), None)
+            groups.append(Group(calls, self._durability, first))
+        return groups
 
     def _abandon(self) -> None:
         """The with block raised: a pipeline not sent yet never will be, and each call
@@ -297,6 +334,12 @@ class Pipelined:
         for call in self._calls:
             call._fail(Unavailable("the pipeline was not sent: its with block raised",
                                    outcome=NOT_APPLIED))
+
+
+def _runs(claim: Operation[tuple[list[Any], int]] | Spread[tuple[list[Any], int]]
+          ) -> Operation[list[Any]] | Spread[Any]:
+    """A claim without its wait (a Spread stays one, for _queue to refuse)."""
+    return claim if isinstance(claim, Spread) else runs_only(claim)
 
 
 def _copy(error: StoreError) -> StoreError:

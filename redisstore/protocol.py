@@ -10,7 +10,7 @@ so the logic of every operation exists once. Nothing here does I/O.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeAlias, TypeVar
 
@@ -83,6 +83,35 @@ class Settled(Generic[T]):
 #: An operation: a generator that validates its arguments (raising before anything is
 #: sent), yields calls, gets each one's :class:`Settled` back and returns its result.
 Operation: TypeAlias = Generator[Call[Any], Settled[Any], T]
+
+
+@dataclass(frozen=True, slots=True)
+class Fan:
+    """Operations to run at once, each in its own partition: the shell sends them grouped by
+    node and answers each with its :class:`~redisstore.protocol.Settled`, in order."""
+
+    ops: tuple[Operation[Any], ...]
+
+
+#: The steps of a call over many partitions: yields fans, gets their answers, returns.
+Steps: TypeAlias = Generator[Fan, list[Settled[Any]], T]
+
+
+class Spread(Generic[T]):
+    """A call over many partitions, as its :data:`Steps` (the shells' ``drive`` runs it)."""
+
+    __slots__ = ("steps",)
+
+    def __init__(self, steps: Steps[T]) -> None:
+        self.steps = steps
+
+
+def fan(ops: Iterable[Operation[Any]]) -> Generator[Fan, list[Settled[Any]], list[Settled[Any]]]:
+    """Run ``ops`` at once; their answers, in order."""
+    batch = tuple(ops)
+    if not batch:
+        return []
+    return (yield Fan(batch))
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, TypeVar
 
 from . import scripts
 from .errors import (
@@ -24,7 +24,17 @@ from .errors import (
     Unavailable,
 )
 from .keys import Keyspace
-from .protocol import EVICTING, Arg, Call, Durability, Operation, ask, eviction_policy, text
+from .protocol import (
+    EVICTING,
+    Arg,
+    Call,
+    Durability,
+    Operation,
+    Spread,
+    ask,
+    eviction_policy,
+    text,
+)
 from .runs import (
     MAX_CLAIM_BYTES,
     Changed,
@@ -60,6 +70,7 @@ from .runs import (
 )
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 #: The newest layout of the run store's keys that this library reads and writes
 #: (lua/_lib.lua's LAYOUT); a namespace stays at layout 1 until ``migrate()`` moves it.
@@ -203,6 +214,33 @@ def warn_once(key: str, message: str, *args: Any) -> None:
         log.warning(message, *args)
 
 
+def next_wakeup(spaces: list[Keyspace], kinds: Iterable[str], seconds: float
+                ) -> Operation[tuple[str, str] | None]:
+    """Wait up to ``seconds`` (server-side, BZPOPMIN) for a wake-up token of one of
+    ``kinds`` ("ready", "leases") in the wake keys of ``spaces`` (partitions on one server;
+    a cluster's command takes one slot's); the (kind, token) taken, or None."""
+    keys = tuple(space.wake(kind) for space in spaces for kind in kinds)
+    kind_of = {key.encode(): key.rsplit("wake-", 1)[1] for key in keys}
+
+    def parse(reply: Any) -> tuple[str, str] | None:
+        if reply is None:
+            return None
+        key, token = reply[0], reply[1]
+        return kind_of[bytes(key)], text(token)
+
+    # Sent as a read: after a broken connection it is sent again. A token whose reply was
+    # lost is gone, which the claimers' re-arm covers.
+    return (yield from ask(Call(None, keys, ("BZPOPMIN", *keys, f"{seconds:g}"), parse,
+                                write=False)))
+
+
+def _one(op: Operation[T] | Spread[T]) -> Operation[T]:
+    """``op``, which a store of one partition never makes a Spread."""
+    if isinstance(op, Spread):
+        raise TypeError("a call over partitions on a store of one partition")
+    return op
+
+
 class RunOps:
     """The run store's operations over one namespace, as pure generators of calls.
 
@@ -212,8 +250,14 @@ class RunOps:
 
     def __init__(self, namespace: str, discover: Discover | None, projection_version: int,
                  *, durability: Durability | None = None,
-                 max_record_bytes: int = 1 << 20) -> None:
-        self.keys = Keyspace(namespace)
+                 max_record_bytes: int = 1 << 20, partitions: int = 1, partition: int = 0,
+                 place: Callable[[str], int] | None = None) -> None:
+        self.keys = Keyspace(namespace, partition)
+        #: The store's partition count (partition 0 checks it against the namespace's once,
+        #: see :meth:`count_check`) and which partition a run id is in.
+        self.partitions = partitions
+        self.place = place
+        self.counted = partition != 0
         if discover is not None and not callable(discover):
             raise TypeError("discover must be a callable taking record bytes, or None")
         self.discover = discover
@@ -230,39 +274,75 @@ class RunOps:
 
     def _wait(self, record: bytes) -> tuple[Arg, ...]:
         wait = None if self.discover is None else check_wait(self.discover(record))
+        if isinstance(wait, Changed) and self.place is not None \
+                and self.place(wait.dependency) != self.keys.partition:
+            # No script could see both runs; docs/scale-out.md, "Dependencies".
+            raise ValueError(
+                f"the dependency {wait.dependency!r} is in partition "
+                f"{self.place(wait.dependency)} and its waiter in {self.keys.partition}: "
+                "a partitioned store keeps a dependency with its waiters, so give related "
+                "runs one family (the same {family} part in their ids); nothing was written")
         return (*wait_args(wait), self.projection_version)
 
     def _answer(self, run: str = "") -> Callable[[Any], Any]:
         return answer(run, self.keys.namespace)
 
     def checked(self) -> bool:
-        """Whether :meth:`server_check` has passed for this client."""
-        return self.checks >= self._needed
+        """Whether :meth:`server_check` has passed for this client (and the partition count
+        for this store)."""
+        return self.counted and self.checks >= self._needed
 
-    def guarded(self, op: Operation[Any]) -> Operation[Any]:
+    def guarded(self, op: Operation[T] | Spread[T]) -> Operation[T] | Spread[T]:
         """``op`` preceded, until it has passed once, by :meth:`server_check`."""
-        return op if self.checked() else self._checked_first(op)
+        return op if self.checked() else self._first(self.server_check(), _one(op))
 
-    def _checked_first(self, op: Operation[Any]) -> Operation[Any]:
+    def counting(self, op: Operation[T] | Spread[T]) -> Operation[T] | Spread[T]:
+        """``op`` preceded, until it has passed once, by :meth:`count_check` (for reads of a
+        store of partitions: a store of one checks at its first write, and its reads of a
+        namespace of partitions find the runs of partition 0)."""
+        if self.counted or self.partitions == 1:
+            return op
+        return self._first(self.count_check(), _one(op))
+
+    def _first(self, check: Operation[None], op: Operation[T]) -> Operation[T]:
         # The arguments are checked first (a bad one raises before anything is sent), then
         # the server.
         try:
             first = next(op)  # runs op's argument checks
         except StopIteration as stop:
-            return stop.value  # nothing to send (renew of no runs, limit 0)
-        yield from self.server_check()
+            return stop.value  # type: ignore[no-any-return]  # nothing to send (limit 0)
+        yield from check
         settled = yield first
         while True:
             try:
                 call = op.send(settled)
             except StopIteration as stop:
-                return stop.value
+                return stop.value  # type: ignore[no-any-return]
             settled = yield call
 
+    def count_check(self) -> Operation[None]:
+        """Refuse a namespace spread over another number of partitions than this store's
+        (recording this store's count in a namespace not used yet); once per store."""
+        if self.counted:
+            return
+        k = self.keys
+        recorded = yield from ask(Call(
+            scripts.RUN_PARTITIONS, (k.meta, k.leases, k.prefix + "L/"),
+            (k.prefix, self.partitions), self._answer(), write=False))
+        if int(recorded) != self.partitions:
+            raise Misconfigured(
+                f"namespace {k.namespace!r} is spread over {int(recorded)} partition(s) and "
+                f"this store was opened with partitions={self.partitions}: open it with "
+                f"partitions={int(recorded)} (nothing was written; docs/scale-out.md says how "
+                "to change the count)")
+        self.counted = True
+
     def server_check(self) -> Operation[None]:
-        """Refuse a server that may evict the store's keys (``maxmemory-policy allkeys-*``)
-        and, with ``durability``, one without ``WAIT`` / ``WAITAOF``. Where ``CONFIG`` is
-        not allowed, warn once and go on."""
+        """Refuse a namespace of another partition count (:meth:`count_check`), a server
+        that may evict the store's keys (``maxmemory-policy allkeys-*``) and, with
+        ``durability``, one without ``WAIT`` / ``WAITAOF``. Where ``CONFIG`` is not allowed,
+        warn once and go on."""
+        yield from self.count_check()
         if "eviction" in self.checks:
             policy = None
         else:
@@ -367,11 +447,18 @@ class RunOps:
         bound = check_max_takeovers(max_takeovers)
         if limit == 0:
             return [], -1
+        return (yield from self.claim_expired_call(owner, ttl, limit,
+                                                   MAX_CLAIM_BYTES if records else 0, bound))
+
+    def claim_expired_call(self, owner: str, ttl: int, limit: int, budget: int,
+                           bound: int | None) -> Operation[tuple[list[Any], int]]:
+        """:meth:`claim_expired`'s script, arguments checked: ``budget`` bytes of records
+        (0: ids only)."""
         payload, wait = yield from ask(Call(
             scripts.RUN_CLAIM_EXPIRED, (self.keys.leases, self.keys.meta),
-            (self.keys.prefix, owner, ttl, limit, MAX_CLAIM_BYTES if records else 0,
-             _opt(bound)), with_wait(self._answer())))
-        return (parse_claimed(payload) if records else parse_names(payload)), wait
+            (self.keys.prefix, owner, ttl, limit, budget, _opt(bound)),
+            with_wait(self._answer())))
+        return (parse_claimed(payload) if budget else parse_names(payload)), wait
 
     def claim_ready(self, owner: str, ttl: int, limit: int, records: bool = False
                     ) -> Operation[tuple[list[str] | list[Claimed], int]]:
@@ -382,30 +469,44 @@ class RunOps:
         records = check_flag("records", records)
         if limit == 0:
             return [], -1
+        return (yield from self.claim_ready_call(owner, ttl, limit,
+                                                 MAX_CLAIM_BYTES if records else 0))
+
+    def claim_ready_call(self, owner: str, ttl: int, limit: int,
+                         budget: int) -> Operation[tuple[list[Any], int]]:
+        """:meth:`claim_ready`'s script, arguments checked: ``budget`` bytes of records (0:
+        ids only). With limit 0 it only finishes re-indexing a dependency's waiters."""
         payload, wait = yield from ask(Call(
             scripts.RUN_CLAIM_READY,
             (self.keys.ready, self.keys.leases, self.keys.meta, self.keys.fanout),
-            (self.keys.prefix, owner, ttl, limit, self.projection_version,
-             MAX_CLAIM_BYTES if records else 0), with_wait(self._answer())))
-        return (parse_claimed(payload) if records else parse_names(payload)), wait
+            (self.keys.prefix, owner, ttl, limit, self.projection_version, budget),
+            with_wait(self._answer())))
+        return (parse_claimed(payload) if budget else parse_names(payload)), wait
+
+    def heads(self, index: str, limit: int) -> Operation[tuple[list[tuple[int, str]], bool,
+                                                              int]]:
+        """The first due entries of ``index`` (``"ready"`` or ``"leases"``), up to
+        ``limit``, as (score, run) earliest first; whether a dependency's waiters are still
+        being re-indexed; the ms until the next entry is due (0: more are due, -1: none)."""
+        k = self.keys
+        flat, pending, wait = yield from ask(Call(
+            scripts.RUN_HEADS, (k.ready, k.leases, k.meta, k.fanout),
+            (k.prefix, index, limit), lambda reply: (self._answer()(reply), *reply[2:4]),
+            write=False))
+        # Ties go by the ids' bytes, as the scripts and the memory reference order them.
+        entries = sorted(((int(flat[i + 1]), text(flat[i])) for i in range(0, len(flat) - 1, 2)),
+                         key=lambda e: (e[0], e[1].encode("utf-8", "surrogateescape")))
+        return entries[:limit], bool(pending), int(wait) if int(wait) >= -1 else -1
 
     def next_wakeup(self, kinds: Iterable[str], seconds: float
                     ) -> Operation[tuple[str, str] | None]:
         """Wait up to ``seconds`` (server-side, BZPOPMIN) for a wake-up token of one of
         ``kinds`` ("ready", "leases"); the (kind, token) taken, or None."""
-        keys = tuple(self.keys.wake(kind) for kind in kinds)
-        kind_of = {key.encode(): key.rsplit("wake-", 1)[1] for key in keys}
+        return (yield from next_wakeup([self.keys], kinds, seconds))
 
-        def parse(reply: Any) -> tuple[str, str] | None:
-            if reply is None:
-                return None
-            key, token = reply[0], reply[1]
-            return kind_of[bytes(key)], text(token)
-
-        # Sent as a read: after a broken connection it is sent again. A token whose reply
-        # was lost is gone, which the claimers' re-arm covers.
-        return (yield from ask(Call(None, keys, ("BZPOPMIN", *keys, f"{seconds:g}"), parse,
-                                    write=False)))
+    def wake_sources(self, cluster: bool) -> list[tuple[Any, Any]]:
+        """The (next_wakeup, give_back) pairs a store's waker listens to: one."""
+        return [(self.next_wakeup, self.give_back_wakeup)]
 
     def give_back_wakeup(self, kind: str, token: str) -> Operation[None]:
         """Put back a token this node took but had no claimer for (first in line)."""

@@ -50,6 +50,9 @@ class Cap(IntEnum):
     #: it is coalesced into the tokens already there (each wakes one blocked claimer, and a
     #: claimer that leaves work behind signals again).
     MAX_WAKE = 256
+    #: Most partitions one logical store spreads over (``partitions=N``): a claim reads
+    #: every partition's head, so its cost grows with N.
+    MAX_PARTITIONS = 256
     #: A run due this many ms ahead or more needs no wake-up signal when it is indexed:
     #: every blocked claim claims again within its re-arm period (``wakeups.REARM``, 10 s,
     #: shorter) and learns of it then. Saves the signal's reads on most writes (a lease of

@@ -10,8 +10,9 @@ from datetime import datetime
 from typing import Any, Literal, TypeVar, overload
 
 from . import wakeups
+from .partitions import PartitionedOps, run_ops
 from .pipeline import Pipelined
-from .protocol import Durability, Operation, Shell, check_io
+from .protocol import Durability, Operation, Shell, Spread, check_io
 from .repository import MAX_PAGE, InFlightPage, InstanceRecord, Logger, RepositoryOps
 from .runops import RunOps
 from .runs import (
@@ -54,19 +55,20 @@ class Pipeline(Pipelined):
     """Calls of one :class:`RedisRunStore` sent together in one round trip, at the end of
     its ``with`` block (or by :meth:`send`): see :meth:`RedisRunStore.pipeline`."""
 
-    def __init__(self, io: Transport, ops: RunOps) -> None:
+    def __init__(self, io: Transport, ops: RunOps | PartitionedOps) -> None:
         super().__init__(ops, io.durability)
         self._io = io
 
     def send(self) -> None:
-        """Send the queued calls; each :class:`Pending` then holds its answer."""
-        group = self._group()
-        if group is None:
-            return
+        """Send the queued calls; each :class:`Pending` then holds its answer (one round
+        trip per node their partitions are on)."""
+        groups = self._groups(self._io.node_of)
         try:
-            self._io.run(group)
+            for group in groups:
+                self._io.run(group)
         except BaseException as exc:  # cancelled, interrupted: every call gets an answer
-            group.interrupted(type(exc).__name__)
+            for group in groups:
+                group.interrupted(type(exc).__name__)
             raise
 
     def __enter__(self) -> Pipeline:
@@ -79,7 +81,7 @@ class Pipeline(Pipelined):
             self.send()
 
 
-class RedisRunStore(_Closes, Shell[RunOps]):
+class RedisRunStore(_Closes, Shell[RunOps | PartitionedOps]):
     """The leased run backend on a ``redis.Redis``-compatible client.
 
     Every method is one server-side Lua script, one round trip (``refresh`` reads, then
@@ -96,10 +98,10 @@ class RedisRunStore(_Closes, Shell[RunOps]):
     def __init__(self, client: Any, *, namespace: str = "redisstore",
                  discover: Discover | None = None, projection_version: int = 1,
                  durability: Durability | None = None, timeout: int = 5000,
-                 max_record_bytes: int = MAX_RECORD) -> None:
+                 max_record_bytes: int = MAX_RECORD, partitions: int = 1) -> None:
         durability, timeout = check_io(durability, timeout)
-        self._ops = RunOps(namespace, discover, projection_version, durability=durability,
-                           max_record_bytes=max_record_bytes)
+        self._ops = run_ops(namespace, discover, projection_version, durability=durability,
+                            max_record_bytes=max_record_bytes, partitions=partitions)
         self._io = Transport(client, durability, timeout)
         self._ops.checks = self._io.checks
         self._wake: Wakeups | None = None
@@ -122,15 +124,15 @@ class RedisRunStore(_Closes, Shell[RunOps]):
             if self._wake is None:
                 io = Transport(self._io.client, None, wakeups.waker_timeout(self._io.timeout),
                                dedicated=True)
-                self._wake = Wakeups(io.drive, self._ops.next_wakeup,
-                                     self._ops.give_back_wakeup,
+                (first, *also) = self._ops.wake_sources(io.cluster)
+                self._wake = Wakeups(io.drive, *first,
                                      (lambda: None) if io.cluster else io.close,
-                                     pop_seconds=wakeups.pop_cap(self._io.client))
+                                     pop_seconds=wakeups.pop_cap(self._io.client), also=also)
             return self._wake
 
     def now(self) -> int:
         """The backend clock (Redis ``TIME``), UTC Unix milliseconds."""
-        return self._io.drive(self._ops.now())
+        return self._io.drive(self._ops.counting(self._ops.now()))
 
     def _dedicated(self, timeout: int) -> RedisRunStore:
         """This store on connections of its own (a Keeper's), with a deadline of at most
@@ -164,7 +166,7 @@ class RedisRunStore(_Closes, Shell[RunOps]):
 
     def get(self, run: str) -> Current:
         """The run's latest record, revision and holder; raises ``NotFound``."""
-        return self._io.drive(self._ops.get(run))
+        return self._io.drive(self._ops.counting(self._ops.get(run)))
 
     def insert(self, run: str, record: bytes, lease: Lease) -> int:
         """Create ``run`` and return its revision: 1, or in a namespace where runs were
@@ -277,7 +279,7 @@ class RedisRunStore(_Closes, Shell[RunOps]):
     def quarantined(self, limit: int = 1000) -> list[Quarantined]:
         """Index entries that claims dropped as damaged (a run missing, of another type, or
         corrupt), with the reason, up to ``limit``; docs/faults.md says how to repair."""
-        return self._io.drive(self._ops.quarantined(limit))
+        return self._io.drive(self._ops.counting(self._ops.quarantined(limit)))
 
     def migrate(self, *, count: int = MIGRATE_COUNT) -> Migrated:
         """Move the namespace to the newest run layout this library knows, in bounded steps.
@@ -300,10 +302,10 @@ class RedisRunStore(_Closes, Shell[RunOps]):
             if step[1]:
                 return report
 
-    def _write(self, op: Operation[T]) -> T:
+    def _write(self, op: Operation[T] | Spread[T]) -> T:
         # The one-time server check runs before the store's first write (after the
         # write's own argument checks).
-        return self._io.drive(self._ops.guarded(op))  # type: ignore[no-any-return]
+        return self._io.drive(self._ops.guarded(op))
 
 
 class RedisRepository(_Closes, Shell[RepositoryOps]):

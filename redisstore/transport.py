@@ -21,11 +21,13 @@ import socket
 import threading
 import time
 import weakref
+from collections.abc import Hashable
 from typing import Any, TypeVar
 
 from . import telemetry
 from .outcomes import Exchange, Lost, Reply
-from .protocol import Batch, Driver, Durability, Machine, Operation
+from .pipeline import by_node, settled_of
+from .protocol import Batch, Driver, Durability, Machine, Operation, Spread
 from .wire import (
     RELEARNING,
     Connections,
@@ -262,17 +264,45 @@ class Transport:
         for pool in [self._pool] if self._pool is not None else list(self._used):
             pool.close()
 
-    def drive(self, op: Operation[T]) -> T:
+    def drive(self, op: Operation[T] | Spread[T]) -> T:
         """Run an operation to its end: send each batch it makes, report what came back."""
+        if isinstance(op, Spread):
+            return self._spread(op)
         driver = Driver(op, self.durability)
         with telemetry.operation(driver.telemetry) as call:
             self.run(driver)
             call.result = driver.result()
             return call.result  # type: ignore[no-any-return]
 
-    def run(self, machine: Machine) -> None:
-        """Send each batch of ``machine`` (a driver, a pipeline), within one deadline."""
+    def _spread(self, spread: Spread[T]) -> T:
+        """Run a call over partitions: each fan's operations grouped by node, the nodes one
+        after the other, within one deadline."""
         deadline = time.monotonic() + self.timeout / 1000
+        steps, answers = spread.steps, None
+        while True:
+            try:
+                fan = next(steps) if answers is None else steps.send(answers)
+            except StopIteration as stop:
+                return stop.value  # type: ignore[no-any-return]
+            calls, groups = by_node(fan.ops, self.durability, self.node_of)
+            for group in groups:
+                self.run(group, deadline)
+            answers = [settled_of(call) for call in calls]
+
+    def node_of(self, key: str) -> Hashable:
+        """The node ``key`` lives on, as far as the client knows (None: one server)."""
+        if not self.cluster:
+            return None
+        try:
+            name: Hashable = self.client.get_node_from_key(key).name
+            return name
+        except Exception:
+            return key  # sent alone; its send reports what is wrong
+
+    def run(self, machine: Machine, deadline: float | None = None) -> None:
+        """Send each batch of ``machine`` (a driver, a pipeline), within one deadline."""
+        if deadline is None:
+            deadline = time.monotonic() + self.timeout / 1000
         while (batch := machine.next_batch()) is not None:
             machine.receive(self._send(batch, deadline))
 

@@ -34,8 +34,8 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from typing import Any, TypeAlias, TypeVar
 
 from .protocol import Operation
 from .runs import check_int
@@ -55,6 +55,12 @@ DUE_TOKEN = "~due"
 #: After a failed ``BZPOPMIN`` (server down, failover, a denied command) the waker tries
 #: again after this many seconds, doubling up to REARM.
 BACKOFF = 0.05
+
+
+#: A source of wake-up tokens: ``next_wakeup(kinds, seconds)`` takes one (or None).
+NextWakeup: TypeAlias = Callable[[list[str], float], Operation[tuple[str, str] | None]]
+#: ``give_back(kind, token)`` puts back a token no local claim wanted.
+GiveBack: TypeAlias = Callable[[str, str], Operation[None]]
 
 
 def waker_timeout(timeout: int) -> int:
@@ -134,15 +140,18 @@ class Wakeups:
     (the store makes it; safe from several threads). ``pop_seconds`` is how long one
     ``BZPOPMIN`` may block: under the connections' socket timeout. Threads start with the
     first blocked claim of their kind and end REARM s after the last.
+
+    ``also``: more sources of tokens (``next_wakeup``, ``give_back``), each with a waker of
+    its own per kind: a store spread over partitions on a cluster, whose ``BZPOPMIN`` takes
+    the keys of one slot.
     """
 
-    def __init__(self, drive: Callable[[Operation[Any]], Any], next_wakeup: Callable[
-            [list[str], float], Operation[tuple[str, str] | None]],
-                 give_back: Callable[[str, str], Operation[None]],
-                 close: Callable[[], None] = lambda: None, *,
-                 pop_seconds: float | None = None) -> None:
+    def __init__(self, drive: Callable[[Operation[Any]], Any], next_wakeup: NextWakeup,
+                 give_back: GiveBack, close: Callable[[], None] = lambda: None, *,
+                 pop_seconds: float | None = None,
+                 also: Sequence[tuple[NextWakeup, GiveBack]] = ()) -> None:
         self._drive = drive
-        self._next_wakeup = next_wakeup
+        self._sources = [(next_wakeup, give_back), *also]
         self._give_back = give_back
         self._close_io = close
         self._pop_cap = pop_seconds
@@ -160,7 +169,7 @@ class Wakeups:
             READY: collections.deque(), LEASES: collections.deque()}
         self._due: dict[str, float | None] = {READY: None, LEASES: None}
         self._stopped = False
-        self._listeners: dict[str, threading.Thread] = {}
+        self._listeners: dict[tuple[str, int], threading.Thread] = {}
         self._timer: threading.Thread | None = None
 
     # ------------------------------------------------------------------ the claims
@@ -230,11 +239,12 @@ class Wakeups:
             self._queues[kind].append(waiter)
             # The threads end after REARM s with nothing to do (a store dropped without
             # close() leaves none behind); the next blocked claim starts them again.
-            if kind not in self._listeners:
-                self._listeners[kind] = thread = threading.Thread(
-                    target=self._listen, args=(kind,), daemon=True,
-                    name=f"redisstore-waker-{kind}")
-                thread.start()
+            for source in range(len(self._sources)):
+                if (kind, source) not in self._listeners:
+                    self._listeners[kind, source] = thread = threading.Thread(
+                        target=self._listen, args=(kind, source), daemon=True,
+                        name=f"redisstore-waker-{kind}")
+                    thread.start()
             if self._timer is None:
                 self._timer = threading.Thread(target=self._time, daemon=True,
                                                name="redisstore-timer")
@@ -262,14 +272,14 @@ class Wakeups:
 
     # ------------------------------------------------------------------ the threads
 
-    def _idle(self, kind: str) -> bool:
+    def _idle(self, kind: str, source: int) -> bool:
         """Under the lock: wait while no claim of ``kind`` is blocked; True when its waker
         should end (stopped, or idle for REARM s: its thread is then forgotten)."""
         since = time.monotonic()
         while not self._stopped and not self._queues[kind]:
             left = REARM - (time.monotonic() - since)
             if left <= 0:
-                del self._listeners[kind]
+                del self._listeners[kind, source]
                 return True
             self._cond.wait(left)
         return self._stopped
@@ -279,17 +289,18 @@ class Wakeups:
         (the server answers on its tick, up to ~100 ms late, and must beat the timeout)."""
         return REARM if self._pop_cap is None else max(min(REARM, self._pop_cap), 0.05)
 
-    def _listen(self, kind: str) -> None:
-        """The waker of one kind: take its tokens while a claim of it waits; each token
-        wakes one claim."""
+    def _listen(self, kind: str, source: int) -> None:
+        """The waker of one kind (of one source): take its tokens while a claim of it
+        waits; each token wakes one claim."""
         backoff = BACKOFF
+        next_wakeup, give_back = self._sources[source]
         try:
             while True:
                 with self._cond:
-                    if self._idle(kind):
+                    if self._idle(kind, source):
                         return
                 try:
-                    got = self._drive(self._next_wakeup([kind], self.pop_seconds()))
+                    got = self._drive(next_wakeup([kind], self.pop_seconds()))
                 except Exception as exc:
                     if backoff == BACKOFF:
                         log.warning("redisstore: the waker cannot wait for signals (%s); "
@@ -313,7 +324,7 @@ class Wakeups:
                 # give-back that fails is covered by the claims' re-arm).
                 self.stats["given back"] += 1
                 with contextlib.suppress(Exception):
-                    self._drive(self._give_back(kind, token))
+                    self._drive(give_back(kind, token))
         finally:
             self._close_io()
 

@@ -173,9 +173,12 @@ class RedisSuite(RunStoreConformance):
 
     client: Any
     layout = 3
+    #: The store's partitions (one logical store over that many hash tags).
+    partitions = 1
 
     def make_store(self, *, discover: Discover | None = None) -> RunStore:
-        store = RedisRunStore(self.client, namespace=unique_namespace(), discover=discover)
+        store = RedisRunStore(self.client, namespace=unique_namespace(), discover=discover,
+                              partitions=self.partitions)
         if self.layout != 1:
             store.migrate()
         return store
@@ -184,4 +187,5 @@ class RedisSuite(RunStoreConformance):
                projection_version: int) -> RunStore:
         assert isinstance(store, RedisRunStore)
         return RedisRunStore(self.client, namespace=store.namespace, discover=discover,
-                             projection_version=projection_version)
+                             projection_version=projection_version,
+                             partitions=self.partitions)

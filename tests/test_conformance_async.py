@@ -98,8 +98,12 @@ class AsyncBackend:
 
 
 class AsyncRunSuite(RunStoreConformance, AsyncBackend):
+    #: The store's partitions (one logical store over that many hash tags).
+    partitions = 1
+
     def make_store(self, *, discover: Discover | None = None) -> RunStore:
-        store = AsyncRedisRunStore(self.client, namespace=unique_namespace(), discover=discover)
+        store = AsyncRedisRunStore(self.client, namespace=unique_namespace(), discover=discover,
+                                   partitions=self.partitions)
         synced = Synced(store, self.loop)
         synced.migrate()  # the newest layout, as README's start-up does
         return cast(RunStore, synced)
@@ -108,7 +112,8 @@ class AsyncRunSuite(RunStoreConformance, AsyncBackend):
                projection_version: int) -> RunStore:
         assert isinstance(store, Synced)
         other = AsyncRedisRunStore(self.client, namespace=store.namespace, discover=discover,
-                                   projection_version=projection_version)
+                                   projection_version=projection_version,
+                                   partitions=self.partitions)
         return cast(RunStore, Synced(other, self.loop))
 
 
@@ -145,6 +150,17 @@ class TestValkey8AsyncRunStore(AsyncRunSuite):
     def _backend(self, loop_thread: LoopThread, valkey8: Server) -> Iterator[None]:
         yield from self.connect(
             loop_thread, lambda: redis.asyncio.Redis(host="127.0.0.1", port=valkey8.port))
+
+
+class TestFakeRedisAsyncRunStorePartitioned(TestFakeRedisAsyncRunStore):
+    """One logical store over 6 partitions (hash tags) of one server."""
+
+    partitions = 6
+
+
+@pytest.mark.server
+class TestRedis7AsyncRunStorePartitioned(TestRedis7AsyncRunStore):
+    partitions = 6
 
 
 # ---------------------------------------------------------------------------- repository

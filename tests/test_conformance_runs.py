@@ -53,6 +53,18 @@ class TestFakeRedisRunStoreLayout1(TestFakeRedisRunStore):
     newest_layout = False
 
 
+class TestFakeRedisRunStorePartitioned(TestFakeRedisRunStore):
+    """One logical store over 6 partitions (hash tags) of one server."""
+
+    partitions = 6
+
+
+class TestFakeRedisRunStoreOnePartition(TestFakeRedisRunStore):
+    """``partitions=1`` said explicitly: today's layout, the same store."""
+
+    partitions = 1
+
+
 @pytest.mark.server
 class TestRedis7RunStore(RedisSuite):
     @pytest.fixture(autouse=True)
@@ -99,3 +111,18 @@ class TestSharedRedisRunStore(RedisSuite):
         assert isinstance(store, RedisRunStore)
         self.namespaces.append(store.namespace)
         return store
+
+
+@pytest.mark.server
+class TestRedis7RunStorePartitioned(TestRedis7RunStore):
+    partitions = 6
+
+
+@pytest.mark.server
+class TestRedis62RunStorePartitioned(TestRedis62RunStore):
+    partitions = 6
+
+
+@pytest.mark.server
+class TestValkey8RunStorePartitioned(TestValkey8RunStore):
+    partitions = 6

@@ -109,11 +109,11 @@ class LifecycleRules(RunSuite):
 
     def test_a_released_waiter_stays_waiting_for_its_dependency(self) -> None:
         store = self.make_store(discover=json_wait)
-        store.insert("dep", rec(None), Release())
-        store.insert("run", rec({"changed": "dep", "seen": 1}), Claim(ME, LONG))
+        store.insert("{run}dep", rec(None), Release())
+        store.insert("run", rec({"changed": "{run}dep", "seen": 1}), Claim(ME, LONG))
         assert store.release(ME, ["run"]) == ["run"]
         assert store.claim_ready(OTHER, LONG, 1) == []  # its dependency has not changed
-        store.compare_and_set("dep", 1, rec(None, v=2), Release())
+        store.compare_and_set("{run}dep", 1, rec(None, v=2), Release())
         assert store.claim_ready(OTHER, LONG, 1) == ["run"]
 
     # ------------------------------------------------------------------ delete
@@ -179,13 +179,15 @@ class LifecycleRules(RunSuite):
         store.delete("run", 3, Release())
         assert store.insert("run", b"new", Release()) == 4  # ... the id comes back above it
         assert store.get("run").revision == 4
-        assert store.insert("other", b"o1", Release()) == 4  # so does every insert after it
-        assert store.get("other").revision == 4
-        assert confirm_write(store, "other", None, b"o1")  # an insert's, whatever revision
+        # So does every insert after it (of its partition, in a store of partitions: one
+        # family is always one partition).
+        assert store.insert("{run}other", b"o1", Release()) == 4
+        assert store.get("{run}other").revision == 4
+        assert confirm_write(store, "{run}other", None, b"o1")  # an insert's, whatever revision
         with pytest.raises(Conflict):
             store.compare_and_set("run", stale, b"zombie", Seize(ME, LONG))
         assert store.get("run").record == b"new"
-        store.delete("other", 4, Release())
+        store.delete("{run}other", 4, Release())
         store.delete("run", 4, Release())
         store.insert("run", b"again", Release())
         assert store.get("run").revision == 5
@@ -196,13 +198,13 @@ class LifecycleRules(RunSuite):
         store = self.make_store(discover=json_wait)
         store.insert("held", rec(None), Claim(OTHER, self.short_ttl))
         store.insert("ready", rec({"at": 0}), Release())
-        store.insert("dep", rec(None), Release())
-        store.insert("waiting", rec({"changed": "dep", "seen": 1}), Release())
+        store.insert("{waiting}dep", rec(None), Release())
+        store.insert("waiting", rec({"changed": "{waiting}dep", "seen": 1}), Release())
         self.expire(store)
         store.delete("held", 1, Release())
         store.delete("ready", 1, Release())
         store.delete("waiting", 1, Release())
-        store.compare_and_set("dep", 1, rec(None, v=2), Release())
+        store.compare_and_set("{waiting}dep", 1, rec(None, v=2), Release())
         assert store.claim_expired(ME, LONG, 10) == []
         assert store.claim_ready(ME, LONG, 10) == []
         assert store.quarantined() == []
@@ -211,13 +213,13 @@ class LifecycleRules(RunSuite):
         if self._older_layout_refuses():
             return
         store = self.make_store(discover=json_wait)
-        store.insert("dep", rec(None), Release())
-        store.insert("run", rec({"changed": "dep", "seen": 1}), Release())
+        store.insert("{run}dep", rec(None), Release())
+        store.insert("run", rec({"changed": "{run}dep", "seen": 1}), Release())
         assert store.claim_ready(ME, LONG, 1) == []
-        store.delete("dep", 1, Release())
+        store.delete("{run}dep", 1, Release())
         assert store.claim_ready(ME, LONG, 1) == ["run"]
         claim = store.get("run").claim
-        assert claim is not None and (claim.key, claim.dependency_revision) == ("dep", 0)
+        assert claim is not None and (claim.key, claim.dependency_revision) == ("{run}dep", 0)
 
     # ------------------------------------------------------------------ poison runs
 

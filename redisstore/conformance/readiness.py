@@ -2,7 +2,9 @@
 staleness.
 
 Records are JSON read by :data:`redisstore.discovery.json_wait`; each test makes the waits
-it needs (``{"wait": {"at": due}}`` and so on).
+it needs (``{"wait": {"at": due}}`` and so on). A dependency is named in its waiter's family
+(``"{run}dep"`` for the waiter ``"run"``): a store spread over partitions keeps a dependency
+with its waiters (docs/scale-out.md).
 """
 
 from __future__ import annotations
@@ -147,35 +149,36 @@ class ReadinessRules(RunSuite):
 
     def test_unseen_dependency_is_ready_at_once(self) -> None:
         store = self.ready_store()
-        store.insert("dep", rec(None), Release())
-        store.compare_and_set("dep", 1, rec(None), Release())
-        store.insert("run", rec({"changed": "dep"}), Release())
+        store.insert("{run}dep", rec(None), Release())
+        store.compare_and_set("{run}dep", 1, rec(None), Release())
+        store.insert("run", rec({"changed": "{run}dep"}), Release())
         assert store.claim_ready(ME, LONG, 10) == ["run"]
         claim = store.get("run").claim
         assert claim is not None
-        assert (claim.key, claim.dependency_revision) == ("dep", 2)
+        assert (claim.key, claim.dependency_revision) == ("{run}dep", 2)
 
     def test_seen_dependency_waits_for_its_next_write(self) -> None:
         store = self.ready_store()
-        store.insert("dep", rec(None), Release())
-        store.insert("run", rec({"changed": "dep", "seen": 1}), Release())
+        store.insert("{run}dep", rec(None), Release())
+        store.insert("run", rec({"changed": "{run}dep", "seen": 1}), Release())
         assert store.claim_ready(ME, LONG, 10) == []
-        store.compare_and_set("dep", 1, rec(None, v=2), Release())
+        store.compare_and_set("{run}dep", 1, rec(None, v=2), Release())
         assert store.claim_ready(ME, LONG, 10) == ["run"]
         claim = store.get("run").claim
-        assert claim is not None and (claim.key, claim.dependency_revision) == ("dep", 2)
+        assert claim is not None and (claim.key, claim.dependency_revision) == ("{run}dep", 2)
         # The engine handles the change and waits again from revision 2.
-        store.compare_and_set("run", 1, rec({"changed": "dep", "seen": 2}), Release())
+        store.compare_and_set("run", 1, rec({"changed": "{run}dep", "seen": 2}), Release())
         assert store.claim_ready(ME, LONG, 10) == []
 
     def test_absent_dependency_counts_as_revision_zero(self) -> None:
         store = self.ready_store()
-        store.insert("zero", rec({"changed": "absent", "seen": 0}), Release())
-        store.insert("one", rec({"changed": "absent", "seen": 1}), Release())
-        assert store.claim_ready(ME, LONG, 10) == ["one"]
+        store.insert("{absent}zero", rec({"changed": "absent", "seen": 0}), Release())
+        store.insert("{absent}one", rec({"changed": "absent", "seen": 1}), Release())
+        assert store.claim_ready(ME, LONG, 10) == ["{absent}one"]
         store.insert("absent", rec(None), Release())  # now at revision 1
-        assert store.claim_ready(ME, LONG, 10) == ["zero"]
-        assert store.get("zero").claim == ClaimInfo("absent", 1, store.get("zero").claim.claimed_at)  # type: ignore[union-attr]
+        assert store.claim_ready(ME, LONG, 10) == ["{absent}zero"]
+        claim = store.get("{absent}zero").claim
+        assert claim is not None and claim == ClaimInfo("absent", 1, claim.claimed_at)
 
     def test_a_run_waiting_on_itself_sees_its_own_write(self) -> None:
         # Its own insert is revision 1, past the seen 0: changed, ready at once.
@@ -188,44 +191,44 @@ class ReadinessRules(RunSuite):
 
     def test_dependency_written_while_held_stays_discoverable(self) -> None:
         store = self.ready_store()
-        store.insert("dep", rec(None), Release())
-        store.insert("run", rec({"changed": "dep", "seen": 1}), Claim(OTHER, LONG))
-        store.compare_and_set("dep", 1, rec(None, v=2), Release())
+        store.insert("{run}dep", rec(None), Release())
+        store.insert("run", rec({"changed": "{run}dep", "seen": 1}), Claim(OTHER, LONG))
+        store.compare_and_set("{run}dep", 1, rec(None, v=2), Release())
         assert store.claim_ready(ME, LONG, 10) == []  # held
-        store.compare_and_set("run", 1, rec({"changed": "dep", "seen": 1}), Release())
+        store.compare_and_set("run", 1, rec({"changed": "{run}dep", "seen": 1}), Release())
         assert store.claim_ready(ME, LONG, 10) == ["run"]
 
     def test_dependency_written_while_stale_stays_discoverable(self) -> None:
         store = self.ready_store()
-        store.insert("dep", rec(None), Release())
-        store.insert("run", rec({"changed": "dep", "seen": 1}), Claim(OTHER, self.short_ttl))
+        store.insert("{run}dep", rec(None), Release())
+        store.insert("run", rec({"changed": "{run}dep", "seen": 1}), Claim(OTHER, self.short_ttl))
         self.expire(store)
         assert store.claim_expired(ME, LONG, 1) == ["run"]
-        store.compare_and_set("dep", 1, rec(None, v=2), Release())
-        store.compare_and_set("run", 1, rec({"changed": "dep", "seen": 1}), Release())
+        store.compare_and_set("{run}dep", 1, rec(None, v=2), Release())
+        store.compare_and_set("run", 1, rec({"changed": "{run}dep", "seen": 1}), Release())
         assert store.claim_ready(OTHER, LONG, 10) == ["run"]
 
     def test_changed_deadline_makes_it_eligible_alone(self) -> None:
         store = self.ready_store()
-        store.insert("dep", rec(None), Release())
+        store.insert("{run}dep", rec(None), Release())
         deadline = store.now() + (500 if self.clock_is_controlled else self.ahead)
-        store.insert("run", rec({"changed": "dep", "seen": 1, "deadline": deadline}),
+        store.insert("run", rec({"changed": "{run}dep", "seen": 1, "deadline": deadline}),
                      Release())
         assert store.claim_ready(ME, LONG, 10) == []
         self.advance(store, 500 if self.clock_is_controlled else self.ahead)
         assert store.claim_ready(ME, LONG, 10) == ["run"]
         claim = store.get("run").claim
-        assert claim is not None and (claim.key, claim.dependency_revision) == ("dep", 1)
+        assert claim is not None and (claim.key, claim.dependency_revision) == ("{run}dep", 1)
 
     def test_changing_the_dependency_moves_the_wait(self) -> None:
         store = self.ready_store()
-        store.insert("old", rec(None), Release())
-        store.insert("new", rec(None), Release())
-        store.insert("run", rec({"changed": "old", "seen": 1}), Release())
-        store.compare_and_set("run", 1, rec({"changed": "new", "seen": 1}), Release())
-        store.compare_and_set("old", 1, rec(None, v=2), Release())
-        assert store.claim_ready(ME, LONG, 10) == []  # no longer waits for "old"
-        store.compare_and_set("new", 1, rec(None, v=2), Release())
+        store.insert("{run}old", rec(None), Release())
+        store.insert("{run}new", rec(None), Release())
+        store.insert("run", rec({"changed": "{run}old", "seen": 1}), Release())
+        store.compare_and_set("run", 1, rec({"changed": "{run}new", "seen": 1}), Release())
+        store.compare_and_set("{run}old", 1, rec(None, v=2), Release())
+        assert store.claim_ready(ME, LONG, 10) == []  # no longer waits for "{run}old"
+        store.compare_and_set("{run}new", 1, rec(None, v=2), Release())
         assert store.claim_ready(ME, LONG, 10) == ["run"]
 
     # ------------------------------------------------------------------ Poll
@@ -304,8 +307,8 @@ class ReadinessRules(RunSuite):
 
     def test_claim_ready_with_records_hands_back_runs_with_their_claim_info(self) -> None:
         store = self.ready_store()
-        store.insert("dep", rec(None), Release())
-        store.insert("waiter", rec({"changed": "dep"}, n=1), Release())
+        store.insert("{waiter}dep", rec(None), Release())
+        store.insert("waiter", rec({"changed": "{waiter}dep"}, n=1), Release())
         store.insert("poller", rec({"poll": "k", "interval": 60_000}), Release())
         store.insert("timer", rec({"at": 0}), Claim(OTHER, LONG))
         store.compare_and_set("timer", 1, rec({"at": 0}, n=2), Release())
@@ -319,7 +322,7 @@ class ReadinessRules(RunSuite):
         assert by_run["timer"].revision == 2 and by_run["timer"].record == rec({"at": 0}, n=2)
         waiter = by_run["waiter"].claim
         assert waiter is not None
-        assert (waiter.key, waiter.dependency_revision) == ("dep", 1)
+        assert (waiter.key, waiter.dependency_revision) == ("{waiter}dep", 1)
         poller = by_run["poller"].claim
         assert poller is not None and poller.key == "k"
         assert store.claim_ready(OTHER, LONG, 10, records=True) == []

@@ -320,21 +320,23 @@ class LeaseRules(RunSuite):
 
     def test_a_claim_with_records_stops_before_passing_its_byte_budget(self) -> None:
         # MAX_CLAIM_BYTES (2 MiB) of records at most; the run that would pass it waits for
-        # the next claim.
+        # the next claim. (One family: in a store of partitions, one partition's claim; a
+        # claim over several shares the budget and each partition's hands back one run at
+        # least.)
         store = self.make_store()
         size = 1 << 20  # the default max_record_bytes
         fits = MAX_CLAIM_BYTES // size
         for i in range(fits + 1):
-            store.insert(f"run-{i}", bytes([i]) * size, Claim(OTHER, self.short_ttl))
+            store.insert(f"{{b}}run-{i}", bytes([i]) * size, Claim(OTHER, self.short_ttl))
             self.advance(store, 2)
         self.expire(store)
         first = store.claim_expired(ME, LONG, 10, records=True)
-        assert [c.run for c in first] == [f"run-{i}" for i in range(fits)]
+        assert [c.run for c in first] == [f"{{b}}run-{i}" for i in range(fits)]
         assert all(c.current.record == bytes([i]) * size for i, c in enumerate(first))
         rest = store.claim_expired(ME, LONG, 10, records=True)
         assert [(c.run, c.current.record) for c in rest] == [
-            (f"run-{fits}", bytes([fits]) * size)]
-        assert self.held(store, f"run-{fits}") == Held(ME, True)
+            (f"{{b}}run-{fits}", bytes([fits]) * size)]
+        assert self.held(store, f"{{b}}run-{fits}") == Held(ME, True)
 
     # ------------------------------------------------------------------ records
 

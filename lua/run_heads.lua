@@ -1,0 +1,81 @@
+-- run_heads: the first due entries of one index of a partition, read only: what a claim over
+-- many partitions reads first to give each partition its share (redisstore.partitions).
+-- KEYS[1]  P.."ready" (layout 3 index: from layout 4 not read once migrated; routes the call)
+-- KEYS[2]  P.."leases" (layout 3 index: from layout 4 not read once migrated)
+-- KEYS[3]  P.."meta"
+-- KEYS[4]  P.."fanout"
+-- ARGV[1]  key prefix           ARGV[2] index: "ready" or "leases"
+-- ARGV[3]  limit (at most MAX_CLAIM)
+-- Reply    {OK, {run, score, ...}, pending, wait} | {TOO_NEW, layout} | {CORRUPT, what}
+--          up to limit entries due now (score <= the server's time) of the layout 3 key and
+--          up to limit of the buckets, each source in its order (the caller merges them);
+--          pending 1 when a dependency's waiters are still being re-indexed (the ready
+--          index's claims finish that); wait: 0 when a source has more due entries than it
+--          answered, else ms until its first entry not yet due, -1 when none.
+-- Entries are not checked against their runs: a stale one makes the partition's share too
+-- big, and its claim then hands out fewer. Reads at most 8 empty buckets.
+-- Also reads, undeclared (same hash tag): from layout 4 the index's directory and buckets
+-- (P.."L/", P.."L|".., P.."Q/", P.."Q|"..).
+--- @include CORRUPT, MAX_CLAIM, OK, arg_int, now_ms, check_layout, index_intact, READY_IX
+--- @include LEASES_IX, buckets, card_of, of_type, FANOUT, NS, OLD_IX
+local ix
+if ARGV[2] == 'ready' then
+  ix = READY_IX
+elseif ARGV[2] == 'leases' then
+  ix = LEASES_IX
+else
+  error('BADARG ARGV[2] must be ready or leases')
+end
+if KEYS[1] ~= READY_IX.old or KEYS[2] ~= LEASES_IX.old or KEYS[4] ~= FANOUT then
+  error('BADARG KEYS must be the ready, leases, meta and fanout keys of ARGV[1]')
+end
+local limit = arg_int(3, 0, MAX_CLAIM)
+local bad_layout = check_layout()
+if bad_layout then return bad_layout end
+if not index_intact(ix) then return {CORRUPT, 'index:' .. ix.name, 0, -1} end
+if not of_type(FANOUT, 'zset') then return {CORRUPT, 'index:fanout', 0, -1} end
+local now = now_ms()
+local out, wait = {}, -1
+
+-- Takes the entries of page (run, score, ...) that are due, up to limit from this source
+-- (taken so far: n); false once it met one not due, or the limit.
+local function take(page, n)
+  for i = 1, #page, 2 do
+    local score = tonumber(page[i + 1])
+    if score then
+      if score > now then
+        local ms = score - now
+        if wait ~= 0 and (wait < 0 or ms < wait) then wait = ms end
+        return false, n
+      end
+      if n >= limit then
+        wait = 0
+        return false, n
+      end
+      out[#out + 1], out[#out + 2], n = page[i], page[i + 1], n + 1
+    end
+  end
+  return true, n
+end
+
+if (NS < 4 or OLD_IX) and ix.old then
+  take(redis.call('ZRANGE', ix.old, 0, limit, 'WITHSCORES'), 0)
+end
+if NS >= 4 and of_type(ix.dir, 'zset') then
+  local n, empty = 0, 0
+  for b in buckets(ix) do
+    local key = ix.pre .. b
+    local size = card_of(key)
+    if size and size > 0 then
+      local more
+      more, n = take(redis.call('ZRANGE', key, 0, limit - n, 'WITHSCORES'), n)
+      if not more then break end
+    else
+      empty = empty + 1
+      if empty >= 8 then break end
+    end
+  end
+end
+local pending = 0
+if ix == READY_IX and redis.call('ZCARD', FANOUT) > 0 then pending = 1 end
+return {OK, out, pending, wait}

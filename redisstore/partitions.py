@@ -1,0 +1,397 @@
+"""One logical run store over many partitions (``partitions=N``): which partition a run is
+in, and the calls that span partitions, as pure generators (sans-I/O, like
+:mod:`redisstore.runops`). docs/scale-out.md is the user's guide; docs/design/partitions.md
+the design.
+
+A call that spans partitions (``renew``, ``release``, the claims, ``quarantined``,
+``migrate``) is a :class:`Spread`: a generator that yields a :class:`Fan` (one operation per
+partition it needs) and gets back each operation's :class:`~redisstore.protocol.Settled`.
+The shells send a fan's operations grouped by node, one pipelined round trip per node
+(:func:`redisstore.pipeline.by_node`); everything else is decided here, once.
+"""
+
+from __future__ import annotations
+
+import logging
+import zlib
+from collections import Counter
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
+
+from .errors import NOT_APPLIED, UNKNOWN, StoreError, Unavailable
+from .protocol import Durability, Fan, Operation, Spread, Steps, fan
+from .runops import RunOps, next_wakeup
+from .runs import (
+    MAX_CLAIM_BYTES,
+    Cap,
+    Claimed,
+    Current,
+    Discover,
+    Lease,
+    Quarantined,
+    check_flag,
+    check_int,
+    check_limit,
+    check_listing_limit,
+    check_max_takeovers,
+    check_migrate_count,
+    check_owner,
+    check_run,
+    check_runs,
+    check_ttl,
+)
+
+T = TypeVar("T")
+log = logging.getLogger(__name__)
+
+#: The most partitions one store spreads over: a claim reads every partition's head.
+MAX_PARTITIONS = int(Cap.MAX_PARTITIONS)
+
+
+def check_partitions(partitions: object) -> int:
+    """A store's ``partitions`` option: an int in [1, MAX_PARTITIONS]."""
+    return check_int("partitions", partitions, minimum=1, maximum=MAX_PARTITIONS)
+
+
+def family_of(run: str) -> str:
+    """The part of a run id that chooses its partition: what lies between its first ``{``
+    and the next ``}`` when that is not empty (as a cluster's hash tag), else the whole id.
+    Runs of one family are always in one partition."""
+    start = run.find("{")
+    if start >= 0:
+        end = run.find("}", start + 1)
+        if end > start + 1:
+            return run[start + 1:end]
+    return run
+
+
+def partition_of(run: str, partitions: int) -> int:
+    """The partition of ``run`` in a store of ``partitions``: CRC-32 of its family, modulo
+    the count (stable across processes, versions and platforms)."""
+    if partitions == 1:
+        return 0
+    return zlib.crc32(family_of(run).encode("utf-8", "surrogateescape")) % partitions
+
+
+def worst(errors: list[StoreError], *, applied: bool) -> StoreError:
+    """The error of a call over partitions whose parts failed with ``errors``. An answer of
+    the contract (``Corrupt``, ``Misconfigured``...) comes first; then ``Unavailable``, whose
+    outcome is ``not_applied`` only when no part may have applied anything (``applied``:
+    another part did)."""
+    for error in errors:
+        if not isinstance(error, Unavailable):
+            return error
+    unknown = applied or any(isinstance(e, Unavailable) and e.outcome != NOT_APPLIED
+                             for e in errors)
+    first = errors[0]
+    assert isinstance(first, Unavailable)
+    if not unknown:
+        return first
+    if len(errors) == 1 and first.outcome == UNKNOWN:
+        return first
+    return Unavailable(f"{len(errors)} of the call's partitions failed ({first.reason}); "
+                       "the others applied it" if applied else first.reason,
+                       code=first.code, outcome=UNKNOWN)
+
+
+class PartitionedOps:
+    """The run store's operations over ``partitions`` partitions of one namespace: one
+    :class:`RunOps` per partition. A call of one run is that run's partition's operation,
+    unchanged; a call over many runs is a :class:`Spread`."""
+
+    def __init__(self, namespace: str, discover: Discover | None, projection_version: int,
+                 *, durability: Durability | None = None, max_record_bytes: int = 1 << 20,
+                 partitions: int = 2) -> None:
+        self.n = check_partitions(partitions)
+        self.parts = [RunOps(namespace, discover, projection_version, durability=durability,
+                             max_record_bytes=max_record_bytes, partitions=self.n,
+                             partition=p, place=self.place) for p in range(self.n)]
+        #: Partition 0's keys: the namespace's own (its meta key holds the count).
+        self.keys = self.parts[0].keys
+
+    @property
+    def checks(self) -> set[str]:
+        """The one-time server checks done for the client (shared by every partition)."""
+        return self.parts[0].checks
+
+    @checks.setter
+    def checks(self, checks: set[str]) -> None:
+        for part in self.parts:
+            part.checks = checks
+
+    def place(self, run: str) -> int:
+        """The partition of ``run``."""
+        return partition_of(run, self.n)
+
+    def part(self, run: str) -> RunOps:
+        """The operations of ``run``'s partition (a bad id raises, as the call would)."""
+        return self.parts[partition_of(check_run(run), self.n)]
+
+    # ------------------------------------------------------------------ the checks
+
+    def checked(self) -> bool:
+        """Whether the server check and the partition count check have passed."""
+        return self.parts[0].checked()
+
+    def server_check(self) -> Operation[None]:
+        """The server and partition count checks (:meth:`RunOps.server_check`)."""
+        return self.parts[0].server_check()
+
+    def guarded(self, op: Operation[T] | Spread[T]) -> Operation[T] | Spread[T]:
+        """``op`` preceded, until they have passed once, by the server and count checks."""
+        if self.checked():
+            return op
+        return self._first(self.parts[0].server_check, op)
+
+    def counting(self, op: Operation[T] | Spread[T]) -> Operation[T] | Spread[T]:
+        """``op`` preceded, until it has passed once, by the partition count check."""
+        if self.parts[0].counted:
+            return op
+        return self._first(self.parts[0].count_check, op)
+
+    def _first(self, check: Callable[[], Operation[None]],
+               op: Operation[T] | Spread[T]) -> Operation[T] | Spread[T]:
+        if not isinstance(op, Spread):
+            return self.parts[0]._first(check(), op)
+        return Spread(self._first_steps(check, op.steps))
+
+    @staticmethod
+    def _first_steps(check: Callable[[], Operation[None]], steps: Steps[T]) -> Steps[T]:
+        try:
+            first = next(steps)  # runs the call's argument checks
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+        (settled,) = yield Fan((check(),))
+        settled.unwrap()
+        answers = yield first
+        while True:
+            try:
+                nxt = steps.send(answers)
+            except StopIteration as stop:
+                return stop.value  # type: ignore[no-any-return]
+            answers = yield nxt
+
+    # ------------------------------------------------------------------ wake-ups
+
+    def next_wakeup(self, kinds: Iterable[str], seconds: float
+                    ) -> Operation[tuple[str, str] | None]:
+        """A wake-up token of any partition (one ``BZPOPMIN`` over all their wake keys: on
+        one server only)."""
+        return next_wakeup([part.keys for part in self.parts], kinds, seconds)
+
+    def give_back_wakeup(self, kind: str, token: str) -> Operation[None]:
+        """Put back a token (in partition 0: one waker listens to every partition)."""
+        return self.parts[0].give_back_wakeup(kind, token)
+
+    def wake_sources(self, cluster: bool) -> list[tuple[Any, Any]]:
+        """The (next_wakeup, give_back) pairs a store's waker listens to: one over every
+        partition on one server; one per partition on a cluster (a command takes the keys
+        of one slot)."""
+        if not cluster:
+            return [(self.next_wakeup, self.give_back_wakeup)]
+        return [(part.next_wakeup, part.give_back_wakeup) for part in self.parts]
+
+    # ------------------------------------------------------------------ one run
+
+    def now(self) -> Operation[int]:
+        """The clock of partition 0's server (each partition's leases are judged by its
+        own server's clock)."""
+        return self.parts[0].now()
+
+    def get(self, run: str) -> Operation[Current]:
+        """See :meth:`RunOps.get`."""
+        return self.part(run).get(run)
+
+    def insert(self, run: str, record: bytes, lease: Lease) -> Operation[int]:
+        """See :meth:`RunOps.insert`."""
+        return self.part(run).insert(run, record, lease)
+
+    def compare_and_set(self, run: str, expected: int, record: bytes,
+                        lease: Lease) -> Operation[None]:
+        """See :meth:`RunOps.compare_and_set`."""
+        return self.part(run).compare_and_set(run, expected, record, lease)
+
+    def delete(self, run: str, expected: int, lease: Lease) -> Operation[None]:
+        """See :meth:`RunOps.delete`."""
+        return self.part(run).delete(run, expected, lease)
+
+    def refresh(self, run: str) -> Operation[bool]:
+        """See :meth:`RunOps.refresh`."""
+        return self.part(run).refresh(run)
+
+    # ------------------------------------------------------------------ many runs
+
+    def _by_partition(self, names: list[str]) -> dict[int, list[str]]:
+        groups: dict[int, list[str]] = {}
+        for name in names:
+            groups.setdefault(self.place(name), []).append(name)
+        return groups
+
+    def renew(self, owner: str, runs: Iterable[str], ttl: int) -> Spread[list[str]]:
+        """See :meth:`RunOps.renew`: each partition's runs in one call, the answer in the
+        caller's order."""
+        owner, ttl, names = check_owner(owner), check_ttl(ttl), check_runs(runs)
+        return Spread(self._each(lambda ops, group: ops.renew(owner, group, ttl), names))
+
+    def release(self, owner: str, runs: Iterable[str]) -> Spread[list[str]]:
+        """See :meth:`RunOps.release`."""
+        owner, names = check_owner(owner), check_runs(runs)
+        return Spread(self._each(lambda ops, group: ops.release(owner, group), names))
+
+    def _each(self, call: Callable[[RunOps, list[str]], Operation[list[str]]],
+              names: list[str]) -> Steps[list[str]]:
+        groups = self._by_partition(names)
+        answers = yield from fan(call(self.parts[p], group) for p, group in groups.items())
+        done: set[str] = set()
+        errors: list[StoreError] = []
+        for got in answers:
+            if got.error is not None:
+                errors.append(got.error)
+            else:
+                done.update(got.value or ())
+        if errors:
+            raise worst(errors, applied=len(errors) < len(answers))
+        return [name for name in names if name in done]
+
+    def claim_ready(self, owner: str, ttl: int, limit: int, records: bool = False
+                    ) -> Spread[tuple[list[Any], int]]:
+        """See :meth:`RunOps.claim_ready`: :meth:`_claim` over the ready indexes."""
+        owner, ttl, limit = check_owner(owner), check_ttl(ttl), check_limit(limit)
+        records = check_flag("records", records)
+
+        def claim(ops: RunOps, share: int, budget: int) -> Operation[tuple[list[Any], int]]:
+            return ops.claim_ready_call(owner, ttl, share, budget)
+
+        return Spread(self._claim("ready", limit, records, claim))
+
+    def claim_expired(self, owner: str, ttl: int, limit: int, records: bool = False,
+                      max_takeovers: int | None = None) -> Spread[tuple[list[Any], int]]:
+        """See :meth:`RunOps.claim_expired`: :meth:`_claim` over the lease indexes."""
+        owner, ttl, limit = check_owner(owner), check_ttl(ttl), check_limit(limit)
+        records = check_flag("records", records)
+        bound = check_max_takeovers(max_takeovers)
+
+        def claim(ops: RunOps, share: int, budget: int) -> Operation[tuple[list[Any], int]]:
+            return ops.claim_expired_call(owner, ttl, share, budget, bound)
+
+        return Spread(self._claim("leases", limit, records, claim))
+
+    def _claim(self, index: str, limit: int, records: bool,
+               claim: Callable[[RunOps, int, int], Operation[tuple[list[Any], int]]]
+               ) -> Steps[tuple[list[Any], int]]:
+        """A claim over every partition, in two round trips per node. First each
+        partition's head (its first ``limit`` due entries, read only); the heads merged,
+        earliest first, and the first ``limit`` entries say how many each partition gives.
+        Then each partition claims its share. Bounded by ``limit``; disjoint (each claim is
+        one script in one partition); in due order across partitions up to the race
+        between the two round trips; a partition that gives less than its share (another
+        claimer was faster, a stale entry) leaves the call short."""
+        if limit == 0:
+            return [], -1
+        heads = yield from fan(part.heads(index, limit) for part in self.parts)
+        entries: list[tuple[int, bytes, int, str]] = []
+        waits: list[int] = []
+        pending: list[int] = []
+        errors: list[StoreError] = []
+        for p, got in enumerate(heads):
+            if got.error is not None:
+                errors.append(got.error)
+                continue
+            due, busy, wait = got.unwrap()
+            entries.extend((score, run.encode("utf-8", "surrogateescape"), p, run)
+                           for score, run in due)
+            waits.append(wait)
+            if busy:
+                pending.append(p)
+        if len(errors) == len(heads):
+            raise worst(errors, applied=False)
+        entries.sort()
+        chosen = entries[:limit]
+        if len(entries) > limit:
+            waits.append(0)  # more is due than this call takes
+        shares = Counter(p for _, _, p, _ in chosen)
+        # A partition still re-indexing a dependency's waiters claims (its share, or 0)
+        # so that its claim finishes that work, as one partition's claims do.
+        order = sorted(set(shares) | set(pending)) if index == "ready" else sorted(shares)
+        budget = max(1, MAX_CLAIM_BYTES // max(1, len(shares))) if records else 0
+        # A partition with due work and no share keeps a wake-up token for its first due
+        # run (NX: the one it had, if the waker has not taken it): the token that woke this
+        # claim may have been that partition's, and its claim script, which would say it
+        # left work behind, does not run.
+        left: dict[int, str] = {}
+        for _, _, p, run in entries[limit:]:
+            if p not in shares and p not in left:
+                left[p] = run
+        answers = yield from fan([*(claim(self.parts[p], shares[p], budget) for p in order),
+                                  *(self.parts[p].give_back_wakeup(index, run)
+                                    for p, run in left.items())])
+        answers = answers[:len(order)]
+        rank = {(p, run): i for i, (_, _, p, run) in enumerate(chosen)}
+        claimed: list[tuple[int, Any]] = []
+        failed: list[StoreError] = []
+        for p, got in zip(order, answers, strict=True):
+            if got.error is not None:
+                failed.append(got.error)
+                continue
+            runs, wait = got.unwrap()
+            waits.append(wait)
+            for run in runs:
+                name = run.run if isinstance(run, Claimed) else run
+                claimed.append((rank.get((p, name), len(rank) + len(claimed)), run))
+        if failed and not claimed:
+            raise worst(failed, applied=False)
+        for error in errors + failed:
+            log.warning("redisstore: a claim over partitions went on without one of them: %s",
+                        error)
+        claimed.sort(key=lambda c: c[0])
+        return [run for _, run in claimed], _soonest(waits)
+
+    def quarantined(self, limit: int = 1000) -> Spread[list[Quarantined]]:
+        """See :meth:`RunOps.quarantined`: every partition's, merged."""
+        limit = check_listing_limit(limit)
+        return Spread(self._quarantined(limit))
+
+    def _quarantined(self, limit: int) -> Steps[list[Quarantined]]:
+        answers = yield from fan(part.quarantined(limit) for part in self.parts)
+        found: list[Quarantined] = []
+        for got in answers:
+            found.extend(got.unwrap())
+        return sorted(found, key=lambda q: (q.index, q.run))[:limit]
+
+    def migrate_step(self, count: int) -> Spread[tuple[int, bool, int, int]]:
+        """Every partition's migration to its end, in steps that run in every partition
+        not done yet at once: (runs moved, True, damaged runs, index entries moved)."""
+        count = check_migrate_count(count)
+        return Spread(self._migrate(count))
+
+    def _migrate(self, count: int) -> Steps[tuple[int, bool, int, int]]:
+        left = list(range(self.n))
+        moved = damaged = entries = 0
+        while left:
+            answers = yield from fan(self.parts[p].migrate_step(count) for p in left)
+            still = []
+            for p, got in zip(left, answers, strict=True):
+                step = got.unwrap()
+                moved, damaged, entries = moved + step[0], damaged + step[2], entries + step[3]
+                if not step[1]:
+                    still.append(p)
+            left = still
+        return moved, True, damaged, entries
+
+
+def _soonest(waits: list[int]) -> int:
+    """The soonest of the partitions' waits (0: claimable work is left, -1: none)."""
+    ahead = [w for w in waits if w >= 0]
+    return min(ahead) if ahead else -1
+
+
+def run_ops(namespace: str, discover: Discover | None, projection_version: int, *,
+            durability: Durability | None, max_record_bytes: int,
+            partitions: int) -> RunOps | PartitionedOps:
+    """A store's operations: :class:`RunOps` for one partition (today's layout, unchanged),
+    else :class:`PartitionedOps`."""
+    if check_partitions(partitions) == 1:
+        return RunOps(namespace, discover, projection_version, durability=durability,
+                      max_record_bytes=max_record_bytes)
+    return PartitionedOps(namespace, discover, projection_version, durability=durability,
+                          max_record_bytes=max_record_bytes, partitions=partitions)
