@@ -65,6 +65,12 @@ class TestClusterRunStore(RedisSuite):
         self.client = cluster_client
 
 
+class TestClusterRunStorePartitioned(TestClusterRunStore):
+    """One logical store over 6 partitions, hence over the three primaries."""
+
+    partitions = 6
+
+
 class TestClusterRepository(RepositoryConformance):
     @pytest.fixture(autouse=True)
     def _backend(self, cluster_client: RedisCluster) -> None:
@@ -83,6 +89,10 @@ class TestAsyncClusterRunStore(AsyncRunSuite):
     @pytest.fixture(autouse=True)
     def _backend(self, loop_thread: LoopThread, cluster: list[Server]) -> Iterator[None]:
         yield from self.connect(loop_thread, lambda: async_cluster(cluster))
+
+
+class TestAsyncClusterRunStorePartitioned(TestAsyncClusterRunStore):
+    partitions = 6
 
 
 class TestAsyncClusterRepository(AsyncRepositorySuite):
@@ -349,3 +359,37 @@ def test_two_nodes_naming_each_other_mid_setslot_are_each_tried_once(
     assert sent == {source.port: 1, target.port: 1}, sent
     finish_migration(cluster, slot, target)
     assert store.get("run").record == b"r1"
+
+
+def test_a_store_of_partitions_spreads_over_the_primaries_one_round_trip_per_node(
+        cluster_client: RedisCluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    from redisstore.transport import Transport
+
+    namespace = unique_namespace()
+    store = RedisRunStore(cluster_client, namespace=namespace, partitions=6)
+    runs = [f"run-{i}" for i in range(60)]
+    for run in runs:
+        store.insert(run, b"r", Claim("a", 600_000))
+    nodes = {cluster_client.get_node_from_key(Keyspace(namespace, p).leases).name
+             for p in range(6)}
+    assert len(nodes) >= 2, "6 hash tags on one of three primaries"
+    # Each script once on each node first (a node's first call of it is a NOSCRIPT).
+    store.renew("a", runs, 600_000)
+    store.release("a", [f"absent-{i}" for i in range(12)])
+    store.claim_ready("b", 600_000, 10)
+    sent: list[Any] = []
+    real = Transport.exchange
+
+    def exchange(self: Transport, pool: Any, batch: Any, deadline: float) -> Any:
+        sent.append(batch)
+        return real(self, pool, batch, deadline)
+
+    monkeypatch.setattr(Transport, "exchange", exchange)
+    assert store.renew("a", runs, 600_000) == runs
+    assert len(sent) == len(nodes)  # one pipelined round trip per node
+    sent.clear()
+    assert store.release("a", runs) == runs
+    assert len(sent) == len(nodes)
+    sent.clear()
+    assert sorted(store.claim_ready("b", 600_000, 10)) == []
+    assert len(sent) == len(nodes)  # the heads; nothing due, no second round trip

@@ -23,9 +23,9 @@ LONG = 600_000
 
 
 def _claim_all(port: int, namespace: str, owner: str, ready: bool, barrier: Any,
-               results: Any) -> None:
+               results: Any, partitions: int) -> None:
     store = RedisRunStore(redis.Redis(host="127.0.0.1", port=port), namespace=namespace,
-                          discover=json_wait)
+                          discover=json_wait, partitions=partitions)
     claim = store.claim_ready if ready else store.claim_expired
     store.now()  # connected before the race starts
     barrier.wait(60)  # every worker is up: they really race
@@ -35,11 +35,11 @@ def _claim_all(port: int, namespace: str, owner: str, ready: bool, barrier: Any,
     results.put((owner, claimed))
 
 
-def _race(port: int, namespace: str, ready: bool) -> list[list[str]]:
+def _race(port: int, namespace: str, ready: bool, partitions: int) -> list[list[str]]:
     ctx = multiprocessing.get_context("spawn")
     barrier, results = ctx.Barrier(WORKERS), ctx.Queue()
     workers = [ctx.Process(target=_claim_all, args=(port, namespace, f"worker-{w}", ready,
-                                                    barrier, results))
+                                                    barrier, results, partitions))
                for w in range(WORKERS)]
     for worker in workers:
         worker.start()
@@ -59,23 +59,31 @@ def _check_disjoint(store: RedisRunStore, runs: list[str], results: list[list[st
             assert store.get(run).holder == Held(f"worker-{w}", True)
 
 
-def test_eight_processes_claim_ten_thousand_expired_runs_once_each(redis7: Server) -> None:
+# partitions=6: one logical store over 6 hash tags, each claim a read of every partition's
+# head and a claim of each one's share, racing the other workers' between the two.
+@pytest.mark.parametrize("partitions", [1, 6])
+def test_eight_processes_claim_ten_thousand_expired_runs_once_each(redis7: Server,
+                                                                   partitions: int) -> None:
     namespace = unique_namespace()
-    store = RedisRunStore(redis7.client(), namespace=namespace)
+    store = RedisRunStore(redis7.client(), namespace=namespace, partitions=partitions)
     runs = [f"run-{i:05d}" for i in range(RUNS)]
     for run in runs:
         store.insert(run, b"record", Claim("crashed-node", 1))
     time.sleep(0.01)
-    _check_disjoint(store, runs, _race(redis7.port, namespace, ready=False))
+    _check_disjoint(store, runs, _race(redis7.port, namespace, False, partitions))
 
 
-def test_eight_processes_claim_ready_runs_once_each(redis7: Server) -> None:
+@pytest.mark.parametrize("partitions", [1, 6])
+def test_eight_processes_claim_ready_runs_once_each(redis7: Server, partitions: int) -> None:
     namespace = unique_namespace()
-    store = RedisRunStore(redis7.client(), namespace=namespace, discover=json_wait)
-    runs = [f"run-{i:05d}" for i in range(3_000)]
-    store.insert("dep", b"{}", Release())
+    store = RedisRunStore(redis7.client(), namespace=namespace, discover=json_wait,
+                          partitions=partitions)
+    runs = [f"{{f{i % 12}}}run-{i:05d}" for i in range(3_000)]  # 12 families
+    for family in range(12):
+        store.insert(f"{{f{family}}}dep", b"{}", Release())
     for i, run in enumerate(runs):
-        wait = [{"at": 0}, {"changed": "dep"}, {"poll": "inbox", "interval": LONG}][i % 3]
+        wait = [{"at": 0}, {"changed": f"{{f{i % 12}}}dep"},
+                {"poll": "inbox", "interval": LONG}][i % 3]
         store.insert(run, json.dumps({"wait": wait}).encode(), Release())
-    _check_disjoint(store, runs, _race(redis7.port, namespace, ready=True))
+    _check_disjoint(store, sorted(runs), _race(redis7.port, namespace, True, partitions))
     assert store.claim_ready("late", LONG, 10) == []

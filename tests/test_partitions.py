@@ -1,0 +1,231 @@
+"""Stores spread over partitions (``partitions=N``): where a run goes, the recorded count,
+the refusals, fairness of claims across partitions. The conformance suites run on
+partitioned stores too (test_conformance_runs, test_conformance_async, test_cluster)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import zlib
+from collections import Counter
+from typing import Any
+
+import fakeredis
+import pytest
+from servers import unique_namespace
+
+from redisstore import (
+    AsyncRedisRunStore,
+    Claim,
+    Corrupt,
+    Misconfigured,
+    NotFound,
+    RedisRunStore,
+    Release,
+)
+from redisstore.discovery import json_wait
+from redisstore.keys import Keyspace, check_namespace
+from redisstore.partitions import MAX_PARTITIONS, family_of, partition_of
+
+LONG = 600_000
+
+
+def keys_of(client: Any) -> dict[bytes, Any]:
+    """Every key and its dump: to show that nothing was written."""
+    return {key: client.dump(key) for key in client.keys("*")}
+
+
+def rec(wait: dict[str, Any] | None) -> bytes:
+    return json.dumps({"wait": wait}).encode()
+
+
+def test_a_family_is_the_first_braced_part_of_an_id_else_the_id() -> None:
+    assert family_of("wf-1") == "wf-1"
+    assert family_of("{wf-1}child-3") == "wf-1"
+    assert family_of("step/{wf-1}/{x}") == "wf-1"
+    assert family_of("{}a{b}") == "{}a{b}"  # an empty tag names no family, as in a cluster
+    assert family_of("a{b") == "a{b"
+
+
+def test_the_partition_is_crc32_of_the_family_modulo_the_count() -> None:
+    # Stable across processes, versions and platforms: pinned values.
+    assert partition_of("wf-1", 1) == 0
+    assert partition_of("wf-1", 6) == zlib.crc32(b"wf-1") % 6
+    assert partition_of("{wf-1}child", 6) == partition_of("wf-1", 6)
+    spread = Counter(partition_of(f"run-{i}", 6) for i in range(6000))
+    assert set(spread) == set(range(6)) and min(spread.values()) > 900
+
+
+def test_the_partition_count_is_checked() -> None:
+    client = fakeredis.FakeRedis()
+    for bad in (0, -1, MAX_PARTITIONS + 1, "6", 2.0, True):
+        with pytest.raises((TypeError, ValueError)):
+            RedisRunStore(client, namespace="n", partitions=bad)  # type: ignore[arg-type]
+    assert keys_of(client) == {}
+
+
+def test_hash_signs_are_reserved_for_partitions() -> None:
+    with pytest.raises(ValueError, match="#"):
+        check_namespace("a#1")
+    assert Keyspace("a", 3).prefix == "{a#3}:"
+    assert Keyspace("a", 0).prefix == "{a}:"
+
+
+def test_runs_spread_over_the_partitions_and_each_call_finds_its_own() -> None:
+    client = fakeredis.FakeRedis()
+    ns = unique_namespace()
+    store = RedisRunStore(client, namespace=ns, partitions=6)
+    runs = [f"run-{i}" for i in range(60)]
+    for run in runs:
+        store.insert(run, run.encode(), Claim("a", LONG))
+    for run in runs:
+        p = partition_of(run, 6)
+        assert client.exists(Keyspace(ns, p).run(run)) == 1
+        assert store.get(run).record == run.encode()
+    tags = {key.split(b"}")[0] for key in client.keys(f"{{{ns}*")}
+    assert len(tags) == 6
+    assert store.renew("a", reversed(runs), LONG) == list(reversed(runs))  # caller's order
+    assert store.release("a", [*runs[::2], "absent"]) == runs[::2]
+    assert sorted(store.claim_ready("b", LONG, 100)) == []
+
+
+def test_the_count_is_recorded_and_another_is_refused_with_nothing_written() -> None:
+    client = fakeredis.FakeRedis()
+    ns = unique_namespace()
+    six = RedisRunStore(client, namespace=ns, partitions=6)
+    six.insert("run", b"r", Release())
+    assert client.hget(Keyspace(ns).meta, "partitions") == b"6"
+    before = keys_of(client)
+    for count in (1, 3):
+        other = RedisRunStore(client, namespace=ns, partitions=count)
+        with pytest.raises(Misconfigured, match="partitions=6"):
+            other.insert("new", b"r", Release())
+        if count > 1:  # a store of partitions checks before its reads too
+            with pytest.raises(Misconfigured, match="partitions=6"):
+                RedisRunStore(client, namespace=ns, partitions=count).get("run")
+    assert keys_of(client) == before
+    assert RedisRunStore(client, namespace=ns, partitions=6).get("run").revision == 1
+
+
+def test_a_namespace_in_use_by_one_partition_is_not_repartitioned_by_opening_it() -> None:
+    client = fakeredis.FakeRedis()
+    ns = unique_namespace()
+    RedisRunStore(client, namespace=ns).insert("run", b"r", Release())
+    before = keys_of(client)
+    with pytest.raises(Misconfigured, match="spread over 1 partition"):
+        RedisRunStore(client, namespace=ns, partitions=4).get("run")
+    assert keys_of(client) == before
+
+
+@pytest.mark.parametrize("meta", [{"partitions": "x"}, {"partitions": "0"},
+                                  {"partitions": "01"}, {"partitions": "257"}])
+def test_a_damaged_count_is_corrupt_and_nothing_is_written(meta: dict[str, str]) -> None:
+    client = fakeredis.FakeRedis()
+    ns = unique_namespace()
+    client.hset(Keyspace(ns).meta, mapping=meta)
+    before = keys_of(client)
+    for count in (1, 6):
+        with pytest.raises(Corrupt):
+            RedisRunStore(client, namespace=ns, partitions=count).insert("r", b"r", Release())
+    client.delete(Keyspace(ns).meta)
+    client.set(Keyspace(ns).meta, "not a hash")
+    with pytest.raises(Corrupt):
+        RedisRunStore(client, namespace=ns, partitions=6).get("r")
+    assert set(keys_of(client)) == set(before)
+
+
+def test_a_dependency_in_another_partition_is_refused_before_anything_is_sent() -> None:
+    client = fakeredis.FakeRedis()
+    ns = unique_namespace()
+    store = RedisRunStore(client, namespace=ns, discover=json_wait, partitions=6)
+    store.insert("dep", rec(None), Release())
+    waiter = next(f"w{i}" for i in range(100) if partition_of(f"w{i}", 6)
+                  != partition_of("dep", 6))
+    before = keys_of(client)
+    with pytest.raises(ValueError, match="family"):
+        store.insert(waiter, rec({"changed": "dep"}), Release())
+    assert keys_of(client) == before
+    with pytest.raises(NotFound):
+        store.get(waiter)
+    # In the dependency's family it is one partition, and works.
+    store.insert("{dep}w", rec({"changed": "dep"}), Release())
+    assert store.claim_ready("a", LONG, 10) == ["{dep}w"]
+
+
+def test_a_pipeline_of_partitions_takes_one_run_calls_and_refuses_the_others() -> None:
+    store = RedisRunStore(fakeredis.FakeRedis(), namespace=unique_namespace(), partitions=6)
+    with store.pipeline() as pipe:
+        inserted = [pipe.insert(f"run-{i}", b"r", Claim("a", LONG)) for i in range(12)]
+        for call in (lambda: pipe.renew("a", ["run-1"], LONG),
+                     lambda: pipe.release("a", ["run-1"]),
+                     lambda: pipe.claim_ready("a", LONG, 1),
+                     lambda: pipe.claim_expired("a", LONG, 1)):
+            with pytest.raises(TypeError, match="one run"):
+                call()
+    assert [call.result() for call in inserted] == [1] * 12
+    assert store.renew("a", [f"run-{i}" for i in range(12)], LONG) == [
+        f"run-{i}" for i in range(12)]
+
+
+def test_claims_take_work_in_due_order_across_partitions_under_a_skewed_load() -> None:
+    # 100:1: a hot family of 1,000 runs beside 10 cold ones, due one ms apart, the cold
+    # ones spread among the hot. A claim of 10 at a time takes them in due order: no cold
+    # run waits for a hot run due after it (the starvation bound: the work due before it).
+    client = fakeredis.FakeRedis()
+    store = RedisRunStore(client, namespace=unique_namespace(), discover=json_wait,
+                          partitions=6)
+    now = store.now()
+    due: list[tuple[int, str]] = []
+    for i in range(1010):
+        run = f"{{cold}}c{i}" if i % 101 == 50 else f"{{hot}}h{i}"
+        due.append((now - 2000 + i, run))
+        store.insert(run, rec({"at": now - 2000 + i}), Release())
+    assert partition_of("{cold}", 6) != partition_of("{hot}", 6)
+    taken: list[str] = []
+    while batch := store.claim_ready("a", LONG, 10):
+        taken.extend(batch)
+    assert taken == [run for _, run in sorted(due)]
+
+
+def test_racing_claimers_starve_no_partition() -> None:
+    # Two threads claim 10 at a time while the 100:1 load is due: every cold run is taken
+    # within the claims of the runs due before it, give or take one round of each claimer.
+    client = fakeredis.FakeRedis()
+    store = RedisRunStore(client, namespace=unique_namespace(), discover=json_wait,
+                          partitions=6)
+    now = store.now()
+    rank: dict[str, int] = {}
+    for i in range(1010):
+        run = f"{{cold}}c{i}" if i % 101 == 50 else f"{{hot}}h{i}"
+        rank[run] = i
+        store.insert(run, rec({"at": now - 2000 + i}), Release())
+    order: list[str] = []
+    lock = threading.Lock()
+
+    def claimer(owner: str) -> None:
+        while batch := store.claim_ready(owner, LONG, 10):
+            with lock:
+                order.extend(batch)
+
+    threads = [threading.Thread(target=claimer, args=(f"n{t}",)) for t in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(order) == sorted(rank)
+    late = max(order.index(run) - rank[run] for run in rank if run.startswith("{cold}"))
+    assert late <= 2 * 10, f"a cold run was taken {late} places after its due rank"
+
+
+def test_an_async_store_of_partitions_shares_the_core() -> None:
+    import asyncio
+
+    async def main() -> list[str]:
+        store = AsyncRedisRunStore(fakeredis.FakeAsyncRedis(), namespace=unique_namespace(),
+                                   partitions=3)
+        for i in range(9):
+            await store.insert(f"run-{i}", b"r", Claim("a", 1))
+        await asyncio.sleep(0.01)
+        return await store.claim_expired("b", LONG, 100)
+
+    assert sorted(asyncio.run(main())) == [f"run-{i}" for i in range(9)]
