@@ -11,6 +11,7 @@ import re
 
 from . import scripts
 from .keys import Keyspace
+from .partitions import check_partitions
 
 # Every command a shipped script calls: redis.call('X'), redis.pcall('X'), and the writes
 # it queues with later('X') / first('X') (commit() runs them with redis.call).
@@ -35,7 +36,8 @@ def glob_escape(text: str) -> str:
 
 
 def acl_rule(namespace: str, *, durability: bool = False, server_checks: bool = False,
-             aof: bool = False, migrate: bool = True, cluster: bool = False) -> str:
+             aof: bool = False, migrate: bool = True, cluster: bool = False,
+             partitions: int = 1) -> str:
     """The ``ACL SETUSER`` rules that let a user run every operation of both ports (run
     store and instance repository, ``migrate`` included) on ``namespace`` and nothing else::
 
@@ -58,11 +60,14 @@ def acl_rule(namespace: str, *, durability: bool = False, server_checks: bool = 
       another user. Only ``migrate()`` scans.
     - ``cluster``: what redis-py's ``RedisCluster`` asks at start-up (``CLUSTER SLOTS``,
       ``CLUSTER SHARDS``, ``COMMAND``).
+    - ``partitions``: the keys of every partition of a store opened with ``partitions=N``
+      (``{namespace#1}`` to ``{namespace#N-1}`` besides the namespace's own).
 
     A client that selects a database other than 0 needs ``+select`` as well. A namespace
     with whitespace or control characters cannot be one word of an ACL rule: ValueError.
     """
-    prefix = Keyspace(namespace).prefix  # checks the namespace
+    prefixes = [Keyspace(namespace, p).prefix  # checks the namespace
+                for p in range(check_partitions(partitions))]
     if any(c.isspace() or not c.isprintable() for c in namespace):
         raise ValueError(f"namespace {namespace!r} has whitespace or control characters: it "
                          "cannot be one word of an ACL rule (choose one without them)")
@@ -79,4 +84,5 @@ def acl_rule(namespace: str, *, durability: bool = False, server_checks: bool = 
     if cluster:
         commands |= {"cluster|slots", "cluster|shards", "command"}
     allowed = " ".join(f"+{name}" for name in sorted(commands))
-    return f"resetkeys ~{glob_escape(prefix)}* resetchannels -@all {allowed}"
+    keys = " ".join(f"~{glob_escape(prefix)}*" for prefix in prefixes)
+    return f"resetkeys {keys} resetchannels -@all {allowed}"

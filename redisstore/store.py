@@ -93,6 +93,14 @@ class RedisRunStore(_Closes, Shell[RunOps | PartitionedOps]):
     Failures that are not an answer of the contract raise ``Unavailable``; a write whose
     reply was lost is never re-sent (see :func:`redisstore.confirm_write`). With
     ``durability``, each write is confirmed by ``WAIT`` / ``WAITAOF`` before it counts.
+
+    ``partitions=N`` (1 to 256) spreads one logical store over N hash tags, hence over a
+    cluster's primaries: a run is in the partition of its id's ``{family}`` part (else of
+    its id); calls of one run stay one round trip, ``renew`` / ``release`` go one round
+    trip per node, claims two (every partition's head, then each one's share). The count
+    is recorded in the namespace; a store opened with another is refused
+    (``Misconfigured``). A ``Changed`` dependency must be in its waiter's partition. See
+    docs/scale-out.md.
     """
 
     def __init__(self, client: Any, *, namespace: str = "redisstore",

@@ -229,3 +229,14 @@ def test_an_async_store_of_partitions_shares_the_core() -> None:
         return await store.claim_expired("b", LONG, 100)
 
     assert sorted(asyncio.run(main())) == [f"run-{i}" for i in range(9)]
+
+
+def test_the_acl_rule_of_a_store_of_partitions_names_every_partition() -> None:
+    from redisstore.security import acl_rule
+
+    rule = acl_rule("t*a", partitions=3)
+    assert rule.startswith(r"resetkeys ~{t\*a}:* ~{t\*a#1}:* ~{t\*a#2}:* resetchannels")
+    assert "#3" not in rule
+    assert acl_rule("t").startswith("resetkeys ~{t}:* resetchannels")
+    with pytest.raises(ValueError):
+        acl_rule("t", partitions=0)

@@ -100,7 +100,7 @@ def test_a_bad_namespace_is_refused() -> None:
 # ---------------------------------------------------------------------------- confined users
 
 
-def confine(server: Server, namespace: str, **flags: bool) -> dict[str, Any]:
+def confine(server: Server, namespace: str, **flags: Any) -> dict[str, Any]:
     """A user confined to ``namespace`` by acl_rule: its client's connection arguments."""
     user, password = f"tenant-{uuid.uuid4().hex[:12]}", uuid.uuid4().hex
     server.client().execute_command("ACL", "SETUSER", user, "on", f">{password}",
@@ -126,8 +126,10 @@ class ConfinedSuite(RedisSuite):
 
     def make_store(self, *, discover: Discover | None = None) -> RunStore:
         namespace = unique_namespace()
-        client = self.clients[namespace] = redis.Redis(**confine(self.server, namespace))
-        store = RedisRunStore(client, namespace=namespace, discover=discover)
+        client = self.clients[namespace] = redis.Redis(
+            **confine(self.server, namespace, partitions=self.partitions))
+        store = RedisRunStore(client, namespace=namespace, discover=discover,
+                              partitions=self.partitions)
         store.migrate()
         return store
 
@@ -135,12 +137,20 @@ class ConfinedSuite(RedisSuite):
                projection_version: int) -> RunStore:
         assert isinstance(store, RedisRunStore)
         return RedisRunStore(self.clients[store.namespace], namespace=store.namespace,
-                             discover=discover, projection_version=projection_version)
+                             discover=discover, projection_version=projection_version,
+                             partitions=self.partitions)
 
 
 @pytest.mark.server
 class TestConfinedRunStore(ConfinedSuite):
     pass
+
+
+@pytest.mark.server
+class TestConfinedRunStorePartitioned(ConfinedSuite):
+    """A user confined to the 6 partitions of its store (acl_rule(partitions=6))."""
+
+    partitions = 6
 
 
 @pytest.mark.server
