@@ -37,9 +37,8 @@ from .pipeline import (
     MAX_ROUND_CALLS,
     Group,
     Pipelined,
+    Spreading,
     batch_size,
-    by_node,
-    settled_of,
 )
 from .protocol import Batch, Driver, Durability, Machine, Operation, Shell, Spread, check_io
 from .repository import MAX_PAGE, InFlightPage, InstanceRecord, Logger, RepositoryOps
@@ -65,6 +64,7 @@ from .wire import (
     never_evicts,
     next_hop,
     no_node,
+    node_name,
     pack,
     relearn_after,
 )
@@ -505,27 +505,16 @@ class AsyncTransport:
         """Run a call over partitions: each fan's operations grouped by node, the nodes at
         once, within one deadline."""
         deadline = time.monotonic() + self.timeout / 1000
-        steps, answers = spread.steps, None
-        while True:
-            try:
-                fan = next(steps) if answers is None else steps.send(answers)
-            except StopIteration as stop:
-                return stop.value  # type: ignore[no-any-return]
-            if self.cluster:
-                await self.client.initialize()  # once: it learns the layout on first use
-            calls, groups = by_node(fan.ops, self.durability, self.node_of)
+        if self.cluster:
+            await self.client.initialize()  # once: it learns the layout on first use
+        spreading = Spreading(spread, self.durability, self.node_of)
+        while (groups := spreading.next_groups()) is not None:
             await run_all(self, groups, deadline)
-            answers = [settled_of(call) for call in calls]
+        return spreading.result  # type: ignore[return-value]
 
     def node_of(self, key: str) -> Hashable:
         """The node ``key`` lives on, as far as the client knows (None: one server)."""
-        if not self.cluster:
-            return None
-        try:
-            name: Hashable = self.client.get_node_from_key(key).name
-            return name
-        except Exception:
-            return key  # sent alone; its send reports what is wrong
+        return node_name(self.client, key)
 
     async def run(self, machine: Machine, deadline: float | None = None) -> None:
         """Send each batch of ``machine`` (a driver, a pipeline), within one deadline."""

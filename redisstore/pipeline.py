@@ -207,6 +207,40 @@ def by_node(ops: Iterable[Operation[Any]], durability: Durability | None,
     return calls, [Group(group, durability) for group in nodes.values()]
 
 
+class Spreading(Generic[T]):
+    """Runs a :class:`~redisstore.protocol.Spread` as the groups a shell sends::
+
+        spreading = Spreading(spread, durability, node_of)
+        while (groups := spreading.next_groups()) is not None:
+            send each group (sync: one after the other; asyncio: at once)
+        return spreading.result
+
+    Each fan's operations are grouped by node (:func:`by_node`); once the groups are sent,
+    the next call hands each operation's answer back to the spread."""
+
+    def __init__(self, spread: Spread[T], durability: Durability | None,
+                 node_of: Callable[[str], Hashable]) -> None:
+        self._steps = spread.steps
+        self._durability = durability
+        self._node_of = node_of
+        self._calls: list[Pending[Any]] | None = None
+        self.result: T | None = None
+
+    def next_groups(self) -> list[Group] | None:
+        """The groups to send now, or None when the call is over (its value in
+        :attr:`result`)."""
+        try:
+            if self._calls is None:
+                fan = next(self._steps)
+            else:
+                fan = self._steps.send([settled_of(call) for call in self._calls])
+        except StopIteration as stop:
+            self.result = stop.value
+            return None
+        self._calls, groups = by_node(fan.ops, self._durability, self._node_of)
+        return groups
+
+
 def settled_of(call: Pending[T]) -> Settled[T]:
     """A sent call's answer as a Settled: its value or its StoreError (any other error, a
     bug's or a discover function's, is raised)."""

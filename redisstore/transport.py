@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 
 from . import telemetry
 from .outcomes import Exchange, Lost, Reply
-from .pipeline import by_node, settled_of
+from .pipeline import Spreading
 from .protocol import Batch, Driver, Durability, Machine, Operation, Spread
 from .wire import (
     RELEARNING,
@@ -39,6 +39,7 @@ from .wire import (
     next_hop,
     no_node,
     node_client,
+    node_name,
     pack,
     relearn_after,
 )
@@ -278,26 +279,15 @@ class Transport:
         """Run a call over partitions: each fan's operations grouped by node, the nodes one
         after the other, within one deadline."""
         deadline = time.monotonic() + self.timeout / 1000
-        steps, answers = spread.steps, None
-        while True:
-            try:
-                fan = next(steps) if answers is None else steps.send(answers)
-            except StopIteration as stop:
-                return stop.value  # type: ignore[no-any-return]
-            calls, groups = by_node(fan.ops, self.durability, self.node_of)
+        spreading = Spreading(spread, self.durability, self.node_of)
+        while (groups := spreading.next_groups()) is not None:
             for group in groups:
                 self.run(group, deadline)
-            answers = [settled_of(call) for call in calls]
+        return spreading.result  # type: ignore[return-value]
 
     def node_of(self, key: str) -> Hashable:
         """The node ``key`` lives on, as far as the client knows (None: one server)."""
-        if not self.cluster:
-            return None
-        try:
-            name: Hashable = self.client.get_node_from_key(key).name
-            return name
-        except Exception:
-            return key  # sent alone; its send reports what is wrong
+        return node_name(self.client, key)
 
     def run(self, machine: Machine, deadline: float | None = None) -> None:
         """Send each batch of ``machine`` (a driver, a pipeline), within one deadline."""

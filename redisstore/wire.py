@@ -12,6 +12,7 @@ import os
 import threading
 import time
 import weakref
+from collections.abc import Hashable
 from typing import Any
 
 from .outcomes import ErrorReply, Exchange, Lost, split_error
@@ -262,3 +263,15 @@ class Connections:
         idle, self._idle = self._idle, []
         self._open -= len(idle)
         return idle
+
+
+def node_name(client: Any, key: str) -> Hashable:
+    """The node ``key`` lives on as far as the cluster ``client`` knows (None: ``client`` is
+    one server), for grouping a call's commands per node."""
+    if not hasattr(client, "get_node_from_key"):
+        return None
+    try:
+        name: Hashable = client.get_node_from_key(key).name
+        return name
+    except Exception:
+        return key  # sent alone; its send reports what is wrong
