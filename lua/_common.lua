@@ -46,6 +46,14 @@ local function arg_int(i, lo, hi)
   return n
 end
 
+-- An optional ARGV flag: 1 for '1', 0 when absent or ''; BADARG for anything else.
+local function arg_flag(i)
+  local s = ARGV[i]
+  if s == nil or s == '' then return 0 end
+  if s == '1' then return 1 end
+  error('BADARG ARGV[' .. i .. '] must be empty or 1')
+end
+
 -- Queued writes, sent by commit() once every check passed.
 local WRITES = {}
 

@@ -33,7 +33,8 @@
 -- Replies: {code, payload, dropped, wait}. code: OK 0, NOT_FOUND 1, EXISTS 2,
 -- CONFLICT 3 (payload: stored revision), REFUSED 4 (payload: {owner|false, live 0|1}),
 -- CORRUPT 7 (payload: the field), TOO_NEW 8 (payload: the namespace's layout), TOO_OLD 9
--- (payload: the namespace's layout, below what the call needs). dropped:
+-- (payload: the namespace's layout, below what the call needs), PARTITIONED 10 (payload: the
+-- partition count a store of partitions recorded in this meta key). dropped:
 -- index entries moved to the quarantine by this call. wait (claims only, else -1): ms until
 -- the index has a claimable entry (0: now, -1: nothing indexed), see wait_after_claim. Bad arguments raise an error whose text starts
 -- "BADARG" (a plain string: Redis 6.2 cannot raise a table), before anything is written.
@@ -650,10 +651,17 @@ end
 
 -- Refuse a namespace laid out by a newer library; a damaged meta key is corrupt.
 local function check_layout()
-  local got = redis.pcall('HMGET', META, 'layout', 'old-ix')
+  local got = redis.pcall('HMGET', META, 'layout', 'old-ix', 'partitions')
   if got.err then
     wrong_type(got)  -- not a type error (a key the ACL denies...): raised, not corrupt
     return {CORRUPT, 'meta', 0, -1}
+  end
+  if got[3] then
+    -- The namespace is spread over partitions, whose keys are {ns#p}: this store of one
+    -- (prefix {ns}:) must not write beside them. A partition's own meta never has it.
+    local n = decimal(got[3], 1, MAX_PARTITIONS)
+    if n == nil then return {CORRUPT, 'meta.partitions', 0, -1} end
+    return {PARTITIONED, n, 0, -1}
   end
   if not got[1] then return nil end
   local n = decimal(got[1], 1, 1000000)

@@ -7,6 +7,8 @@
 --          to hand back with the runs; the claim stops before the run that would pass it
 -- ARGV[6]  max takeovers: '' for no bound, else a run already taken over that many times is
 --          quarantined as poison instead of claimed (layout 3 only)
+-- ARGV[7]  '1': the budget holds for the first run too (a claim over partitions, in all
+--          but one of them); absent or '': the first run always comes
 -- Reply    {OK, {claimed run ids, in claim order}, dropped, wait} | {TOO_NEW, layout}
 --          | {TOO_OLD, layout} (a bound below layout 3)
 --          with records: {OK, {{run, current}, ...}, dropped, wait} (current as run_get)
@@ -20,14 +22,16 @@
 -- when claimed), P.."quarantine" (an entry quarantined), P.."wake-leases" (signals).
 -- From layout 4 also the buckets and directories of the indexes it reads or changes
 -- (P.."L|".., P.."L/", P.."Q|".., P.."Q/", P.."D"..#dep..":"..dep.."|".. and "/").
---- @include CORRUPT, MAX_CLAIM, MAX_CLAIM_BYTES, OK, int, arg_int, later, QUARANTINE
---- @include WAKE_LEASES, NS, MAX_TTL, now_ms, opt_decimal, arg_text, DROPPED, LEASES_IX
---- @include ix_rem, ix_add, index_intact, unsignal, commit, check_layout, MAX_TAKEOVERS
---- @include save, due, current, claimed_record, wait_after_claim, hold, needs_layout_3
+--- @include CORRUPT, MAX_CLAIM, MAX_CLAIM_BYTES, OK, int, arg_int, arg_flag, later
+--- @include QUARANTINE, WAKE_LEASES, NS, MAX_TTL, now_ms, opt_decimal, arg_text, DROPPED
+--- @include LEASES_IX, ix_rem, ix_add, index_intact, unsignal, commit, check_layout
+--- @include MAX_TAKEOVERS, save, due, current, claimed_record, wait_after_claim, hold
+--- @include needs_layout_3
 local owner = arg_text(2)
 local ttl = arg_int(3, 1, MAX_TTL)
 local limit = arg_int(4, 0, MAX_CLAIM)
 local budget = arg_int(5, 0, MAX_CLAIM_BYTES)
+local strict = arg_flag(7)
 local bound = opt_decimal(ARGV[6], 0, MAX_TAKEOVERS)
 if bound == nil then error('BADARG ARGV[6] must be empty or an integer in [0, ' ..
   MAX_TAKEOVERS .. ']') end
@@ -49,7 +53,7 @@ for run, s in due(LEASES_IX, limit, out) do
     s.px = true
     save(run, s)
   else
-    local rec = budget > 0 and claimed_record(run, s, budget, #out, LEASES_IX)
+    local rec = budget > 0 and claimed_record(run, s, budget, #out + strict, LEASES_IX)
     if rec == nil then break end  -- the records would pass the budget: stop before it
     if budget == 0 or rec then
       if s.own ~= owner and NS >= 3 and s.tk < MAX_TAKEOVERS then s.tk = s.tk + 1 end

@@ -7,6 +7,8 @@
 -- ARGV[4]  limit (at most MAX_CLAIM)                       ARGV[5] caller's projection version
 -- ARGV[6]  record budget: 0 for ids only, else bytes (at most MAX_CLAIM_BYTES) of records
 --          to hand back with the runs; the claim stops before the run that would pass it
+-- ARGV[7]  '1': the budget holds for the first run too (a claim over partitions, in all
+--          but one of them); absent or '': the first run always comes
 -- Reply    {OK, {claimed run ids, in claim order}, dropped, wait} | {TOO_NEW, layout}
 --          with records: {OK, {{run, current}, ...}, dropped, wait} (current as run_get)
 -- First finishes (up to MAX_FANOUT waiters) the re-indexing of a dependency with many
@@ -19,9 +21,9 @@
 -- P.."wake-leases" (signals).
 -- From layout 4 also the buckets and directories of the indexes it reads or changes
 -- (P.."L|".., P.."L/", P.."Q|".., P.."Q/", P.."D"..#dep..":"..dep.."|".. and "/").
---- @include CORRUPT, MAX_CLAIM, MAX_CLAIM_BYTES, OK, arg_int, later, QUARANTINE, FANOUT
---- @include FANOUT_CURSOR, WAKE_READY, NS, MAX_TTL, now_ms, arg_text, of_type, DROPPED
---- @include READY_IX, deps_ix, ix_rem, ix_add, index_intact, unsignal, commit
+--- @include CORRUPT, MAX_CLAIM, MAX_CLAIM_BYTES, OK, arg_int, arg_flag, later, QUARANTINE
+--- @include FANOUT, FANOUT_CURSOR, WAKE_READY, NS, MAX_TTL, now_ms, arg_text, of_type
+--- @include DROPPED, READY_IX, deps_ix, ix_rem, ix_add, index_intact, unsignal, commit
 --- @include check_layout, save, revision_of, due, current, claimed_record, eligible_at
 --- @include wait_after_claim, hold, fan_out
 local owner = arg_text(2)
@@ -29,6 +31,7 @@ local ttl = arg_int(3, 1, MAX_TTL)
 local limit = arg_int(4, 0, MAX_CLAIM)
 local pv = arg_int(5, 0, 2147483648)
 local budget = arg_int(6, 0, MAX_CLAIM_BYTES)
+local strict = arg_flag(7)
 local bad_layout = check_layout()
 if bad_layout then return bad_layout end
 if not index_intact(READY_IX) then return {CORRUPT, 'index:ready', 0, -1} end
@@ -75,7 +78,7 @@ for run, s in due(READY_IX, limit, out) do
       save(run, s)
     end
   else
-    local rec = budget > 0 and claimed_record(run, s, budget, #out, READY_IX)
+    local rec = budget > 0 and claimed_record(run, s, budget, #out + strict, READY_IX)
     if rec == nil then break end  -- the records would pass the budget: stop before it
     if budget == 0 or rec then
       hold(run, s, owner, now + ttl)

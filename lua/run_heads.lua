@@ -16,8 +16,8 @@
 -- big, and its claim then hands out fewer. Reads at most 8 empty buckets.
 -- Also reads, undeclared (same hash tag): from layout 4 the index's directory and buckets
 -- (P.."L/", P.."L|".., P.."Q/", P.."Q|"..).
---- @include CORRUPT, MAX_CLAIM, OK, arg_int, now_ms, check_layout, index_intact, READY_IX
---- @include LEASES_IX, buckets, card_of, of_type, FANOUT, NS, OLD_IX
+--- @include CORRUPT, MAX_CLAIM, OK, arg_int, FANOUT, META, NS, OLD_IX, now_ms, of_type
+--- @include LEASES_IX, READY_IX, card_of, buckets, index_intact, check_layout
 local ix
 if ARGV[2] == 'ready' then
   ix = READY_IX
@@ -26,7 +26,8 @@ elseif ARGV[2] == 'leases' then
 else
   error('BADARG ARGV[2] must be ready or leases')
 end
-if KEYS[1] ~= READY_IX.old or KEYS[2] ~= LEASES_IX.old or KEYS[4] ~= FANOUT then
+if #KEYS ~= 4 or KEYS[1] ~= READY_IX.old or KEYS[2] ~= LEASES_IX.old or KEYS[3] ~= META
+    or KEYS[4] ~= FANOUT then
   error('BADARG KEYS must be the ready, leases, meta and fanout keys of ARGV[1]')
 end
 local limit = arg_int(3, 0, MAX_CLAIM)

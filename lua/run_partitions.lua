@@ -1,20 +1,21 @@
 -- run_partitions: the partition count of a namespace, recorded by the first store that
 -- spreads it over more than one (redisstore.partitions). Checks, then writes.
--- KEYS[1]  P.."meta" (partition 0's, the namespace's own)
+-- KEYS[1]  P.."meta" (the namespace's own, {ns}: the partitions' keys are {ns#p})
 -- KEYS[2]  P.."leases" (a layout 3 index, read: a namespace in use has one)
 -- KEYS[3]  P.."L/" (a layout 4 directory, read: as KEYS[2])
 -- ARGV[1]  key prefix           ARGV[2] the count this store was opened with
 -- Reply    {OK, count} | {CORRUPT, 'meta.partitions'}: the namespace's count, as recorded;
---          1 when none is (a namespace written by a store of one partition has a meta key
---          with no count; an unused one gets this store's count, when above 1).
+--          1 when none is and a store of one partition used the namespace (its keys are
+--          there); else this store's count, now recorded (a store of one partition then
+--          refuses the namespace: every run script reads the count from meta).
 --- @include CORRUPT, MAX_PARTITIONS, OK, P, decimal, arg_int, of_type
 local n = arg_int(2, 1, MAX_PARTITIONS)
-if KEYS[1] ~= P .. 'meta' or KEYS[2] ~= P .. 'leases' or KEYS[3] ~= P .. 'L/' then
+if #KEYS ~= 3 or KEYS[1] ~= P .. 'meta' or KEYS[2] ~= P .. 'leases' or KEYS[3] ~= P .. 'L/' then
   error('BADARG KEYS must be the namespace meta, leases and L/ keys')
 end
 if not of_type(KEYS[1], 'hash') then return {CORRUPT, 'meta', 0, -1} end
--- In use by a store of one partition (every write records the layout in meta): its runs
--- are all in partition 0.
+-- In use by a store of one partition (its every write records the layout in meta): its
+-- runs are under {ns}, where a store of partitions would not look.
 local used = redis.call('EXISTS', KEYS[1], KEYS[2], KEYS[3]) > 0
 local got = redis.call('HGET', KEYS[1], 'partitions')
 if got then

@@ -89,7 +89,9 @@ class Corrupt(StoreError):
     damaged runs."""
 
     def __init__(self, run: str, field: str) -> None:
-        super().__init__(f"run {run!r} is corrupt: {field}")
+        # Without a run: the namespace's own data (its meta key, an index) is damaged.
+        super().__init__(f"run {run!r} is corrupt: {field}" if run else
+                         f"the namespace's data is corrupt: {field}")
         self.run = run
         self.field = field
 

@@ -1,6 +1,6 @@
 """Key names of a namespace. Every key shares the hash tag ``{namespace}``, so every script
 runs in one cluster slot; a store spread over partitions (``partitions=N``) has one hash tag
-per partition: ``{namespace}`` for partition 0, ``{namespace#p}`` for partition p. The Lua
+per partition, ``{namespace#p}`` (and ``{namespace}`` holds only the count). The Lua
 scripts build the same names from the prefix (see ``lua/_lib.lua``); keep the two in step."""
 
 from __future__ import annotations
@@ -22,11 +22,11 @@ def check_namespace(namespace: object) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Keyspace:
-    """The keys of one namespace (of one of its partitions: ``partition`` p >= 1 has the hash
-    tag ``{namespace#p}``; partition 0 is the namespace's own, ``{namespace}``)."""
+    """The keys of one namespace, ``{namespace}``, or of one of its partitions (``partition``
+    p: ``{namespace#p}``) when a store spreads it over partitions."""
 
     namespace: str
-    partition: int = 0
+    partition: int | None = None
     #: What every key of the namespace starts with; scripts get it as ARGV[1].
     prefix: str = field(init=False)
     #: Sorted set: held run -> lease expiry (backend ms).
@@ -36,10 +36,11 @@ class Keyspace:
 
     def __post_init__(self) -> None:
         check_namespace(self.namespace)
-        if type(self.partition) is not int or self.partition < 0:
-            raise ValueError(f"partition must be an int >= 0, got {self.partition!r}")
+        if self.partition is not None and (type(self.partition) is not int
+                                           or self.partition < 0):
+            raise ValueError(f"partition must be an int >= 0 or None, got {self.partition!r}")
         # Computed once: every call of every operation names these keys.
-        tag = self.namespace if self.partition == 0 else f"{self.namespace}#{self.partition}"
+        tag = self.namespace if self.partition is None else f"{self.namespace}#{self.partition}"
         prefix = "{" + tag + "}:"
         object.__setattr__(self, "prefix", prefix)
         object.__setattr__(self, "leases", prefix + "leases")

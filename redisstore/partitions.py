@@ -18,9 +18,11 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
-from .errors import NOT_APPLIED, UNKNOWN, StoreError, Unavailable
-from .protocol import Durability, Fan, Operation, Spread, Steps, fan
-from .runops import RunOps, next_wakeup
+from . import scripts
+from .errors import NOT_APPLIED, UNKNOWN, Misconfigured, StoreError, Unavailable
+from .keys import Keyspace
+from .protocol import Call, Durability, Fan, Operation, Spread, Steps, ask, fan
+from .runops import RunOps, answer, next_wakeup
 from .runs import (
     MAX_CLAIM_BYTES,
     Cap,
@@ -74,24 +76,25 @@ def partition_of(run: str, partitions: int) -> int:
 
 
 def worst(errors: list[StoreError], *, applied: bool) -> StoreError:
-    """The error of a call over partitions whose parts failed with ``errors``. An answer of
-    the contract (``Corrupt``, ``Misconfigured``...) comes first; then ``Unavailable``, whose
-    outcome is ``not_applied`` only when no part may have applied anything (``applied``:
-    another part did)."""
-    for error in errors:
-        if not isinstance(error, Unavailable):
-            return error
-    unknown = applied or any(isinstance(e, Unavailable) and e.outcome != NOT_APPLIED
-                             for e in errors)
-    first = errors[0]
-    assert isinstance(first, Unavailable)
-    if not unknown:
-        return first
-    if len(errors) == 1 and first.outcome == UNKNOWN:
-        return first
-    return Unavailable(f"{len(errors)} of the call's partitions failed ({first.reason}); "
-                       "the others applied it" if applied else first.reason,
-                       code=first.code, outcome=UNKNOWN)
+    """The error of a call over partitions whose parts failed with ``errors``. When another
+    part applied the call (``applied``), or a failed part may have, the whole call's outcome
+    is unknown: ``Unavailable(outcome="unknown")``, the first error its cause. Else an answer
+    of the contract (``Corrupt``, ``Misconfigured``...) comes first, then the first
+    ``Unavailable`` (nothing was applied anywhere)."""
+    maybe = [e for e in errors if isinstance(e, Unavailable) and e.outcome != NOT_APPLIED]
+    if not applied and not maybe:
+        contract = [e for e in errors if not isinstance(e, Unavailable)]
+        return (contract or errors)[0]
+    if not applied and len(errors) == 1:
+        return errors[0]  # one part, its outcome unknown: its own error says it
+    cause = maybe[0] if maybe else errors[0]
+    reason = getattr(cause, "reason", str(cause))
+    unknown = Unavailable(
+        f"{len(errors)} of the call's partitions failed ({type(cause).__name__}: {reason})"
+        + ("; the others applied it" if applied else ""), code=getattr(cause, "code", None),
+        outcome=UNKNOWN)
+    unknown.__cause__ = cause
+    return unknown
 
 
 class PartitionedOps:
@@ -104,10 +107,13 @@ class PartitionedOps:
                  partitions: int = 2) -> None:
         self.n = check_partitions(partitions)
         self.parts = [RunOps(namespace, discover, projection_version, durability=durability,
-                             max_record_bytes=max_record_bytes, partitions=self.n,
-                             partition=p, place=self.place) for p in range(self.n)]
-        #: Partition 0's keys: the namespace's own (its meta key holds the count).
-        self.keys = self.parts[0].keys
+                             max_record_bytes=max_record_bytes, partition=p,
+                             place=self.place) for p in range(self.n)]
+        #: The namespace's own keys, ``{namespace}``: its meta key holds the count (the runs
+        #: are in the partitions' keys, ``{namespace#p}``).
+        self.keys = Keyspace(namespace)
+        #: Whether :meth:`count_check` has passed for this store.
+        self.counted = False
 
     @property
     def checks(self) -> set[str]:
@@ -131,28 +137,53 @@ class PartitionedOps:
 
     def checked(self) -> bool:
         """Whether the server check and the partition count check have passed."""
-        return self.parts[0].checked()
+        return self.counted and self.parts[0].checked()
+
+    def count_check(self) -> Operation[None]:
+        """Refuse a namespace spread over another number of partitions than this store's, or
+        used by a store of one partition; record the count in a namespace not used yet (one
+        script, checks then writes: of two stores that race, one is refused)."""
+        if self.counted:
+            return
+        k = self.keys
+        recorded = yield from ask(Call(
+            scripts.RUN_PARTITIONS, (k.meta, k.leases, k.prefix + "L/"), (k.prefix, self.n),
+            answer("", k.namespace), write=False))
+        if int(recorded) != self.n:
+            raise Misconfigured(
+                f"namespace {k.namespace!r} is "
+                + (f"spread over {int(recorded)} partitions" if int(recorded) > 1 else
+                   "used by a store of one partition")
+                + f" and this store was opened with partitions={self.n}: open it with "
+                f"partitions={int(recorded)} (nothing was written; docs/scale-out.md says how "
+                "to change the count)")
+        self.counted = True
 
     def server_check(self) -> Operation[None]:
-        """The server and partition count checks (:meth:`RunOps.server_check`)."""
-        return self.parts[0].server_check()
+        """The count check, then the server's (:meth:`RunOps.server_check`)."""
+        yield from self.count_check()
+        yield from self.parts[0].server_check()
+
+    def read_check(self) -> Operation[None] | None:
+        """What a pipeline of reads only sends first: the count check, until it passed."""
+        return None if self.counted else self.count_check()
 
     def guarded(self, op: Operation[T] | Spread[T]) -> Operation[T] | Spread[T]:
         """``op`` preceded, until they have passed once, by the server and count checks."""
         if self.checked():
             return op
-        return self._first(self.parts[0].server_check, op)
+        return self._first(self.server_check, op)
 
     def counting(self, op: Operation[T] | Spread[T]) -> Operation[T] | Spread[T]:
         """``op`` preceded, until it has passed once, by the partition count check."""
-        if self.parts[0].counted:
+        if self.counted:
             return op
-        return self._first(self.parts[0].count_check, op)
+        return self._first(self.count_check, op)
 
     def _first(self, check: Callable[[], Operation[None]],
                op: Operation[T] | Spread[T]) -> Operation[T] | Spread[T]:
         if not isinstance(op, Spread):
-            return self.parts[0]._first(check(), op)
+            return self.parts[0]._first(check(), op)  # the same checks, sent first
         return Spread(self._first_steps(check, op.steps))
 
     @staticmethod
@@ -259,8 +290,9 @@ class PartitionedOps:
         owner, ttl, limit = check_owner(owner), check_ttl(ttl), check_limit(limit)
         records = check_flag("records", records)
 
-        def claim(ops: RunOps, share: int, budget: int) -> Operation[tuple[list[Any], int]]:
-            return ops.claim_ready_call(owner, ttl, share, budget)
+        def claim(ops: RunOps, share: int, budget: int,
+                  strict: bool) -> Operation[tuple[list[Any], int]]:
+            return ops.claim_ready_call(owner, ttl, share, budget, strict)
 
         return Spread(self._claim("ready", limit, records, claim))
 
@@ -271,13 +303,14 @@ class PartitionedOps:
         records = check_flag("records", records)
         bound = check_max_takeovers(max_takeovers)
 
-        def claim(ops: RunOps, share: int, budget: int) -> Operation[tuple[list[Any], int]]:
-            return ops.claim_expired_call(owner, ttl, share, budget, bound)
+        def claim(ops: RunOps, share: int, budget: int,
+                  strict: bool) -> Operation[tuple[list[Any], int]]:
+            return ops.claim_expired_call(owner, ttl, share, budget, bound, strict)
 
         return Spread(self._claim("leases", limit, records, claim))
 
     def _claim(self, index: str, limit: int, records: bool,
-               claim: Callable[[RunOps, int, int], Operation[tuple[list[Any], int]]]
+               claim: Callable[[RunOps, int, int, bool], Operation[tuple[list[Any], int]]]
                ) -> Steps[tuple[list[Any], int]]:
         """A claim over every partition, in two round trips per node. First each
         partition's head (its first ``limit`` due entries, read only); the heads merged,
@@ -313,7 +346,10 @@ class PartitionedOps:
         # A partition still re-indexing a dependency's waiters claims (its share, or 0)
         # so that its claim finishes that work, as one partition's claims do.
         order = sorted(set(shares) | set(pending)) if index == "ready" else sorted(shares)
+        # The record budget is shared; only the partition of the earliest entry always hands
+        # back its first run, so a reply passes the budget by one record at most.
         budget = max(1, MAX_CLAIM_BYTES // max(1, len(shares))) if records else 0
+        first = chosen[0][2] if chosen else -1
         # A partition with due work and no share keeps a wake-up token for its first due
         # run (NX: the one it had, if the waker has not taken it): the token that woke this
         # claim may have been that partition's, and its claim script, which would say it
@@ -322,7 +358,8 @@ class PartitionedOps:
         for _, _, p, run in entries[limit:]:
             if p not in shares and p not in left:
                 left[p] = run
-        answers = yield from fan([*(claim(self.parts[p], shares[p], budget) for p in order),
+        answers = yield from fan([*(claim(self.parts[p], shares[p], budget, p != first)
+                                    for p in order),
                                   *(self.parts[p].give_back_wakeup(index, run)
                                     for p, run in left.items())])
         answers = answers[:len(order)]
@@ -338,9 +375,14 @@ class PartitionedOps:
             for run in runs:
                 name = run.run if isinstance(run, Claimed) else run
                 claimed.append((rank.get((p, name), len(rank) + len(claimed)), run))
-        if failed and not claimed:
-            raise worst(failed, applied=False)
+        maybe = [e for e in failed if isinstance(e, Unavailable) and e.outcome != NOT_APPLIED]
+        if maybe or (failed and not claimed):
+            # A partition's claim may have run (its reply was lost): its runs are held by
+            # this owner until their ttl, as one partition's would be; the call says so.
+            raise worst(failed, applied=bool(claimed))
         for error in errors + failed:
+            # Nothing was written there (a damaged index, a partition unreachable): the
+            # others' work goes on rather than every claim failing with that partition.
             log.warning("redisstore: a claim over partitions went on without one of them: %s",
                         error)
         claimed.sort(key=lambda c: c[0])

@@ -79,15 +79,16 @@ class Group:
     call still running, in queue order.
 
     ``first``, when given, runs alone before the calls: the store's one-time server check,
-    which must pass before any write is sent. If it fails, every call fails with its error
-    and nothing else is sent.
+    which must pass before any write is sent. If it fails, every write fails with its error
+    and is not sent (with ``guards_reads``, every call: a check reads depend on).
     """
 
     def __init__(self, calls: list[Pending[Any]], durability: Durability | None,
-                 first: Driver[None] | None = None) -> None:
+                 first: Driver[None] | None = None, *, guards_reads: bool = False) -> None:
         self._calls = calls
         self._durability = durability
         self._first = first
+        self._guards_reads = guards_reads
         self._round: list[tuple[Driver[Any], Batch, int]] = []
         #: Drivers of this round whose SCRIPT LOAD an earlier call of the round sent: the
         #: index of that load's reply.
@@ -106,7 +107,7 @@ class Group:
                 # The server may not hold the store's keys (it evicts): no write goes out.
                 # Reads do, as they would alone.
                 for call in self._calls:
-                    if call._write:
+                    if call._write or self._guards_reads:
                         call._fail(_copy(error))
             self._first = None
         self._round = []
@@ -331,9 +332,10 @@ class Pipelined:
         if self._sent:
             raise RuntimeError("this pipeline was sent: start another one")
         if isinstance(op, Spread):
-            raise TypeError("a pipeline of a store of several partitions takes calls of one "
-                            "run; call renew, release and the claims on the store itself "
-                            "(each is one round trip per node)")
+            raise TypeError("a pipeline of a store of several partitions takes the calls that "
+                            "name one run each (get, insert, compare_and_set, delete, refresh, "
+                            "now); renew, release and the claims span partitions: call them on "
+                            "the store itself (one round trip per node)")
         pending = Pending(Driver(op, self._durability), write)  # checks the arguments now
         self._calls.append(pending)
         return pending
@@ -351,12 +353,15 @@ class Pipelined:
             nodes.setdefault(node_of(key), []).append(call)
         groups = []
         for calls in nodes.values():
-            first = None
+            first, reads = None, False
             if not self._ops.checked() and any(call._write for call in calls):
                 # Each group checks before its writes (the check is idempotent): a group
                 # whose check fails sends none of its writes.
                 first = Driver(self._ops.server_check(), None)
-            groups.append(Group(calls, self._durability, first))
+            elif (check := self._ops.read_check()) is not None:
+                # A store of partitions checks the count before reads too.
+                first, reads = Driver(check, None), True
+            groups.append(Group(calls, self._durability, first, guards_reads=reads))
         return groups
 
     def _abandon(self) -> None:

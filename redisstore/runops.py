@@ -121,6 +121,10 @@ def answer(run: str, namespace: str) -> Callable[[Any], Any]:
             raise Misconfigured(
                 f"namespace {namespace!r} has run layout version {int(payload)}, newer than "
                 f"this library's {LAYOUT}: upgrade redisstore on this node")
+        if code == Code.PARTITIONED:
+            raise Misconfigured(
+                f"namespace {namespace!r} is spread over {int(payload)} partitions: open it "
+                f"with partitions={int(payload)} (nothing was written)")
         if code == Code.TOO_OLD:
             raise Misconfigured(
                 f"namespace {namespace!r} has run layout version {int(payload)}; delete and "
@@ -250,14 +254,11 @@ class RunOps:
 
     def __init__(self, namespace: str, discover: Discover | None, projection_version: int,
                  *, durability: Durability | None = None,
-                 max_record_bytes: int = 1 << 20, partitions: int = 1, partition: int = 0,
+                 max_record_bytes: int = 1 << 20, partition: int | None = None,
                  place: Callable[[str], int] | None = None) -> None:
         self.keys = Keyspace(namespace, partition)
-        #: The store's partition count (partition 0 checks it against the namespace's once,
-        #: see :meth:`count_check`) and which partition a run id is in.
-        self.partitions = partitions
+        #: Which partition a run id is in (None: a store of one partition).
         self.place = place
-        self.counted = partition != 0
         if discover is not None and not callable(discover):
             raise TypeError("discover must be a callable taking record bytes, or None")
         self.discover = discover
@@ -288,21 +289,22 @@ class RunOps:
         return answer(run, self.keys.namespace)
 
     def checked(self) -> bool:
-        """Whether :meth:`server_check` has passed for this client (and the partition count
-        for this store)."""
-        return self.counted and self.checks >= self._needed
+        """Whether :meth:`server_check` has passed for this client."""
+        return self.checks >= self._needed
 
     def guarded(self, op: Operation[T] | Spread[T]) -> Operation[T] | Spread[T]:
         """``op`` preceded, until it has passed once, by :meth:`server_check`."""
         return op if self.checked() else self._first(self.server_check(), _one(op))
 
     def counting(self, op: Operation[T] | Spread[T]) -> Operation[T] | Spread[T]:
-        """``op`` preceded, until it has passed once, by :meth:`count_check` (for reads of a
-        store of partitions: a store of one checks at its first write, and its reads of a
-        namespace of partitions find the runs of partition 0)."""
-        if self.counted or self.partitions == 1:
-            return op
-        return self._first(self.count_check(), _one(op))
+        """``op``: a store of one partition needs no check before a read (its scripts refuse
+        a namespace spread over partitions, :class:`~redisstore.partitions.PartitionedOps`
+        checks the count)."""
+        return op
+
+    def read_check(self) -> Operation[None] | None:
+        """What a pipeline of reads only sends first: nothing (see :meth:`counting`)."""
+        return None
 
     def _first(self, check: Operation[None], op: Operation[T]) -> Operation[T]:
         # The arguments are checked first (a bad one raises before anything is sent), then
@@ -320,29 +322,10 @@ class RunOps:
                 return stop.value  # type: ignore[no-any-return]
             settled = yield call
 
-    def count_check(self) -> Operation[None]:
-        """Refuse a namespace spread over another number of partitions than this store's
-        (recording this store's count in a namespace not used yet); once per store."""
-        if self.counted:
-            return
-        k = self.keys
-        recorded = yield from ask(Call(
-            scripts.RUN_PARTITIONS, (k.meta, k.leases, k.prefix + "L/"),
-            (k.prefix, self.partitions), self._answer(), write=False))
-        if int(recorded) != self.partitions:
-            raise Misconfigured(
-                f"namespace {k.namespace!r} is spread over {int(recorded)} partition(s) and "
-                f"this store was opened with partitions={self.partitions}: open it with "
-                f"partitions={int(recorded)} (nothing was written; docs/scale-out.md says how "
-                "to change the count)")
-        self.counted = True
-
     def server_check(self) -> Operation[None]:
-        """Refuse a namespace of another partition count (:meth:`count_check`), a server
-        that may evict the store's keys (``maxmemory-policy allkeys-*``) and, with
-        ``durability``, one without ``WAIT`` / ``WAITAOF``. Where ``CONFIG`` is not allowed,
-        warn once and go on."""
-        yield from self.count_check()
+        """Refuse a server that may evict the store's keys (``maxmemory-policy allkeys-*``)
+        and, with ``durability``, one without ``WAIT`` / ``WAITAOF``. Where ``CONFIG`` is
+        not allowed, warn once and go on."""
         if "eviction" in self.checks:
             policy = None
         else:
@@ -451,13 +434,14 @@ class RunOps:
                                                    MAX_CLAIM_BYTES if records else 0, bound))
 
     def claim_expired_call(self, owner: str, ttl: int, limit: int, budget: int,
-                           bound: int | None) -> Operation[tuple[list[Any], int]]:
+                           bound: int | None, strict: bool = False
+                           ) -> Operation[tuple[list[Any], int]]:
         """:meth:`claim_expired`'s script, arguments checked: ``budget`` bytes of records
-        (0: ids only)."""
+        (0: ids only; ``strict``: the first run too must fit)."""
         payload, wait = yield from ask(Call(
             scripts.RUN_CLAIM_EXPIRED, (self.keys.leases, self.keys.meta),
-            (self.keys.prefix, owner, ttl, limit, budget, _opt(bound)),
-            with_wait(self._answer())))
+            (self.keys.prefix, owner, ttl, limit, budget, _opt(bound),
+             *(("1",) if strict else ())), with_wait(self._answer())))
         return (parse_claimed(payload) if budget else parse_names(payload)), wait
 
     def claim_ready(self, owner: str, ttl: int, limit: int, records: bool = False
@@ -472,15 +456,16 @@ class RunOps:
         return (yield from self.claim_ready_call(owner, ttl, limit,
                                                  MAX_CLAIM_BYTES if records else 0))
 
-    def claim_ready_call(self, owner: str, ttl: int, limit: int,
-                         budget: int) -> Operation[tuple[list[Any], int]]:
+    def claim_ready_call(self, owner: str, ttl: int, limit: int, budget: int,
+                         strict: bool = False) -> Operation[tuple[list[Any], int]]:
         """:meth:`claim_ready`'s script, arguments checked: ``budget`` bytes of records (0:
-        ids only). With limit 0 it only finishes re-indexing a dependency's waiters."""
+        ids only; ``strict``: the first run too must fit). With limit 0 it only finishes
+        re-indexing a dependency's waiters."""
         payload, wait = yield from ask(Call(
             scripts.RUN_CLAIM_READY,
             (self.keys.ready, self.keys.leases, self.keys.meta, self.keys.fanout),
-            (self.keys.prefix, owner, ttl, limit, self.projection_version, budget),
-            with_wait(self._answer())))
+            (self.keys.prefix, owner, ttl, limit, self.projection_version, budget,
+             *(("1",) if strict else ())), with_wait(self._answer())))
         return (parse_claimed(payload) if budget else parse_names(payload)), wait
 
     def heads(self, index: str, limit: int) -> Operation[tuple[list[tuple[int, str]], bool,

@@ -88,6 +88,7 @@ class Code(IntEnum):
     CORRUPT = 7
     TOO_NEW = 8
     TOO_OLD = 9
+    PARTITIONED = 10
 
 
 #: The Lua definitions the build writes into each lib, from Python: each enum becomes one

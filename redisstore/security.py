@@ -61,13 +61,15 @@ def acl_rule(namespace: str, *, durability: bool = False, server_checks: bool = 
     - ``cluster``: what redis-py's ``RedisCluster`` asks at start-up (``CLUSTER SLOTS``,
       ``CLUSTER SHARDS``, ``COMMAND``).
     - ``partitions``: the keys of every partition of a store opened with ``partitions=N``
-      (``{namespace#1}`` to ``{namespace#N-1}`` besides the namespace's own).
+      (``{namespace#0}`` to ``{namespace#N-1}``, besides the namespace's own, which hold
+      the count and the instance repository).
 
     A client that selects a database other than 0 needs ``+select`` as well. A namespace
     with whitespace or control characters cannot be one word of an ACL rule: ValueError.
     """
-    prefixes = [Keyspace(namespace, p).prefix  # checks the namespace
-                for p in range(check_partitions(partitions))]
+    count = check_partitions(partitions)
+    prefixes = [Keyspace(namespace).prefix,  # checks the namespace
+                *(Keyspace(namespace, p).prefix for p in range(count if count > 1 else 0))]
     if any(c.isspace() or not c.isprintable() for c in namespace):
         raise ValueError(f"namespace {namespace!r} has whitespace or control characters: it "
                          "cannot be one word of an ACL rule (choose one without them)")

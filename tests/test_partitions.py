@@ -18,10 +18,13 @@ from redisstore import (
     AsyncRedisRunStore,
     Claim,
     Corrupt,
+    Free,
+    Held,
     Misconfigured,
     NotFound,
     RedisRunStore,
     Release,
+    Unavailable,
 )
 from redisstore.discovery import json_wait
 from redisstore.keys import Keyspace, check_namespace
@@ -68,7 +71,8 @@ def test_hash_signs_are_reserved_for_partitions() -> None:
     with pytest.raises(ValueError, match="#"):
         check_namespace("a#1")
     assert Keyspace("a", 3).prefix == "{a#3}:"
-    assert Keyspace("a", 0).prefix == "{a}:"
+    assert Keyspace("a", 0).prefix == "{a#0}:"
+    assert Keyspace("a").prefix == "{a}:"
 
 
 def test_runs_spread_over_the_partitions_and_each_call_finds_its_own() -> None:
@@ -83,7 +87,7 @@ def test_runs_spread_over_the_partitions_and_each_call_finds_its_own() -> None:
         assert client.exists(Keyspace(ns, p).run(run)) == 1
         assert store.get(run).record == run.encode()
     tags = {key.split(b"}")[0] for key in client.keys(f"{{{ns}*")}
-    assert len(tags) == 6
+    assert len(tags) == 7  # 6 partitions, and the namespace's own meta key (the count)
     assert store.renew("a", reversed(runs), LONG) == list(reversed(runs))  # caller's order
     assert store.release("a", [*runs[::2], "absent"]) == runs[::2]
     assert sorted(store.claim_ready("b", LONG, 100)) == []
@@ -100,9 +104,10 @@ def test_the_count_is_recorded_and_another_is_refused_with_nothing_written() -> 
         other = RedisRunStore(client, namespace=ns, partitions=count)
         with pytest.raises(Misconfigured, match="partitions=6"):
             other.insert("new", b"r", Release())
-        if count > 1:  # a store of partitions checks before its reads too
-            with pytest.raises(Misconfigured, match="partitions=6"):
-                RedisRunStore(client, namespace=ns, partitions=count).get("run")
+        with pytest.raises(Misconfigured, match="partitions=6"):  # reads too
+            RedisRunStore(client, namespace=ns, partitions=count).get("run")
+        with pytest.raises(Misconfigured, match="partitions=6"):
+            other.claim_ready("a", LONG, 10)
     assert keys_of(client) == before
     assert RedisRunStore(client, namespace=ns, partitions=6).get("run").revision == 1
 
@@ -112,7 +117,7 @@ def test_a_namespace_in_use_by_one_partition_is_not_repartitioned_by_opening_it(
     ns = unique_namespace()
     RedisRunStore(client, namespace=ns).insert("run", b"r", Release())
     before = keys_of(client)
-    with pytest.raises(Misconfigured, match="spread over 1 partition"):
+    with pytest.raises(Misconfigured, match="used by a store of one partition"):
         RedisRunStore(client, namespace=ns, partitions=4).get("run")
     assert keys_of(client) == before
 
@@ -235,8 +240,123 @@ def test_the_acl_rule_of_a_store_of_partitions_names_every_partition() -> None:
     from redisstore.security import acl_rule
 
     rule = acl_rule("t*a", partitions=3)
-    assert rule.startswith(r"resetkeys ~{t\*a}:* ~{t\*a#1}:* ~{t\*a#2}:* resetchannels")
+    assert rule.startswith(
+        r"resetkeys ~{t\*a}:* ~{t\*a#0}:* ~{t\*a#1}:* ~{t\*a#2}:* resetchannels")
     assert "#3" not in rule
     assert acl_rule("t").startswith("resetkeys ~{t}:* resetchannels")
     with pytest.raises(ValueError):
         acl_rule("t", partitions=0)
+
+
+def test_a_store_of_one_partition_that_checked_early_is_refused_once_partitions_are_recorded(
+        ) -> None:
+    # The store of one passes its first call on an empty namespace; a store of 6 then
+    # records its count; the store of one's next write must not land beside the partitions.
+    client = fakeredis.FakeRedis()
+    ns = unique_namespace()
+    one = RedisRunStore(client, namespace=ns)
+    assert one.release("a", ["r0"]) == []
+    six = RedisRunStore(client, namespace=ns, partitions=6)
+    six.insert("r1", b"r", Claim("a", 1))
+    before = keys_of(client)
+    with pytest.raises(Misconfigured, match="partitions=6"):
+        one.insert("r0", b"r", Claim("a", 1))
+    with pytest.raises(Misconfigured, match="partitions=6"):
+        one.claim_expired("b", LONG, 10)
+    assert keys_of(client) == before
+
+
+def test_a_partial_renew_or_release_is_of_unknown_outcome() -> None:
+    client = fakeredis.FakeRedis()
+    ns = unique_namespace()
+    store = RedisRunStore(client, namespace=ns, partitions=3)
+    runs = [f"r{i}" for i in range(12)]
+    for run in runs:
+        store.insert(run, b"r", Claim("w", LONG))
+    broken = partition_of("r0", 3)
+    client.hset(Keyspace(ns, broken).meta, "layout", 99)  # a newer library's layout
+    for call in (lambda: store.renew("w", runs, LONG), lambda: store.release("w", runs)):
+        with pytest.raises(Unavailable) as caught:
+            call()
+        assert caught.value.outcome == "unknown"
+        assert isinstance(caught.value.__cause__, Misconfigured)
+    client.hset(Keyspace(ns, broken).meta, "layout", 4)
+    freed = [run for run in runs if partition_of(run, 3) != broken]
+    assert all(store.get(run).holder == Free() for run in freed)  # the others applied it
+    only = [run for run in runs if partition_of(run, 3) == broken]
+    client.hset(Keyspace(ns, broken).meta, "layout", 99)
+    with pytest.raises(Misconfigured):  # nothing applied anywhere: the answer itself
+        store.release("w", only)
+
+
+def _drive(spread: Any, answer: Any) -> Any:
+    """Run a Spread by hand: ``answer(op)`` settles each operation of each fan."""
+    steps, answers = spread.steps, None
+    while True:
+        try:
+            fan = next(steps) if answers is None else steps.send(answers)
+        except StopIteration as stop:
+            return stop.value
+        answers = [answer(op) for op in fan.ops]
+
+
+def test_a_claim_whose_partition_may_have_run_is_of_unknown_outcome() -> None:
+    from redisstore.partitions import PartitionedOps
+    from redisstore.protocol import Settled
+
+    ops = PartitionedOps("n", None, 1, partitions=3)
+    ops.counted = True
+
+    def answer(op: Any) -> Settled[Any]:
+        call = next(op)
+        if call.script.name == "run_heads":
+            p = int(call.keys[0].split("#")[1].split("}")[0])
+            return Settled(([(p, f"r{p}")], False, -1))
+        if call.keys[0].startswith("{n#1}"):
+            return Settled(error=Unavailable("reply lost", outcome="unknown"))
+        if call.keys[0].startswith("{n#2}"):
+            return Settled(error=Unavailable("refused", outcome="not_applied"))
+        return Settled((["r0"], -1))
+
+    with pytest.raises(Unavailable) as caught:
+        _drive(ops.claim_expired("me", LONG, 3), answer)
+    assert caught.value.outcome == "unknown"
+
+    def not_applied(op: Any) -> Settled[Any]:
+        got = answer(op)
+        if got.error is not None:
+            return Settled(error=Unavailable("refused", outcome="not_applied"))
+        return got
+
+    assert _drive(ops.claim_expired("me", LONG, 3), not_applied) == (["r0"], -1)
+
+
+def test_a_claim_with_records_over_partitions_passes_the_budget_by_one_record_at_most(
+        ) -> None:
+    from redisstore.runs import MAX_CLAIM_BYTES
+
+    store = RedisRunStore(fakeredis.FakeRedis(), namespace=unique_namespace(), partitions=6)
+    size = 1 << 20
+    for i in range(12):
+        store.insert(f"r{i}", bytes([i]) * size, Claim("dead", 1))
+    import time
+
+    time.sleep(0.01)
+    got = store.claim_expired("me", LONG, 12, records=True)
+    assert len(got) >= 1 and sum(len(c.current.record) for c in got) <= MAX_CLAIM_BYTES + size
+    assert all(store.get(c.run).holder == Held("me", True) for c in got)
+    rest: list[Any] = []
+    while batch := store.claim_expired("me", LONG, 12, records=True):
+        rest.extend(batch)
+    assert sorted(c.run for c in got + rest) == sorted(f"r{i}" for i in range(12))
+
+
+def test_a_pipeline_of_reads_checks_the_count_too() -> None:
+    client = fakeredis.FakeRedis()
+    ns = unique_namespace()
+    RedisRunStore(client, namespace=ns).insert("r0", b"r", Release())
+    store = RedisRunStore(client, namespace=ns, partitions=6)
+    with store.pipeline() as pipe:
+        got = pipe.get("r0")
+    with pytest.raises(Misconfigured, match="used by a store of one partition"):
+        got.result()
