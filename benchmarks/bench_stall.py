@@ -35,6 +35,10 @@ run), two namespaces of
 - compare_and_set of a dependency with ``--waiters`` ``Changed(dep, seen)`` waiters (the
   write re-indexes MAX_FANOUT of them and queues the rest, which claim_ready drains);
 - refresh, quarantined (one HSCAN page each call) and now, for completeness;
+- the scripts of a store of partitions: the heads of MAX_CLAIM due entries (ready and
+  leases) over the populations, the count check, a watch, a notify that re-indexes
+  MAX_FANOUT waiters of a dependency of another partition, and the removal of 100 outbox
+  entries;
 - run_migrate steps over a layout 1 namespace: SCAN COUNT MAX_MIGRATE of 100-byte runs, a
   step bounded by MAX_MIGRATE_BYTES of records, and a step moving one MAX_RECORD run.
 
@@ -77,6 +81,7 @@ from common import ROOT, own_server, server_binary
 from redisstore import At, Changed, Claim, Release, StoreError, runops, runs, scripts
 from redisstore.cli import index_keys
 from redisstore.keys import Keyspace
+from redisstore.partitions import PartitionedOps
 from redisstore.protocol import Call, Operation, Settled
 from redisstore.runops import RunOps
 
@@ -610,11 +615,64 @@ def suite(bench: Bench, layout: int, db: int, plan: Plan) -> None:
     if plan.fanout:
         fanout(bench, c, ready_ns, plain, ready, layout, plan)
 
+    partitioned(bench, c, layout, ready_ns, expired_ns)
+
     # the small scripts
     quarantine = RunOps(ready_ns, None, 0)
     bench.measure("quarantined() page", "run_quarantined", layout, 200, c,
                   lambda i: quarantine.quarantined(1000))
     bench.measure("now()", "run_now", layout, 0, c, lambda i: quarantine.now())
+
+
+def partitioned(bench: Bench, c: redis.Redis, layout: int, ready_ns: str,
+                expired_ns: str) -> None:
+    """The scripts only a store of partitions sends, each at its caps."""
+    for index, namespace in (("ready", ready_ns), ("leases", expired_ns)):
+        ops = RunOps(namespace, None, 0)
+        bench.measure(f"heads({CLAIM}) of the {index} index over its population", "run_heads",
+                      layout, CLAIM, c, lambda i, o=ops, x=index: o.heads(x, CLAIM))
+    bench.measure("count check of a new namespace", "run_partitions", layout, 0, c,
+                  lambda i: PartitionedOps(f"stall-count-l{layout}-{i}-{time.time_ns()}",
+                                           None, 0, partitions=6).count_check())
+    # A dependency in partition 0, MAX_FANOUT * 3 + 1 waiters in partition 1 (inserted with
+    # no watch: its mirror says nothing yet, and the absent dependency reads as revision 0).
+    namespace = f"stall-parts-l{layout}"
+    for p in (0, 1):
+        migrate_partition(bench, c, namespace, p, layout)
+
+    def place(run: str) -> int:
+        return 0 if run.startswith("dep") else 1
+
+    home = RunOps(namespace, None, 0, partition=0, place=place)
+    for i in range(bench.repeats):
+        bench.drive(c, home.insert(f"dep{i}", RECORD, Release()))
+        waiting = RunOps(namespace, lambda record, d=f"dep{i}": Changed(d, seen=0), 0,
+                         partition=1, place=place)
+        bench.fill(c, run_ids(f"w{i}-", 3 * FANOUT + 1),
+                   lambda run, w=waiting: w.insert(run, RECORD, Release()))
+    bench.measure("watch of a dependency", "run_watch", layout, 1, c,
+                  lambda i: home.watch(f"dep{i}", 1))
+    there = RunOps(namespace, None, 0, partition=1, place=place)
+    bench.measure(f"notify of a dependency with {3 * FANOUT + 1} waiters", "run_notify",
+                  layout, FANOUT, c, lambda i: there.notify(f"dep{i}", 2))
+    outbox = Keyspace(namespace, 0).prefix + "outbox"
+
+    def fill_outbox(i: int) -> None:
+        c.zadd(outbox, {f"1|x{i}-{k}": 2 for k in range(100)})
+
+    bench.measure("removal of 100 delivered outbox entries", "run_delivered", layout, 100,
+                  c, lambda i: home.delivered([(f"1|x{i}-{k}", 2) for k in range(100)]),
+                  before=fill_outbox)
+
+
+def migrate_partition(bench: Bench, c: redis.Redis, namespace: str, partition: int,
+                      layout: int) -> None:
+    """A partition with no runs yet at the newest layout (else left at layout 1)."""
+    if layout == 1:
+        return
+    ops = RunOps(namespace, None, 0, partition=partition)
+    while not bench.drive(c, ops.migrate_step(MIGRATE))[0][1]:
+        pass
 
 
 def big_records(bench: Bench, c: redis.Redis, ops: RunOps, layout: int, where: str) -> None:

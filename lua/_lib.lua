@@ -80,6 +80,20 @@ local WAKE_READY = P .. 'wake-ready'
 
 local WAKE_LEASES = P .. 'wake-leases'
 
+-- A partition of a store spread over partitions (its prefix is {ns#p}: '#' is reserved in
+-- namespace names). Its dependencies in other partitions are known by a mirror, and its
+-- runs that others' runs wait on announce their writes (redisstore.partitions,
+-- docs/design/partitions.md "Dependencies across partitions"):
+-- P.."depv" (hash): dependency in another partition -> its version as last delivered here
+-- (2 * revision, plus 1 once deleted: each write of it has a higher one);
+-- P.."watch:"..run (set): the partitions with a run waiting on run;
+-- P.."outbox" (sorted set): "<partition>|<run>" -> the version of run to deliver there.
+local PARTITION = string.find(P, '#', 1, true) ~= nil
+
+local DEPV = P .. 'depv'
+
+local OUTBOX = P .. 'outbox'
+
 -- The newest layout this library reads and writes; a namespace with a newer one is refused.
 local LAYOUT = 4
 
@@ -952,6 +966,75 @@ local function deleted_rev()
   return decimal(redis.call('HGET', META, 'deleted-rev') or '0', 0, MAX_INT - 2)
 end
 
+-- Dependency -> its version as this script knows it from the mirror (false: none).
+local MIRROR = {}
+
+-- The mirror's version of dep (false: none, not a partition, or a damaged entry, which
+-- then reads as absent: at worst a waiter becomes claimable early, never lost).
+local function mirrored(dep)
+  if not PARTITION then return false end
+  local v = MIRROR[dep]
+  if v == nil then
+    v = false
+    if of_type(DEPV, 'hash') then
+      v = decimal(redis.call('HGET', DEPV, dep) or '', 0, MAX_INT) or false
+    end
+    MIRROR[dep] = v
+  end
+  return v
+end
+
+-- Raise the mirror's version of dep to v (queued); true when it rose.
+local function raise_mirror(dep, v)
+  local cur = mirrored(dep)
+  if (cur and cur >= v) or not of_type(DEPV, 'hash') then return false end
+  MIRROR[dep] = v
+  later('HSET', DEPV, dep, int(v))
+  return true
+end
+
+-- The revision a waiter reads of its dependency: the mirror's, for one in another
+-- partition; else the run's own (0 when absent).
+local function dep_revision(dep)
+  local v = mirrored(dep)
+  if v then
+    if v % 2 == 1 then return 0 end
+    return v / 2
+  end
+  return revision_of(dep)
+end
+
+-- The version of run here, for a watcher in another partition: 2 * its revision, or
+-- 2 * deleted-rev + 1 when absent (deleted, or never written: read as revision 0, and
+-- below any later insert's version).
+local function version_of(run)
+  local s = load(run)
+  if s then return 2 * s.rev end
+  return 2 * (deleted_rev() or 0) + 1
+end
+
+-- A write of run (version v) that other partitions' runs wait on: queue an outbox entry
+-- for each (a claim delivers them) and a wake-up token (a blocked claimer claims, and
+-- delivers). At most MAX_PARTITIONS watchers; a damaged watch set is left alone.
+local function announce(run, v)
+  if not PARTITION then return end
+  local key = P .. 'watch:' .. run
+  if not of_type(key, 'set') or TYPES[key] == 'none' then return end
+  if redis.call('SCARD', key) > MAX_PARTITIONS or not of_type(OUTBOX, 'zset') then return end
+  local any = false
+  for _, w in ipairs(redis.call('SMEMBERS', key)) do
+    if decimal(w, 0, MAX_PARTITIONS - 1) then
+      local member = w .. '|' .. run
+      local old = tonumber(redis.call('ZSCORE', OUTBOX, member))
+      if not old or old < v then
+        later('ZADD', OUTBOX, v, member)
+        any = true
+      end
+    end
+  end
+  if any then queue_token(SIGNALS, WAKE_READY, '~outbox') end
+end
+
 -- The run at revision expected, or nil and the reply that refuses the call.
 local function load_at(run, expected)
   local s, bad = load(run)
@@ -1119,7 +1202,7 @@ local function eligible_at(s, pv)
   elseif s.wk == 'p' then
     if s.pt then t = s.pt + s.wn else t = now_ms() end
   else
-    if s.wn == false or revision_of(s.wa) ~= s.wn then t = now_ms() end
+    if s.wn == false or dep_revision(s.wa) ~= s.wn then t = now_ms() end
   end
   if s.wdl and (t == nil or s.wdl < t) then t = s.wdl end
   return t
@@ -1228,6 +1311,12 @@ local function arg_wait(A)
     w.wdl = opt_decimal(ARGV[A + 3], 0, MAX_INT)
     if w.wdl == nil then error('BADARG ARGV[' .. (A + 3) .. '] is not a valid deadline') end
   end
+  -- ARGV[A + 5]: for a dependency in another partition, the version its watch read.
+  w.watched = opt_decimal(ARGV[A + 5] or '', 0, MAX_INT)
+  if w.watched == nil or (w.watched and (wk ~= 'c' or not PARTITION)) then
+    error('BADARG ARGV[' .. (A + 5) .. '] must be empty or, for a dependency of a partition, '
+      .. 'its watched version')
+  end
   return w, arg_int(A + 4, 0, 2147483648)
 end
 
@@ -1247,6 +1336,8 @@ end
 -- Save the discovered wait w as derived from s.rev at version pv. A poll key's saved claim
 -- time survives while the key stays the same.
 local function apply_wait(run, s, w, pv)
+  -- A dependency in another partition: the version its watch read, before any decision.
+  if w.watched then raise_mirror(w.wa, w.watched) end
   local was_dep = s.wk == 'c' and s.wa
   if was_dep and (w.wk ~= 'c' or was_dep ~= w.wa) then ix_rem(deps_ix(was_dep), run, 0) end
   if w.wk == '' then
@@ -1394,4 +1485,5 @@ local function write(run, s, rev, record, kind, owner, ttl, w, pv)
   place(run, s, pv, false, was_indexable)
   save(run, s, record)
   notify_dependents(run, pv)
+  announce(run, 2 * rev)
 end

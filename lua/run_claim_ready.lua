@@ -19,12 +19,14 @@
 -- dependencies it checks (read; written when claimed), P.."d:"..dep and P.."fanout-cursor"
 -- (the pending re-indexing), P.."quarantine" (an entry quarantined), P.."wake-ready" and
 -- P.."wake-leases" (signals).
+-- In a partition ({ns#p}:) also P.."depv" (dependencies of other partitions), P.."watch:"..run
+-- and P.."outbox" (its writes announced to the partitions waiting on it).
 -- From layout 4 also the buckets and directories of the indexes it reads or changes
 -- (P.."L|".., P.."L/", P.."Q|".., P.."Q/", P.."D"..#dep..":"..dep.."|".. and "/").
 --- @include CORRUPT, MAX_CLAIM, MAX_CLAIM_BYTES, OK, arg_int, arg_flag, later, QUARANTINE
 --- @include FANOUT, FANOUT_CURSOR, WAKE_READY, NS, MAX_TTL, now_ms, arg_text, of_type
 --- @include DROPPED, READY_IX, deps_ix, ix_rem, ix_add, index_intact, unsignal, commit
---- @include check_layout, save, revision_of, due, current, claimed_record, eligible_at
+--- @include check_layout, save, dep_revision, due, current, claimed_record, eligible_at
 --- @include wait_after_claim, hold, fan_out
 local owner = arg_text(2)
 local ttl = arg_int(3, 1, MAX_TTL)
@@ -84,7 +86,7 @@ for run, s in due(READY_IX, limit, out) do
       hold(run, s, owner, now + ttl)
       s.ck, s.cdr, s.cat = '', false, now
       if s.wk == 'c' then
-        s.ck, s.cdr = s.wa, revision_of(s.wa)
+        s.ck, s.cdr = s.wa, dep_revision(s.wa)
       elseif s.wk == 'p' then
         s.ck, s.pt = s.wa, now
       end

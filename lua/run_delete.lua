@@ -18,12 +18,14 @@
 -- Also touches, undeclared (same hash tag): P.."d:"..dep (the waiters of its dependency),
 -- P.."d:"..run and the P.."r:" of those waiters (re-indexed), P.."fanout",
 -- P.."fanout-cursor", P.."quarantine", P.."wake-ready" (signals).
+-- In a partition ({ns#p}:) also P.."depv" (dependencies of other partitions), P.."watch:"..run
+-- and P.."outbox" (its writes announced to the partitions waiting on it).
 -- From layout 4 also the buckets and directories of the indexes it reads or changes
 -- (P.."L|".., P.."L/", P.."Q|".., P.."Q/", P.."D"..#dep..":"..dep.."|".. and "/").
 --- @include CORRUPT, OK, int, arg_int, later, QUARANTINE, META, MAX_INT, arg_text
 --- @include LEASES_IX, READY_IX, ix_rem, commit, check_layout, run_key, SEEN, GONE
---- @include deleted_rev, load_at, arg_lease, apply_wait, notify_dependents, lease_refusal
---- @include needs_layout_3
+--- @include deleted_rev, announce, load_at, arg_lease, apply_wait, notify_dependents
+--- @include lease_refusal, needs_layout_3
 local run = arg_text(2)
 local expected = arg_int(3, 0, MAX_INT - 2)
 local kind, owner = arg_lease(4)
@@ -44,6 +46,7 @@ if s.px then later('HDEL', QUARANTINE, 'poison|' .. run) end
 if s.rev > floor then later('HSET', META, 'deleted-rev', int(s.rev)) end
 SEEN[run] = GONE
 notify_dependents(run, pv)
+announce(run, 2 * s.rev + 1)
 local bad_write = commit()
 if bad_write then return {CORRUPT, bad_write, 0, -1} end
 return {OK, false, 0, -1}

@@ -6,18 +6,21 @@
 -- KEYS[4]  P.."fanout"
 -- ARGV[1]  key prefix           ARGV[2] index: "ready" or "leases"
 -- ARGV[3]  limit (at most MAX_CLAIM)
--- Reply    {OK, {run, score, ...}, pending, wait} | {TOO_NEW, layout} | {CORRUPT, what}
+-- Reply    {OK, {run, score, ...}, pending, wait, {entry, version, ...}}
+--          | {TOO_NEW, layout} | {CORRUPT, what}
 --          up to limit entries due now (score <= the server's time) of the layout 3 key and
 --          up to limit of the buckets, each source in its order (the caller merges them);
 --          pending 1 when a dependency's waiters are still being re-indexed (the ready
 --          index's claims finish that); wait: 0 when a source has more due entries than it
---          answered, else ms until its first entry not yet due, -1 when none.
+--          answered, else ms until its first entry not yet due, -1 when none; then up to
+--          100 outbox entries ("<partition>|<run>", version) to deliver.
 -- Entries are not checked against their runs: a stale one makes the partition's share too
 -- big, and its claim then hands out fewer. Reads at most 8 empty buckets.
 -- Also reads, undeclared (same hash tag): from layout 4 the index's directory and buckets
--- (P.."L/", P.."L|".., P.."Q/", P.."Q|"..).
---- @include CORRUPT, MAX_CLAIM, OK, arg_int, FANOUT, META, NS, OLD_IX, now_ms, of_type
---- @include LEASES_IX, READY_IX, card_of, buckets, index_intact, check_layout
+-- (P.."L/", P.."L|".., P.."Q/", P.."Q|"..), and a partition's P.."outbox".
+--- @include CORRUPT, MAX_CLAIM, OK, arg_int, FANOUT, META, PARTITION, OUTBOX, NS, OLD_IX
+--- @include now_ms, of_type, LEASES_IX, READY_IX, card_of, buckets, index_intact
+--- @include check_layout
 local ix
 if ARGV[2] == 'ready' then
   ix = READY_IX
@@ -79,4 +82,9 @@ if NS >= 4 and of_type(ix.dir, 'zset') then
 end
 local pending = 0
 if ix == READY_IX and redis.call('ZCARD', FANOUT) > 0 then pending = 1 end
-return {OK, out, pending, wait}
+-- The outbox's first entries: the claim delivers them (a damaged outbox delivers nothing).
+local outbox = {}
+if PARTITION and of_type(OUTBOX, 'zset') then
+  outbox = redis.call('ZRANGE', OUTBOX, 0, 99, 'WITHSCORES')
+end
+return {OK, out, pending, wait, outbox}

@@ -15,6 +15,8 @@
 -- P.."d:"..dep (the waiters of its dependency), P.."d:"..run and the P.."r:" of those
 -- waiters (re-indexed), P.."fanout", P.."fanout-cursor", P.."quarantine", P.."wake-ready"
 -- and P.."wake-leases" (signals).
+-- In a partition ({ns#p}:) also P.."depv" (dependencies of other partitions), P.."watch:"..run
+-- and P.."outbox" (its writes announced to the partitions waiting on it).
 -- From layout 4 also the buckets and directories of the indexes it reads or changes
 -- (P.."L|".., P.."L/", P.."Q|".., P.."Q/", P.."D"..#dep..":"..dep.."|".. and "/").
 --- @include CORRUPT, EXISTS, OK, MAX_RECORD_CEILING, arg_text, commit, check_layout, load

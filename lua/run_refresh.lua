@@ -11,6 +11,8 @@
 -- Also touches, undeclared (same hash tag): P.."leases" and P.."fanout" (their types
 -- checked), P.."d:"..dep (the waiters of its old and new dependency), P.."r:"..dep,
 -- P.."wake-ready" (signals).
+-- In a partition ({ns#p}:) also P.."depv" (dependencies of other partitions), P.."watch:"..run
+-- and P.."outbox" (its writes announced to the partitions waiting on it).
 -- From layout 4 also the buckets and directories of the indexes it reads or changes
 -- (P.."L|".., P.."L/", P.."Q|".., P.."Q/", P.."D"..#dep..":"..dep.."|".. and "/").
 --- @include CORRUPT, OK, MAX_INT, arg_int, arg_text, commit, check_layout, save, load_at

@@ -21,8 +21,8 @@ from typing import Any, TypeVar
 from . import scripts
 from .errors import NOT_APPLIED, UNKNOWN, Misconfigured, StoreError, Unavailable
 from .keys import Keyspace
-from .protocol import Call, Durability, Fan, Operation, Spread, Steps, ask, fan
-from .runops import RunOps, answer, next_wakeup
+from .protocol import Call, Durability, Fan, Operation, Settled, Spread, Steps, ask, fan
+from .runops import Heads, RunOps, answer, next_wakeup
 from .runs import (
     MAX_CLAIM_BYTES,
     Cap,
@@ -114,6 +114,12 @@ class PartitionedOps:
         self.keys = Keyspace(namespace)
         #: Whether :meth:`count_check` has passed for this store.
         self.counted = False
+        for part in self.parts:
+            part.watcher = self._watch
+
+    def _watch(self, dependency: str, watcher: int) -> Operation[int]:
+        """The watch of ``dependency`` by a run of partition ``watcher``, in its partition."""
+        return self.parts[self.place(dependency)].watch(dependency, watcher)
 
     @property
     def checks(self) -> set[str]:
@@ -312,7 +318,8 @@ class PartitionedOps:
     def _claim(self, index: str, limit: int, records: bool,
                claim: Callable[[RunOps, int, int, bool], Operation[tuple[list[Any], int]]]
                ) -> Steps[tuple[list[Any], int]]:
-        """A claim over every partition, in two round trips per node. First each
+        """A claim over every partition, in two round trips per node (four when an outbox
+        holds a dependency's write to deliver: :meth:`_heads_delivered`). First each
         partition's head (its first ``limit`` due entries, read only); the heads merged,
         earliest first, and the first ``limit`` entries say how many each partition gives.
         Then each partition claims its share. Bounded by ``limit``; disjoint (each claim is
@@ -321,7 +328,7 @@ class PartitionedOps:
         claimer was faster, a stale entry) leaves the call short."""
         if limit == 0:
             return [], -1
-        heads = yield from fan(part.heads(index, limit) for part in self.parts)
+        heads, acks = yield from self._heads_delivered(index, limit)
         entries: list[tuple[int, bytes, int, str]] = []
         waits: list[int] = []
         pending: list[int] = []
@@ -330,7 +337,7 @@ class PartitionedOps:
             if got.error is not None:
                 errors.append(got.error)
                 continue
-            due, busy, wait = got.unwrap()
+            due, busy, wait, _ = got.unwrap()
             entries.extend((score, run.encode("utf-8", "surrogateescape"), p, run)
                            for score, run in due)
             waits.append(wait)
@@ -361,16 +368,17 @@ class PartitionedOps:
         answers = yield from fan([*(claim(self.parts[p], shares[p], budget, p != first)
                                     for p in order),
                                   *(self.parts[p].give_back_wakeup(index, run)
-                                    for p, run in left.items())])
+                                    for p, run in left.items()),
+                                  *(self.parts[d].delivered(done) for d, done in acks.items())])
         answers = answers[:len(order)]
         rank = {(p, run): i for i, (_, _, p, run) in enumerate(chosen)}
         claimed: list[tuple[int, Any]] = []
         failed: list[StoreError] = []
-        for p, got in zip(order, answers, strict=True):
-            if got.error is not None:
-                failed.append(got.error)
+        for p, claim_answer in zip(order, answers, strict=True):
+            if claim_answer.error is not None:
+                failed.append(claim_answer.error)
                 continue
-            runs, wait = got.unwrap()
+            runs, wait = claim_answer.unwrap()
             waits.append(wait)
             for run in runs:
                 name = run.run if isinstance(run, Claimed) else run
@@ -387,6 +395,38 @@ class PartitionedOps:
                         error)
         claimed.sort(key=lambda c: c[0])
         return [run for _, run in claimed], _soonest(waits)
+
+    def _heads_delivered(self, index: str, limit: int
+                         ) -> Steps[tuple[list[Settled[Heads]], dict[int, list[tuple[str, int]]]]]:
+        """Every partition's head, after delivering what their outboxes hold (dependencies
+        across partitions): each entry is notified to its partition first, so the waiters
+        it makes claimable are in the heads this claim reads; the entries to remove from
+        each outbox (in the claim's round trip: one whose notify failed stays, and is
+        delivered again by a later claim; a notify is idempotent)."""
+        acks: dict[int, list[tuple[str, int]]] = {}
+        heads = yield from fan(part.heads(index, limit) for part in self.parts)
+        deliveries: list[tuple[int, str, int, str, int]] = []
+        for d, got in enumerate(heads):
+            if got.error is not None:
+                continue
+            for entry, version in got.unwrap()[3]:
+                where, _, dependency = entry.partition("|")
+                if where.isdigit() and int(where) < self.n and dependency:
+                    deliveries.append((d, entry, int(where), dependency, version))
+                else:  # not one of ours (a foreign write): removed, never a wall
+                    acks.setdefault(d, []).append((entry, version))
+        if not deliveries:
+            return heads, acks
+        notified = yield from fan(self.parts[w].notify(dependency, version)
+                                  for _, _, w, dependency, version in deliveries)
+        for (d, entry, _, _, version), got in zip(deliveries, notified, strict=True):
+            if got.error is None:
+                acks.setdefault(d, []).append((entry, version))
+            else:
+                log.warning("redisstore: a dependency's write could not be delivered to its "
+                            "waiters' partition yet (%s); a later claim delivers it", got.error)
+        heads = yield from fan(part.heads(index, limit) for part in self.parts)
+        return heads, acks
 
     def quarantined(self, limit: int = 1000) -> Spread[list[Quarantined]]:
         """See :meth:`RunOps.quarantined`: every partition's, merged."""

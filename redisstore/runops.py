@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
-from typing import Any, TypeVar
+from typing import Any, TypeAlias, TypeVar
 
 from . import scripts
 from .errors import (
@@ -245,6 +245,13 @@ def _one(op: Operation[T] | Spread[T]) -> Operation[T]:
     return op
 
 
+#: What a partition's head read answers (:meth:`RunOps.heads`).
+Heads: TypeAlias = tuple[list[tuple[int, str]], bool, int, list[tuple[str, int]]]
+
+#: The highest integer a Lua number holds exactly (lua/_common.lua's MAX_INT).
+MAX_INT = 2**53 - 1
+
+
 class RunOps:
     """The run store's operations over one namespace, as pure generators of calls.
 
@@ -259,6 +266,9 @@ class RunOps:
         self.keys = Keyspace(namespace, partition)
         #: Which partition a run id is in (None: a store of one partition).
         self.place = place
+        #: ``watcher(dependency, partition)``: the watch of a dependency in another
+        #: partition, in that partition (a store of partitions sets it).
+        self.watcher: Callable[[str, int], Operation[int]] | None = None
         if discover is not None and not callable(discover):
             raise TypeError("discover must be a callable taking record bytes, or None")
         self.discover = discover
@@ -273,17 +283,48 @@ class RunOps:
         k = self.keys
         self._write_keys = (k.leases, k.ready, k.meta)
 
-    def _wait(self, record: bytes) -> tuple[Arg, ...]:
+    def _wait(self, record: bytes) -> tuple[tuple[Arg, ...], str | None]:
+        """The wait's script arguments, and its dependency when that is in another
+        partition (its watch goes first: :meth:`_watched`)."""
         wait = None if self.discover is None else check_wait(self.discover(record))
+        foreign = None
         if isinstance(wait, Changed) and self.place is not None \
                 and self.place(wait.dependency) != self.keys.partition:
-            # No script could see both runs; docs/scale-out.md, "Dependencies".
-            raise ValueError(
-                f"the dependency {wait.dependency!r} is in partition "
-                f"{self.place(wait.dependency)} and its waiter in {self.keys.partition}: "
-                "a partitioned store keeps a dependency with its waiters, so give related "
-                "runs one family (the same {family} part in their ids); nothing was written")
-        return (*wait_args(wait), self.projection_version)
+            foreign = wait.dependency
+        return (*wait_args(wait), self.projection_version), foreign
+
+    def _watched(self, foreign: str | None) -> Operation[tuple[Arg, ...]]:
+        """For a dependency in another partition, its watch there (the first half of a
+        dependency across partitions): the version the write then carries."""
+        if foreign is None or self.watcher is None:
+            return ()
+        assert self.keys.partition is not None
+        version = yield from self.watcher(foreign, self.keys.partition)
+        return (version,)
+
+    def watch(self, run: str, watcher: int) -> Operation[int]:
+        """Note ``watcher`` (a partition) as waiting on ``run``; run's version here."""
+        k = self.keys
+        version = yield from ask(Call(scripts.RUN_WATCH, (k.meta,), (k.prefix, run, watcher),
+                                      self._answer(run), write=False))
+        return int(version)
+
+    def notify(self, dependency: str, version: int) -> Operation[bool]:
+        """Deliver ``dependency``'s version (from its partition's outbox); idempotent."""
+        k = self.keys
+        rose = yield from ask(Call(scripts.RUN_NOTIFY, (k.meta, k.fanout),
+                                   (k.prefix, dependency, version, self.projection_version),
+                                   self._answer(), write=False))
+        return bool(rose)
+
+    def delivered(self, entries: list[tuple[str, int]]) -> Operation[int]:
+        """Remove outbox entries (entry, version) once delivered, unless a newer version
+        was announced since."""
+        k = self.keys
+        flat = tuple(x for entry, version in entries for x in (entry, version))
+        gone = yield from ask(Call(scripts.RUN_DELIVERED, (k.prefix + "outbox",),
+                                   (k.prefix, *flat), self._answer(), write=False))
+        return int(gone)
 
     def _answer(self, run: str = "") -> Callable[[Any], Any]:
         return answer(run, self.keys.namespace)
@@ -376,7 +417,9 @@ class RunOps:
         returns that revision."""
         run, lease = check_run(run), check_lease(lease)
         record = check_record(record, self.max_record_bytes)
-        args = (self.keys.prefix, run, record, *lease_args(lease), *self._wait(record))
+        wait, foreign = self._wait(record)
+        watched = (yield from self._watched(foreign)) if foreign is not None else ()
+        args = (self.keys.prefix, run, record, *lease_args(lease), *wait, *watched)
         revision = yield from ask(Call(scripts.RUN_INSERT,
                                        (self.keys.run(run), *self._write_keys), args,
                                        self._answer(run)))
@@ -387,8 +430,9 @@ class RunOps:
         """Write revision expected + 1 under the lease condition."""
         run, expected, lease = check_run(run), check_revision(expected), check_lease(lease)
         record = check_record(record, self.max_record_bytes)
-        args = (self.keys.prefix, run, expected, record, *lease_args(lease),
-                *self._wait(record))
+        wait, foreign = self._wait(record)
+        watched = (yield from self._watched(foreign)) if foreign is not None else ()
+        args = (self.keys.prefix, run, expected, record, *lease_args(lease), *wait, *watched)
         yield from ask(Call(scripts.RUN_COMPARE_AND_SET, (self.keys.run(run), *self._write_keys),
                             args, self._answer(run)))
 
@@ -468,20 +512,27 @@ class RunOps:
              *(("1",) if strict else ())), with_wait(self._answer())))
         return (parse_claimed(payload) if budget else parse_names(payload)), wait
 
-    def heads(self, index: str, limit: int) -> Operation[tuple[list[tuple[int, str]], bool,
-                                                              int]]:
+    def heads(self, index: str, limit: int) -> Operation[Heads]:
         """The first due entries of ``index`` (``"ready"`` or ``"leases"``), up to
         ``limit``, as (score, run) earliest first; whether a dependency's waiters are still
-        being re-indexed; the ms until the next entry is due (0: more are due, -1: none)."""
+        being re-indexed; the ms until the next entry is due (0: more are due, -1: none);
+        the outbox's first entries (partition, dependency, version) to deliver."""
         k = self.keys
-        flat, pending, wait = yield from ask(Call(
+        flat, pending, wait, outbox = yield from ask(Call(
             scripts.RUN_HEADS, (k.ready, k.leases, k.meta, k.fanout),
-            (k.prefix, index, limit), lambda reply: (self._answer()(reply), *reply[2:4]),
-            write=False))
+            (k.prefix, index, limit),
+            lambda reply: (self._answer()(reply), *reply[2:4], reply[4] if len(reply) > 4
+                           else []), write=False))
         # Ties go by the ids' bytes, as the scripts and the memory reference order them.
         entries = sorted(((int(flat[i + 1]), text(flat[i])) for i in range(0, len(flat) - 1, 2)),
                          key=lambda e: (e[0], e[1].encode("utf-8", "surrogateescape")))
-        return entries[:limit], bool(pending), int(wait) if int(wait) >= -1 else -1
+        deliveries = []
+        for i in range(0, len(outbox) - 1, 2):
+            score = float(outbox[i + 1])
+            if score.is_integer() and 0 <= score <= MAX_INT:
+                deliveries.append((text(outbox[i]), int(score)))
+        return (entries[:limit], bool(pending), int(wait) if int(wait) >= -1 else -1,
+                deliveries)
 
     def next_wakeup(self, kinds: Iterable[str], seconds: float
                     ) -> Operation[tuple[str, str] | None]:
@@ -507,7 +558,9 @@ class RunOps:
         # came from a store with a lower projection version: read again and retry.
         for _ in range(16):
             current = yield from self.get(run)
-            args = (self.keys.prefix, run, current.revision, *self._wait(current.record))
+            wait, foreign = self._wait(current.record)
+            watched = (yield from self._watched(foreign)) if foreign is not None else ()
+            args = (self.keys.prefix, run, current.revision, *wait, *watched)
             try:
                 indexed = yield from ask(Call(
                     scripts.RUN_REFRESH, (self.keys.run(run), self.keys.ready, self.keys.meta),

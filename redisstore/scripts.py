@@ -640,7 +640,8 @@ def load_all(specs: Iterable[tuple[str, str]],
 
 RUN_NAMES = ("run_now", "run_get", "run_insert", "run_compare_and_set", "run_renew",
              "run_release", "run_delete", "run_claim_expired", "run_claim_ready", "run_refresh",
-             "run_quarantined", "run_migrate", "run_heads", "run_partitions")
+             "run_quarantined", "run_migrate", "run_heads", "run_partitions", "run_watch",
+             "run_notify", "run_delivered")
 REPO_NAMES = ("repo_save", "repo_load", "repo_delete", "repo_list_in_flight",
               "repo_register_group", "repo_group_exists", "repo_migrate")
 
@@ -660,10 +661,16 @@ RUN_QUARANTINED = _BUILT["run_quarantined"]
 RUN_MIGRATE = _BUILT["run_migrate"]
 RUN_HEADS = _BUILT["run_heads"]
 RUN_PARTITIONS = _BUILT["run_partitions"]
+RUN_WATCH = _BUILT["run_watch"]
+RUN_NOTIFY = _BUILT["run_notify"]
+RUN_DELIVERED = _BUILT["run_delivered"]
+
+#: The scripts only a store spread over partitions sends (a partition's prefix, {ns#p}:).
+PARTITION_SCRIPTS = (RUN_WATCH, RUN_NOTIFY, RUN_DELIVERED)
 
 RUN_SCRIPTS = (RUN_NOW, RUN_GET, RUN_INSERT, RUN_COMPARE_AND_SET, RUN_RENEW, RUN_RELEASE,
                RUN_DELETE, RUN_CLAIM_EXPIRED, RUN_CLAIM_READY, RUN_REFRESH, RUN_QUARANTINED,
-               RUN_MIGRATE, RUN_HEADS, RUN_PARTITIONS)
+               RUN_MIGRATE, RUN_HEADS, RUN_PARTITIONS, RUN_WATCH, RUN_NOTIFY, RUN_DELIVERED)
 
 # The instance repository's scripts, with their own fragments (lua/_repo_lib.lua).
 REPO_SAVE = _BUILT["repo_save"]

@@ -99,8 +99,8 @@ class RedisRunStore(_Closes, Shell[RunOps | PartitionedOps]):
     its id); calls of one run stay one round trip, ``renew`` / ``release`` go one round
     trip per node, claims two (every partition's head, then each one's share). The count
     is recorded in the namespace; a store opened with another is refused
-    (``Misconfigured``). A ``Changed`` dependency must be in its waiter's partition. See
-    docs/scale-out.md.
+    (``Misconfigured``). A ``Changed`` dependency in another partition costs its waiter's
+    write a round trip more, and claims deliver its writes. See docs/scale-out.md.
     """
 
     def __init__(self, client: Any, *, namespace: str = "redisstore",

@@ -79,13 +79,17 @@ MAX_REDIRECTS = 3
 
 # The scripts' commands: the only ones a cluster node redirects (SCRIPT LOAD, WAIT, WAITAOF
 # and CONFIG GET name no key, and the node runs them).
-_KEYED = (b"EVALSHA", b"EVAL")
+#: The commands a cluster shell sends with keys of one slot: the scripts, and a waker's
+#: BZPOPMIN and ZADD (its wait, its give-back). A MOVED answer to any of them ran nothing.
+_KEYED = (b"EVALSHA", b"EVAL", b"BZPOPMIN", b"ZADD")
 
 
 def moved_to(batch: Batch, got: Exchange) -> tuple[str, int] | None:
     """The node a cluster shell sends ``batch`` to again, ``(host, port)``: when every
-    script of the batch was answered MOVED to one node. None of them ran (a node checks the
-    slot before it runs a script), so sending the whole batch there runs each exactly once.
+    script of the batch (or a waker's keyed command) was answered MOVED to one node. None
+    of them ran (a node checks the slot before it runs a command), so sending the whole
+    batch there runs each exactly once. A waker's BZPOPMIN blocked on a slot that moved is
+    answered MOVED by the server's tick: it then waits on the new node at once.
 
     ASK is never followed: it means the slot is migrating and the keys a script named have
     gone to the importing node, but the namespace's other keys (its meta, its index

@@ -21,14 +21,13 @@ from redisstore import (
     Free,
     Held,
     Misconfigured,
-    NotFound,
     RedisRunStore,
     Release,
     Unavailable,
 )
 from redisstore.discovery import json_wait
 from redisstore.keys import Keyspace, check_namespace
-from redisstore.partitions import MAX_PARTITIONS, family_of, partition_of
+from redisstore.partitions import MAX_PARTITIONS, PartitionedOps, family_of, partition_of
 
 LONG = 600_000
 
@@ -139,22 +138,100 @@ def test_a_damaged_count_is_corrupt_and_nothing_is_written(meta: dict[str, str])
     assert set(keys_of(client)) == set(before)
 
 
-def test_a_dependency_in_another_partition_is_refused_before_anything_is_sent() -> None:
+def outbox(client: Any, ns: str, run: str) -> list[tuple[bytes, float]]:
+    """The outbox of ``run``'s partition."""
+    return client.zrange(Keyspace(ns, partition_of(run, 6)).prefix + "outbox", 0, -1,
+                         withscores=True)
+
+
+def test_a_dependency_across_partitions_is_watched_announced_delivered_and_acknowledged(
+        ) -> None:
+    client = fakeredis.FakeRedis()
+    ns = unique_namespace()
+    store = RedisRunStore(client, namespace=ns, discover=json_wait, partitions=6)
+    assert partition_of("dep", 6) != partition_of("run", 6)
+    store.insert("dep", rec(None), Release())
+    store.insert("run", rec({"changed": "dep", "seen": 1}), Release())
+    d, w = Keyspace(ns, partition_of("dep", 6)), Keyspace(ns, partition_of("run", 6))
+    assert client.smembers(d.prefix + "watch:dep") == {str(w.partition).encode()}
+    assert client.hget(w.prefix + "depv", "dep") == b"2"  # revision 1, as its watch read
+    store.compare_and_set("dep", 1, rec(None), Release())
+    assert outbox(client, ns, "dep") == [(f"{w.partition}|dep".encode(), 4.0)]
+    assert store.claim_ready("a", LONG, 10) == ["run"]  # delivered, then claimed
+    assert outbox(client, ns, "dep") == []
+    assert client.hget(w.prefix + "depv", "dep") == b"4"
+
+
+def test_a_crash_between_watch_and_write_leaves_a_watch_that_costs_nothing() -> None:
     client = fakeredis.FakeRedis()
     ns = unique_namespace()
     store = RedisRunStore(client, namespace=ns, discover=json_wait, partitions=6)
     store.insert("dep", rec(None), Release())
-    waiter = next(f"w{i}" for i in range(100) if partition_of(f"w{i}", 6)
-                  != partition_of("dep", 6))
-    before = keys_of(client)
-    with pytest.raises(ValueError, match="family"):
-        store.insert(waiter, rec({"changed": "dep"}), Release())
-    assert keys_of(client) == before
-    with pytest.raises(NotFound):
-        store.get(waiter)
-    # In the dependency's family it is one partition, and works.
-    store.insert("{dep}w", rec({"changed": "dep"}), Release())
-    assert store.claim_ready("a", LONG, 10) == ["{dep}w"]
+    ops = store._ops
+    assert isinstance(ops, PartitionedOps)
+    # The watch of "run" ran; its write never did (the node died between the two).
+    assert store._io.drive(ops._watch("dep", partition_of("run", 6))) == 2
+    store.compare_and_set("dep", 1, rec(None), Release())
+    assert store.claim_ready("a", LONG, 10) == []  # delivered to no waiter
+    assert outbox(client, ns, "dep") == []
+    store.insert("run", rec({"changed": "dep", "seen": 2}), Release())
+    assert store.claim_ready("a", LONG, 10) == []
+    store.compare_and_set("dep", 2, rec(None), Release())
+    assert store.claim_ready("a", LONG, 10) == ["run"]
+
+
+def test_a_crash_between_delivery_and_acknowledgement_delivers_again_harmlessly(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from redisstore.protocol import Call, ask
+    from redisstore.runops import RunOps
+
+    client = fakeredis.FakeRedis()
+    ns = unique_namespace()
+    store = RedisRunStore(client, namespace=ns, discover=json_wait, partitions=6)
+    store.insert("dep", rec(None), Release())
+    store.insert("run", rec({"changed": "dep", "seen": 1}), Release())
+    store.compare_and_set("dep", 1, rec(None), Release())
+    real = RunOps.delivered
+
+    def lost(self: RunOps, entries: list[tuple[str, int]]) -> Any:
+        yield from ask(Call(None, (self.keys.meta,), ("NO-SUCH-COMMAND",), lambda r: r))
+        return 0
+
+    monkeypatch.setattr(RunOps, "delivered", lost)
+    assert store.claim_ready("a", LONG, 10) == ["run"]
+    assert len(outbox(client, ns, "dep")) == 1  # delivered, not acknowledged
+    # The engine handles the change and waits from revision 2 on.
+    store.compare_and_set("run", 1, rec({"changed": "dep", "seen": 2}), Release())
+    monkeypatch.setattr(RunOps, "delivered", real)
+    assert store.claim_ready("b", LONG, 10) == []  # delivered again: nothing new
+    assert outbox(client, ns, "dep") == []
+    store.compare_and_set("dep", 2, rec(None), Release())
+    assert store.claim_ready("b", LONG, 10) == ["run"]
+
+
+def test_foreign_data_in_the_outbox_watch_and_mirror_is_never_a_wall() -> None:
+    client = fakeredis.FakeRedis()
+    ns = unique_namespace()
+    store = RedisRunStore(client, namespace=ns, discover=json_wait, partitions=6)
+    store.insert("dep", rec(None), Release())
+    store.insert("run", rec({"changed": "dep", "seen": 1}), Release())
+    d = Keyspace(ns, partition_of("dep", 6))
+    w = Keyspace(ns, partition_of("run", 6))
+    # 150 entries that name no partition of this store, ahead of the real one.
+    client.zadd(d.prefix + "outbox", {f"junk-{i}": 0 for i in range(100)})
+    client.zadd(d.prefix + "outbox", {f"99|x{i}": 1 for i in range(50)})
+    client.hset(w.prefix + "depv", "other", "not a number")
+    store.compare_and_set("dep", 1, rec(None), Release())
+    got: list[str] = []
+    for _ in range(3):
+        got += store.claim_ready("a", LONG, 10)
+    assert got == ["run"]
+    assert outbox(client, ns, "dep") == []
+    # A watch set of another type: the write of its run goes on, announcing nothing.
+    client.delete(d.prefix + "watch:dep")
+    client.set(d.prefix + "watch:dep", "x")
+    store.compare_and_set("dep", 2, rec(None), Release())
+    assert outbox(client, ns, "dep") == []
 
 
 def test_a_pipeline_of_partitions_takes_one_run_calls_and_refuses_the_others() -> None:
@@ -311,7 +388,7 @@ def test_a_claim_whose_partition_may_have_run_is_of_unknown_outcome() -> None:
         call = next(op)
         if call.script.name == "run_heads":
             p = int(call.keys[0].split("#")[1].split("}")[0])
-            return Settled(([(p, f"r{p}")], False, -1))
+            return Settled(([(p, f"r{p}")], False, -1, []))
         if call.keys[0].startswith("{n#1}"):
             return Settled(error=Unavailable("reply lost", outcome="unknown"))
         if call.keys[0].startswith("{n#2}"):

@@ -40,6 +40,7 @@ from redisstore import (
 )
 from redisstore.keys import Keyspace
 from redisstore.outcomes import ErrorReply
+from redisstore.partitions import partition_of
 from redisstore.protocol import Call, ask
 from redisstore.runs import Wait
 from redisstore.transport import Transport
@@ -744,8 +745,45 @@ def test_scripts_read_the_keys_they_declare(request: pytest.FixtureRequest, back
     runs = runs_of(client, prefix)
     assert key_problems(traced, runs, prefix) == []
     called = {s.name for s in traced}
-    assert called >= {s.name for s in getattr(scripts, group)}, "an operation left out"
+    assert called >= {s.name for s in getattr(scripts, group)} - {
+        s.name for s in scripts.PARTITION_SCRIPTS}, "an operation left out"
     assert {run.name for run in runs} == called
+
+
+def partitioned_scenario(client: Any) -> list[str]:
+    """A dependency across partitions: watched, announced, delivered, acknowledged, and
+    deleted; the prefixes of the namespace and its partitions."""
+    store = RedisRunStore(client, namespace=unique_namespace(), discover=discover,
+                          partitions=2)
+    dep, waiter = "d", next(f"w{i}" for i in range(50)
+                            if partition_of(f"w{i}", 2) != partition_of("d", 2))
+    store.migrate()
+    store.insert(dep, b"plain", Release())
+    store.insert(waiter, f"dep:{dep}".encode(), Release())
+    store.compare_and_set(dep, 1, b"plain", Release())
+    store.claim_ready("a", LONG, 10)
+    store.compare_and_set(waiter, 1, f"dep:{dep}".encode(), Release())
+    store.delete(dep, 2, Release())
+    store.claim_ready("a", LONG, 10)
+    return [Keyspace(store.namespace).prefix,
+            *(Keyspace(store.namespace, p).prefix for p in range(2))]
+
+
+@pytest.mark.parametrize("backend", ["fakeredis",
+                                     pytest.param("redis7", marks=pytest.mark.server)])
+def test_partition_scripts_read_the_keys_they_declare(request: pytest.FixtureRequest,
+                                                     backend: str,
+                                                     traced: list[Sent]) -> None:
+    client = _client(request, backend)
+    called: set[str] = set()
+    for prefix in partitioned_scenario(client):
+        sent = [s for s in traced if s.argv[0] == prefix]
+        runs = runs_of(client, prefix)
+        assert key_problems(sent, runs, prefix) == []
+        assert {run.name for run in runs} == {s.name for s in sent}
+        called |= {s.name for s in sent}
+    assert called >= {s.name for s in (*scripts.PARTITION_SCRIPTS, scripts.RUN_HEADS,
+                                       scripts.RUN_PARTITIONS)}
 
 
 

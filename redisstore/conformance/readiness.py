@@ -2,9 +2,9 @@
 staleness.
 
 Records are JSON read by :data:`redisstore.discovery.json_wait`; each test makes the waits
-it needs (``{"wait": {"at": due}}`` and so on). A dependency is named in its waiter's family
-(``"{run}dep"`` for the waiter ``"run"``): a store spread over partitions keeps a dependency
-with its waiters (docs/scale-out.md).
+it needs (``{"wait": {"at": due}}`` and so on). Most rules name a dependency in its waiter's
+family (``"{run}dep"`` for the waiter ``"run"``), so that a store spread over partitions
+keeps the two in one partition; the rules "of another family" put them apart.
 """
 
 from __future__ import annotations
@@ -219,6 +219,44 @@ class ReadinessRules(RunSuite):
         assert store.claim_ready(ME, LONG, 10) == ["run"]
         claim = store.get("run").claim
         assert claim is not None and (claim.key, claim.dependency_revision) == ("{run}dep", 1)
+
+    # Across families: in a store of partitions "dep" and "run" are in two partitions, whose
+    # scripts never see each other's keys (the dependency is watched, and its writes are
+    # delivered by claims: docs/scale-out.md).
+
+    def test_a_dependency_of_another_family_already_changed_is_ready_at_once(self) -> None:
+        store = self.ready_store()
+        store.insert("dep", rec(None), Release())
+        store.compare_and_set("dep", 1, rec(None), Release())
+        store.insert("run", rec({"changed": "dep"}), Release())
+        store.insert("late", rec({"changed": "dep", "seen": 1}), Release())
+        assert sorted(store.claim_ready(ME, LONG, 10)) == ["late", "run"]
+        claim = store.get("run").claim
+        assert claim is not None and (claim.key, claim.dependency_revision) == ("dep", 2)
+
+    def test_a_dependency_of_another_family_wakes_its_waiter_on_its_next_write(self) -> None:
+        store = self.ready_store()
+        store.insert("dep", rec(None), Release())
+        store.insert("run", rec({"changed": "dep", "seen": 1}), Release())
+        assert store.claim_ready(ME, LONG, 10) == []
+        store.compare_and_set("dep", 1, rec(None, v=2), Release())
+        assert store.claim_ready(ME, LONG, 10) == ["run"]
+        claim = store.get("run").claim
+        assert claim is not None and (claim.key, claim.dependency_revision) == ("dep", 2)
+        store.compare_and_set("run", 1, rec({"changed": "dep", "seen": 2}), Release())
+        assert store.claim_ready(ME, LONG, 10) == []
+        store.compare_and_set("dep", 2, rec(None, v=3), Release())
+        assert store.claim_ready(ME, LONG, 10) == ["run"]
+
+    def test_a_dependency_of_another_family_written_while_held_stays_discoverable(
+            self) -> None:
+        store = self.ready_store()
+        store.insert("dep", rec(None), Release())
+        store.insert("run", rec({"changed": "dep", "seen": 1}), Claim(OTHER, LONG))
+        store.compare_and_set("dep", 1, rec(None, v=2), Release())
+        assert store.claim_ready(ME, LONG, 10) == []  # held
+        store.compare_and_set("run", 1, rec({"changed": "dep", "seen": 1}), Release())
+        assert store.claim_ready(ME, LONG, 10) == ["run"]
 
     def test_changing_the_dependency_moves_the_wait(self) -> None:
         store = self.ready_store()

@@ -153,6 +153,16 @@ class WakeupRules(RunSuite):
         store.compare_and_set("{waiter}dep", 1, rec(None, step=2), Hold(OTHER))
         self._woken(blocked, since, ["waiter"])
 
+    def test_a_dependency_write_of_another_family_wakes_its_blocked_waiter(self) -> None:
+        store = self._ready_store()
+        store.insert("dep", rec(None), Claim(OTHER, LONG))
+        store.insert("waiter", rec({"changed": "dep", "seen": 1}), Release())
+        blocked = Blocked(lambda: store.claim_ready(ME, LONG, 10, block=BLOCK))
+        time.sleep(SETTLE)
+        since = time.monotonic()
+        store.compare_and_set("dep", 1, rec(None, step=2), Hold(OTHER))
+        self._woken(blocked, since, ["waiter"])
+
     def test_a_blocked_claim_hands_back_records_when_asked(self) -> None:
         store = self._ready_store()
         blocked = Blocked(lambda: store.claim_ready(ME, LONG, 10, records=True, block=BLOCK))

@@ -1,0 +1,20 @@
+-- run_delivered: remove outbox entries their partitions were notified of, each only if no
+-- newer version was announced since (that one is delivered by a later claim).
+-- KEYS[1]  P.."outbox"
+-- ARGV[1]  key prefix (a partition's, {ns#p}:)
+-- ARGV[2..] pairs: entry ("<partition>|<run>"), the version delivered (at most 100 pairs)
+-- Reply    {OK, entries removed}
+--- @include OK, P, arg_int, MAX_INT, of_type
+if (#ARGV - 1) % 2 ~= 0 or #ARGV - 1 > 200 then
+  error('BADARG ARGV[2..] must be at most 100 pairs of entry and version')
+end
+if KEYS[1] ~= P .. 'outbox' then error('BADARG KEYS[1] must be the outbox of ARGV[1]') end
+if not of_type(KEYS[1], 'zset') then return {OK, 0, 0, -1} end
+local gone = {}
+for i = 2, #ARGV, 2 do
+  local v = arg_int(i + 1, 0, MAX_INT)
+  local score = tonumber(redis.call('ZSCORE', KEYS[1], ARGV[i]))
+  if score and score <= v then gone[#gone + 1] = ARGV[i] end
+end
+if #gone > 0 then redis.call('ZREM', KEYS[1], unpack(gone)) end
+return {OK, #gone, 0, -1}
