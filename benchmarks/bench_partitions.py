@@ -22,6 +22,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import multiprocessing
+import random
+import socket
 import statistics
 import subprocess
 import time
@@ -48,9 +50,9 @@ def discover(record: bytes) -> At | None:
 def start_cluster(stack: contextlib.ExitStack) -> list[int]:
     """Three empty primaries on loopback, every slot assigned."""
     binary = server_binary()
-    ports = [stack.enter_context(own_server(binary, args=(
+    ports = [stack.enter_context(own_server(binary, port=port, args=(
         "--cluster-enabled", "yes", "--cluster-config-file", f"nodes-{i}.conf")))
-        for i in range(3)]
+        for i, port in enumerate(cluster_ports(3))]
     subprocess.run(["redis-cli", "--cluster", "create", *[f"127.0.0.1:{p}" for p in ports],
                     "--cluster-replicas", "0", "--cluster-yes"], check=True,
                    capture_output=True, timeout=60)
@@ -59,6 +61,25 @@ def start_cluster(stack: contextlib.ExitStack) -> list[int]:
         while b"cluster_state:ok" not in client.execute_command("CLUSTER", "INFO"):
             time.sleep(0.1)
     return ports
+
+
+def cluster_ports(count: int) -> list[int]:
+    """Free loopback ports whose cluster bus ports (10,000 above) are free too: below the
+    kernel's ephemeral range, where a server's bus port fits."""
+    rng = random.Random()
+    found: list[int] = []
+    while len(found) < count:
+        port = rng.randrange(20_000, 30_000)
+        if port in found:
+            continue
+        try:
+            for p in (port, port + 10_000):
+                with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                    s.bind(("127.0.0.1", p))
+        except OSError:
+            continue
+        found.append(port)
+    return found
 
 
 def spread_namespaces(client: RedisCluster, prefix: str) -> list[str]:
@@ -161,7 +182,9 @@ def measure(ports: list[int], config: str, op: str, tag: str, procs: int,
         process.join(10)
     done = sum(d for _, d, _ in got)
     calls = sum(c for _, _, c in got)
-    per_node = [(a - b) / max(done, 1) for a, b in zip(after, before, strict=True)]
+    # Busiest primary first: which node a namespace lands on differs from round to round.
+    per_node = sorted(((a - b) / max(done, 1) for a, b in zip(after, before, strict=True)),
+                      reverse=True)
     return done / elapsed, per_node, calls / max(done, 1)
 
 
@@ -183,8 +206,8 @@ def main() -> None:
                         measure(ports, config, op, tag, args.procs, args.seconds))
         print(f"{args.procs} client processes, {args.seconds:g} s a cell, {args.rounds} "
               "interleaved rounds; a primary's µs: its CPU in scripts per operation "
-              "(claim: per run claimed)")
-        print(f"{'op':6} {'config':13} {'ops/s (min-max)':>22} {'µs/op a/b/c':>22} "
+              "(claim: per run claimed), busiest primary first")
+        print(f"{'op':6} {'config':13} {'ops/s (min-max)':>22} {'µs/op by primary':>22} "
               f"{'total µs':>9} {'calls/op':>8}")
         for op in OPS:
             for config in CONFIGS:

@@ -49,12 +49,12 @@ def server_binary(valkey: bool = False) -> str:
 
 @contextmanager
 def own_server(binary: str, timeout: float = 10.0, args: tuple[str, ...] = (),
-               wrapper: tuple[str, ...] = ()) -> Iterator[int]:
+               wrapper: tuple[str, ...] = (), port: int | None = None) -> Iterator[int]:
     """Run ``binary`` on a free loopback port in a temporary folder, nothing on disk;
     yield the port; stop it afterwards (SIGTERM: the server, and a ``wrapper`` such as
     valgrind, end cleanly)."""
     with tempfile.TemporaryDirectory(prefix="redisstore-bench-") as folder:
-        port = free_port()
+        port = port or free_port()
         log_path = Path(folder) / "server.log"
         with open(log_path, "wb") as log:
             process = subprocess.Popen(
