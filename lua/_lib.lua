@@ -993,15 +993,15 @@ local function raise_mirror(dep, v)
   return true
 end
 
--- The revision a waiter reads of its dependency: the mirror's, for one in another
--- partition; else the run's own (0 when absent).
+-- The revision a waiter reads of its dependency: the run's own when it is here; else, for
+-- one in another partition, the mirror's (a mirror entry of a run that is here, left by a
+-- repartition or a foreign write, is never read); else 0.
 local function dep_revision(dep)
+  local s = load(dep)
+  if s then return s.rev end
   local v = mirrored(dep)
-  if v then
-    if v % 2 == 1 then return 0 end
-    return v / 2
-  end
-  return revision_of(dep)
+  if v and v % 2 == 0 then return v / 2 end
+  return 0
 end
 
 -- The version of run here, for a watcher in another partition: 2 * its revision, or

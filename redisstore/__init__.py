@@ -23,6 +23,7 @@ from .keeper import AsyncKeeper, Keeper, Lost
 from .memory import MemoryRepository, MemoryRunStore
 from .pipeline import Pending
 from .protocol import Durability
+from .repartition import Repartitioned, repartition
 from .repository import InFlightPage, InstanceLease, InstanceRecord, Repository, Status
 from .runs import (
     At,
@@ -96,6 +97,7 @@ __all__ = [
     "RedisRepository",
     "RedisRunStore",
     "Release",
+    "Repartitioned",
     "Repository",
     "RunStore",
     "Seize",
@@ -108,4 +110,5 @@ __all__ = [
     "acl_rule",
     "aconfirm_write",
     "confirm_write",
+    "repartition",
 ]

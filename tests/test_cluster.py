@@ -393,3 +393,29 @@ def test_a_store_of_partitions_spreads_over_the_primaries_one_round_trip_per_nod
     sent.clear()
     assert sorted(store.claim_ready("b", 600_000, 10)) == []
     assert len(sent) == len(nodes)  # the heads; nothing due, no second round trip
+
+
+def test_repartition_spreads_a_namespace_over_the_primaries(
+        cluster_client: RedisCluster) -> None:
+    from redisstore import Misconfigured, repartition
+    from redisstore.conformance.readiness import rec
+    from redisstore.discovery import json_wait
+
+    namespace = unique_namespace()
+    one = RedisRunStore(cluster_client, namespace=namespace, discover=json_wait)
+    one.migrate()
+    runs = {f"run-{i}": rec({"at": 0}, n=i) for i in range(30)}
+    for run, record in runs.items():
+        one.insert(run, record, Claim("old", 600_000))
+    done = repartition(cluster_client, namespace, 6, discover=json_wait)
+    assert (done.moved, done.before, done.after) == (30, 1, 6)
+    with pytest.raises(Misconfigured):
+        one.insert("late", b"x", Release())
+    store = RedisRunStore(cluster_client, namespace=namespace, discover=json_wait,
+                          partitions=6)
+    assert sorted(store.claim_ready("new", 600_000, 100)) == sorted(runs)
+    nodes = {cluster_client.get_node_from_key(Keyspace(namespace, p).meta).name
+             for p in range(6)}
+    assert len(nodes) >= 2
+    for run, record in runs.items():
+        assert store.get(run).record == record

@@ -437,3 +437,89 @@ def test_a_pipeline_of_reads_checks_the_count_too() -> None:
         got = pipe.get("r0")
     with pytest.raises(Misconfigured, match="used by a store of one partition"):
         got.result()
+
+
+# ---------------------------------------------------------------------------- repartition
+
+
+def fill_mixed(store: RedisRunStore) -> dict[str, bytes]:
+    """Free, held, ready and waiting runs (waiters on a dependency of their family and of
+    another); their records."""
+    records: dict[str, bytes] = {}
+    for i in range(12):
+        record = rec({"at": 0} if i % 3 == 0 else None) + b" " * i
+        store.insert(f"run-{i}", record, Claim("old", LONG) if i % 4 == 1 else Release())
+        records[f"run-{i}"] = record
+    store.insert("dep", rec(None), Release())
+    records["dep"] = rec(None)
+    for waiter, seen in (("{dep}near", 1), ("far", 1)):
+        records[waiter] = rec({"changed": "dep", "seen": seen})
+        store.insert(waiter, records[waiter], Release())
+    return records
+
+
+@pytest.mark.parametrize("counts", [(1, 6), (6, 3), (3, 1)])
+def test_repartition_moves_every_run_keeps_its_record_and_fences_its_revision(
+        counts: tuple[int, int]) -> None:
+    from redisstore import repartition
+
+    client = fakeredis.FakeRedis()
+    ns = unique_namespace()
+    source, to = counts
+    old = RedisRunStore(client, namespace=ns, discover=json_wait, partitions=source)
+    old.migrate()
+    records = fill_mixed(old)
+    revisions = {run: old.get(run).revision for run in records}
+    done = repartition(client, ns, to, discover=json_wait)
+    assert (done.before, done.after, done.damaged) == (source, to, 0)
+    assert done.moved + done.rewritten == len(records)
+    assert done.moved > 0
+    with pytest.raises(Misconfigured, match=f"partitions={to}"):
+        RedisRunStore(client, namespace=ns, partitions=source, discover=json_wait).get("dep")
+    store = RedisRunStore(client, namespace=ns, discover=json_wait, partitions=to)
+    for run, record in records.items():
+        current = store.get(run)
+        assert current.record == record and current.revision > revisions[run]
+        assert current.holder == Free()  # the engines were stopped: leases dropped
+    claimed = set(store.claim_ready("new", LONG, 100))
+    assert {f"run-{i}" for i in range(0, 12, 3)} <= claimed
+    for waiter in ("{dep}near", "far"):  # waiters may wake once: their dependency moved
+        if waiter in claimed:
+            store.compare_and_set(waiter, store.get(waiter).revision,
+                                  rec({"changed": "dep", "seen": store.get("dep").revision}),
+                                  Release())
+    assert store.claim_ready("new", LONG, 100) == []
+    store.compare_and_set("dep", store.get("dep").revision, rec(None), Release())
+    assert sorted(store.claim_ready("new", LONG, 100)) == ["far", "{dep}near"]
+    assert repartition(client, ns, to, discover=json_wait).moved == 0  # already there
+
+
+def test_repartition_stopped_halfway_finishes_when_run_again(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from redisstore import repartition
+    from redisstore.runops import RunOps
+
+    client = fakeredis.FakeRedis()
+    ns = unique_namespace()
+    old = RedisRunStore(client, namespace=ns, discover=json_wait)
+    old.migrate()
+    records = fill_mixed(old)
+    real, calls = RunOps.delete, []
+
+    def dies(self: RunOps, run: str, expected: int, lease: Any) -> Any:
+        calls.append(run)
+        if len(calls) == 4:  # inserted in its new partition, not yet deleted: the crash
+            raise KeyboardInterrupt
+        return real(self, run, expected, lease)
+
+    monkeypatch.setattr(RunOps, "delete", dies)
+    with pytest.raises(KeyboardInterrupt):
+        repartition(client, ns, 4, discover=json_wait)
+    monkeypatch.setattr(RunOps, "delete", real)
+    done = repartition(client, ns, 4, discover=json_wait)
+    assert done.before == 1 and done.after == 4
+    store = RedisRunStore(client, namespace=ns, discover=json_wait, partitions=4)
+    for run, record in records.items():
+        assert store.get(run).record == record
+    keys = [k for k in client.keys(f"{{{ns}}}:r:*")] + [k for k in client.keys(f"{{{ns}#*}}:r:*")]
+    assert len(keys) == len(records)  # each run once
