@@ -1333,29 +1333,6 @@ local function arg_lease(A)
   error('BADARG ARGV[' .. A .. '] must be a lease kind: h, c, s or r')
 end
 
--- Save the discovered wait w as derived from s.rev at version pv. A poll key's saved claim
--- time survives while the key stays the same.
-local function apply_wait(run, s, w, pv)
-  -- A dependency in another partition: the version its watch read, before any decision.
-  if w.watched then raise_mirror(w.wa, w.watched) end
-  local was_dep = s.wk == 'c' and s.wa
-  if was_dep and (w.wk ~= 'c' or was_dep ~= w.wa) then ix_rem(deps_ix(was_dep), run, 0) end
-  if w.wk == '' then
-    s.wk, s.wa, s.wn, s.wdl, s.pk, s.pt = false, false, false, false, false, false
-  else
-    if w.wk == 'c' and was_dep ~= w.wa then ix_add(deps_ix(w.wa), run, 0) end
-    if w.wk ~= 'p' then
-      s.pk, s.pt = false, false
-    elseif s.pk ~= w.wa then
-      s.pk, s.pt = w.wa, false
-    end
-    local wa = w.wa
-    if w.wk == 'a' then wa = false end
-    s.wk, s.wa, s.wn, s.wdl = w.wk, wa, w.wn, w.wdl
-  end
-  s.wrev, s.wpv = s.rev, pv
-end
-
 -- A waiter w met by a fan-out over ix: placed in READY (from layout 4 its state is saved
 -- when its ready score changes), or dropped from ix when missing, quarantined when corrupt.
 local function fan_out_one(ix, w, pv)
@@ -1443,6 +1420,32 @@ local function notify_dependents(run, pv)
     -- The rest are re-indexed by claim_ready calls: wake one, whatever the first page held.
     queue_token(SIGNALS, WAKE_READY, run)
   end
+end
+
+-- Save the discovered wait w as derived from s.rev at version pv. A poll key's saved claim
+-- time survives while the key stays the same.
+local function apply_wait(run, s, w, pv)
+  -- A dependency in another partition: the version its watch read, before any decision.
+  local rose = w.watched and raise_mirror(w.wa, w.watched)
+  local was_dep = s.wk == 'c' and s.wa
+  if was_dep and (w.wk ~= 'c' or was_dep ~= w.wa) then ix_rem(deps_ix(was_dep), run, 0) end
+  if w.wk == '' then
+    s.wk, s.wa, s.wn, s.wdl, s.pk, s.pt = false, false, false, false, false, false
+  else
+    if w.wk == 'c' and was_dep ~= w.wa then ix_add(deps_ix(w.wa), run, 0) end
+    if w.wk ~= 'p' then
+      s.pk, s.pt = false, false
+    elseif s.pk ~= w.wa then
+      s.pk, s.pt = w.wa, false
+    end
+    local wa = w.wa
+    if w.wk == 'a' then wa = false end
+    s.wk, s.wa, s.wn, s.wdl = w.wk, wa, w.wn, w.wdl
+  end
+  s.wrev, s.wpv = s.rev, pv
+  -- The mirror rose: the other waiters of that dependency here read the new version too,
+  -- re-indexed as a delivery would (which, finding the mirror up to date, does nothing).
+  if rose then notify_dependents(w.wa, pv) end
 end
 
 -- A poison run written or released leaves the quarantine, its takeovers counted from 0; one

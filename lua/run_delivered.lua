@@ -1,5 +1,6 @@
 -- run_delivered: remove outbox entries their partitions were notified of, each only if no
--- newer version was announced since (that one is delivered by a later claim).
+-- newer version was announced since (that one is delivered by a later claim), and entries
+-- whose score is no version (a foreign write).
 -- KEYS[1]  P.."outbox"
 -- ARGV[1]  key prefix (a partition's, {ns#p}:)
 -- ARGV[2..] pairs: entry ("<partition>|<run>"), the version delivered (at most 100 pairs)
@@ -14,7 +15,9 @@ local gone = {}
 for i = 2, #ARGV, 2 do
   local v = arg_int(i + 1, 0, MAX_INT)
   local score = tonumber(redis.call('ZSCORE', KEYS[1], ARGV[i]))
-  if score and score <= v then gone[#gone + 1] = ARGV[i] end
+  -- A score no version has (a foreign write) goes too: never a wall.
+  local bad = score and (score ~= math.floor(score) or score < 0 or score > MAX_INT)
+  if score and (score <= v or bad) then gone[#gone + 1] = ARGV[i] end
 end
 if #gone > 0 then redis.call('ZREM', KEYS[1], unpack(gone)) end
 return {OK, #gone, 0, -1}

@@ -13,7 +13,8 @@
 --          pending 1 when a dependency's waiters are still being re-indexed (the ready
 --          index's claims finish that); wait: 0 when a source has more due entries than it
 --          answered, else ms until its first entry not yet due, -1 when none; then up to
---          100 outbox entries ("<partition>|<run>", version) to deliver.
+--          100 outbox entries ("<partition>|<run>", version) to deliver (from a bigger
+--          outbox, 100 at random).
 -- Entries are not checked against their runs: a stale one makes the partition's share too
 -- big, and its claim then hands out fewer. Reads at most 8 empty buckets.
 -- Also reads, undeclared (same hash tag): from layout 4 the index's directory and buckets
@@ -85,6 +86,12 @@ if ix == READY_IX and redis.call('ZCARD', FANOUT) > 0 then pending = 1 end
 -- The outbox's first entries: the claim delivers them (a damaged outbox delivers nothing).
 local outbox = {}
 if PARTITION and of_type(OUTBOX, 'zset') then
-  outbox = redis.call('ZRANGE', OUTBOX, 0, 99, 'WITHSCORES')
+  -- Up to 100 entries; from a bigger outbox, 100 at random: entries that cannot be
+  -- delivered yet (their partition is down) never hide the others from every claim.
+  if redis.call('ZCARD', OUTBOX) <= 100 then
+    outbox = redis.call('ZRANGE', OUTBOX, 0, 99, 'WITHSCORES')
+  else
+    outbox = redis.call('ZRANDMEMBER', OUTBOX, 100, 'WITHSCORES')
+  end
 end
 return {OK, out, pending, wait, outbox}

@@ -7,7 +7,8 @@
 -- Reply    {OK, count} | {CORRUPT, 'meta.partitions'}: the namespace's count, as recorded;
 --          1 when none is and a store of one partition used the namespace (its keys are
 --          there); else this store's count, now recorded (a store of one partition then
---          refuses the namespace: every run script reads the count from meta).
+--          refuses the namespace: every run script reads the count from meta); 0 while a
+--          repartition is under way.
 --- @include CORRUPT, MAX_PARTITIONS, OK, P, decimal, arg_int, of_type
 local n = arg_int(2, 1, MAX_PARTITIONS)
 if #KEYS ~= 3 or KEYS[1] ~= P .. 'meta' or KEYS[2] ~= P .. 'leases' or KEYS[3] ~= P .. 'L/' then
@@ -17,7 +18,9 @@ if not of_type(KEYS[1], 'hash') then return {CORRUPT, 'meta', 0, -1} end
 -- In use by a store of one partition (its every write records the layout in meta): its
 -- runs are under {ns}, where a store of partitions would not look.
 local used = redis.call('EXISTS', KEYS[1], KEYS[2], KEYS[3]) > 0
-local got = redis.call('HGET', KEYS[1], 'partitions')
+local got, moving = unpack(redis.call('HMGET', KEYS[1], 'partitions', 'repartition-to'))
+-- A repartition under way (redisstore.repartition): no store opens the namespace.
+if moving then return {OK, 0, 0, -1} end
 if got then
   local recorded = decimal(got, 1, MAX_PARTITIONS)
   if recorded == nil then return {CORRUPT, 'meta.partitions', 0, -1} end

@@ -155,6 +155,11 @@ class PartitionedOps:
         recorded = yield from ask(Call(
             scripts.RUN_PARTITIONS, (k.meta, k.leases, k.prefix + "L/"), (k.prefix, self.n),
             answer("", k.namespace), write=False))
+        if int(recorded) == 0:
+            raise Misconfigured(
+                f"namespace {k.namespace!r} is being repartitioned (redisstore.repartition "
+                "stopped before its end, or runs now): finish it first (nothing was "
+                "written)")
         if int(recorded) != self.n:
             raise Misconfigured(
                 f"namespace {k.namespace!r} is "
@@ -390,9 +395,11 @@ class PartitionedOps:
             raise worst(failed, applied=bool(claimed))
         for error in errors + failed:
             # Nothing was written there (a damaged index, a partition unreachable): the
-            # others' work goes on rather than every claim failing with that partition.
-            log.warning("redisstore: a claim over partitions went on without one of them: %s",
-                        error)
+            # others' work goes on rather than every claim failing with that partition. An
+            # unreachable node is logged as any call's Unavailable is (info: it would
+            # otherwise warn once per claim for as long as it is down); damage warns.
+            (log.info if isinstance(error, Unavailable) else log.warning)(
+                "redisstore: a claim over partitions went on without one of them: %s", error)
         claimed.sort(key=lambda c: c[0])
         return [run for _, run in claimed], _soonest(waits)
 
@@ -411,7 +418,9 @@ class PartitionedOps:
                 continue
             for entry, version in got.unwrap()[3]:
                 where, _, dependency = entry.partition("|")
-                if where.isdigit() and int(where) < self.n and dependency:
+                if version < 0:
+                    acks.setdefault(d, []).append((entry, 0))  # no version: removed
+                elif where.isdigit() and int(where) < self.n and dependency:
                     deliveries.append((d, entry, int(where), dependency, version))
                 else:  # not one of ours (a foreign write): removed, never a wall
                     acks.setdefault(d, []).append((entry, version))

@@ -49,13 +49,15 @@ class Repartitioned:
     after: int
 
 
-def recorded_count(client: Any, namespace: str) -> int:
-    """The namespace's partition count as recorded (1 when none is); during a repartition
-    to one partition, the count it started from (``repartition-from``)."""
-    started, got = client.hmget(Keyspace(namespace).meta, "repartition-from", "partitions")
-    if started is not None:
-        return int(started)
-    return 1 if got is None else int(got)
+def recorded_count(client: Any, namespace: str) -> tuple[int, int | None]:
+    """The namespace's partition count as recorded (1 when none is), and the count a
+    repartition under way moves it to (None: none is): while one is, the count it started
+    from is kept apart (``repartition-from``, ``repartition-to``)."""
+    started, target, got = client.hmget(Keyspace(namespace).meta, "repartition-from",
+                                        "repartition-to", "partitions")
+    if started is not None and target is not None:
+        return int(started), int(target)
+    return (1 if got is None else int(got)), None
 
 
 def _ops(namespace: str, count: int, discover: Discover | None,
@@ -86,14 +88,21 @@ def repartition(client: Any, namespace: str, to: int, *, discover: Discover | No
     Safe to run again after it stopped; a namespace already at ``to`` is left alone."""
     to = check_partitions(to)
     durability, timeout = check_io(durability, timeout)
-    before = recorded_count(client, namespace)
+    before, under_way = recorded_count(client, namespace)
+    if under_way is not None and under_way != to:
+        raise Misconfigured(
+            f"namespace {namespace!r} is being repartitioned from {before} to {under_way} "
+            f"partitions (a repartition stopped before its end): finish it first, "
+            f"repartition(..., {under_way}); nothing was moved")
     if before == to:
         return Repartitioned(0, 0, 0, before, to)
     meta = Keyspace(namespace).meta
+    # Under way until the end: stores of partitions refuse the namespace meanwhile (their
+    # count check reads it), and a run of this step stopped anywhere resumes from here.
+    client.hset(meta, mapping={"repartition-from": before, "repartition-to": to})
     if to == 1:
         # The namespace's own keys take the runs back, whose scripts refuse a recorded
-        # count: the count this step started from is kept apart until it is done.
-        client.hset(meta, "repartition-from", before)
+        # count.
         client.hdel(meta, "partitions")
     io = Transport(client, durability, timeout)
     old = _ops(namespace, before, discover, projection_version, durability)
@@ -139,10 +148,9 @@ def repartition(client: Any, namespace: str, to: int, *, discover: Discover | No
             io.drive(source.delete(run, current.revision, Release()))
             arrived.add(run)
             moved += 1
-    if to == 1:
-        client.hdel(meta, "repartition-from")
-    else:
+    if to > 1:
         client.hset(meta, "partitions", to)
+    client.hdel(meta, "repartition-from", "repartition-to")
     return Repartitioned(moved, rewritten, damaged, before, to)
 
 

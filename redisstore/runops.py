@@ -529,8 +529,9 @@ class RunOps:
         deliveries = []
         for i in range(0, len(outbox) - 1, 2):
             score = float(outbox[i + 1])
-            if score.is_integer() and 0 <= score <= MAX_INT:
-                deliveries.append((text(outbox[i]), int(score)))
+            # A score no version has: -1, for the claim to remove it (run_delivered).
+            good = score.is_integer() and 0 <= score <= MAX_INT
+            deliveries.append((text(outbox[i]), int(score) if good else -1))
         return (entries[:limit], bool(pending), int(wait) if int(wait) >= -1 else -1,
                 deliveries)
 

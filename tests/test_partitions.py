@@ -5,6 +5,7 @@ partitioned stores too (test_conformance_runs, test_conformance_async, test_clus
 from __future__ import annotations
 
 import json
+import random
 import threading
 import zlib
 from collections import Counter
@@ -21,6 +22,7 @@ from redisstore import (
     Free,
     Held,
     Misconfigured,
+    NotFound,
     RedisRunStore,
     Release,
     Unavailable,
@@ -516,6 +518,10 @@ def test_repartition_stopped_halfway_finishes_when_run_again(
     with pytest.raises(KeyboardInterrupt):
         repartition(client, ns, 4, discover=json_wait)
     monkeypatch.setattr(RunOps, "delete", real)
+    with pytest.raises(Misconfigured, match="being repartitioned"):
+        RedisRunStore(client, namespace=ns, discover=json_wait, partitions=4).get("dep")
+    with pytest.raises(Misconfigured, match="from 1 to 4"):  # not another count halfway
+        repartition(client, ns, 1, discover=json_wait)
     done = repartition(client, ns, 4, discover=json_wait)
     assert done.before == 1 and done.after == 4
     store = RedisRunStore(client, namespace=ns, discover=json_wait, partitions=4)
@@ -523,3 +529,120 @@ def test_repartition_stopped_halfway_finishes_when_run_again(
         assert store.get(run).record == record
     keys = [k for k in client.keys(f"{{{ns}}}:r:*")] + [k for k in client.keys(f"{{{ns}#*}}:r:*")]
     assert len(keys) == len(records)  # each run once
+
+
+# ---------------------------------------------------------------------------- the reference
+
+
+def _wait_rec(dep: str | None, seen: int | None) -> bytes:
+    wait = None if dep is None else {"changed": dep, **({} if seen is None else {"seen": seen})}
+    return json.dumps({"wait": wait}).encode()
+
+
+def _step(store: Any, op: tuple[Any, ...]) -> Any:
+    """One step of a history, on a partitioned store or the memory reference alike."""
+    from redisstore import Seize
+
+    def current(run: str) -> Any:
+        try:
+            return store.get(run)
+        except NotFound:
+            return None
+
+    kind = op[0]
+    if kind == "write":
+        _, run, dep, mode, lease = op
+        seen = None
+        if dep is not None and mode != "unseen":
+            there = current(dep)
+            seen = (there.revision if there else 0) if mode == "current" else 10**9
+        record = _wait_rec(dep, seen)
+        condition = Release() if lease == "release" else Seize("x", LONG)
+        now = current(run)
+        if now is None:
+            store.insert(run, record, condition)
+        else:
+            store.compare_and_set(run, now.revision, record, condition)
+    elif kind == "delete":
+        now = current(op[1])
+        if now is not None:
+            store.delete(op[1], now.revision, Release())
+    elif kind == "refresh":
+        if current(op[1]) is not None:
+            store.refresh(op[1])
+    elif kind == "release":
+        store.release("x", [op[1]])
+    else:
+        got = sorted(store.claim_ready("o", LONG, 100))
+        store.release("o", got)
+        return got
+    return None
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_dependencies_across_partitions_answer_as_the_memory_reference(seed: int) -> None:
+    """Random histories of writes (waiting on runs of this partition or another, seen or
+    not), deletes, refreshes, releases and claims: the store of 3 partitions claims what
+    the memory reference claims, step by step."""
+    from redisstore import MemoryRunStore
+
+    rng = random.Random(seed)
+    store = RedisRunStore(fakeredis.FakeRedis(), namespace=unique_namespace(),
+                          discover=json_wait, partitions=3)
+    store.migrate()
+    reference = MemoryRunStore(discover=json_wait)
+    runs = ["a", "b", "c", "{a}x", "{b}y", "d", "e"]
+    history: list[tuple[Any, ...]] = []
+    for _ in range(60):
+        k = rng.random()
+        op: tuple[Any, ...]
+        if k < 0.45:
+            op = ("write", rng.choice(runs), rng.choice([*runs, None]),
+                  rng.choice(["current", "current", "unseen", "ahead"]),
+                  rng.choice(["release"] * 3 + ["seize"]))
+        elif k < 0.6:
+            op = ("delete", rng.choice(runs))
+        elif k < 0.7:
+            op = ("refresh", rng.choice(runs))
+        elif k < 0.75:
+            op = ("release", rng.choice(runs))
+        else:
+            op = ("claim",)
+        history.append(op)
+        assert _step(store, op) == _step(reference, op), history
+
+
+def _stuck_outbox(client: Any, ns: str, entries: dict[str, float]) -> Keyspace:
+    """Entries in partition 0's outbox; partition 1's fanout of another type, so that any
+    delivery to it fails (as to a partition whose node is down)."""
+    home = Keyspace(ns, 0)
+    client.zadd(home.prefix + "outbox", entries)
+    client.set(Keyspace(ns, 1).fanout, "not a sorted set")
+    return home
+
+
+@pytest.mark.parametrize("kind", ["undeliverable", "no version"])
+def test_outbox_entries_that_stay_or_are_foreign_never_hide_a_delivery(kind: str) -> None:
+    client = fakeredis.FakeRedis()
+    ns = unique_namespace()
+    store = RedisRunStore(client, namespace=ns, discover=json_wait, partitions=3)
+    dep = next(f"e{i}" for i in range(100) if partition_of(f"e{i}", 3) == 0)
+    waiter = next(f"w{i}" for i in range(100) if partition_of(f"w{i}", 3) == 2)
+    store.insert(dep, rec(None), Release())
+    store.insert(waiter, rec({"changed": dep, "seen": 1}), Release())
+    stuck = {f"1|x{i}": 4.0 for i in range(150)} if kind == "undeliverable" else {
+        f"2|x{i}": score for i, score in enumerate([-1.0, 0.5, 2.0**60] * 50)}
+    home = _stuck_outbox(client, ns, stuck)
+    store.compare_and_set(dep, 1, rec(None), Release())
+    got: list[str] = []
+    for _ in range(20):  # 100 of 151 entries at random per claim
+        got += store.claim_ready("a", LONG, 10)
+        if got:
+            break
+    assert got == [waiter]
+    left = {m.decode() for m in client.zrange(home.prefix + "outbox", 0, -1)}
+    assert f"2|{dep}" not in left
+    if kind == "no version":
+        for _ in range(5):
+            store.claim_ready("a", LONG, 10)
+        assert client.zcard(home.prefix + "outbox") == 0  # removed, never a wall
