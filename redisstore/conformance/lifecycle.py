@@ -209,32 +209,23 @@ class LifecycleRules(RunSuite):
         assert store.claim_ready(ME, LONG, 10) == []
         assert store.quarantined() == []
 
-    def test_deleting_a_dependency_of_another_family_wakes_its_waiters(self) -> None:
+    # The dependency in the waiter's family, and in another (another partition, in a
+    # store of partitions).
+    @pytest.mark.parametrize("dep", ["{run}dep", "dep"])
+    def test_deleting_a_dependency_wakes_its_waiters(self, dep: str) -> None:
         if self._older_layout_refuses():
             return
         store = self.make_store(discover=json_wait)
-        store.insert("dep", rec(None), Release())
-        store.insert("run", rec({"changed": "dep", "seen": 1}), Release())
+        store.insert(dep, rec(None), Release())
+        store.insert("run", rec({"changed": dep, "seen": 1}), Release())
         assert store.claim_ready(ME, LONG, 1) == []
-        store.delete("dep", 1, Release())
+        store.delete(dep, 1, Release())
         assert store.claim_ready(ME, LONG, 1) == ["run"]
         claim = store.get("run").claim
-        assert claim is not None and (claim.key, claim.dependency_revision) == ("dep", 0)
-        store.compare_and_set("run", 1, rec({"changed": "dep", "seen": 0}), Release())
-        store.insert("dep", rec(None), Release())  # back, above its old revision
+        assert claim is not None and (claim.key, claim.dependency_revision) == (dep, 0)
+        store.compare_and_set("run", 1, rec({"changed": dep, "seen": 0}), Release())
+        store.insert(dep, rec(None), Release())  # back, above its old revision
         assert store.claim_ready(ME, LONG, 1) == ["run"]
-
-    def test_deleting_a_dependency_wakes_its_waiters(self) -> None:
-        if self._older_layout_refuses():
-            return
-        store = self.make_store(discover=json_wait)
-        store.insert("{run}dep", rec(None), Release())
-        store.insert("run", rec({"changed": "{run}dep", "seen": 1}), Release())
-        assert store.claim_ready(ME, LONG, 1) == []
-        store.delete("{run}dep", 1, Release())
-        assert store.claim_ready(ME, LONG, 1) == ["run"]
-        claim = store.get("run").claim
-        assert claim is not None and (claim.key, claim.dependency_revision) == ("{run}dep", 0)
 
     # ------------------------------------------------------------------ poison runs
 
