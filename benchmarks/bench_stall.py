@@ -512,6 +512,8 @@ def suite(bench: Bench, layout: int, db: int, plan: Plan) -> None:
     if layout != 1:
         bench.migrated_empty(c, ready_ns)
         bench.migrated_empty(c, expired_ns)
+    for p in (0, 1):  # before the fill: a migration step SCANs the whole database
+        migrate_partition(bench, c, f"stall-parts-l{layout}", p, layout)
     bench.log(f"layout {layout}: filling {plan.runs:,} ready runs and {plan.runs:,} expired "
               "leases")
     started = time.monotonic()
@@ -636,9 +638,7 @@ def partitioned(bench: Bench, c: redis.Redis, layout: int, ready_ns: str,
                                            None, 0, partitions=6).count_check())
     # A dependency in partition 0, MAX_FANOUT * 3 + 1 waiters in partition 1 (inserted with
     # no watch: its mirror says nothing yet, and the absent dependency reads as revision 0).
-    namespace = f"stall-parts-l{layout}"
-    for p in (0, 1):
-        migrate_partition(bench, c, namespace, p, layout)
+    namespace = f"stall-parts-l{layout}"  # its partitions migrated before the fill
 
     def place(run: str) -> int:
         return 0 if run.startswith("dep") else 1

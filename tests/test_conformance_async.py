@@ -152,16 +152,6 @@ class TestValkey8AsyncRunStore(AsyncRunSuite):
             loop_thread, lambda: redis.asyncio.Redis(host="127.0.0.1", port=valkey8.port))
 
 
-class TestFakeRedisAsyncRunStorePartitioned(TestFakeRedisAsyncRunStore):
-    """One logical store over 6 partitions (hash tags) of one server."""
-
-    partitions = 6
-
-
-@pytest.mark.server
-class TestRedis7AsyncRunStorePartitioned(TestRedis7AsyncRunStore):
-    partitions = 6
-
 
 # ---------------------------------------------------------------------------- repository
 

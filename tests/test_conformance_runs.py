@@ -59,12 +59,6 @@ class TestFakeRedisRunStorePartitioned(TestFakeRedisRunStore):
     partitions = 6
 
 
-class TestFakeRedisRunStoreOnePartition(TestFakeRedisRunStore):
-    """``partitions=1`` said explicitly: today's layout, the same store."""
-
-    partitions = 1
-
-
 @pytest.mark.server
 class TestRedis7RunStore(RedisSuite):
     @pytest.fixture(autouse=True)
@@ -117,12 +111,3 @@ class TestSharedRedisRunStore(RedisSuite):
 class TestRedis7RunStorePartitioned(TestRedis7RunStore):
     partitions = 6
 
-
-@pytest.mark.server
-class TestRedis62RunStorePartitioned(TestRedis62RunStore):
-    partitions = 6
-
-
-@pytest.mark.server
-class TestValkey8RunStorePartitioned(TestValkey8RunStore):
-    partitions = 6

@@ -36,7 +36,10 @@ from redisstore import (
     scripts,
 )
 from redisstore.conformance import RepositoryConformance
+from redisstore.conformance.readiness import rec
+from redisstore.discovery import json_wait
 from redisstore.keys import Keyspace
+from redisstore.partitions import partition_of
 from redisstore.runs import Discover
 from redisstore.security import glob_escape, script_commands
 
@@ -147,10 +150,25 @@ class TestConfinedRunStore(ConfinedSuite):
 
 
 @pytest.mark.server
-class TestConfinedRunStorePartitioned(ConfinedSuite):
-    """A user confined to the 6 partitions of its store (acl_rule(partitions=6))."""
-
-    partitions = 6
+def test_a_user_confined_to_a_store_of_partitions_runs_every_kind_of_call(
+        server: Server) -> None:
+    """acl_rule(partitions=6): the count check, one-run calls, renew and release, claims
+    that read every partition's head, and a dependency across partitions (watch, announce,
+    deliver) as a user confined to the namespace's partitions."""
+    namespace = unique_namespace()
+    client = redis.Redis(**confine(server, namespace, partitions=6))
+    store = RedisRunStore(client, namespace=namespace, discover=json_wait, partitions=6)
+    store.migrate()
+    assert partition_of("dep", 6) != partition_of("run", 6)
+    store.insert("dep", rec(None), Release())
+    store.insert("run", rec({"changed": "dep", "seen": 1}), Release())
+    store.insert("held", b"{}", Claim("a", 600_000))
+    assert store.renew("a", ["held"], 600_000) == ["held"]
+    assert store.claim_ready("b", 600_000, 10) == []
+    store.compare_and_set("dep", 1, rec(None), Release())
+    assert store.claim_ready("b", 600_000, 10) == ["run"]
+    assert store.release("b", ["run"]) == ["run"]
+    assert store.quarantined() == []
 
 
 @pytest.mark.server
