@@ -21,7 +21,18 @@ from typing import Any, TypeVar
 from . import scripts
 from .errors import NOT_APPLIED, UNKNOWN, Misconfigured, StoreError, Unavailable
 from .keys import Keyspace
-from .protocol import Call, Durability, Fan, Operation, Settled, Spread, Steps, ask, fan
+from .protocol import (
+    Call,
+    Durability,
+    Operation,
+    Settled,
+    Spread,
+    Steps,
+    ask,
+    fan,
+    fanned,
+    preceded,
+)
 from .runops import Heads, RunOps, answer, next_wakeup
 from .runs import (
     MAX_CLAIM_BYTES,
@@ -194,24 +205,9 @@ class PartitionedOps:
     def _first(self, check: Callable[[], Operation[None]],
                op: Operation[T] | Spread[T]) -> Operation[T] | Spread[T]:
         if not isinstance(op, Spread):
-            return self.parts[0]._first(check(), op)  # the same checks, sent first
-        return Spread(self._first_steps(check, op.steps))
+            return preceded(check(), op)
+        return Spread(preceded(fanned(check()), op.steps))
 
-    @staticmethod
-    def _first_steps(check: Callable[[], Operation[None]], steps: Steps[T]) -> Steps[T]:
-        try:
-            first = next(steps)  # runs the call's argument checks
-        except StopIteration as stop:
-            return stop.value  # type: ignore[no-any-return]
-        (settled,) = yield Fan((check(),))
-        settled.unwrap()
-        answers = yield first
-        while True:
-            try:
-                nxt = steps.send(answers)
-            except StopIteration as stop:
-                return stop.value  # type: ignore[no-any-return]
-            answers = yield nxt
 
     # ------------------------------------------------------------------ wake-ups
 

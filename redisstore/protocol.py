@@ -106,6 +106,34 @@ class Spread(Generic[T]):
         self.steps = steps
 
 
+Y = TypeVar("Y")
+S = TypeVar("S")
+
+
+def preceded(check: Generator[Y, S, None], op: Generator[Y, S, T]) -> Generator[Y, S, T]:
+    """``op`` with ``check`` sent before it: first ``op``'s argument checks (a bad argument
+    raises before anything is sent), then ``check``'s steps, then ``op``'s. An operation
+    with nothing to send sends no check either."""
+    try:
+        first = next(op)  # runs op's argument checks
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]
+    yield from check
+    answer = yield first
+    while True:
+        try:
+            step = op.send(answer)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+        answer = yield step
+
+
+def fanned(op: Operation[None]) -> Generator[Fan, list[Settled[Any]], None]:
+    """One operation as the steps of a call over partitions: a fan of it alone."""
+    (settled,) = yield Fan((op,))
+    settled.unwrap()
+
+
 def fan(ops: Iterable[Operation[Any]]) -> Generator[Fan, list[Settled[Any]], list[Settled[Any]]]:
     """Run ``ops`` at once; their answers, in order."""
     batch = tuple(ops)

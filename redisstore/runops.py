@@ -33,6 +33,7 @@ from .protocol import (
     Spread,
     ask,
     eviction_policy,
+    preceded,
     text,
 )
 from .runs import (
@@ -335,7 +336,7 @@ class RunOps:
 
     def guarded(self, op: Operation[T] | Spread[T]) -> Operation[T] | Spread[T]:
         """``op`` preceded, until it has passed once, by :meth:`server_check`."""
-        return op if self.checked() else self._first(self.server_check(), _one(op))
+        return op if self.checked() else preceded(self.server_check(), _one(op))
 
     def counting(self, op: Operation[T] | Spread[T]) -> Operation[T] | Spread[T]:
         """``op``: a store of one partition needs no check before a read (its scripts refuse
@@ -347,21 +348,6 @@ class RunOps:
         """What a pipeline of reads only sends first: nothing (see :meth:`counting`)."""
         return None
 
-    def _first(self, check: Operation[None], op: Operation[T]) -> Operation[T]:
-        # The arguments are checked first (a bad one raises before anything is sent), then
-        # the server.
-        try:
-            first = next(op)  # runs op's argument checks
-        except StopIteration as stop:
-            return stop.value  # type: ignore[no-any-return]  # nothing to send (limit 0)
-        yield from check
-        settled = yield first
-        while True:
-            try:
-                call = op.send(settled)
-            except StopIteration as stop:
-                return stop.value  # type: ignore[no-any-return]
-            settled = yield call
 
     def server_check(self) -> Operation[None]:
         """Refuse a server that may evict the store's keys (``maxmemory-policy allkeys-*``)
