@@ -446,24 +446,18 @@ class PartitionedOps:
         return sorted(found, key=lambda q: (q.index, q.run))[:limit]
 
     def migrate_step(self, count: int) -> Spread[tuple[int, bool, int, int]]:
-        """Every partition's migration to its end, in steps that run in every partition
-        not done yet at once: (runs moved, True, damaged runs, index entries moved)."""
+        """One step in every partition at once, each bounded as a store of one partition's
+        (a partition already done answers at once): (runs moved, whether every partition is
+        done, damaged runs, index entries moved). Each step is a call of its own, with its
+        own deadline, so a migration over a big database is as many calls as it takes."""
         count = check_migrate_count(count)
         return Spread(self._migrate(count))
 
     def _migrate(self, count: int) -> Steps[tuple[int, bool, int, int]]:
-        left = list(range(self.n))
-        moved = damaged = entries = 0
-        while left:
-            answers = yield from fan(self.parts[p].migrate_step(count) for p in left)
-            still = []
-            for p, got in zip(left, answers, strict=True):
-                step = got.unwrap()
-                moved, damaged, entries = moved + step[0], damaged + step[2], entries + step[3]
-                if not step[1]:
-                    still.append(p)
-            left = still
-        return moved, True, damaged, entries
+        answers = yield from fan(part.migrate_step(count) for part in self.parts)
+        steps = [got.unwrap() for got in answers]
+        return (sum(s[0] for s in steps), all(s[1] for s in steps),
+                sum(s[2] for s in steps), sum(s[3] for s in steps))
 
 
 def _soonest(waits: list[int]) -> int:

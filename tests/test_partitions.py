@@ -646,3 +646,29 @@ def test_outbox_entries_that_stay_or_are_foreign_never_hide_a_delivery(kind: str
         for _ in range(5):
             store.claim_ready("a", LONG, 10)
         assert client.zcard(home.prefix + "outbox") == 0  # removed, never a wall
+
+
+def test_a_new_namespace_of_partitions_migrates_without_scanning_the_server() -> None:
+    """Partitions began at layout 4: a new one has nothing of an older layout to find, so
+    its migration is one step however many keys the server holds (a store of one
+    partition, by contrast, must SCAN for layout 1 runs)."""
+    client = fakeredis.FakeRedis()
+    client.mset({f"foreign:{i}": b"x" for i in range(3000)})
+    assert RedisRunStore(client, namespace=unique_namespace(), partitions=4).migrate().steps == 1
+    assert RedisRunStore(client, namespace=unique_namespace()).migrate().steps > 10
+
+
+def test_a_migration_of_partitions_is_a_call_per_step_each_with_its_deadline() -> None:
+    """A partition with an older layout recorded is migrated in bounded steps, each one
+    call (its own deadline): a big database is many calls, not one that runs out of time."""
+    client = fakeredis.FakeRedis()
+    client.mset({f"foreign:{i}": b"x" for i in range(3000)})
+    ns = unique_namespace()
+    store = RedisRunStore(client, namespace=ns, partitions=2)
+    store.insert("run", b"r", Release())
+    client.hset(Keyspace(ns, partition=1).meta, "layout", "3")  # as an older library left it
+    done = store.migrate()
+    assert done.steps > 10
+    assert client.hget(Keyspace(ns, partition=1).meta, "layout") == b"4"
+    assert store.get("run").record == b"r"
+    assert store.migrate().steps == 1  # done: one call answers at once
