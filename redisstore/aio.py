@@ -57,6 +57,8 @@ from .wakeups import LoopDriver, Wakeups, check_block
 from .wire import (
     RELEARNING,
     Connections,
+    attached,
+    attached_to,
     check_client,
     describe,
     error_reply,
@@ -404,16 +406,11 @@ def _one_confirmation(live: list[_Waiter]) -> set[_Waiter]:
 # loop (``asyncio.run`` twice with one client, or a test runner's loop per test): one Mux,
 # with its pool, per client pool and running loop, so no call ever gets a connection of
 # another loop.
-_MUXES: weakref.WeakKeyDictionary[Any, dict[asyncio.AbstractEventLoop, Mux]] = \
-    weakref.WeakKeyDictionary()
-
-
 def mux_for(source: Any) -> Mux:
-    """The :class:`Mux` of a client's connection pool on the running loop."""
+    """The :class:`Mux` of a client's connection pool on the running loop (the muxes are
+    kept on the pool: see :func:`~redisstore.wire.attached`)."""
     loop = asyncio.get_running_loop()
-    muxes = _MUXES.get(source)
-    if muxes is None:
-        muxes = _MUXES[source] = {}
+    muxes: dict[asyncio.AbstractEventLoop, Mux] = attached(source, "_redisstore_muxes", dict)
     mux = muxes.get(loop)
     if mux is None:
         # A new loop: forget the muxes (and pools) of loops that are closed. Their
@@ -443,13 +440,11 @@ class _NodeSource:
         self.max_connections = node.max_connections
 
 
-_NODES: weakref.WeakKeyDictionary[Any, dict[str, _NodeSource]] = weakref.WeakKeyDictionary()
-
-
 def node_source(client: Any, node: Any) -> _NodeSource:
     """The pool source of ``node`` of the cluster ``client``: one per node name, so a
-    node's connections outlive the client's relearning of the layout."""
-    sources = _NODES.setdefault(client, {})
+    node's connections outlive the client's relearning of the layout (kept on the client:
+    see :func:`~redisstore.wire.attached`)."""
+    sources: dict[str, _NodeSource] = attached(client, "_redisstore_nodes", dict)
     found = sources.get(node.name)
     if found is None:
         found = sources[node.name] = _NodeSource(node)
@@ -488,7 +483,7 @@ class AsyncTransport:
         if not self.cluster:
             await pool_for(self.client.connection_pool).aclose()
             return
-        for source in list(_NODES.get(self.client, {}).values()):
+        for source in list((attached_to(self.client, "_redisstore_nodes") or {}).values()):
             await pool_for(source).aclose()
 
     async def drive(self, op: Operation[T] | Spread[T]) -> T:

@@ -31,6 +31,7 @@ from .protocol import Batch, Driver, Durability, Machine, Operation, Spread
 from .wire import (
     RELEARNING,
     Connections,
+    attached,
     check_client,
     describe,
     error_reply,
@@ -187,17 +188,14 @@ class Pool(Connections):
             self._cond.notify()
 
 
-_POOLS: weakref.WeakKeyDictionary[Any, Pool] = weakref.WeakKeyDictionary()
 _POOLS_LOCK = threading.Lock()
 
 
 def pool_for(source: Any) -> Pool:
-    """The one :class:`Pool` for a client's connection pool."""
+    """The one :class:`Pool` for a client's connection pool (kept on it: see
+    :func:`~redisstore.wire.attached`)."""
     with _POOLS_LOCK:
-        pool = _POOLS.get(source)
-        if pool is None:
-            pool = _POOLS[source] = Pool(source)
-        return pool
+        return attached(source, "_redisstore_pool", lambda: Pool(source))
 
 
 def _stale(conn: Any) -> bool:

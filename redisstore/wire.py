@@ -12,8 +12,8 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Hashable
-from typing import Any
+from collections.abc import Callable, Hashable
+from typing import Any, TypeVar
 
 from .outcomes import ErrorReply, Exchange, Lost, split_error
 from .protocol import Batch
@@ -22,6 +22,39 @@ try:
     from hiredis import pack_command as _hiredis_pack
 except ImportError:  # pragma: no cover - hiredis comes with redis[hiredis]
     _hiredis_pack = None  # type: ignore[assignment]
+
+T = TypeVar("T")
+
+# Owners without a __dict__ (a pool class with __slots__): their state is kept here, by a
+# weak key, and may live as long as the process if it refers back to its owner.
+_SLOTTED: weakref.WeakKeyDictionary[Any, dict[str, Any]] = weakref.WeakKeyDictionary()
+
+
+def attached(owner: Any, name: str, make: Callable[[], T]) -> T:
+    """Our state ``name`` for ``owner`` (a client, a client's connection pool), made by
+    ``make`` on first use and kept in the owner's own ``__dict__``: it lives as long as the
+    owner and no longer. A module-level WeakKeyDictionary does not do that here: the state
+    holds the owner's connection settings, which refer back to the owner (a cluster
+    client's ``on_connect``, redis-py 8's maintenance handler), so such an entry kept every
+    cluster client, with its pools and sockets, alive for good. Callers that share an
+    owner across threads hold a lock around this."""
+    try:
+        state = vars(owner)
+    except TypeError:
+        state = _SLOTTED.setdefault(owner, {})
+    found = state.get(name)
+    if found is None:
+        found = state[name] = make()
+    return found  # type: ignore[no-any-return]
+
+
+def attached_to(owner: Any, name: str) -> Any:
+    """The state ``name`` of ``owner`` made by :func:`attached`, or None."""
+    try:
+        return vars(owner).get(name)
+    except TypeError:
+        return _SLOTTED.get(owner, {}).get(name)
+
 
 # redis-py and valkey-py turn some codes into classes and strip the code from the message.
 _CODES_BY_CLASS = {

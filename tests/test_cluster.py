@@ -5,7 +5,9 @@ one slot, on one node, and its scripts, clock and indexes are that node's."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -116,6 +118,40 @@ def test_namespaces_spread_over_the_nodes_and_keep_to_their_slot(
         keys = cluster_client.get_redis_connection(node).keys("{" + namespace + "}:*")
         assert keys and all(cluster_client.keyslot(k) == slot for k in keys)
     assert len(holders) >= 2  # namespaces did land on different nodes
+
+
+@pytest.mark.parametrize("partitions", [1, 6])
+def test_a_closed_cluster_client_is_collected_after_its_stores_used_it(
+        cluster: list[Server], partitions: int) -> None:
+    """The stores' per-client state (pools, muxes, node sources) lives on the client: a
+    module-level table keyed by it kept every cluster client alive, with its sockets (its
+    connection settings refer back to it), so a process making clients leaked each one.
+    (A blocked claim's waker thread holds the client until its BZPOPMIN ends: not here.)"""
+
+    def sync_use() -> weakref.ref[Any]:
+        client = RedisCluster(host="127.0.0.1", port=cluster[0].port)
+        store = RedisRunStore(client, namespace=unique_namespace(), partitions=partitions)
+        store.insert("run", b"r", Claim("me", 60_000))
+        store.renew("me", ["run"], 60_000)
+        assert store.claim_ready("me", 1000, 5) == []
+        store.close()
+        client.close()
+        return weakref.ref(client)
+
+    async def async_use() -> weakref.ref[Any]:
+        client = redis.asyncio.RedisCluster(host="127.0.0.1", port=cluster[0].port)
+        store = AsyncRedisRunStore(client, namespace=unique_namespace(),
+                                   partitions=partitions)
+        await store.insert("run", b"r", Claim("me", 60_000))
+        await store.renew("me", ["run"], 60_000)
+        assert await store.claim_ready("me", 1000, 5) == []
+        await store.aclose()
+        await client.aclose()
+        return weakref.ref(client)
+
+    refs = [sync_use(), asyncio.run(async_use())]
+    gc.collect()
+    assert [ref() is None for ref in refs] == [True, True]
 
 
 def movable_namespace(cluster_client: RedisCluster) -> tuple[str, int, Any]:
