@@ -26,8 +26,9 @@
 -- Replies: {code, payload, dropped, next_due}, the run store's shape and codes
 -- (redisstore.scripts.Code, which the build writes in as one generated line): OK 0, NOT_FOUND 1 (payload false: no record; 'group': the
 -- group is not registered), CONFLICT 3 (payload: stored version), CORRUPT 7 (payload: the
--- field), TOO_NEW 8 (payload: the stored layout). No repository script quarantines or
--- schedules anything: dropped is 0 and next_due -1.
+-- field), TOO_NEW 8 (payload: the stored layout), PARTITIONED 10 (payload: the namespace's
+-- partition count: see spread). No repository script quarantines or schedules anything:
+-- dropped is 0 and next_due -1.
 --
 -- Datetimes are integer microseconds since the Unix epoch, passed and stored as decimal
 -- text: a Lua double is exact only up to 2^53 (about 285 years around 1970), so the
@@ -174,6 +175,22 @@ end
 
 local function reply(code, payload)
   return {code, payload, 0, -1}
+end
+
+-- A namespace spread over partitions (redisstore.partitions) keeps their count in its own
+-- meta ({ns}:meta) and its records in the partitions' keys ({ns#p}:): a repository of one
+-- partition, whose prefix is {ns}:, must neither read nor write beside them (a partition's
+-- own meta never has a count). The refusal, or nil.
+local function spread()
+  local got = redis.pcall('HGET', P .. 'meta', 'partitions')
+  if type(got) == 'table' then
+    wrong_type(got)  -- not a type error (a key the ACL denies...): raised, not corrupt
+    return reply(CORRUPT, 'meta')
+  end
+  if not got then return nil end
+  local n = decimal(got, 1, MAX_PARTITIONS)
+  if n == nil then return reply(CORRUPT, 'meta.partitions') end
+  return reply(PARTITIONED, n)
 end
 
 -- A sorted-set score as a number (servers spell them differently: '2.534023008e+17',

@@ -7,8 +7,8 @@
 -- Also touches, undeclared (same hash tag): the record's group index, known only once read.
 -- A damaged record is deleted too (delete is how an engine gets rid of one): whatever the
 -- key holds goes, with the entries its group names, if it names one.
---- @include P, CORRUPT, OK, inst_key, inflight_key, arg_text, arg_key, key_type, of_type
---- @include later, commit, reply, decimal, MAX_VERSION, CONFLICT, load_record
+--- @include CONFLICT, CORRUPT, OK, P, decimal, MAX_VERSION, later, inst_key, inflight_key
+--- @include arg_text, arg_key, key_type, of_type, commit, reply, spread, load_record
 local id = arg_text(2)
 local k = arg_key(1, inst_key(id))
 local terminal = arg_key(2, P .. 'terminal')
@@ -17,6 +17,8 @@ if ARGV[3] ~= '' then
   fence = decimal(ARGV[3], 1, MAX_VERSION)
   if not fence then error('BADARG ARGV[3] must be empty or a rec_version') end
 end
+local refused = spread()
+if refused then return refused end
 local t = key_type(k)
 if t == 'none' then return reply(OK, 0) end
 if fence then

@@ -11,9 +11,9 @@
 -- Also reads, undeclared (same hash tag): the hash of each entry visited. Each entry is
 -- listed only when its own record says so (of this group, class 'c', expiry '' or <= now):
 -- an entry pointing at nothing, at another type or at a record that moved is skipped.
---- @include arg_int, CORRUPT, OK, MAX_PAGE, wrong_type, MAX_US, MIN_US, now_us, inst_key
---- @include inflight_key, int_le, signed, expiry_ok, class_of, arg_text, arg_any, arg_key
---- @include key_type, reply, score, score_text, rank_after
+--- @include CORRUPT, OK, arg_int, MAX_PAGE, MAX_US, MIN_US, now_us, inst_key, inflight_key
+--- @include int_le, wrong_type, signed, expiry_ok, class_of, arg_text, arg_any, arg_key
+--- @include key_type, reply, spread, score, score_text, rank_after
 local group = arg_text(2)
 local key = arg_key(1, inflight_key(group))
 local now = arg_any(3)
@@ -30,6 +30,8 @@ if after_id ~= '' then
     error('BADARG ARGV[5] must be a cursor score as a listing returned it')
   end
 end
+local refused = spread()
+if refused then return refused end
 local t = key_type(key)
 if t == 'none' then return reply(OK, {{}, false, false, now}) end
 if t ~= 'zset' then return reply(CORRUPT, 'index:inflight') end

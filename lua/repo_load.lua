@@ -3,8 +3,11 @@
 -- ARGV[1]  key prefix           ARGV[2] id
 -- Reply    {OK, {version, payload, group, tenant, expiry µs|'', offset µs, owner,
 --           incarnation, status}} | {NOT_FOUND, false} | {CORRUPT, field}
---- @include CORRUPT, NOT_FOUND, OK, inst_key, arg_text, arg_key, reply, load_record
+--- @include CORRUPT, NOT_FOUND, OK, inst_key, arg_text, arg_key, reply, spread
+--- @include load_record
 local k = arg_key(1, inst_key(arg_text(2)))
+local refused = spread()
+if refused then return refused end
 local r, bad = load_record(k, {'v', 'pl', 'g', 't', 'x', 'xo', 'o', 'n', 's', 'k'})
 if r == false then return reply(CORRUPT, bad) end
 if r == nil then return reply(NOT_FOUND, false) end

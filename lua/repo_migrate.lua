@@ -3,9 +3,12 @@
 -- ARGV[1]  key prefix           ARGV[2] this library's layout version
 -- Reply    {OK, version found (0 none)} | {TOO_NEW, version found} when it is newer
 --          | {CORRUPT, 'repo-layout'} (nothing written on either)
---- @include P, int, decimal, arg_int, CORRUPT, OK, TOO_NEW, wrong_type, arg_key, reply
+--- @include CORRUPT, OK, TOO_NEW, P, int, decimal, arg_int, wrong_type, arg_key, reply
+--- @include spread
 local layout = arg_key(1, P .. 'repo-layout')
 local mine = arg_int(2, 1, 1000000)
+local refused = spread()
+if refused then return refused end
 local got = redis.pcall('GET', layout)
 if type(got) == 'table' then
   wrong_type(got)

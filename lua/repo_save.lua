@@ -12,10 +12,10 @@
 -- Also touches, undeclared (same hash tag): the record's previous group index when it
 -- leaves it, and the hashes of the terminal records it evicts. The class (which indexes
 -- hold the record) is derived from the status here, as record_class does in Python.
---- @include P, int, decimal, arg_int, later, CONFLICT, CORRUPT, NOT_FOUND, OK, MAX_EVICT
---- @include MAX_PAYLOAD, wrong_type, MAX_VERSION, MAX_US, MIN_US, inst_key, inflight_key
---- @include expiry_ok, offset_ok, incarnation_ok, class_of, arg_text, arg_any, arg_key
---- @include of_type, first, commit, reply, load_record
+--- @include CONFLICT, CORRUPT, NOT_FOUND, OK, P, int, decimal, arg_int, MAX_EVICT
+--- @include MAX_PAYLOAD, MAX_VERSION, MAX_US, MIN_US, later, inst_key, inflight_key
+--- @include wrong_type, expiry_ok, offset_ok, incarnation_ok, class_of, arg_text, arg_any
+--- @include arg_key, of_type, first, commit, reply, spread, load_record
 local id = arg_text(2)
 local k = arg_key(1, inst_key(id))
 local expected = arg_int(3, 0, MAX_VERSION - 1)
@@ -39,6 +39,8 @@ if not incarnation_ok(incarnation) then error('BADARG ARGV[10] must be an int64'
 local status = arg_text(11)
 local max_terminal = arg_int(12, 0, MAX_VERSION)
 local class = class_of(status)
+local refused = spread()
+if refused then return refused end
 
 local r, bad = load_record(k, {'v', 'g', 'k', 's'})
 if r == false then return reply(CORRUPT, bad) end

@@ -31,6 +31,7 @@ from typing import Any, Literal, TypeVar, overload
 
 from . import telemetry, wakeups
 from .outcomes import ErrorReply, Exchange, Lost, Reply
+from .partitioned_repository import PartitionedRepositoryOps, repository_ops
 from .partitions import PartitionedOps, run_ops
 from .pipeline import (
     MAX_ROUND_BYTES,
@@ -797,7 +798,7 @@ class AsyncRedisRunStore(_Closes, Shell[RunOps | PartitionedOps]):
         return await self._io.drive(self._ops.guarded(op))
 
 
-class AsyncRedisRepository(_Closes, Shell[RepositoryOps]):
+class AsyncRedisRepository(_Closes, Shell[RepositoryOps | PartitionedRepositoryOps]):
     """The instance repository on a ``redis.asyncio`` client: the asyncio twin of
     :class:`redisstore.RedisRepository`, with the same options, methods (``async def``),
     errors and semantics. A cancelled ``save`` or ``delete`` is of unknown outcome: load
@@ -805,8 +806,8 @@ class AsyncRedisRepository(_Closes, Shell[RepositoryOps]):
 
     def __init__(self, client: Any, *, namespace: str = "redisstore", max_terminal: int = 1024,
                  logger: Logger | None = None, durability: Durability | None = None,
-                 timeout: int = 5000) -> None:
-        self._ops = RepositoryOps(namespace, max_terminal, logger)
+                 timeout: int = 5000, partitions: int = 1) -> None:
+        self._ops = repository_ops(namespace, max_terminal, logger, partitions)
         self._io = AsyncTransport(client, *check_io(durability, timeout))
 
     async def save(self, rec: InstanceRecord) -> int:

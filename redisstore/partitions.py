@@ -108,7 +108,58 @@ def worst(errors: list[StoreError], *, applied: bool) -> StoreError:
     return unknown
 
 
-class PartitionedOps:
+class Counted:
+    """What a store and a repository of partitions share: the namespace's own keys, their
+    count, and the check of the count before a store's first call."""
+
+    #: The partition count, and the namespace's own keys ``{namespace}`` (its meta key
+    #: holds the count; the data is in the partitions' keys, ``{namespace#p}``).
+    n: int
+    keys: Keyspace
+    #: Whether :meth:`count_check` has passed for this store.
+    counted: bool = False
+    #: What the messages call this object.
+    what = "store"
+
+    def count_check(self) -> Operation[None]:
+        """Refuse a namespace spread over another number of partitions than this one's, or
+        used by a store or repository of one partition; record the count in a namespace not
+        used yet (one script, checks then writes: of two that race, one is refused)."""
+        if self.counted:
+            return
+        k = self.keys
+        recorded = yield from ask(Call(
+            scripts.RUN_PARTITIONS, (k.meta, k.leases, k.prefix + "L/", k.groups, k.layout),
+            (k.prefix, self.n), answer("", k.namespace), write=False))
+        if int(recorded) == 0:
+            raise Misconfigured(
+                f"namespace {k.namespace!r} is being repartitioned (redisstore.repartition "
+                "stopped before its end, or runs now): finish it first (nothing was "
+                "written)")
+        if int(recorded) != self.n:
+            raise Misconfigured(
+                f"namespace {k.namespace!r} is "
+                + (f"spread over {int(recorded)} partitions" if int(recorded) > 1 else
+                   "used by a store or repository of one partition")
+                + f" and this {self.what} was opened with partitions={self.n}: open it with "
+                f"partitions={int(recorded)} (nothing was written; docs/scale-out.md says how "
+                "to change the count)")
+        self.counted = True
+
+    def counting(self, op: Operation[T] | Spread[T]) -> Operation[T] | Spread[T]:
+        """``op`` preceded, until it has passed once, by the partition count check."""
+        if self.counted:
+            return op
+        return self._first(self.count_check, op)
+
+    def _first(self, check: Callable[[], Operation[None]],
+               op: Operation[T] | Spread[T]) -> Operation[T] | Spread[T]:
+        if not isinstance(op, Spread):
+            return preceded(check(), op)
+        return Spread(preceded(fanned(check()), op.steps))
+
+
+class PartitionedOps(Counted):
     """The run store's operations over ``partitions`` partitions of one namespace: one
     :class:`RunOps` per partition. A call of one run is that run's partition's operation,
     unchanged; a call over many runs is a :class:`Spread`."""
@@ -120,10 +171,7 @@ class PartitionedOps:
         self.parts = [RunOps(namespace, discover, projection_version, durability=durability,
                              max_record_bytes=max_record_bytes, partition=p,
                              place=self.place) for p in range(self.n)]
-        #: The namespace's own keys, ``{namespace}``: its meta key holds the count (the runs
-        #: are in the partitions' keys, ``{namespace#p}``).
         self.keys = Keyspace(namespace)
-        #: Whether :meth:`count_check` has passed for this store.
         self.counted = False
         for part in self.parts:
             part.watcher = self._watch
@@ -156,31 +204,6 @@ class PartitionedOps:
         """Whether the server check and the partition count check have passed."""
         return self.counted and self.parts[0].checked()
 
-    def count_check(self) -> Operation[None]:
-        """Refuse a namespace spread over another number of partitions than this store's, or
-        used by a store of one partition; record the count in a namespace not used yet (one
-        script, checks then writes: of two stores that race, one is refused)."""
-        if self.counted:
-            return
-        k = self.keys
-        recorded = yield from ask(Call(
-            scripts.RUN_PARTITIONS, (k.meta, k.leases, k.prefix + "L/"), (k.prefix, self.n),
-            answer("", k.namespace), write=False))
-        if int(recorded) == 0:
-            raise Misconfigured(
-                f"namespace {k.namespace!r} is being repartitioned (redisstore.repartition "
-                "stopped before its end, or runs now): finish it first (nothing was "
-                "written)")
-        if int(recorded) != self.n:
-            raise Misconfigured(
-                f"namespace {k.namespace!r} is "
-                + (f"spread over {int(recorded)} partitions" if int(recorded) > 1 else
-                   "used by a store of one partition")
-                + f" and this store was opened with partitions={self.n}: open it with "
-                f"partitions={int(recorded)} (nothing was written; docs/scale-out.md says how "
-                "to change the count)")
-        self.counted = True
-
     def server_check(self) -> Operation[None]:
         """The count check, then the server's (:meth:`RunOps.server_check`)."""
         yield from self.count_check()
@@ -195,19 +218,6 @@ class PartitionedOps:
         if self.checked():
             return op
         return self._first(self.server_check, op)
-
-    def counting(self, op: Operation[T] | Spread[T]) -> Operation[T] | Spread[T]:
-        """``op`` preceded, until it has passed once, by the partition count check."""
-        if self.counted:
-            return op
-        return self._first(self.count_check, op)
-
-    def _first(self, check: Callable[[], Operation[None]],
-               op: Operation[T] | Spread[T]) -> Operation[T] | Spread[T]:
-        if not isinstance(op, Spread):
-            return preceded(check(), op)
-        return Spread(preceded(fanned(check()), op.steps))
-
 
     # ------------------------------------------------------------------ wake-ups
 

@@ -278,6 +278,11 @@ def check_page_limit(limit: object) -> int:
 _INT = re.compile(r"(?:0|-?[1-9][0-9]*)\Z", re.ASCII)
 
 
+def is_int_text(value: str) -> bool:
+    """Whether ``value`` is a canonical decimal integer ('0', '42', '-7'; not '007', '-0')."""
+    return bool(_INT.match(value))
+
+
 def check_cursor(cursor: object) -> tuple[str, str, str] | None:
     """A page cursor as (now µs, score, id), or None for the first page. A cursor is only
     ever one a page returned: anything else is a ValueError."""
@@ -286,7 +291,7 @@ def check_cursor(cursor: object) -> tuple[str, str, str] | None:
     text_ = check_text("cursor", cursor)
     now, _, rest = text_.partition("|")
     score, _, id = rest.partition("|")
-    if not _INT.match(now) or not score or not id:
+    if not is_int_text(now) or not score or not id:
         raise ValueError(f"cursor must be one a page returned, got {cursor!r}")
     return now, score, id
 
@@ -394,13 +399,17 @@ def answer(id: str, *, stale: Callable[[Any], StoreError] | None = None,
             raise Misconfigured(
                 f"namespace {namespace!r} has repository layout version {int(payload)}, "
                 f"newer than this library's {LAYOUT_VERSION}: upgrade redisstore on this node")
+        if code == Code.PARTITIONED:
+            raise Misconfigured(
+                f"namespace {namespace!r} is spread over {int(payload)} partitions: open the "
+                f"repository with partitions={int(payload)} (nothing was written)")
         raise ValueError(f"unexpected reply code {code!r}")
 
     return parse
 
 
-def _load_answer(id: str) -> Callable[[Any], InstanceRecord | None]:
-    ok = answer(id)
+def _load_answer(id: str, namespace: str) -> Callable[[Any], InstanceRecord | None]:
+    ok = answer(id, namespace=namespace)
 
     def parse(reply: Any) -> InstanceRecord | None:
         if isinstance(reply, list) and reply and reply[0] == Code.NOT_FOUND:
@@ -425,8 +434,9 @@ class RepositoryOps:
     """The repository's operations over one namespace, as pure generators of calls."""
 
     def __init__(self, namespace: str, max_terminal: int = 1024,
-                 logger: Logger | None = None) -> None:
-        self.keys = Keyspace(namespace)
+                 logger: Logger | None = None, *, partition: int | None = None) -> None:
+        #: The namespace's keys, or one partition's (see redisstore.partitioned_repository).
+        self.keys = Keyspace(namespace, partition)
         self.max_terminal = check_max_terminal(max_terminal)
         self.logger: Logger = logger if logger is not None else log
         # save is the hot path (one per engine checkpoint): name its fixed keys once.
@@ -447,7 +457,7 @@ class RepositoryOps:
         # The same names as Keyspace.instance / Keyspace.inflight, without the calls.
         keys = (f"{prefix}inst:{rec.id}", groups, f"{prefix}inflight:{rec.group}", terminal,
                 terminal_seq)
-        ok = answer(rec.id, group=rec.group,
+        ok = answer(rec.id, group=rec.group, namespace=self.keys.namespace,
                     stale=lambda stored: ConcurrentUpdate(rec.id, rec.rec_version, int(stored)))
 
         def parse(raw: Any) -> int:
@@ -462,7 +472,8 @@ class RepositoryOps:
         """The warning for one evicted terminal record."""
         self.logger.warning(
             "redisstore: evicted terminal instance %r: more than max_terminal=%d terminal "
-            "records are kept (the oldest go first)", id, self.max_terminal)
+            "records are kept%s (the oldest go first)", id, self.max_terminal,
+            "" if self.keys.partition is None else " in its partition")
 
     def cluster_compatibility(self) -> tuple[bool, str]:
         """``(True, reason)``: the state lives in the server, shared by every node."""
@@ -475,7 +486,8 @@ class RepositoryOps:
         """The record stored under ``id``, or None; ``Corrupt`` when it fails validation."""
         id = check_id(id)
         return (yield from ask(Call(scripts.REPO_LOAD, (self.keys.instance(id),),
-                                    (self.keys.prefix, id), _load_answer(id), write=False)))
+                                    (self.keys.prefix, id),
+                                    _load_answer(id, self.keys.namespace), write=False)))
 
     def delete(self, id: str, expected_version: int | None = None) -> Operation[None]:
         """Remove the record (a damaged one too, unless fenced) and its index entries; a
@@ -485,7 +497,8 @@ class RepositoryOps:
         yield from ask(Call(
             scripts.REPO_DELETE, (self.keys.instance(id), self.keys.terminal),
             (self.keys.prefix, id, "" if fence is None else fence),
-            answer(id, stale=lambda stored: ConcurrentUpdate(id, fence or 0, int(stored)))))
+            answer(id, stale=lambda stored: ConcurrentUpdate(id, fence or 0, int(stored)),
+                   namespace=self.keys.namespace)))
 
     def list_in_flight(self, group: str, now: datetime | None = None) -> Operation[list[str]]:
         """Claimable ids of ``group`` at ``now`` (None: the server's clock), read in pages
@@ -496,7 +509,7 @@ class RepositoryOps:
         listed: dict[str, None] = {}  # insertion-ordered; an id moved mid-listing once
         after: tuple[str, bytes] = ("", b"")
         while True:
-            ids, at, cursor = yield from self._page(group, at, MAX_PAGE, after)
+            ids, at, cursor = yield from self.page(group, at, MAX_PAGE, after)
             listed.update(dict.fromkeys(ids))
             if cursor is None:
                 return list(listed)
@@ -517,19 +530,20 @@ class RepositoryOps:
                 at = position[0]
             # The id goes back byte for byte, even one that is not UTF-8 (see below).
             after = (position[1], position[2].encode("utf-8", "surrogateescape"))
-        ids, at, next_after = yield from self._page(group, at, limit, after)
+        ids, at, next_after = yield from self.page(group, at, limit, after)
         if next_after is None:
             return InFlightPage(tuple(ids), None)
         score, last = next_after
         return InFlightPage(tuple(ids),
                             f"{at}|{score}|{last.decode('utf-8', 'surrogateescape')}")
 
-    def _page(self, group: str, at: str, limit: int, after: tuple[str, bytes],
+    def page(self, group: str, at: str, limit: int, after: tuple[str, bytes],
               ) -> Operation[tuple[list[str], str, tuple[str, bytes] | None]]:
         """One script's page: (ids, the now it used, the cursor or None when complete)."""
         payload = yield from ask(Call(
             scripts.REPO_LIST_IN_FLIGHT, (self.keys.inflight(group),),
-            (self.keys.prefix, group, at, limit, *after), answer(""), write=False))
+            (self.keys.prefix, group, at, limit, *after),
+            answer("", namespace=self.keys.namespace), write=False))
         raw_ids, score, last, used = payload
         ids = []
         for raw in raw_ids:
@@ -549,13 +563,15 @@ class RepositoryOps:
         """Add ``group`` to the registry (idempotent)."""
         group = check_group(group)
         yield from ask(Call(scripts.REPO_REGISTER_GROUP, (self.keys.groups,),
-                            (self.keys.prefix, group), answer("")))
+                            (self.keys.prefix, group),
+                            answer("", namespace=self.keys.namespace)))
 
     def group_exists(self, group: str) -> Operation[bool]:
         """Whether ``group`` is registered."""
         group = check_group(group)
         found = yield from ask(Call(scripts.REPO_GROUP_EXISTS, (self.keys.groups,),
-                                    (self.keys.prefix, group), answer(""), write=False))
+                                    (self.keys.prefix, group),
+                                    answer("", namespace=self.keys.namespace), write=False))
         return bool(found)
 
     # ------------------------------------------------------------------ migrate

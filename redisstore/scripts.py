@@ -94,7 +94,7 @@ class Code(IntEnum):
 #: The Lua definitions the build writes into each lib, from Python: each enum becomes one
 #: fragment ``local NAME, ... = value, ...`` ahead of the lib's own, and the lib must not
 #: define those names itself.
-GENERATED: dict[str, tuple[type[IntEnum], ...]] = {"_lib": (Code, Cap), "_repo_lib": (Code,)}
+GENERATED: dict[str, tuple[type[IntEnum], ...]] = {"_lib": (Code, Cap), "_repo_lib": (Code, Cap)}
 
 #: The line of every script before its fragments. Redis 5.x/6.x with lua-replicate-commands
 #: off replicate a script by its source, and refuse a write after TIME; this switches to

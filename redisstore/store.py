@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import Any, Literal, TypeVar, overload
 
 from . import wakeups
+from .partitioned_repository import PartitionedRepositoryOps, repository_ops
 from .partitions import PartitionedOps, run_ops
 from .pipeline import Pipelined
 from .protocol import Durability, Operation, Shell, Spread, check_io
@@ -316,7 +317,7 @@ class RedisRunStore(_Closes, Shell[RunOps | PartitionedOps]):
         return self._io.drive(self._ops.guarded(op))
 
 
-class RedisRepository(_Closes, Shell[RepositoryOps]):
+class RedisRepository(_Closes, Shell[RepositoryOps | PartitionedRepositoryOps]):
     """The instance repository on a ``redis.Redis``-compatible client.
 
     Every method is one server-side Lua script, one round trip. ``save`` is a
@@ -327,14 +328,20 @@ class RedisRepository(_Closes, Shell[RepositoryOps]):
     and the group registry. ``namespace`` isolates repositories sharing a server; all of
     its keys share the hash tag ``{namespace}``.
 
+    ``partitions=N`` (1 to 256) spreads one logical repository over N hash tags
+    ``{namespace#p}`` (docs/scale-out.md): a record's calls go to its id's partition, one
+    round trip; ``register_group``, ``group_exists`` and the listings span every partition;
+    ``max_terminal`` holds in each partition. The count is the namespace's, shared with a
+    run store of partitions there; another is refused (``Misconfigured``).
+
     Failures that are not an answer of the contract raise ``Unavailable``; a ``save`` or
     ``delete`` whose reply was lost is never re-sent (load the record to find out).
     """
 
     def __init__(self, client: Any, *, namespace: str = "redisstore", max_terminal: int = 1024,
                  logger: Logger | None = None, durability: Durability | None = None,
-                 timeout: int = 5000) -> None:
-        self._ops = RepositoryOps(namespace, max_terminal, logger)
+                 timeout: int = 5000, partitions: int = 1) -> None:
+        self._ops = repository_ops(namespace, max_terminal, logger, partitions)
         self._io = Transport(client, *check_io(durability, timeout))
 
     def save(self, rec: InstanceRecord) -> int:

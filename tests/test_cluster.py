@@ -74,13 +74,22 @@ class TestClusterRunStorePartitioned(TestClusterRunStore):
 
 
 class TestClusterRepository(RepositoryConformance):
+    partitions = 1
+
     @pytest.fixture(autouse=True)
     def _backend(self, cluster_client: RedisCluster) -> None:
         self.client = cluster_client
 
     def make_repository(self, *, max_terminal: int = 1024, logger: Any = None) -> Repository:
         return RedisRepository(self.client, namespace=unique_namespace(),
-                               max_terminal=max_terminal, logger=logger)
+                               max_terminal=max_terminal, logger=logger,
+                               partitions=self.partitions)
+
+
+class TestClusterRepositoryPartitioned(TestClusterRepository):
+    """One logical repository over 6 partitions, hence over the three primaries."""
+
+    partitions = 6
 
 
 def async_cluster(cluster: list[Server]) -> Any:
@@ -101,6 +110,10 @@ class TestAsyncClusterRepository(AsyncRepositorySuite):
     @pytest.fixture(autouse=True)
     def _backend(self, loop_thread: LoopThread, cluster: list[Server]) -> Iterator[None]:
         yield from self.connect(loop_thread, lambda: async_cluster(cluster))
+
+
+class TestAsyncClusterRepositoryPartitioned(TestAsyncClusterRepository):
+    partitions = 6
 
 
 def test_namespaces_spread_over_the_nodes_and_keep_to_their_slot(

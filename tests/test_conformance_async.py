@@ -157,9 +157,13 @@ class TestValkey8AsyncRunStore(AsyncRunSuite):
 
 
 class AsyncRepositorySuite(RepositoryConformance, AsyncBackend):
+    #: The repository's partitions (one logical repository over that many hash tags).
+    partitions = 1
+
     def make_repository(self, *, max_terminal: int = 1024, logger: Any = None) -> Repository:
         repo = AsyncRedisRepository(self.client, namespace=unique_namespace(),
-                                    max_terminal=max_terminal, logger=logger)
+                                    max_terminal=max_terminal, logger=logger,
+                                    partitions=self.partitions)
         return cast(Repository, Synced(repo, self.loop))
 
 

@@ -1,6 +1,7 @@
 """The instance repository conformance suite on every backend: memory, fakeredis, Redis 7.0,
 Redis 6.2 (also with ``lua-replicate-commands no``), Valkey 8.1 and the machine's own Redis at
-127.0.0.1:6379 (in throwaway namespaces)."""
+127.0.0.1:6379 (in throwaway namespaces); on fakeredis and Redis 7.0 also as one logical
+repository over 6 partitions."""
 
 from __future__ import annotations
 
@@ -21,24 +22,33 @@ class TestMemoryRepository(RepositoryConformance):
 
 
 class TestFakeRedisRepository(RepositoryConformance):
+    #: The repository's partitions (one logical repository over that many hash tags).
+    partitions = 1
+
     @pytest.fixture(autouse=True)
     def _backend(self) -> None:
         self.client = fakeredis.FakeRedis()
 
     def make_repository(self, *, max_terminal: int = 1024, logger: Any = None) -> Repository:
         return RedisRepository(self.client, namespace=unique_namespace(),
-                                    max_terminal=max_terminal, logger=logger)
+                               max_terminal=max_terminal, logger=logger,
+                               partitions=self.partitions)
+
+
+class TestFakeRedisRepositoryPartitioned(TestFakeRedisRepository):
+    partitions = 6
 
 
 @pytest.mark.server
-class TestRedis7Repository(RepositoryConformance):
+class TestRedis7Repository(TestFakeRedisRepository):
     @pytest.fixture(autouse=True)
-    def _backend(self, redis7: Server) -> None:
+    def _backend(self, redis7: Server) -> None:  # type: ignore[override]
         self.client = redis7.client()
 
-    def make_repository(self, *, max_terminal: int = 1024, logger: Any = None) -> Repository:
-        return RedisRepository(self.client, namespace=unique_namespace(),
-                                    max_terminal=max_terminal, logger=logger)
+
+@pytest.mark.server
+class TestRedis7RepositoryPartitioned(TestRedis7Repository):
+    partitions = 6
 
 
 @pytest.mark.server

@@ -639,14 +639,14 @@ def test_a_listing_is_read_in_bounded_pages(client: redis.Redis,
         pipe.execute_command(*next(ops.save(rec(f"i{i:05}", lease=lease))).command())
     pipe.execute()
     pages: list[int] = []
-    original = RepositoryOps._page
+    original = RepositoryOps.page
 
     def spy(self: RepositoryOps, group: str, at: str, limit: int,
             after: tuple[str, bytes]) -> Any:
         pages.append(limit)
         return (yield from original(self, group, at, limit, after))
 
-    monkeypatch.setattr(RepositoryOps, "_page", spy)
+    monkeypatch.setattr(RepositoryOps, "page", spy)
     listed = repo.list_in_flight(G, T0)
     assert sorted(listed) == [f"i{i:05}" for i in range(count)]
     assert pages == [MAX_PAGE] * 3

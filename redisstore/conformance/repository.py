@@ -460,19 +460,20 @@ class RepositoryConformance:
     def test_pages_keep_the_first_pages_now(self) -> None:
         # now=None: the backend clock at the first page; the cursor carries it, so a
         # record whose lease runs out while the listing goes on does not join it halfway.
+        # (One family: a repository of partitions keeps a listing's order within one.)
         repo = self.repo()
         real = datetime.now(UTC)
         for i in range(4):
-            repo.save(record(f"a{i}", lease=InstanceLease(real - DAY, "n", 1)))
-        repo.save(record("soon", lease=InstanceLease(real + timedelta(milliseconds=300),
-                                                     "n", 1)))
+            repo.save(record(f"{{f}}a{i}", lease=InstanceLease(real - DAY, "n", 1)))
+        repo.save(record("{f}soon", lease=InstanceLease(real + timedelta(milliseconds=300),
+                                                        "n", 1)))
         first = self.pages(repo, GROUP, None, limit=2)[0]
-        assert first.ids == ("a0", "a1")
+        assert first.ids == ("{f}a0", "{f}a1")
         time.sleep(0.4)  # "soon" has expired by the backend's clock (the same host's)
-        assert "soon" in repo.list_in_flight(GROUP)
+        assert "{f}soon" in repo.list_in_flight(GROUP)
         rest = [id for page in self.pages(repo, GROUP, None, limit=2, cursor=first.cursor)
                 for id in page.ids]
-        assert rest == ["a2", "a3"]
+        assert rest == ["{f}a2", "{f}a3"]
 
     @pytest.mark.parametrize(("limit", "cursor"), [
         (0, None), (MAX_PAGE + 1, None), (-1, None), (True, None), ("3", None), (2.0, None),
@@ -533,26 +534,29 @@ class RepositoryConformance:
         assert self.stored(repo, "i1").payload == b"again"
 
     # ------------------------------------------------------------------ terminal cap
+    # The records are of one family ({c}): a repository of partitions holds the cap in each
+    # partition, and a family is in one.
 
     def test_terminal_records_are_capped_oldest_first_with_a_warning(self) -> None:
         logger = RecordingLogger()
         repo = self.repo(max_terminal=3, logger=logger)
         for i in range(5):
-            repo.save(record(f"t{i}", status=Status.COMPLETED if i % 2 else Status.TERMINATED))
-        assert [repo.load(f"t{i}") is not None for i in range(5)] == [False, False, True, True,
-                                                                      True]
+            repo.save(record(f"{{c}}t{i}",
+                             status=Status.COMPLETED if i % 2 else Status.TERMINATED))
+        assert [repo.load(f"{{c}}t{i}") is not None for i in range(5)] == [False, False, True,
+                                                                         True, True]
         assert len(logger.warnings) == 2
-        assert "'t0'" in logger.warnings[0] and "'t1'" in logger.warnings[1]
+        assert "'{c}t0'" in logger.warnings[0] and "'{c}t1'" in logger.warnings[1]
 
     def test_no_warning_within_the_cap(self) -> None:
         logger = RecordingLogger()
         repo = self.repo(max_terminal=3, logger=logger)
         for i in range(3):
-            repo.save(record(f"t{i}", status=Status.COMPLETED))
+            repo.save(record(f"{{c}}t{i}", status=Status.COMPLETED))
         for i in range(20):
             repo.save(record(f"a{i}"))
         assert logger.warnings == []
-        assert all(repo.load(f"t{i}") is not None for i in range(3))
+        assert all(repo.load(f"{{c}}t{i}") is not None for i in range(3))
 
     def test_active_records_are_never_evicted(self) -> None:
         logger = RecordingLogger()
@@ -561,44 +565,46 @@ class RepositoryConformance:
         for i in range(30):
             repo.save(record(f"a{i}", status=statuses[i % 3]))
         for i in range(6):
-            repo.save(record(f"t{i}", status=Status.TERMINATED))
+            repo.save(record(f"{{c}}t{i}", status=Status.TERMINATED))
         assert all(repo.load(f"a{i}") is not None for i in range(30))
-        assert [repo.load(f"t{i}") is not None for i in range(6)] == [False] * 4 + [True] * 2
+        assert [repo.load(f"{{c}}t{i}") is not None
+                for i in range(6)] == [False] * 4 + [True] * 2
         assert len(logger.warnings) == 4
 
     def test_the_cap_orders_by_when_records_became_terminal(self) -> None:
         logger = RecordingLogger()
         repo = self.repo(max_terminal=2, logger=logger)
-        repo.save(record("created-first"))
-        repo.save(record("done-first", status=Status.COMPLETED))
-        repo.save(record("created-first", status=Status.COMPLETED, rec_version=1))
+        repo.save(record("{c}created-first"))
+        repo.save(record("{c}done-first", status=Status.COMPLETED))
+        repo.save(record("{c}created-first", status=Status.COMPLETED, rec_version=1))
         # A later terminal save (completed -> terminated) keeps the record's place.
-        repo.save(record("done-first", status=Status.TERMINATED, rec_version=1))
-        repo.save(record("done-last", status=Status.COMPLETED))
-        assert repo.load("done-first") is None
-        assert repo.load("created-first") is not None
-        assert repo.load("done-last") is not None
-        assert len(logger.warnings) == 1 and "'done-first'" in logger.warnings[0]
+        repo.save(record("{c}done-first", status=Status.TERMINATED, rec_version=1))
+        repo.save(record("{c}done-last", status=Status.COMPLETED))
+        assert repo.load("{c}done-first") is None
+        assert repo.load("{c}created-first") is not None
+        assert repo.load("{c}done-last") is not None
+        assert len(logger.warnings) == 1 and "'{c}done-first'" in logger.warnings[0]
 
     def test_deleted_or_reactivated_records_leave_the_cap(self) -> None:
         logger = RecordingLogger()
         repo = self.repo(max_terminal=2, logger=logger)
-        repo.save(record("t1", status=Status.COMPLETED))
-        repo.save(record("t2", status=Status.COMPLETED))
-        repo.delete("t1")
-        repo.save(record("t2", status=Status.ACTIVE, rec_version=1))
-        repo.save(record("t3", status=Status.COMPLETED))
-        repo.save(record("t4", status=Status.COMPLETED))
+        repo.save(record("{c}t1", status=Status.COMPLETED))
+        repo.save(record("{c}t2", status=Status.COMPLETED))
+        repo.delete("{c}t1")
+        repo.save(record("{c}t2", status=Status.ACTIVE, rec_version=1))
+        repo.save(record("{c}t3", status=Status.COMPLETED))
+        repo.save(record("{c}t4", status=Status.COMPLETED))
         assert logger.warnings == []
-        assert [repo.load(i) is not None for i in ("t2", "t3", "t4")] == [True, True, True]
+        assert [repo.load(i) is not None
+                for i in ("{c}t2", "{c}t3", "{c}t4")] == [True, True, True]
 
     def test_default_cap_is_1024(self) -> None:
         logger = RecordingLogger()
         repo = self.repo(logger=logger)
         for i in range(1025):
-            repo.save(record(f"t{i}", status=Status.COMPLETED, payload=b""))
-        assert repo.load("t0") is None
-        assert repo.load("t1") is not None and repo.load("t1024") is not None
+            repo.save(record(f"{{c}}t{i}", status=Status.COMPLETED, payload=b""))
+        assert repo.load("{c}t0") is None
+        assert repo.load("{c}t1") is not None and repo.load("{c}t1024") is not None
         assert len(logger.warnings) == 1
 
     # ------------------------------------------------------------------ bad input

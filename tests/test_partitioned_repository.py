@@ -1,0 +1,248 @@
+"""The instance repository over partitions (``partitions=N``): where records go, the count it
+shares with the run store, the calls over every partition, the cap in each partition, and
+what a cut-short call leaves. The conformance suite runs on it too (test_conformance_*)."""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import fakeredis
+import pytest
+from servers import unique_namespace
+
+from redisstore import (
+    Corrupt,
+    InstanceLease,
+    InstanceRecord,
+    Misconfigured,
+    RedisRepository,
+    RedisRunStore,
+    Release,
+    Unavailable,
+    UnknownGroup,
+    repartition,
+)
+from redisstore.keys import Keyspace
+from redisstore.partitioned_repository import PartitionedRepositoryOps
+from redisstore.partitions import partition_of
+
+GROUP = "engines"
+T0 = datetime(2031, 5, 6, 7, 8, 9, tzinfo=UTC)
+
+
+def keys_of(client: Any) -> dict[bytes, Any]:
+    """Every key and its dump: to show that nothing was written."""
+    return {key: client.dump(key) for key in client.keys("*")}
+
+
+def record(id: str, **fields: Any) -> InstanceRecord:
+    return InstanceRecord(id=id, group=GROUP, payload=b"p", **fields)
+
+
+def repo(client: Any, ns: str, n: int = 4, **options: Any) -> RedisRepository:
+    made = RedisRepository(client, namespace=ns, partitions=n, **options)
+    made.register_group(GROUP)
+    return made
+
+
+def test_a_record_is_in_its_ids_partition_beside_the_run_of_that_id() -> None:
+    client = fakeredis.FakeRedis()
+    ns = unique_namespace()
+    records = repo(client, ns)
+    runs = RedisRunStore(client, namespace=ns, partitions=4)
+    ids = [f"i{i}" for i in range(40)] + ["{fam}a", "{fam}b"]
+    for id in ids:
+        records.save(record(id))
+        runs.insert(id, b"r", Release())
+    for id in ids:
+        keys = Keyspace(ns, partition_of(id, 4))
+        assert client.exists(keys.instance(id)) and client.exists(keys.run(id))
+    assert len({partition_of(id, 4) for id in ids}) == 4  # every partition holds some
+    assert partition_of("{fam}a", 4) == partition_of("{fam}b", 4)
+    assert sorted(records.list_in_flight(GROUP, T0)) == sorted(ids)
+
+
+def test_the_count_is_the_namespaces_and_another_is_refused_with_nothing_written() -> None:
+    client = fakeredis.FakeRedis()
+    ns = unique_namespace()
+    repo(client, ns, 4).save(record("i1"))
+    before = keys_of(client)
+    for count in (2, 6):
+        with pytest.raises(Misconfigured, match="partitions=4"):
+            RedisRepository(client, namespace=ns, partitions=count).load("i1")
+        with pytest.raises(Misconfigured, match="partitions=4"):
+            RedisRunStore(client, namespace=ns, partitions=count).get("i1")
+    # A repository of one partition is refused by every script (it reads the count).
+    one = RedisRepository(client, namespace=ns)
+    for call in (lambda: one.load("i1"), lambda: one.save(record("i1")),
+                 lambda: one.delete("i1"), lambda: one.register_group("other"),
+                 lambda: one.group_exists(GROUP), lambda: one.list_in_flight(GROUP, T0),
+                 lambda: one.list_in_flight_page(GROUP, T0), one.migrate):
+        with pytest.raises(Misconfigured, match="spread over 4 partitions"):
+            call()
+    assert keys_of(client) == before
+    assert RedisRepository(client, namespace=ns, partitions=4).load("i1") is not None
+
+
+def test_a_namespace_used_by_a_repository_of_one_partition_stays_one() -> None:
+    client = fakeredis.FakeRedis()
+    ns = unique_namespace()
+    RedisRepository(client, namespace=ns).register_group(GROUP)  # not a single record yet
+    before = keys_of(client)
+    with pytest.raises(Misconfigured, match="used by a store or repository of one"):
+        RedisRepository(client, namespace=ns, partitions=3).register_group(GROUP)
+    with pytest.raises(Misconfigured, match="used by a store or repository of one"):
+        RedisRunStore(client, namespace=ns, partitions=3).insert("r", b"r", Release())
+    assert keys_of(client) == before
+
+
+def test_bad_arguments_raise_before_the_count_is_recorded() -> None:
+    client = fakeredis.FakeRedis()
+    ns = unique_namespace()
+    fresh = RedisRepository(client, namespace=ns, partitions=3)
+    for call in (lambda: fresh.save("not a record"), lambda: fresh.load(""),
+                 lambda: fresh.delete("i", expected_version=-1),
+                 lambda: fresh.register_group(""), lambda: fresh.group_exists(""),
+                 lambda: fresh.list_in_flight(GROUP, datetime(2031, 1, 1)),
+                 lambda: fresh.list_in_flight_page(GROUP, cursor="0|x|y"),
+                 lambda: fresh.list_in_flight_page(GROUP, limit=0)):
+        with pytest.raises((ValueError, TypeError)):
+            call()
+    assert keys_of(client) == {}
+
+
+@pytest.mark.parametrize("cursor", ["P3|0||", "P-1|0||", "P01|0||", "0|1|i", "P0|x||",
+                                    "P0|0|1|", "P0|0||i", "Q0|0||"])
+def test_a_cursor_that_no_page_of_this_repository_gave_is_refused(cursor: str) -> None:
+    with pytest.raises(ValueError, match="cursor"):
+        repo(fakeredis.FakeRedis(), unique_namespace(), 3).list_in_flight_page(
+            GROUP, T0, cursor=cursor)
+
+
+def test_the_cap_holds_in_each_partition_and_never_evicts_sooner_than_one() -> None:
+    """max_terminal=2 over 3 partitions: each partition keeps its 2 newest terminal records,
+    so a record goes only once 2 newer ones of its own partition are terminal, which a
+    repository of one partition would have evicted it for too."""
+    client = fakeredis.FakeRedis()
+    warnings: list[str] = []
+
+    class Recording(logging.Logger):
+        def warning(self, msg: object, *args: Any, **kwargs: Any) -> None:
+            warnings.append(str(msg) % args)
+
+    many = repo(client, unique_namespace(), 3, max_terminal=2, logger=Recording("r"))
+    one = repo(client, unique_namespace(), 1, max_terminal=2)
+    ids = [f"t{i}" for i in range(12)]
+    for id in ids:
+        for r in (many, one):
+            r.save(record(id, status="completed"))
+    kept_many = {id for id in ids if many.load(id) is not None}
+    kept_one = {id for id in ids if one.load(id) is not None}
+    assert kept_one <= kept_many and len(kept_many) == 6
+    for p in range(3):  # the 2 newest of each partition
+        mine = [id for id in ids if partition_of(id, 3) == p]
+        assert {id for id in mine if id in kept_many} == set(mine[-2:])
+    assert len(warnings) == 6 and all("in its partition" in w for w in warnings)
+
+
+def test_a_registration_cut_short_reads_as_absent_and_is_completed_by_registering_again(
+        ) -> None:
+    client = fakeredis.FakeRedis()
+    ns = unique_namespace()
+    three = RedisRepository(client, namespace=ns, partitions=3)
+    three.register_group(GROUP)
+    client.srem(Keyspace(ns, 2).groups, GROUP)  # as if partition 2's node missed it
+    assert three.group_exists(GROUP) is False
+    absent = next(f"i{i}" for i in range(50) if partition_of(f"i{i}", 3) == 2)
+    present = next(f"i{i}" for i in range(50) if partition_of(f"i{i}", 3) == 0)
+    three.save(record(present))
+    with pytest.raises(UnknownGroup):
+        three.save(record(absent))
+    assert three.load(absent) is None
+    three.register_group(GROUP)
+    assert three.group_exists(GROUP) is True
+    assert three.save(record(absent)) == 1
+
+
+def test_a_listing_with_the_servers_clock_uses_partition_zeros_for_every_partition() -> None:
+    """now=None: the first page (partition 0's) reads the clock, the others use it; with a
+    lease that ends between the two, the record is listed by the clock of the first."""
+    client = fakeredis.FakeRedis()
+    three = repo(client, unique_namespace(), 3)
+    ops = three._ops
+    assert isinstance(ops, PartitionedRepositoryOps)
+    calls: list[tuple[int | None, str]] = []
+    real = type(ops.parts[0]).page
+
+    def page(self: Any, group: str, at: str, limit: int, after: Any) -> Any:
+        calls.append((self.keys.partition, at))
+        return (yield from real(self, group, at, limit, after))
+
+    type(ops.parts[0]).page = page  # type: ignore[method-assign]
+    try:
+        three.save(record("i1", lease=InstanceLease(datetime.now(UTC) - timedelta(days=1),
+                                                     "n", 1)))
+        assert three.list_in_flight(GROUP) == ["i1"]
+    finally:
+        type(ops.parts[0]).page = real  # type: ignore[method-assign]
+    assert calls[0] == (0, "") and len(calls) == 3
+    assert {at for _, at in calls[1:]} == {calls[1][1]} and calls[1][1] != ""
+
+
+def test_pages_span_partitions_and_list_what_the_whole_listing_lists() -> None:
+    client = fakeredis.FakeRedis()
+    five = repo(client, unique_namespace(), 5)
+    ids = [f"i{i:02}" for i in range(23)]
+    for id in ids:
+        five.save(record(id))
+    for limit in (1, 4, 30):
+        flat, cursor, pages = [], None, 0
+        while True:
+            page = five.list_in_flight_page(GROUP, T0, cursor=cursor, limit=limit)
+            assert len(page.ids) <= limit
+            flat += page.ids
+            pages += 1
+            if page.cursor is None:
+                break
+            cursor = page.cursor
+        assert flat == five.list_in_flight(GROUP, T0) and sorted(flat) == ids
+        if limit == 30:
+            assert pages == 1  # a page goes on into the next partitions
+    assert repo(client, unique_namespace(), 5).list_in_flight_page(GROUP, T0).cursor is None
+
+
+def test_a_listing_whose_partition_fails_raises_rather_than_answer_part_of_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    client = fakeredis.FakeRedis()
+    three = repo(client, unique_namespace(), 3)
+    for i in range(20):
+        three.save(record(f"i{i}"))
+    client.delete(Keyspace(three.namespace, 1).inflight(GROUP))
+    client.set(Keyspace(three.namespace, 1).inflight(GROUP), "damaged")
+    with pytest.raises(Corrupt):
+        three.list_in_flight(GROUP, T0)
+
+
+def test_a_registration_that_one_partition_misses_is_of_unknown_outcome() -> None:
+    client = fakeredis.FakeRedis()
+    ns = unique_namespace()
+    three = RedisRepository(client, namespace=ns, partitions=3)
+    three.migrate()
+    client.set(Keyspace(ns, 1).groups, "damaged")  # partition 1 refuses, the others add
+    with pytest.raises(Unavailable) as raised:
+        three.register_group(GROUP)
+    assert raised.value.outcome == "unknown"
+    assert client.sismember(Keyspace(ns, 0).groups, GROUP)
+
+
+def test_repartition_refuses_a_namespace_whose_repository_is_in_use() -> None:
+    client = fakeredis.FakeRedis()
+    for count in (1, 3):
+        ns = unique_namespace()
+        repo(client, ns, count).save(record("i1"))
+        before = keys_of(client)
+        with pytest.raises(Misconfigured, match="instance repository"):
+            repartition(client, ns, 2 if count == 1 else 1)
+        assert keys_of(client) == before
