@@ -60,9 +60,9 @@ def acl_rule(namespace: str, *, durability: bool = False, server_checks: bool = 
       another user. Only ``migrate()`` scans.
     - ``cluster``: what redis-py's ``RedisCluster`` asks at start-up (``CLUSTER SLOTS``,
       ``CLUSTER SHARDS``, ``COMMAND``).
-    - ``partitions``: the keys of every partition of a store opened with ``partitions=N``
-      (``{namespace#0}`` to ``{namespace#N-1}``, besides the namespace's own, which hold
-      the count and the instance repository).
+    - ``partitions``: the keys of every partition of a store or repository opened with
+      ``partitions=N`` (``{namespace#0}`` to ``{namespace#N-1}``, besides the namespace's
+      own, which hold the count).
 
     A client that selects a database other than 0 needs ``+select`` as well. A namespace
     with whitespace or control characters cannot be one word of an ACL rule: ValueError.

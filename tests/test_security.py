@@ -26,6 +26,7 @@ from redisstore import (
     AsyncRedisRepository,
     AsyncRedisRunStore,
     Claim,
+    InstanceRecord,
     RedisRepository,
     RedisRunStore,
     Release,
@@ -154,7 +155,8 @@ def test_a_user_confined_to_a_store_of_partitions_runs_every_kind_of_call(
         server: Server) -> None:
     """acl_rule(partitions=6): the count check, one-run calls, renew and release, claims
     that read every partition's head, and a dependency across partitions (watch, announce,
-    deliver) as a user confined to the namespace's partitions."""
+    deliver) as a user confined to the namespace's partitions; then the repository of
+    partitions, every kind of call."""
     namespace = unique_namespace()
     client = redis.Redis(**confine(server, namespace, partitions=6))
     store = RedisRunStore(client, namespace=namespace, discover=json_wait, partitions=6)
@@ -169,6 +171,18 @@ def test_a_user_confined_to_a_store_of_partitions_runs_every_kind_of_call(
     assert store.claim_ready("b", 600_000, 10) == ["run"]
     assert store.release("b", ["run"]) == ["run"]
     assert store.quarantined() == []
+    # The repository of the same namespace and count, as that user: every kind of call.
+    repo = RedisRepository(client, namespace=namespace, partitions=6)
+    repo.migrate()
+    repo.register_group("g")
+    assert repo.group_exists("g")
+    ids = [f"i{i}" for i in range(12)]
+    for id in ids:
+        repo.save(InstanceRecord(id, b"p", "g"))
+    assert sorted(repo.list_in_flight("g")) == sorted(ids)
+    assert sorted(repo.list_in_flight_page("g", limit=1000).ids) == sorted(ids)
+    repo.delete("i0", expected_version=1)
+    assert repo.load("i0") is None and repo.load("i1") is not None
 
 
 @pytest.mark.server
