@@ -32,6 +32,7 @@ from urllib.parse import unquote
 from . import Claim, Free, Held, Hold, LeaseRefused, RedisRunStore, Release, __version__
 from .discovery import json_wait
 from .keys import Keyspace
+from .partitions import MAX_PARTITIONS, partition_of
 from .security import glob_escape
 
 
@@ -107,9 +108,21 @@ def _guarded(command: str, url: str | None, out: Any, body: Callable[[Any], int]
 
 
 def namespace_keys(client: Any, namespace: str) -> Iterator[bytes]:
-    """The keys of ``namespace``, by SCAN (bounded steps; never KEYS)."""
-    pattern = glob_escape(Keyspace(namespace).prefix) + "*"
-    yield from client.scan_iter(match=pattern, count=1000)
+    """The keys of ``namespace``, its own (``{ns}:``) and its partitions' (``{ns#p}:``; no
+    other namespace has a ``#``), by SCAN (bounded steps; never KEYS)."""
+    own = glob_escape("{" + namespace)
+    for pattern in (own + "}:*", own + "#*}:*"):
+        yield from client.scan_iter(match=pattern, count=1000)
+
+
+def spaces_of(client: Any, namespace: str) -> list[Keyspace]:
+    """The keyspaces ``namespace``'s runs are in: its own, or each of its partitions' when
+    its meta key records a count (read as it is: a damaged count is one partition)."""
+    got = client.hget(Keyspace(namespace).meta, "partitions")
+    count = int(got) if got is not None and got.isdigit() else 1
+    if not 1 < count <= MAX_PARTITIONS:
+        return [Keyspace(namespace)]
+    return [Keyspace(namespace, p) for p in range(count)]
 
 
 def drop_namespace(client: Any, namespace: str) -> int:
@@ -224,10 +237,11 @@ def _index_counts(client: Any, keys: Keyspace, index: str, now: int) -> tuple[in
 def _inspect(url: str | None, namespace: str, run: str | None, as_json: bool, out: Any,
              scan_limit: int) -> int:
     client = _client(url)
-    keys = Keyspace(namespace)
-    store = RedisRunStore(client, namespace=namespace)
+    spaces = spaces_of(client, namespace)
+    store = RedisRunStore(client, namespace=namespace, partitions=len(spaces))
     now = store.now()
     if run is not None:
+        keys = spaces[partition_of(run, len(spaces))]
         current = store.get(run)
         holder = current.holder
         expiry = _index_score(client, keys, "leases", run)
@@ -247,19 +261,21 @@ def _inspect(url: str | None, namespace: str, run: str | None, as_json: bool, ou
     else:
         runs = 0
         truncated = False
-        prefix = keys.prefix.encode() + b"r:"
+        prefixes = tuple(keys.prefix.encode() + b"r:" for keys in spaces)
         for key in namespace_keys(client, namespace):
-            if key.startswith(prefix):
+            if key.startswith(prefixes):
                 runs += 1
                 if runs >= scan_limit:
                     truncated = True
                     break
-        layout = client.hget(keys.meta, "layout")
-        held, held_expired = _index_counts(client, keys, "leases", now)
-        waiting, ready_now = _index_counts(client, keys, "ready", now)
+        layout = client.hget(spaces[0].meta, "layout")
+        counts = [(*_index_counts(client, keys, "leases", now),
+                   *_index_counts(client, keys, "ready", now)) for keys in spaces]
+        held, held_expired, waiting, ready_now = (sum(c[i] for c in counts) for i in range(4))
         report = {
-            "namespace": namespace, "server_time_ms": now,
-            "layout": int(layout) if layout else 1,
+            "namespace": namespace, "partitions": len(spaces), "server_time_ms": now,
+            # A partition with no layout recorded is at 4 (partitions began there).
+            "layout": int(layout) if layout else (1 if len(spaces) == 1 else 4),
             "runs": runs, f"runs_counted_only_up_to_{scan_limit}": truncated,
             "held": held, "held_expired": held_expired,
             "waiting": waiting, "ready_now": ready_now,

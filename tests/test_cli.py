@@ -116,6 +116,33 @@ def test_demo_keep_inspect_and_drop_as_a_user_would(monkeypatch: pytest.MonkeyPa
     assert list(redis7.client().scan_iter(match=f"{{{other}}}:*")) == []
 
 
+@pytest.mark.server
+def test_inspect_and_drop_see_every_partition_of_a_namespace(monkeypatch: pytest.MonkeyPatch,
+                                                             redis7: Server) -> None:
+    """A namespace of partitions: inspect counts the runs and indexes of every partition
+    and shows a run from its own; drop deletes the partitions' keys too (it left them)."""
+    import json
+
+    from redisstore import Claim, RedisRepository, RedisRunStore, Release
+
+    url = f"redis://127.0.0.1:{redis7.port}/0"
+    namespace = f"cli-{uuid.uuid4().hex[:8]}"
+    store = RedisRunStore(redis7.client(), namespace=namespace, partitions=4)
+    for i in range(10):
+        store.insert(f"r{i}", b"x", Claim("me", 600_000) if i < 3 else Release())
+    RedisRepository(redis7.client(), namespace=namespace, partitions=4).register_group("g")
+    code, out = run(["inspect", "--url", url, "--namespace", namespace, "--json"], monkeypatch)
+    summary = json.loads(out)
+    assert code == 0 and (summary["partitions"], summary["runs"], summary["held"]) == (4, 10, 3)
+    code, out = run(["inspect", "--url", url, "--namespace", namespace, "r1", "--json"],
+                    monkeypatch)
+    one = json.loads(out)
+    assert code == 0 and one["holder"] == "me" and 0 < one["lease_ms_left"] <= 600_000
+    code, out = run(["drop", "--url", url, "--namespace", namespace, "--yes"], monkeypatch)
+    assert code == 0
+    assert list(redis7.client().scan_iter(match=f"{{{namespace}*")) == []
+
+
 def test_inspect_of_a_closed_port_is_one_line_and_exit_2(
         monkeypatch: pytest.MonkeyPatch) -> None:
     code, out = run(["inspect", "--url", "redis://alice:s3cr3t@127.0.0.1:1/0", "--namespace",

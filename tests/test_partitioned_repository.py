@@ -11,6 +11,7 @@ from typing import Any
 import fakeredis
 import pytest
 from servers import unique_namespace
+from test_partitions import keys_of
 
 from redisstore import (
     Corrupt,
@@ -30,11 +31,6 @@ from redisstore.partitions import partition_of
 
 GROUP = "engines"
 T0 = datetime(2031, 5, 6, 7, 8, 9, tzinfo=UTC)
-
-
-def keys_of(client: Any) -> dict[bytes, Any]:
-    """Every key and its dump: to show that nothing was written."""
-    return {key: client.dump(key) for key in client.keys("*")}
 
 
 def record(id: str, **fields: Any) -> InstanceRecord:
