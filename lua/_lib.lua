@@ -673,10 +673,12 @@ local function check_layout()
     wrong_type(got)  -- not a type error (a key the ACL denies...): raised, not corrupt
     return {CORRUPT, 'meta', 0, -1}
   end
-  if got[3] then
+  if got[3] and not PARTITION then
     -- The namespace is spread over partitions, whose keys are {ns#p}: this store of one
-    -- (prefix {ns}:) must not write beside them. A partition's own meta never has it.
-    local n = decimal(got[3], 1, MAX_PARTITIONS)
+    -- (prefix {ns}:) must not write beside them. A partition's own meta never has a count
+    -- (run_partitions refuses a partition's prefix): one found there is foreign, and says
+    -- nothing. A count is never 1 (one partition records none).
+    local n = decimal(got[3], 2, MAX_PARTITIONS)
     if n == nil then return {CORRUPT, 'meta.partitions', 0, -1} end
     return {PARTITIONED, n, 0, -1}
   end

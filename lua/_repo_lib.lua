@@ -177,19 +177,22 @@ local function reply(code, payload)
   return {code, payload, 0, -1}
 end
 
--- A namespace spread over partitions (redisstore.partitions) keeps their count in its own
--- meta ({ns}:meta) and its records in the partitions' keys ({ns#p}:): a repository of one
--- partition, whose prefix is {ns}:, must neither read nor write beside them (a partition's
--- own meta never has a count). The refusal, or nil.
+-- A repository spread over partitions (redisstore.partitioned_repository) keeps their count
+-- in the namespace's own meta ({ns}:meta, field repo-partitions; the run store's count is
+-- apart) and its records in the partitions' keys ({ns#p}:): a repository of one partition,
+-- whose prefix is {ns}:, must neither read nor write beside them. A partition's own meta
+-- never has a count (one found there is foreign, and says nothing); a count is never 1.
+-- The refusal, or nil.
 local function spread()
-  local got = redis.pcall('HGET', P .. 'meta', 'partitions')
+  if string.find(P, '#', 1, true) then return nil end
+  local got = redis.pcall('HGET', P .. 'meta', 'repo-partitions')
   if type(got) == 'table' then
     wrong_type(got)  -- not a type error (a key the ACL denies...): raised, not corrupt
     return reply(CORRUPT, 'meta')
   end
   if not got then return nil end
-  local n = decimal(got, 1, MAX_PARTITIONS)
-  if n == nil then return reply(CORRUPT, 'meta.partitions') end
+  local n = decimal(got, 2, MAX_PARTITIONS)
+  if n == nil then return reply(CORRUPT, 'meta.repo-partitions') end
   return reply(PARTITIONED, n)
 end
 

@@ -14,6 +14,8 @@ unchanged: one round trip. The calls over every partition:
   0's server when ``now`` is None), the partitions' pages at once; the ids partition after
   partition. ``list_in_flight_page`` gives the same ids in pages: a page goes on into the
   next partition when one's listing ends within it; its cursor names the partition.
+- The count is the repository's own (meta field ``repo-partitions``), apart from the run
+  store's: a run store and a repository of one namespace may differ.
 - ``max_terminal`` holds in each partition: a terminal record is never evicted sooner than
   a repository of one partition would evict it (the newer terminal records of its
   partition are a part of all the newer ones), and the partitions hold at most N times
@@ -26,7 +28,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from .errors import StoreError
+from .errors import StoreError, Unavailable
 from .keys import Keyspace
 from .partitions import Counted, check_partitions, partition_of, worst
 from .protocol import Operation, Settled, Spread, Steps, fan, fanned
@@ -57,6 +59,7 @@ class PartitionedRepositoryOps(Counted):
     :class:`RepositoryOps` per partition."""
 
     what = "repository"
+    kind = "repo"
 
     def __init__(self, namespace: str, max_terminal: int = 1024,
                  logger: Logger | None = None, *, partitions: int = 2) -> None:
@@ -115,8 +118,14 @@ class PartitionedRepositoryOps(Counted):
 
     def _migrate(self, settings: bool) -> Steps[None]:
         yield from fanned(self.parts[0].migrate(settings=settings))
-        _values((yield from fan(part.record_layout() for part in self.parts[1:])), write=True,
-                applied=True)
+        answers = yield from fan(part.record_layout() for part in self.parts[1:])
+        # A partition's refusal (a newer layout: Misconfigured; a damaged one: Corrupt) is
+        # what a start-up must stop on, wherever it is: it comes before the outcome.
+        refused = [got.error for got in answers if isinstance(got.error, StoreError)
+                   and not isinstance(got.error, Unavailable)]
+        if refused:
+            raise refused[0]
+        _values(answers, write=True, applied=True)
 
     def cluster_compatibility(self) -> tuple[bool, str]:
         """``(True, reason)``: the state lives in the server, shared by every node."""
@@ -141,15 +150,21 @@ class PartitionedRepositoryOps(Counted):
         if at == "":  # partition 0's first page reads the clock every partition uses
             ((ids, at, cursor),) = _values((yield from fan(
                 [self.parts[0].page(group, at, MAX_PAGE, after[0])])))
-            listed[0].update(dict.fromkeys(ids))
+            listed[0].update(dict.fromkeys(self._own(0, ids)))
             _advance(after, 0, cursor)
         while after:
             pages = _values((yield from fan(
                 self.parts[p].page(group, at, MAX_PAGE, after[p]) for p in after)))
             for p, (ids, _, cursor) in zip(list(after), pages, strict=True):
-                listed[p].update(dict.fromkeys(ids))
+                listed[p].update(dict.fromkeys(self._own(p, ids)))
                 _advance(after, p, cursor)
         return [id for ids in listed for id in ids]
+
+    def _own(self, p: int, ids: list[str]) -> list[str]:
+        """The ids a page of partition ``p`` listed that are of that partition: a record
+        found in another (foreign data) is never a record of this repository, which would
+        load and delete it elsewhere."""
+        return [id for id in ids if partition_of(id, self.n) == p]
 
     def list_in_flight_page(self, group: str, now: datetime | None = None, *,
                             cursor: str | None = None, limit: int = MAX_PAGE
@@ -175,7 +190,7 @@ class PartitionedRepositoryOps(Counted):
         ids: list[str] = []
         while True:
             got, at, cursor = yield from self.parts[p].page(group, at, limit - len(ids), after)
-            ids.extend(got)
+            ids.extend(self._own(p, got))
             if cursor is not None:
                 return InFlightPage(tuple(ids), _cursor(p, at, cursor))
             p, after = p + 1, ("", b"")

@@ -118,8 +118,15 @@ class Counted:
     keys: Keyspace
     #: Whether :meth:`count_check` has passed for this store.
     counted: bool = False
-    #: What the messages call this object.
+    #: What the messages call this object, and whose count it keeps: the runs' (meta field
+    #: ``partitions``) or the instance repository's (``repo-partitions``), apart.
     what = "store"
+    kind = "runs"
+
+    def _used_keys(self) -> tuple[str, str]:
+        """Keys a namespace in use by one partition of this kind has (run_partitions)."""
+        k = self.keys
+        return (k.leases, k.prefix + "L/") if self.kind == "runs" else (k.groups, k.layout)
 
     def count_check(self) -> Operation[None]:
         """Refuse a namespace spread over another number of partitions than this one's, or
@@ -128,9 +135,10 @@ class Counted:
         if self.counted:
             return
         k = self.keys
+        # A write (it may record the count): a lost reply is of unknown outcome.
         recorded = yield from ask(Call(
-            scripts.RUN_PARTITIONS, (k.meta, k.leases, k.prefix + "L/", k.groups, k.layout),
-            (k.prefix, self.n), answer("", k.namespace), write=False))
+            scripts.RUN_PARTITIONS, (k.meta, *self._used_keys()), (k.prefix, self.n, self.kind),
+            answer("", k.namespace)))
         if int(recorded) == 0:
             raise Misconfigured(
                 f"namespace {k.namespace!r} is being repartitioned (redisstore.repartition "
@@ -140,7 +148,7 @@ class Counted:
             raise Misconfigured(
                 f"namespace {k.namespace!r} is "
                 + (f"spread over {int(recorded)} partitions" if int(recorded) > 1 else
-                   "used by a store or repository of one partition")
+                   f"used by a {self.what} of one partition")
                 + f" and this {self.what} was opened with partitions={self.n}: open it with "
                 f"partitions={int(recorded)} (nothing was written; docs/scale-out.md says how "
                 "to change the count)")

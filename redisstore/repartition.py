@@ -79,28 +79,14 @@ def _scan(client: Any, key: str, match: str) -> Iterator[bytes]:
         yield from client.scan_iter(match=match, count=1000)
 
 
-def _refuse_a_repository(client: Any, namespace: str, count: int) -> None:
-    """Refuse a namespace whose instance repository is in use: its records are not moved
-    (they would be left in partitions a repository of the new count never reads)."""
-    spaces = ([Keyspace(namespace)] if count == 1 else
-              [Keyspace(namespace, p) for p in range(count)])
-    for keys in spaces:
-        if client.exists(keys.groups, keys.layout):
-            raise Misconfigured(
-                f"namespace {namespace!r} holds an instance repository, whose records "
-                "repartition does not move: nothing was moved (docs/scale-out.md, "
-                "'Changing the count')")
-
-
 def repartition(client: Any, namespace: str, to: int, *, discover: Discover | None = None,
                 projection_version: int = 1, durability: Durability | None = None,
                 timeout: int = 5000) -> Repartitioned:
     """Spread ``namespace`` over ``to`` partitions (1: one, the namespace's own keys), with
     every engine of it stopped; the stores then open it with ``partitions=to``. ``discover``
     and ``projection_version``: the engines' own (every run's wait is derived again).
-    Safe to run again after it stopped; a namespace already at ``to`` is left alone. A
-    namespace whose instance repository is in use is refused (``Misconfigured``, nothing
-    moved): the repository's records are not moved."""
+    Safe to run again after it stopped; a namespace already at ``to`` is left alone. It
+    moves runs: the namespace's instance repository keeps its own count and records."""
     to = check_partitions(to)
     durability, timeout = check_io(durability, timeout)
     before, under_way = recorded_count(client, namespace)
@@ -111,7 +97,6 @@ def repartition(client: Any, namespace: str, to: int, *, discover: Discover | No
             f"repartition(..., {under_way}); nothing was moved")
     if before == to:
         return Repartitioned(0, 0, 0, before, to)
-    _refuse_a_repository(client, namespace, before)
     meta = Keyspace(namespace).meta
     # Under way until the end: stores of partitions refuse the namespace meanwhile (their
     # count check reads it), and a run of this step stopped anywhere resumes from here.

@@ -331,8 +331,8 @@ class RedisRepository(_Closes, Shell[RepositoryOps | PartitionedRepositoryOps]):
     ``partitions=N`` (1 to 256) spreads one logical repository over N hash tags
     ``{namespace#p}`` (docs/scale-out.md): a record's calls go to its id's partition, one
     round trip; ``register_group``, ``group_exists`` and the listings span every partition;
-    ``max_terminal`` holds in each partition. The count is the namespace's, shared with a
-    run store of partitions there; another is refused (``Misconfigured``).
+    ``max_terminal`` holds in each partition. The count is recorded in the namespace (apart
+    from its run store's); another is refused (``Misconfigured``).
 
     Failures that are not an answer of the contract raise ``Unavailable``; a ``save`` or
     ``delete`` whose reply was lost is never re-sent (load the record to find out).

@@ -60,16 +60,15 @@ def test_a_record_is_in_its_ids_partition_beside_the_run_of_that_id() -> None:
     assert sorted(records.list_in_flight(GROUP, T0)) == sorted(ids)
 
 
-def test_the_count_is_the_namespaces_and_another_is_refused_with_nothing_written() -> None:
+def test_the_count_is_recorded_and_another_is_refused_with_nothing_written() -> None:
     client = fakeredis.FakeRedis()
     ns = unique_namespace()
     repo(client, ns, 4).save(record("i1"))
+    assert client.hget(Keyspace(ns).meta, "repo-partitions") == b"4"
     before = keys_of(client)
     for count in (2, 6):
         with pytest.raises(Misconfigured, match="partitions=4"):
             RedisRepository(client, namespace=ns, partitions=count).load("i1")
-        with pytest.raises(Misconfigured, match="partitions=4"):
-            RedisRunStore(client, namespace=ns, partitions=count).get("i1")
     # A repository of one partition is refused by every script (it reads the count).
     one = RedisRepository(client, namespace=ns)
     for call in (lambda: one.load("i1"), lambda: one.save(record("i1")),
@@ -82,16 +81,66 @@ def test_the_count_is_the_namespaces_and_another_is_refused_with_nothing_written
     assert RedisRepository(client, namespace=ns, partitions=4).load("i1") is not None
 
 
+def test_the_run_store_and_the_repository_of_a_namespace_keep_their_own_counts() -> None:
+    """A run store of 6 partitions beside a repository of one (as earlier versions laid a
+    namespace out), and a repository of 3 beside runs of one: each keeps its own count, and
+    each is refused only by its own."""
+    client = fakeredis.FakeRedis()
+    ns = unique_namespace()
+    runs = RedisRunStore(client, namespace=ns, partitions=6)
+    runs.insert("r", b"x", Release())
+    records = repo(client, ns, 1)
+    records.save(record("i1"))
+    assert records.load("i1") is not None and runs.get("r").revision == 1
+    with pytest.raises(Misconfigured, match="used by a repository of one partition"):
+        RedisRepository(client, namespace=ns, partitions=6).load("i1")
+    other = unique_namespace()
+    RedisRunStore(client, namespace=other).insert("r", b"x", Release())
+    three = repo(client, other, 3)
+    three.save(record("i1"))
+    assert RedisRunStore(client, namespace=other).get("r").revision == 1
+    with pytest.raises(Misconfigured, match="used by a store of one partition"):
+        RedisRunStore(client, namespace=other, partitions=3).get("r")
+    assert three.load("i1") is not None
+
+
 def test_a_namespace_used_by_a_repository_of_one_partition_stays_one() -> None:
     client = fakeredis.FakeRedis()
     ns = unique_namespace()
     RedisRepository(client, namespace=ns).register_group(GROUP)  # not a single record yet
     before = keys_of(client)
-    with pytest.raises(Misconfigured, match="used by a store or repository of one"):
+    with pytest.raises(Misconfigured, match="used by a repository of one"):
         RedisRepository(client, namespace=ns, partitions=3).register_group(GROUP)
-    with pytest.raises(Misconfigured, match="used by a store or repository of one"):
-        RedisRunStore(client, namespace=ns, partitions=3).insert("r", b"r", Release())
     assert keys_of(client) == before
+
+
+@pytest.mark.parametrize(("field", "value"), [("repo-partitions", "1"),
+                                              ("repo-partitions", "x"),
+                                              ("repo-partitions", "257")])
+def test_a_damaged_count_is_corrupt_and_nothing_is_written(field: str, value: str) -> None:
+    client = fakeredis.FakeRedis()
+    ns = unique_namespace()
+    client.hset(Keyspace(ns).meta, field, value)
+    before = keys_of(client)
+    for count in (1, 3):
+        with pytest.raises(Corrupt, match=r"meta\.repo-partitions"):
+            RedisRepository(client, namespace=ns, partitions=count).register_group(GROUP)
+    assert keys_of(client) == before
+
+
+def test_a_count_planted_in_a_partitions_meta_walls_nothing() -> None:
+    """Foreign data: a count in a partition's own meta (no script records one there) is
+    ignored by the run and repository scripts of that partition."""
+    client = fakeredis.FakeRedis()
+    ns = unique_namespace()
+    three = repo(client, ns, 3)
+    store = RedisRunStore(client, namespace=ns, partitions=3)
+    for p in range(3):
+        client.hset(Keyspace(ns, p).meta, mapping={"partitions": 3, "repo-partitions": 3})
+    for i in range(9):
+        three.save(record(f"i{i}"))
+        store.insert(f"r{i}", b"x", Release())
+    assert len(three.list_in_flight(GROUP, T0)) == 9 and store.get("r1").revision == 1
 
 
 def test_bad_arguments_raise_before_the_count_is_recorded() -> None:
@@ -233,12 +282,41 @@ def test_a_registration_that_one_partition_misses_is_of_unknown_outcome() -> Non
     assert client.sismember(Keyspace(ns, 0).groups, GROUP)
 
 
-def test_repartition_refuses_a_namespace_whose_repository_is_in_use() -> None:
+def test_repartition_moves_runs_and_leaves_the_repository_as_it_is() -> None:
     client = fakeredis.FakeRedis()
     for count in (1, 3):
         ns = unique_namespace()
-        repo(client, ns, count).save(record("i1"))
-        before = keys_of(client)
-        with pytest.raises(Misconfigured, match="instance repository"):
-            repartition(client, ns, 2 if count == 1 else 1)
-        assert keys_of(client) == before
+        records = repo(client, ns, count)
+        records.save(record("i1"))
+        RedisRunStore(client, namespace=ns).insert("r", b"x", Release())
+        done = repartition(client, ns, 4)
+        assert done.after == 4
+        again = RedisRepository(client, namespace=ns, partitions=count)
+        assert again.load("i1") is not None and again.list_in_flight(GROUP, T0) == ["i1"]
+        assert RedisRunStore(client, namespace=ns, partitions=4).get("r").record == b"x"
+
+
+def test_a_record_planted_in_another_partition_is_never_listed() -> None:
+    """Foreign data: a copy of a record in a partition that is not its id's (listed twice,
+    and, once the real one is deleted, listed with no call able to load or delete it)."""
+    client = fakeredis.FakeRedis()
+    three = repo(client, unique_namespace(), 3)
+    id = next(f"i{i}" for i in range(99) if partition_of(f"i{i}", 3) == 2)
+    three.save(record(id))
+    wrong = Keyspace(three.namespace, 1)
+    client.hset(wrong.instance(id), mapping={"v": 1, "pl": b"x", "g": GROUP, "t": "", "x": "",
+                                             "xo": 0, "o": "", "n": 0, "s": "active", "k": "c"})
+    client.zadd(wrong.inflight(GROUP), {id: "-inf"})
+    assert three.list_in_flight(GROUP, T0) == [id]
+    assert three.list_in_flight_page(GROUP, T0).ids == (id,)
+    three.delete(id)
+    assert three.list_in_flight(GROUP, T0) == [] and three.load(id) is None
+
+
+@pytest.mark.parametrize("partition", [0, 2])
+def test_migrate_stops_on_a_newer_layout_in_any_partition(partition: int) -> None:
+    client = fakeredis.FakeRedis()
+    ns = unique_namespace()
+    client.set(Keyspace(ns, partition).layout, "2")
+    with pytest.raises(Misconfigured, match="newer than this library's"):
+        RedisRepository(client, namespace=ns, partitions=3).migrate()

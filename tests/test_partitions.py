@@ -118,7 +118,7 @@ def test_a_namespace_in_use_by_one_partition_is_not_repartitioned_by_opening_it(
     ns = unique_namespace()
     RedisRunStore(client, namespace=ns).insert("run", b"r", Release())
     before = keys_of(client)
-    with pytest.raises(Misconfigured, match="used by a store or repository of one partition"):
+    with pytest.raises(Misconfigured, match="used by a store of one partition"):
         RedisRunStore(client, namespace=ns, partitions=4).get("run")
     assert keys_of(client) == before
 
@@ -437,7 +437,7 @@ def test_a_pipeline_of_reads_checks_the_count_too() -> None:
     store = RedisRunStore(client, namespace=ns, partitions=6)
     with store.pipeline() as pipe:
         got = pipe.get("r0")
-    with pytest.raises(Misconfigured, match="used by a store or repository of one partition"):
+    with pytest.raises(Misconfigured, match="used by a store of one partition"):
         got.result()
 
 
