@@ -178,21 +178,21 @@ local function reply(code, payload)
 end
 
 -- A repository spread over partitions (redisstore.partitioned_repository) keeps their count
--- in the namespace's own meta ({ns}:meta, field repo-partitions; the run store's count is
--- apart) and its records in the partitions' keys ({ns#p}:): a repository of one partition,
--- whose prefix is {ns}:, must neither read nor write beside them. A partition's own meta
+-- in the namespace's own key {ns}:repo-partitions (repo_partitions; the run store's count
+-- is apart) and its records in the partitions' keys ({ns#p}:): a repository of one
+-- partition, whose prefix is {ns}:, must neither read nor write beside them. A partition
 -- never has a count (one found there is foreign, and says nothing); a count is never 1.
 -- The refusal, or nil.
 local function spread()
   if string.find(P, '#', 1, true) then return nil end
-  local got = redis.pcall('HGET', P .. 'meta', 'repo-partitions')
+  local got = redis.pcall('GET', P .. 'repo-partitions')
   if type(got) == 'table' then
     wrong_type(got)  -- not a type error (a key the ACL denies...): raised, not corrupt
-    return reply(CORRUPT, 'meta')
+    return reply(CORRUPT, 'repo-partitions')
   end
   if not got then return nil end
   local n = decimal(got, 2, MAX_PARTITIONS)
-  if n == nil then return reply(CORRUPT, 'meta.repo-partitions') end
+  if n == nil then return reply(CORRUPT, 'repo-partitions') end
   return reply(PARTITIONED, n)
 end
 

@@ -5,7 +5,7 @@
 -- Reply    {OK, 1 deleted | 0 absent} | {CONFLICT, stored version}
 --          | {CORRUPT, 'index:...' or the field} (nothing written)
 -- Also touches, undeclared (same hash tag): the record's group index, known only once read;
--- reads P.."meta" (spread: the namespace's count).
+-- reads P.."repo-partitions" (spread: the repository's count).
 -- A damaged record is deleted too (delete is how an engine gets rid of one): whatever the
 -- key holds goes, with the entries its group names, if it names one.
 --- @include CONFLICT, CORRUPT, OK, P, decimal, MAX_VERSION, later, inst_key, inflight_key

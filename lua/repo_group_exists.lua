@@ -2,7 +2,8 @@
 -- KEYS[1]  P.."groups"
 -- ARGV[1]  key prefix           ARGV[2] group
 -- Reply    {OK, 1|0} | {CORRUPT, 'index:groups'}
--- Also reads, undeclared (same hash tag): P.."meta" (spread: the namespace's count).
+-- Also reads, undeclared (same hash tag): P.."repo-partitions" (spread: the repository's
+-- count).
 --- @include CORRUPT, OK, P, arg_text, arg_key, of_type, reply, spread
 local groups = arg_key(1, P .. 'groups')
 local group = arg_text(2)

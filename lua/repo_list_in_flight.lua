@@ -8,10 +8,10 @@
 -- Reply    {OK, {{id...}, cursor score|false, cursor id|false, now}} | {CORRUPT,
 --          'index:inflight'}. No lease first, then by expiry, ties by id. A false cursor:
 --          the listing is complete.
--- Also reads, undeclared (same hash tag): P.."meta" (spread: the namespace's count), the
--- hash of each entry visited. Each entry is listed only when its own record says so (of
--- this group, class 'c', expiry '' or <= now): an entry pointing at nothing, at another
--- type or at a record that moved is skipped.
+-- Also reads, undeclared (same hash tag): P.."repo-partitions" (spread: the repository's
+-- count), the hash of each entry visited. Each entry is listed only when its own record
+-- says so (of this group, class 'c', expiry '' or <= now): an entry pointing at nothing, at
+-- another type or at a record that moved is skipped.
 --- @include CORRUPT, OK, arg_int, MAX_PAGE, MAX_US, MIN_US, now_us, inst_key, inflight_key
 --- @include int_le, wrong_type, signed, expiry_ok, class_of, arg_text, arg_any, arg_key
 --- @include key_type, reply, spread, score, score_text, rank_after

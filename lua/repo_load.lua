@@ -3,7 +3,8 @@
 -- ARGV[1]  key prefix           ARGV[2] id
 -- Reply    {OK, {version, payload, group, tenant, expiry µs|'', offset µs, owner,
 --           incarnation, status}} | {NOT_FOUND, false} | {CORRUPT, field}
--- Also reads, undeclared (same hash tag): P.."meta" (spread: the namespace's count).
+-- Also reads, undeclared (same hash tag): P.."repo-partitions" (spread: the repository's
+-- count).
 --- @include CORRUPT, NOT_FOUND, OK, inst_key, arg_text, arg_key, reply, spread
 --- @include load_record
 local k = arg_key(1, inst_key(arg_text(2)))

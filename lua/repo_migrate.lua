@@ -3,7 +3,8 @@
 -- ARGV[1]  key prefix           ARGV[2] this library's layout version
 -- Reply    {OK, version found (0 none)} | {TOO_NEW, version found} when it is newer
 --          | {CORRUPT, 'repo-layout'} (nothing written on either)
--- Also reads, undeclared (same hash tag): P.."meta" (spread: the namespace's count).
+-- Also reads, undeclared (same hash tag): P.."repo-partitions" (spread: the repository's
+-- count).
 --- @include CORRUPT, OK, TOO_NEW, P, int, decimal, arg_int, wrong_type, arg_key, reply
 --- @include spread
 local layout = arg_key(1, P .. 'repo-layout')

@@ -10,8 +10,8 @@
 --          | {NOT_FOUND, 'group'} (never registered) | {CORRUPT, field}; nothing written
 --          but on OK
 -- Also touches, undeclared (same hash tag): the record's previous group index when it
--- leaves it, and the hashes of the terminal records it evicts; reads P.."meta" (spread:
--- the namespace's count). The class (which indexes
+-- leaves it, and the hashes of the terminal records it evicts; reads
+-- P.."repo-partitions" (spread: the repository's count). The class (which indexes
 -- hold the record) is derived from the status here, as record_class does in Python.
 --- @include CONFLICT, CORRUPT, NOT_FOUND, OK, P, int, decimal, arg_int, MAX_EVICT
 --- @include MAX_PAYLOAD, MAX_VERSION, MAX_US, MIN_US, later, inst_key, inflight_key

@@ -118,3 +118,9 @@ class Keyspace:
     def layout(self) -> str:
         """The repository layout version ``migrate`` recorded."""
         return self.prefix + "repo-layout"
+
+    @property
+    def repo_partitions(self) -> str:
+        """The repository's partition count, when it is spread over partitions (its
+        partitions' keys are ``{namespace#p}``)."""
+        return self.prefix + "repo-partitions"

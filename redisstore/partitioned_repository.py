@@ -14,7 +14,7 @@ unchanged: one round trip. The calls over every partition:
   0's server when ``now`` is None), the partitions' pages at once; the ids partition after
   partition. ``list_in_flight_page`` gives the same ids in pages: a page goes on into the
   next partition when one's listing ends within it; its cursor names the partition.
-- The count is the repository's own (meta field ``repo-partitions``), apart from the run
+- The count is the repository's own (key ``{ns}:repo-partitions``), apart from the run
   store's: a run store and a repository of one namespace may differ.
 - ``max_terminal`` holds in each partition: a terminal record is never evicted sooner than
   a repository of one partition would evict it (the newer terminal records of its
@@ -28,6 +28,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
+from . import scripts
 from .errors import StoreError, Unavailable
 from .keys import Keyspace
 from .partitions import Counted, check_partitions, partition_of, worst
@@ -59,7 +60,12 @@ class PartitionedRepositoryOps(Counted):
     :class:`RepositoryOps` per partition."""
 
     what = "repository"
-    kind = "repo"
+
+    def _count_script(self) -> tuple[scripts.Script, tuple[str, ...]]:
+        """``repo_partitions``, in the repository's own key: apart from the run store's
+        count (a damaged run store meta never reaches the repository)."""
+        k = self.keys
+        return scripts.REPO_PARTITIONS, (k.repo_partitions, k.groups, k.layout)
 
     def __init__(self, namespace: str, max_terminal: int = 1024,
                  logger: Logger | None = None, *, partitions: int = 2) -> None:

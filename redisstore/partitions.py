@@ -118,15 +118,14 @@ class Counted:
     keys: Keyspace
     #: Whether :meth:`count_check` has passed for this store.
     counted: bool = False
-    #: What the messages call this object, and whose count it keeps: the runs' (meta field
-    #: ``partitions``) or the instance repository's (``repo-partitions``), apart.
+    #: What the messages call this object.
     what = "store"
-    kind = "runs"
 
-    def _used_keys(self) -> tuple[str, str]:
-        """Keys a namespace in use by one partition of this kind has (run_partitions)."""
+    def _count_script(self) -> tuple[scripts.Script, tuple[str, ...]]:
+        """The script that checks and records the count, and its keys: the runs' count
+        (``run_partitions``, in the namespace's meta key). The repository's is apart."""
         k = self.keys
-        return (k.leases, k.prefix + "L/") if self.kind == "runs" else (k.groups, k.layout)
+        return scripts.RUN_PARTITIONS, (k.meta, k.leases, k.prefix + "L/")
 
     def count_check(self) -> Operation[None]:
         """Refuse a namespace spread over another number of partitions than this one's, or
@@ -135,10 +134,10 @@ class Counted:
         if self.counted:
             return
         k = self.keys
+        script, keys = self._count_script()
         # A write (it may record the count): a lost reply is of unknown outcome.
-        recorded = yield from ask(Call(
-            scripts.RUN_PARTITIONS, (k.meta, *self._used_keys()), (k.prefix, self.n, self.kind),
-            answer("", k.namespace)))
+        recorded = yield from ask(Call(script, keys, (k.prefix, self.n),
+                                       answer("", k.namespace)))
         if int(recorded) == 0:
             raise Misconfigured(
                 f"namespace {k.namespace!r} is being repartitioned (redisstore.repartition "

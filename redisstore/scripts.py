@@ -643,7 +643,7 @@ RUN_NAMES = ("run_now", "run_get", "run_insert", "run_compare_and_set", "run_ren
              "run_quarantined", "run_migrate", "run_heads", "run_partitions", "run_watch",
              "run_notify", "run_delivered")
 REPO_NAMES = ("repo_save", "repo_load", "repo_delete", "repo_list_in_flight",
-              "repo_register_group", "repo_group_exists", "repo_migrate")
+              "repo_register_group", "repo_group_exists", "repo_migrate", "repo_partitions")
 
 _BUILT = load_all([(n, "_lib") for n in RUN_NAMES] + [(n, "_repo_lib") for n in REPO_NAMES])
 
@@ -680,6 +680,10 @@ REPO_LIST_IN_FLIGHT = _BUILT["repo_list_in_flight"]
 REPO_REGISTER_GROUP = _BUILT["repo_register_group"]
 REPO_GROUP_EXISTS = _BUILT["repo_group_exists"]
 REPO_MIGRATE = _BUILT["repo_migrate"]
+REPO_PARTITIONS = _BUILT["repo_partitions"]
+
+#: The repository scripts only a repository spread over partitions sends.
+REPO_PARTITION_SCRIPTS = (REPO_PARTITIONS,)
 
 REPO_SCRIPTS = (REPO_SAVE, REPO_LOAD, REPO_DELETE, REPO_LIST_IN_FLIGHT, REPO_REGISTER_GROUP,
-                REPO_GROUP_EXISTS, REPO_MIGRATE)
+                REPO_GROUP_EXISTS, REPO_MIGRATE, REPO_PARTITIONS)

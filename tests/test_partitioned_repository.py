@@ -64,7 +64,7 @@ def test_the_count_is_recorded_and_another_is_refused_with_nothing_written() -> 
     client = fakeredis.FakeRedis()
     ns = unique_namespace()
     repo(client, ns, 4).save(record("i1"))
-    assert client.hget(Keyspace(ns).meta, "repo-partitions") == b"4"
+    assert client.get(Keyspace(ns).repo_partitions) == b"4"
     before = keys_of(client)
     for count in (2, 6):
         with pytest.raises(Misconfigured, match="partitions=4"):
@@ -114,18 +114,31 @@ def test_a_namespace_used_by_a_repository_of_one_partition_stays_one() -> None:
     assert keys_of(client) == before
 
 
-@pytest.mark.parametrize(("field", "value"), [("repo-partitions", "1"),
-                                              ("repo-partitions", "x"),
-                                              ("repo-partitions", "257")])
-def test_a_damaged_count_is_corrupt_and_nothing_is_written(field: str, value: str) -> None:
+@pytest.mark.parametrize("value", ["1", "x", "257", "04"])
+def test_a_damaged_count_is_corrupt_and_nothing_is_written(value: str) -> None:
     client = fakeredis.FakeRedis()
     ns = unique_namespace()
-    client.hset(Keyspace(ns).meta, field, value)
+    client.set(Keyspace(ns).repo_partitions, value)
     before = keys_of(client)
     for count in (1, 3):
-        with pytest.raises(Corrupt, match=r"meta\.repo-partitions"):
+        with pytest.raises(Corrupt, match="repo-partitions"):
             RedisRepository(client, namespace=ns, partitions=count).register_group(GROUP)
     assert keys_of(client) == before
+    client.delete(Keyspace(ns).repo_partitions)
+    client.hset(Keyspace(ns).repo_partitions, "a", "b")  # another type
+    for count in (1, 3):
+        with pytest.raises(Corrupt, match="repo-partitions"):
+            RedisRepository(client, namespace=ns, partitions=count).load("i")
+
+
+def test_a_damaged_run_store_meta_never_reaches_the_repository() -> None:
+    client = fakeredis.FakeRedis()
+    ns = unique_namespace()
+    records = repo(client, ns, 1)
+    records.save(record("i1"))
+    client.set(Keyspace(ns).meta, "not a hash")
+    assert records.load("i1") is not None
+    assert repo(client, unique_namespace(), 3).load("i1") is None
 
 
 def test_a_count_planted_in_a_partitions_meta_walls_nothing() -> None:
@@ -136,7 +149,8 @@ def test_a_count_planted_in_a_partitions_meta_walls_nothing() -> None:
     three = repo(client, ns, 3)
     store = RedisRunStore(client, namespace=ns, partitions=3)
     for p in range(3):
-        client.hset(Keyspace(ns, p).meta, mapping={"partitions": 3, "repo-partitions": 3})
+        client.hset(Keyspace(ns, p).meta, "partitions", 3)
+        client.set(Keyspace(ns, p).repo_partitions, 3)
     for i in range(9):
         three.save(record(f"i{i}"))
         store.insert(f"r{i}", b"x", Release())

@@ -746,13 +746,15 @@ def test_scripts_read_the_keys_they_declare(request: pytest.FixtureRequest, back
     assert key_problems(traced, runs, prefix) == []
     called = {s.name for s in traced}
     assert called >= {s.name for s in getattr(scripts, group)} - {
-        s.name for s in scripts.PARTITION_SCRIPTS}, "an operation left out"
+        s.name for s in (*scripts.PARTITION_SCRIPTS, *scripts.REPO_PARTITION_SCRIPTS)}, \
+        "an operation left out"
     assert {run.name for run in runs} == called
 
 
 def partitioned_scenario(client: Any) -> list[str]:
     """A dependency across partitions: watched, announced, delivered, acknowledged, and
-    deleted; the prefixes of the namespace and its partitions."""
+    deleted; then a repository of partitions; the prefixes of the namespace and its
+    partitions."""
     store = RedisRunStore(client, namespace=unique_namespace(), discover=discover,
                           partitions=2)
     dep, waiter = "d", next(f"w{i}" for i in range(50)
@@ -765,6 +767,9 @@ def partitioned_scenario(client: Any) -> list[str]:
     store.compare_and_set(waiter, 1, f"dep:{dep}".encode(), Release())
     store.delete(dep, 2, Release())
     store.claim_ready("a", LONG, 10)
+    repo = RedisRepository(client, namespace=store.namespace, partitions=2)
+    repo.register_group("g")  # (repository_scenario runs each script of a partition alike)
+    repo.load("i1")
     return [Keyspace(store.namespace).prefix,
             *(Keyspace(store.namespace, p).prefix for p in range(2))]
 
@@ -783,7 +788,7 @@ def test_partition_scripts_read_the_keys_they_declare(request: pytest.FixtureReq
         assert {run.name for run in runs} == {s.name for s in sent}
         called |= {s.name for s in sent}
     assert called >= {s.name for s in (*scripts.PARTITION_SCRIPTS, scripts.RUN_HEADS,
-                                       scripts.RUN_PARTITIONS)}
+                                       scripts.RUN_PARTITIONS, scripts.REPO_PARTITIONS)}
 
 
 

@@ -1,0 +1,34 @@
+-- repo_partitions: the partition count of a namespace's instance repository, recorded by
+-- the first repository that spreads it over more than one
+-- (redisstore.partitioned_repository). Its own key, apart from the run store's count: a
+-- damaged run store meta never reaches the repository. Checks, then writes.
+-- KEYS[1]  P.."repo-partitions" (the namespace's own, {ns}: the partitions' keys are {ns#p})
+-- KEYS[2]  P.."groups" (read: a repository in use has it, or KEYS[3])
+-- KEYS[3]  P.."repo-layout" (read)
+-- ARGV[1]  key prefix (the namespace's own: never a partition's)
+-- ARGV[2]  the count this repository was opened with
+-- Reply    {OK, count} | {CORRUPT, 'repo-partitions'}: the count, as recorded; 1 when none
+--          is and a repository of one partition used the namespace (its keys are there);
+--          else this count, now recorded (every script of a repository of one partition
+--          then refuses the namespace: spread).
+--- @include P, decimal, arg_int, CORRUPT, OK, wrong_type, arg_key, reply, MAX_PARTITIONS
+local count_key = arg_key(1, P .. 'repo-partitions')
+local groups = arg_key(2, P .. 'groups')
+local layout = arg_key(3, P .. 'repo-layout')
+local n = arg_int(2, 1, MAX_PARTITIONS)
+-- A partition never holds a count: one recorded there would say nothing.
+if string.find(P, '#', 1, true) then error('BADARG ARGV[1] must be a namespace, not a partition') end
+local got = redis.pcall('GET', count_key)
+if type(got) == 'table' then
+  wrong_type(got)
+  return reply(CORRUPT, 'repo-partitions')
+end
+if got then
+  -- Never 1: one partition records nothing.
+  local recorded = decimal(got, 2, MAX_PARTITIONS)
+  if recorded == nil then return reply(CORRUPT, 'repo-partitions') end
+  return reply(OK, recorded)
+end
+if n == 1 or redis.call('EXISTS', groups, layout) > 0 then return reply(OK, 1) end
+redis.call('SET', count_key, n)
+return reply(OK, n)
