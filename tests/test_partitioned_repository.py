@@ -334,3 +334,86 @@ def test_migrate_stops_on_a_newer_layout_in_any_partition(partition: int) -> Non
     client.set(Keyspace(ns, partition).layout, "2")
     with pytest.raises(Misconfigured, match="newer than this library's"):
         RedisRepository(client, namespace=ns, partitions=3).migrate()
+
+
+@pytest.mark.parametrize("ids", ["one family", "many", "mixed"])
+@pytest.mark.parametrize("max_terminal", [10**6, 2])
+@pytest.mark.parametrize("seed", range(8))
+def test_a_repository_of_partitions_answers_as_a_memory_reference_per_partition(
+        seed: int, max_terminal: int, ids: str) -> None:
+    """Random histories of saves (any group, status, lease, version), fenced and unfenced
+    deletes, loads and listings (whole and in pages of any limit): a repository of 3
+    partitions answers as one MemoryRepository per partition does (the cap holds in each),
+    and, without a cap, as one MemoryRepository."""
+    import random
+
+    from redisstore import ConcurrentUpdate, MemoryRepository
+
+    rng = random.Random(seed)
+    names = {"one family": [f"{{fam}}i{i}" for i in range(10)],
+             "many": [f"i{i}" for i in range(10)],
+             "mixed": [f"{{f{i % 3}}}x{i}" for i in range(10)] + ["a|b", "é|{x"]}[ids]
+    logging.disable(logging.WARNING)
+    try:
+        store = RedisRepository(fakeredis.FakeRedis(), namespace=unique_namespace(),
+                                partitions=3, max_terminal=max_terminal)
+        parts = [MemoryRepository(max_terminal=max_terminal) for _ in range(3)]
+        whole = MemoryRepository(max_terminal=max_terminal)
+        models = [*parts, whole] if max_terminal > 100 else parts
+
+        def outcome(call: Any, *args: Any, **kwargs: Any) -> Any:
+            try:
+                return call(*args, **kwargs)
+            except (ConcurrentUpdate, UnknownGroup) as refused:
+                return type(refused).__name__
+
+        for group in ("g1", "g2"):
+            store.register_group(group)
+            for model in models:
+                model.register_group(group)
+        for _ in range(80):
+            id, k = rng.choice(names), rng.random()
+            mine = parts[partition_of(id, 3)]
+            if k < 0.5:
+                now = mine.load(id)
+                version = now.rec_version if now else 0
+                if rng.random() < 0.15:
+                    version = rng.choice([0, 1, 2, version + 1])
+                expiry = (None if rng.random() < 0.3
+                          else T0 + timedelta(seconds=rng.randrange(-100, 100)))
+                rec = InstanceRecord(id, bytes([rng.randrange(256)]),
+                                     rng.choice(["g1", "g2", "unregistered"]),
+                                     lease=InstanceLease(expiry, "o", 1), rec_version=version,
+                                     status=rng.choice(["active", "suspended", "completed",
+                                                        "terminated", "custom"]))
+                got = outcome(store.save, rec)
+                assert got == outcome(mine.save, rec)
+                if max_terminal > 100:
+                    assert got == outcome(whole.save, rec)
+            elif k < 0.6:
+                now = mine.load(id)
+                fence = None if rng.random() < 0.5 else (now.rec_version if now else 1)
+                got = outcome(store.delete, id, expected_version=fence)
+                for model in ([mine, whole] if max_terminal > 100 else [mine]):
+                    assert got == outcome(model.delete, id, expected_version=fence)
+            elif k < 0.75:
+                assert store.load(id) == mine.load(id)
+            else:
+                group = rng.choice(["g1", "g2", "unregistered"])
+                at = T0 + timedelta(seconds=rng.randrange(-120, 120))
+                listed = store.list_in_flight(group, at)
+                assert sorted(listed) == sorted(x for m in parts
+                                                for x in m.list_in_flight(group, at))
+                if max_terminal > 100:
+                    assert sorted(listed) == sorted(whole.list_in_flight(group, at))
+                limit, paged, cursor = rng.choice([1, 2, 5, 1000]), [], None
+                while True:
+                    page = store.list_in_flight_page(group, at, cursor=cursor, limit=limit)
+                    assert len(page.ids) <= limit
+                    paged += page.ids
+                    if page.cursor is None:
+                        break
+                    cursor = page.cursor
+                assert paged == listed
+    finally:
+        logging.disable(logging.NOTSET)
