@@ -177,6 +177,19 @@ local function reply(code, payload)
   return {code, payload, 0, -1}
 end
 
+-- A number kept in a string key: the number, nil when the key is absent, or false when it
+-- holds another type or anything but a decimal in [lo, hi] (any error but a type error
+-- aborts the script: nothing written).
+local function stored_int(key, lo, hi)
+  local got = redis.pcall('GET', key)
+  if type(got) == 'table' then
+    wrong_type(got)
+    return false
+  end
+  if not got then return nil end
+  return decimal(got, lo, hi) or false
+end
+
 -- A repository spread over partitions (redisstore.partitioned_repository) keeps their count
 -- in the namespace's own key {ns}:repo-partitions (repo_partitions; the run store's count
 -- is apart) and its records in the partitions' keys ({ns#p}:): a repository of one
@@ -185,15 +198,10 @@ end
 -- The refusal, or nil.
 local function spread()
   if string.find(P, '#', 1, true) then return nil end
-  local got = redis.pcall('GET', P .. 'repo-partitions')
-  if type(got) == 'table' then
-    wrong_type(got)  -- not a type error (a key the ACL denies...): raised, not corrupt
-    return reply(CORRUPT, 'repo-partitions')
-  end
-  if not got then return nil end
-  local n = decimal(got, 2, MAX_PARTITIONS)
-  if n == nil then return reply(CORRUPT, 'repo-partitions') end
-  return reply(PARTITIONED, n)
+  local n = stored_int(P .. 'repo-partitions', 2, MAX_PARTITIONS)
+  if n == false then return reply(CORRUPT, 'repo-partitions') end
+  if n then return reply(PARTITIONED, n) end
+  return nil
 end
 
 -- A sorted-set score as a number (servers spell them differently: '2.534023008e+17',

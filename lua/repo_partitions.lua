@@ -11,24 +11,17 @@
 --          is and a repository of one partition used the namespace (its keys are there);
 --          else this count, now recorded (every script of a repository of one partition
 --          then refuses the namespace: spread).
---- @include P, decimal, arg_int, CORRUPT, OK, wrong_type, arg_key, reply, MAX_PARTITIONS
+--- @include CORRUPT, MAX_PARTITIONS, OK, P, arg_int, arg_key, reply, stored_int
 local count_key = arg_key(1, P .. 'repo-partitions')
 local groups = arg_key(2, P .. 'groups')
 local layout = arg_key(3, P .. 'repo-layout')
 local n = arg_int(2, 1, MAX_PARTITIONS)
 -- A partition never holds a count: one recorded there would say nothing.
 if string.find(P, '#', 1, true) then error('BADARG ARGV[1] must be a namespace, not a partition') end
-local got = redis.pcall('GET', count_key)
-if type(got) == 'table' then
-  wrong_type(got)
-  return reply(CORRUPT, 'repo-partitions')
-end
-if got then
-  -- Never 1: one partition records nothing.
-  local recorded = decimal(got, 2, MAX_PARTITIONS)
-  if recorded == nil then return reply(CORRUPT, 'repo-partitions') end
-  return reply(OK, recorded)
-end
+-- Never 1: one partition records nothing.
+local recorded = stored_int(count_key, 2, MAX_PARTITIONS)
+if recorded == false then return reply(CORRUPT, 'repo-partitions') end
+if recorded then return reply(OK, recorded) end
 if n == 1 or redis.call('EXISTS', groups, layout) > 0 then return reply(OK, 1) end
 redis.call('SET', count_key, n)
 return reply(OK, n)

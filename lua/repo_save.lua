@@ -13,10 +13,10 @@
 -- leaves it, and the hashes of the terminal records it evicts; reads
 -- P.."repo-partitions" (spread: the repository's count). The class (which indexes
 -- hold the record) is derived from the status here, as record_class does in Python.
---- @include CONFLICT, CORRUPT, NOT_FOUND, OK, P, int, decimal, arg_int, MAX_EVICT
---- @include MAX_PAYLOAD, MAX_VERSION, MAX_US, MIN_US, later, inst_key, inflight_key
---- @include wrong_type, expiry_ok, offset_ok, incarnation_ok, class_of, arg_text, arg_any
---- @include arg_key, of_type, first, commit, reply, spread, load_record
+--- @include CONFLICT, CORRUPT, NOT_FOUND, OK, P, int, arg_int, MAX_EVICT, MAX_PAYLOAD
+--- @include MAX_VERSION, MAX_US, MIN_US, later, inst_key, inflight_key, wrong_type
+--- @include expiry_ok, offset_ok, incarnation_ok, class_of, arg_text, arg_any, arg_key
+--- @include of_type, first, commit, reply, stored_int, spread, load_record
 local id = arg_text(2)
 local k = arg_key(1, inst_key(id))
 local expected = arg_int(3, 0, MAX_VERSION - 1)
@@ -73,16 +73,9 @@ end
 
 local evicted, keep, seq = {}, true, 0
 if to_terminal then
-  local got = redis.pcall('GET', seq_key)
-  if type(got) == 'table' then
-    wrong_type(got)
-    return reply(CORRUPT, 'terminal-seq')
-  end
-  if got then
-    seq = decimal(got, 0, MAX_VERSION - 1)
-    if not seq then return reply(CORRUPT, 'terminal-seq') end
-  end
-  seq = seq + 1
+  local stored_seq = stored_int(seq_key, 0, MAX_VERSION - 1)
+  if stored_seq == false then return reply(CORRUPT, 'terminal-seq') end
+  seq = (stored_seq or 0) + 1
   -- The count once this record joins (a stray entry of it is only re-scored).
   local count = redis.call('ZCARD', terminal)
   if not redis.call('ZSCORE', terminal, id) then count = count + 1 end
