@@ -449,16 +449,20 @@ def _doctor(url: str | None, namespace: str, as_json: bool, out: Any) -> int:
                           "+cluster|slots, or with the URL of the namespace's node"))
         else:
             client = cluster_client
-    store = RedisRunStore(client, namespace=namespace)
+    spaces, _ = _ask(lambda: spaces_of(client, namespace))
+    spaces = spaces or [Keyspace(namespace)]
+    store = RedisRunStore(client, namespace=namespace, partitions=len(spaces))
     clock, failed = _ask(store.now)
     if clock is None:
         found.append(("block", f"the store cannot run on namespace {namespace!r} ({failed})",
-                      "grant the user acl_rule(namespace)"))
+                      f"grant the user acl_rule(namespace, partitions={len(spaces)})"))
     else:
-        layout = client.hget(Keyspace(namespace).meta, "layout")
-        newest = bool(layout) and int(layout) >= 3
-        found.append(("ok" if newest else "info", f"namespace {namespace!r}: the store runs; "
-                      f"run layout {int(layout) if layout else 1}", "" if newest else
+        got = client.hget(spaces[0].meta, "layout")
+        # A partition with no layout recorded is at 4 (partitions began there).
+        layout = int(got) if got else (1 if len(spaces) == 1 else 4)
+        spread = f" over {len(spaces)} partitions" if len(spaces) > 1 else ""
+        found.append(("ok" if layout >= 3 else "info", f"namespace {namespace!r}{spread}: "
+                      f"the store runs; run layout {layout}", "" if layout >= 3 else
                       "store.migrate() once every node runs this version (half the memory "
                       "per run; delete and poison runs need it)"))
     store.close()

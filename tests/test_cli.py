@@ -117,10 +117,11 @@ def test_demo_keep_inspect_and_drop_as_a_user_would(monkeypatch: pytest.MonkeyPa
 
 
 @pytest.mark.server
-def test_inspect_and_drop_see_every_partition_of_a_namespace(monkeypatch: pytest.MonkeyPatch,
+def test_inspect_doctor_and_drop_see_every_partition_of_a_namespace(monkeypatch: pytest.MonkeyPatch,
                                                              redis7: Server) -> None:
     """A namespace of partitions: inspect counts the runs and indexes of every partition
-    and shows a run from its own; drop deletes the partitions' keys too (it left them)."""
+    and shows a run from its own; doctor says the store runs over them; drop deletes the
+    partitions' keys too (it left them)."""
     import json
 
     from redisstore import Claim, RedisRepository, RedisRunStore, Release
@@ -138,6 +139,9 @@ def test_inspect_and_drop_see_every_partition_of_a_namespace(monkeypatch: pytest
                     monkeypatch)
     one = json.loads(out)
     assert code == 0 and one["holder"] == "me" and 0 < one["lease_ms_left"] <= 600_000
+    code, out = run(["doctor", "--url", url, "--namespace", namespace], monkeypatch)
+    assert f"OK     namespace '{namespace}' over 4 partitions: the store runs; run layout 4" \
+        in out  # (not "layout 1, migrate": it read the namespace's own keys)
     code, out = run(["drop", "--url", url, "--namespace", namespace, "--yes"], monkeypatch)
     assert code == 0
     assert list(redis7.client().scan_iter(match=f"{{{namespace}*")) == []
