@@ -115,6 +115,14 @@ def namespace_keys(client: Any, namespace: str) -> Iterator[bytes]:
         yield from client.scan_iter(match=pattern, count=1000)
 
 
+def repository_partitions(client: Any, namespace: str) -> int:
+    """The partition count of ``namespace``'s instance repository (1: none recorded, or one
+    that is not a count)."""
+    got = client.get(Keyspace(namespace).repo_partitions)
+    return int(got) if got is not None and got.isdigit() and 1 < int(got) <= MAX_PARTITIONS \
+        else 1
+
+
 def spaces_of(client: Any, namespace: str) -> list[Keyspace]:
     """The keyspaces ``namespace``'s runs are in: its own, or each of its partitions' when
     its meta key records a count (read as it is: a damaged count is one partition)."""
@@ -273,7 +281,9 @@ def _inspect(url: str | None, namespace: str, run: str | None, as_json: bool, ou
                    *_index_counts(client, keys, "ready", now)) for keys in spaces]
         held, held_expired, waiting, ready_now = (sum(c[i] for c in counts) for i in range(4))
         report = {
-            "namespace": namespace, "partitions": len(spaces), "server_time_ms": now,
+            "namespace": namespace, "partitions": len(spaces),
+            "repository_partitions": repository_partitions(client, namespace),
+            "server_time_ms": now,
             # A partition with no layout recorded is at 4 (partitions began there).
             "layout": int(layout) if layout else (1 if len(spaces) == 1 else 4),
             "runs": runs, f"runs_counted_only_up_to_{scan_limit}": truncated,
@@ -465,6 +475,10 @@ def _doctor(url: str | None, namespace: str, as_json: bool, out: Any) -> int:
                       f"the store runs; run layout {layout}", "" if layout >= 3 else
                       "store.migrate() once every node runs this version (half the memory "
                       "per run; delete and poison runs need it)"))
+        records, _ = _ask(lambda: repository_partitions(client, namespace))
+        if records and records > 1:
+            found.append(("ok", f"namespace {namespace!r}: its instance repository is spread "
+                          f"over {records} partitions", ""))
     store.close()
     if cluster_client is not None:
         cluster_client.close()

@@ -118,7 +118,9 @@ def hint(error: ErrorReply) -> str:
                 "pip install 'fakeredis[lua]')")
     if error.code == "NOPERM" and "key" in text:
         return (" (the ACL user may not touch this namespace's keys: redisstore.acl_rule("
-                "namespace) gives the rule that confines a user to its namespace)")
+                "namespace) gives the rule that confines a user to its namespace, "
+                "acl_rule(namespace, partitions=N) for a store or repository of N "
+                "partitions)")
     if "can't run this command" in text or error.code == "NOPERM":
         return (" (the ACL user lacks a command the store needs: redisstore.acl_rule("
                 "namespace) lists them: EVALSHA, EVAL, SCRIPT LOAD and the commands its "

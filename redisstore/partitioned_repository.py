@@ -60,6 +60,8 @@ class PartitionedRepositoryOps(Counted):
     :class:`RepositoryOps` per partition."""
 
     what = "repository"
+    changing = ("a repository's count cannot be changed yet: docs/scale-out.md, 'The "
+                "instance repository over partitions'")
 
     def _count_script(self) -> tuple[scripts.Script, tuple[str, ...]]:
         """``repo_partitions``, in the repository's own key: apart from the run store's

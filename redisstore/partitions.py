@@ -13,6 +13,7 @@ The shells send a fan's operations grouped by node, one pipelined round trip per
 from __future__ import annotations
 
 import logging
+import time
 import zlib
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -59,6 +60,8 @@ log = logging.getLogger(__name__)
 
 #: The most partitions one store spreads over: a claim reads every partition's head.
 MAX_PARTITIONS = int(Cap.MAX_PARTITIONS)
+#: A claim that goes on without an unreachable partition warns at most this often (s).
+WARN_EVERY = 60.0
 
 
 def check_partitions(partitions: object) -> int:
@@ -118,8 +121,9 @@ class Counted:
     keys: Keyspace
     #: Whether :meth:`count_check` has passed for this store.
     counted: bool = False
-    #: What the messages call this object.
+    #: What the messages call this object, and say of changing its count.
     what = "store"
+    changing = "docs/scale-out.md says how to change the count"
 
     def _count_script(self) -> tuple[scripts.Script, tuple[str, ...]]:
         """The script that checks and records the count, and its keys: the runs' count
@@ -149,8 +153,7 @@ class Counted:
                 + (f"spread over {int(recorded)} partitions" if int(recorded) > 1 else
                    f"used by a {self.what} of one partition")
                 + f" and this {self.what} was opened with partitions={self.n}: open it with "
-                f"partitions={int(recorded)} (nothing was written; docs/scale-out.md says how "
-                "to change the count)")
+                f"partitions={int(recorded)} (nothing was written; {self.changing})")
         self.counted = True
 
     def counting(self, op: Operation[T] | Spread[T]) -> Operation[T] | Spread[T]:
@@ -180,6 +183,7 @@ class PartitionedOps(Counted):
                              place=self.place) for p in range(self.n)]
         self.keys = Keyspace(namespace)
         self.counted = False
+        self._warned = -WARN_EVERY  # when a claim last warned of an unreachable partition
         for part in self.parts:
             part.watcher = self._watch
 
@@ -408,13 +412,23 @@ class PartitionedOps(Counted):
             raise worst(failed, applied=bool(claimed))
         for error in errors + failed:
             # Nothing was written there (a damaged index, a partition unreachable): the
-            # others' work goes on rather than every claim failing with that partition. An
-            # unreachable node is logged as any call's Unavailable is (info: it would
-            # otherwise warn once per claim for as long as it is down); damage warns.
-            (log.info if isinstance(error, Unavailable) else log.warning)(
+            # others' work goes on rather than every claim failing with that partition.
+            # Damage warns; an unreachable partition warns once a minute per store (its
+            # runs wait meanwhile: someone must hear of it) and is logged at info between.
+            (log.warning if not isinstance(error, Unavailable) or self._warn_now()
+             else log.info)(
                 "redisstore: a claim over partitions went on without one of them: %s", error)
         claimed.sort(key=lambda c: c[0])
         return [run for _, run in claimed], _soonest(waits)
+
+    def _warn_now(self) -> bool:
+        """Whether a claim that went on without an unreachable partition warns now: at
+        most once per WARN_EVERY seconds per store."""
+        now = time.monotonic()
+        if now - self._warned < WARN_EVERY:
+            return False
+        self._warned = now
+        return True
 
     def _heads_delivered(self, index: str, limit: int
                          ) -> Steps[tuple[list[Settled[Heads]], dict[int, list[tuple[str, int]]]]]:

@@ -135,6 +135,7 @@ def test_inspect_doctor_and_drop_see_every_partition_of_a_namespace(monkeypatch:
     code, out = run(["inspect", "--url", url, "--namespace", namespace, "--json"], monkeypatch)
     summary = json.loads(out)
     assert code == 0 and (summary["partitions"], summary["runs"], summary["held"]) == (4, 10, 3)
+    assert summary["repository_partitions"] == 4
     code, out = run(["inspect", "--url", url, "--namespace", namespace, "r1", "--json"],
                     monkeypatch)
     one = json.loads(out)
@@ -142,6 +143,7 @@ def test_inspect_doctor_and_drop_see_every_partition_of_a_namespace(monkeypatch:
     code, out = run(["doctor", "--url", url, "--namespace", namespace], monkeypatch)
     assert f"OK     namespace '{namespace}' over 4 partitions: the store runs; run layout 4" \
         in out  # (not "layout 1, migrate": it read the namespace's own keys)
+    assert "its instance repository is spread over 4 partitions" in out
     code, out = run(["drop", "--url", url, "--namespace", namespace, "--yes"], monkeypatch)
     assert code == 0
     assert list(redis7.client().scan_iter(match=f"{{{namespace}*")) == []

@@ -67,8 +67,9 @@ def test_the_count_is_recorded_and_another_is_refused_with_nothing_written() -> 
     assert client.get(Keyspace(ns).repo_partitions) == b"4"
     before = keys_of(client)
     for count in (2, 6):
-        with pytest.raises(Misconfigured, match="partitions=4"):
+        with pytest.raises(Misconfigured, match="partitions=4") as refused:
             RedisRepository(client, namespace=ns, partitions=count).load("i1")
+        assert "a repository's count cannot be changed yet" in str(refused.value)
     # A repository of one partition is refused by every script (it reads the count).
     one = RedisRepository(client, namespace=ns)
     for call in (lambda: one.load("i1"), lambda: one.save(record("i1")),

@@ -410,6 +410,36 @@ def test_a_claim_whose_partition_may_have_run_is_of_unknown_outcome() -> None:
     assert _drive(ops.claim_expired("me", LONG, 3), not_applied) == (["r0"], -1)
 
 
+def test_a_claim_without_an_unreachable_partition_warns_once_a_minute(
+        caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its runs wait while it is unreachable: someone must hear of it, but not once per
+    claim (info between the warnings)."""
+    import logging
+
+    from redisstore import partitions
+    from redisstore.protocol import Settled
+
+    ops = PartitionedOps("n", None, 1, partitions=2)
+    ops.counted = True
+
+    def answer(op: Any) -> Settled[Any]:
+        call = next(op)
+        if call.keys[0].startswith("{n#1}"):
+            return Settled(error=Unavailable("refused", outcome="not_applied"))
+        if call.script.name == "run_heads":
+            return Settled(([(0, "r0")], False, -1, []))
+        return Settled((["r0"], -1))
+
+    clock = [1000.0]
+    monkeypatch.setattr(partitions.time, "monotonic", lambda: clock[0])
+    with caplog.at_level(logging.INFO, logger="redisstore.partitions"):
+        for step in (0, 1, 59, 61):
+            clock[0] = 1000.0 + step
+            assert _drive(ops.claim_expired("me", LONG, 3), answer) == (["r0"], -1)
+    levels = [r.levelname for r in caplog.records if "went on without" in r.getMessage()]
+    assert levels == ["WARNING", "INFO", "INFO", "WARNING"]
+
+
 def test_a_claim_with_records_over_partitions_passes_the_budget_by_one_record_at_most(
         ) -> None:
     from redisstore.runs import MAX_CLAIM_BYTES
