@@ -468,11 +468,14 @@ def text(value: Any) -> str:
 EVICTING = ("allkeys-lru", "allkeys-lfu", "allkeys-random")
 
 
-def eviction_policy() -> Operation[str | None]:
-    """The server's ``maxmemory-policy``, from ``INFO memory`` (a right that reveals no
-    secret, unlike ``CONFIG GET``, which reads the passwords too), else from CONFIG GET."""
+def eviction_policy(route: str) -> Operation[str | None]:
+    """The ``maxmemory-policy`` of the server holding the key ``route`` (on a cluster, the
+    node of its slot: the one whose settings the namespace depends on), from ``INFO memory``
+    (a right that reveals no secret, unlike ``CONFIG GET``, which reads the passwords too),
+    else from CONFIG GET."""
     try:
-        reply = yield from ask(Call(None, (), ("INFO", "memory"), lambda r: r, write=False))
+        reply = yield from ask(Call(None, (route,), ("INFO", "memory"), lambda r: r,
+                                    write=False))
     except StoreError as exc:
         if getattr(exc, "code", None) is None:
             raise  # the server could not be asked
@@ -481,12 +484,14 @@ def eviction_policy() -> Operation[str | None]:
         name, _, value = line.partition(":")
         if name == "maxmemory_policy" and value.strip():
             return value.strip()
-    return (yield from config_get("maxmemory-policy"))
+    return (yield from config_get("maxmemory-policy", route))
 
 
-def config_get(name: str) -> Operation[str | None]:
-    """One CONFIG GET value (None when the server does not know the setting)."""
-    reply = yield from ask(Call(None, (), ("CONFIG", "GET", name), lambda r: r, write=False))
+def config_get(name: str, route: str) -> Operation[str | None]:
+    """One CONFIG GET value of the server holding the key ``route`` (None when the server
+    does not know the setting). ``route`` only chooses the node: it is not sent."""
+    reply = yield from ask(Call(None, (route,), ("CONFIG", "GET", name), lambda r: r,
+                                write=False))
     if isinstance(reply, dict):  # RESP3
         values = {text(k): v for k, v in reply.items()}
     else:

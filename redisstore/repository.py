@@ -601,9 +601,9 @@ class RepositoryOps:
         if not settings:
             return
         try:
-            policy = yield from eviction_policy()
-            save = yield from config_get("save")
-            appendonly = yield from config_get("appendonly")
+            policy = yield from eviction_policy(self.keys.groups)
+            save = yield from config_get("save", self.keys.groups)
+            appendonly = yield from config_get("appendonly", self.keys.groups)
         except StoreError as exc:
             if not _server_error(exc):
                 raise

@@ -365,8 +365,8 @@ class RunOps:
         self.checks.add("eviction")
         if self.durability is not None:
             name = "WAITAOF" if self.durability.aof else "WAIT"
-            info = yield from ask(Call(None, (), ("COMMAND", "INFO", name), lambda r: r,
-                                       write=False))
+            info = yield from ask(Call(None, (self.keys.leases,), ("COMMAND", "INFO", name),
+                                       lambda r: r, write=False))
             if not info or info[0] is None:
                 raise Misconfigured(f"this server has no {name} command, which Durability("
                                     f"aof={self.durability.aof}) needs (WAITAOF: Redis >= 7.2, "
@@ -375,7 +375,7 @@ class RunOps:
 
     def _policy(self) -> Operation[str | None]:
         try:
-            return (yield from eviction_policy())
+            return (yield from eviction_policy(self.keys.leases))
         except Unavailable as exc:
             if exc.code is None:
                 raise  # the server could not be asked: try again with the next write

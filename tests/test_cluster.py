@@ -167,6 +167,42 @@ def test_a_closed_cluster_client_is_collected_after_its_stores_used_it(
     assert [ref() is None for ref in refs] == [True, True]
 
 
+@pytest.mark.parametrize("kind", ["store", "repository", "async store"])
+def test_the_eviction_check_asks_the_node_of_the_namespace(
+        cluster: list[Server], cluster_client: RedisCluster, kind: str) -> None:
+    """On a cluster the server check reads the settings of the namespace's own node (it
+    asked the node of slot 0, whatever the namespace: an evicting node went unseen)."""
+    from redisstore import Misconfigured
+
+    zero = cluster_client.get_node_from_key("")  # the node a keyless INFO went to
+    namespace = next(ns for ns in (unique_namespace() for _ in range(100))
+                     if cluster_client.get_node_from_key(Keyspace(ns).leases).port
+                     != zero.port)
+    node = cluster_client.get_node_from_key(Keyspace(namespace).leases)
+    direct = redis.Redis(host="127.0.0.1", port=node.port)
+    direct.config_set("maxmemory-policy", "allkeys-lru")
+    try:
+        with pytest.raises(Misconfigured, match="allkeys-lru"):
+            if kind == "store":
+                RedisRunStore(RedisCluster(host="127.0.0.1", port=cluster[0].port),
+                              namespace=namespace).insert("r", b"x", Release())
+            elif kind == "repository":
+                RedisRepository(RedisCluster(host="127.0.0.1", port=cluster[0].port),
+                                namespace=namespace).migrate()
+            else:
+                async def insert() -> None:
+                    client = async_cluster(cluster)
+                    try:
+                        await AsyncRedisRunStore(client, namespace=namespace).insert(
+                            "r", b"x", Release())
+                    finally:
+                        await client.aclose()
+                asyncio.run(insert())
+    finally:
+        direct.config_set("maxmemory-policy", "noeviction")
+        direct.close()
+
+
 def movable_namespace(cluster_client: RedisCluster) -> tuple[str, int, Any]:
     """A namespace whose slot holds no keys, its slot and the node that has it: SETSLOT
     moves only an empty slot, and other tests' namespaces may share a random one."""
