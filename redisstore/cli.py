@@ -115,20 +115,22 @@ def namespace_keys(client: Any, namespace: str) -> Iterator[bytes]:
         yield from client.scan_iter(match=pattern, count=1000)
 
 
+def _count(got: bytes | None) -> int:
+    """A recorded partition count as it is read (1: none, or one that is not a count)."""
+    count = int(got) if got is not None and got.isdigit() else 1
+    return count if 1 < count <= MAX_PARTITIONS else 1
+
+
 def repository_partitions(client: Any, namespace: str) -> int:
-    """The partition count of ``namespace``'s instance repository (1: none recorded, or one
-    that is not a count)."""
-    got = client.get(Keyspace(namespace).repo_partitions)
-    return int(got) if got is not None and got.isdigit() and 1 < int(got) <= MAX_PARTITIONS \
-        else 1
+    """The partition count of ``namespace``'s instance repository."""
+    return _count(client.get(Keyspace(namespace).repo_partitions))
 
 
 def spaces_of(client: Any, namespace: str) -> list[Keyspace]:
     """The keyspaces ``namespace``'s runs are in: its own, or each of its partitions' when
     its meta key records a count (read as it is: a damaged count is one partition)."""
-    got = client.hget(Keyspace(namespace).meta, "partitions")
-    count = int(got) if got is not None and got.isdigit() else 1
-    if not 1 < count <= MAX_PARTITIONS:
+    count = _count(client.hget(Keyspace(namespace).meta, "partitions"))
+    if count == 1:
         return [Keyspace(namespace)]
     return [Keyspace(namespace, p) for p in range(count)]
 

@@ -31,8 +31,8 @@ from typing import Any
 from . import scripts
 from .errors import StoreError, Unavailable
 from .keys import Keyspace
-from .partitions import Counted, check_partitions, partition_of, worst
-from .protocol import Operation, Settled, Spread, Steps, fan, fanned
+from .partitions import Counted, check_partitions, partition_of, values_of
+from .protocol import Operation, Spread, Steps, fan, fanned
 from .repository import (
     MAX_PAGE,
     InFlightPage,
@@ -117,7 +117,7 @@ class PartitionedRepositoryOps(Counted):
     def _everywhere(self, call: Callable[[RepositoryOps], Operation[Any]],
                     merge: Callable[[list[Any]], Any], *, write: bool = False) -> Steps[Any]:
         answers = yield from fan(call(part) for part in self.parts)
-        return merge(_values(answers, write=write))
+        return merge(values_of(answers, write=write))
 
     def migrate(self, *, settings: bool = True) -> Operation[None] | Spread[None]:
         """Partition 0's :meth:`RepositoryOps.migrate` (the scripts, its layout, the server's
@@ -133,7 +133,7 @@ class PartitionedRepositoryOps(Counted):
                    and not isinstance(got.error, Unavailable)]
         if refused:
             raise refused[0]
-        _values(answers, write=True, applied=True)
+        values_of(answers, write=True, applied=True)
 
     def cluster_compatibility(self) -> tuple[bool, str]:
         """``(True, reason)``: the state lives in the server, shared by every node."""
@@ -156,12 +156,12 @@ class PartitionedRepositoryOps(Counted):
         listed: list[dict[str, None]] = [{} for _ in self.parts]
         after: dict[int, tuple[str, bytes]] = {p: ("", b"") for p in range(self.n)}
         if at == "":  # partition 0's first page reads the clock every partition uses
-            ((ids, at, cursor),) = _values((yield from fan(
+            ((ids, at, cursor),) = values_of((yield from fan(
                 [self.parts[0].page(group, at, MAX_PAGE, after[0])])))
             listed[0].update(dict.fromkeys(self._own(0, ids)))
             _advance(after, 0, cursor)
         while after:
-            pages = _values((yield from fan(
+            pages = values_of((yield from fan(
                 self.parts[p].page(group, at, MAX_PAGE, after[p]) for p in after)))
             for p, (ids, _, cursor) in zip(list(after), pages, strict=True):
                 listed[p].update(dict.fromkeys(self._own(p, ids)))
@@ -206,23 +206,6 @@ class PartitionedRepositoryOps(Counted):
                 return InFlightPage(tuple(ids), None)
             if len(ids) == limit:
                 return InFlightPage(tuple(ids), _cursor(p, at, after))
-
-
-def _values(answers: list[Settled[Any]], *, write: bool = False,
-            applied: bool = False) -> list[Any]:
-    """The answers of a fan, or the error of the call: of a ``write``, unknown when another
-    part, or a step before (``applied``), may have applied it
-    (:func:`redisstore.partitions.worst`); of a read, the first answer of the contract
-    (``Corrupt``...), else the first failure."""
-    errors: list[StoreError] = []
-    for got in answers:
-        if got.error is not None:
-            if not isinstance(got.error, StoreError):
-                raise got.error
-            errors.append(got.error)
-    if errors:
-        raise worst(errors, applied=write and (applied or len(errors) < len(answers)))
-    return [got.value for got in answers]
 
 
 def _advance(after: dict[int, tuple[str, bytes]], p: int,

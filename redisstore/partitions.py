@@ -111,6 +111,23 @@ def worst(errors: list[StoreError], *, applied: bool) -> StoreError:
     return unknown
 
 
+def values_of(answers: list[Settled[Any]], *, write: bool = False,
+            applied: bool = False) -> list[Any]:
+    """The answers of a fan, or the error of the call: of a ``write``, unknown when another
+    part, or a step before (``applied``), may have applied it
+    (:func:`redisstore.partitions.worst`); of a read, the first answer of the contract
+    (``Corrupt``...), else the first failure."""
+    errors: list[StoreError] = []
+    for got in answers:
+        if got.error is not None:
+            if not isinstance(got.error, StoreError):
+                raise got.error
+            errors.append(got.error)
+    if errors:
+        raise worst(errors, applied=write and (applied or len(errors) < len(answers)))
+    return [got.value for got in answers]
+
+
 class Counted:
     """What a store and a repository of partitions share: the namespace's own keys, their
     count, and the check of the count before a store's first call."""
@@ -301,15 +318,7 @@ class PartitionedOps(Counted):
               names: list[str]) -> Steps[list[str]]:
         groups = self._by_partition(names)
         answers = yield from fan(call(self.parts[p], group) for p, group in groups.items())
-        done: set[str] = set()
-        errors: list[StoreError] = []
-        for got in answers:
-            if got.error is not None:
-                errors.append(got.error)
-            else:
-                done.update(got.value or ())
-        if errors:
-            raise worst(errors, applied=len(errors) < len(answers))
+        done = {name for value in values_of(answers, write=True) for name in value or ()}
         return [name for name in names if name in done]
 
     def claim_ready(self, owner: str, ttl: int, limit: int, records: bool = False

@@ -457,8 +457,8 @@ class RepositoryOps:
         # The same names as Keyspace.instance / Keyspace.inflight, without the calls.
         keys = (f"{prefix}inst:{rec.id}", groups, f"{prefix}inflight:{rec.group}", terminal,
                 terminal_seq)
-        ok = answer(rec.id, group=rec.group, namespace=self.keys.namespace,
-                    stale=lambda stored: ConcurrentUpdate(rec.id, rec.rec_version, int(stored)))
+        ok = self._answer(rec.id, group=rec.group, stale=lambda stored: ConcurrentUpdate(
+            rec.id, rec.rec_version, int(stored)))
 
         def parse(raw: Any) -> int:
             version, evicted = ok(raw)
@@ -467,6 +467,10 @@ class RepositoryOps:
             return int(version)
 
         return (yield from ask(Call(scripts.REPO_SAVE, keys, args, parse)))
+
+    def _answer(self, id: str, **options: Any) -> Callable[[Any], Any]:
+        """:func:`answer` for a call of this namespace (its messages name it)."""
+        return answer(id, namespace=self.keys.namespace, **options)
 
     def warn_evicted(self, id: str) -> None:
         """The warning for one evicted terminal record."""
@@ -497,8 +501,8 @@ class RepositoryOps:
         yield from ask(Call(
             scripts.REPO_DELETE, (self.keys.instance(id), self.keys.terminal),
             (self.keys.prefix, id, "" if fence is None else fence),
-            answer(id, stale=lambda stored: ConcurrentUpdate(id, fence or 0, int(stored)),
-                   namespace=self.keys.namespace)))
+            self._answer(id, stale=lambda stored: ConcurrentUpdate(id, fence or 0,
+                                                                   int(stored)))))
 
     def list_in_flight(self, group: str, now: datetime | None = None) -> Operation[list[str]]:
         """Claimable ids of ``group`` at ``now`` (None: the server's clock), read in pages
@@ -543,7 +547,7 @@ class RepositoryOps:
         payload = yield from ask(Call(
             scripts.REPO_LIST_IN_FLIGHT, (self.keys.inflight(group),),
             (self.keys.prefix, group, at, limit, *after),
-            answer("", namespace=self.keys.namespace), write=False))
+            self._answer(""), write=False))
         raw_ids, score, last, used = payload
         ids = []
         for raw in raw_ids:
@@ -564,14 +568,14 @@ class RepositoryOps:
         group = check_group(group)
         yield from ask(Call(scripts.REPO_REGISTER_GROUP, (self.keys.groups,),
                             (self.keys.prefix, group),
-                            answer("", namespace=self.keys.namespace)))
+                            self._answer("")))
 
     def group_exists(self, group: str) -> Operation[bool]:
         """Whether ``group`` is registered."""
         group = check_group(group)
         found = yield from ask(Call(scripts.REPO_GROUP_EXISTS, (self.keys.groups,),
                                     (self.keys.prefix, group),
-                                    answer("", namespace=self.keys.namespace), write=False))
+                                    self._answer(""), write=False))
         return bool(found)
 
     # ------------------------------------------------------------------ migrate
@@ -586,7 +590,7 @@ class RepositoryOps:
         """Record this library's layout version; returns the one found (0: none)."""
         found = yield from ask(Call(scripts.REPO_MIGRATE, (self.keys.layout,),
                                     (self.keys.prefix, LAYOUT_VERSION),
-                                    answer("", namespace=self.keys.namespace)))
+                                    self._answer("")))
         return int(found)
 
     def migrate(self, *, settings: bool = True) -> Operation[None]:

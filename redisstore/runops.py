@@ -348,7 +348,6 @@ class RunOps:
         """What a pipeline of reads only sends first: nothing (see :meth:`counting`)."""
         return None
 
-
     def server_check(self) -> Operation[None]:
         """Refuse a server that may evict the store's keys (``maxmemory-policy allkeys-*``)
         and, with ``durability``, one without ``WAIT`` / ``WAITAOF``. Where ``CONFIG`` is
