@@ -17,18 +17,25 @@ leaves 8 claimers idle for ``--idle`` seconds, blocked and polling, and prints t
 calls (``INFO commandstats``) and server CPU (``INFO cpu``) they cost::
 
     python benchmarks/bench_wakeups.py [--rounds 5] [--samples 20] [--idle 20] [--valkey]
+
+``--cluster``: a store of 6 partitions on a local 3-primary cluster, its blocked claimers
+woken by wakers per node (sharded pub/sub) beside wakers per partition (``BZPOPMIN``, what
+a server without sharded pub/sub gets), interleaved: latency, threads and connections.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import threading
 import time
 import uuid
 
 import redis
+from bench_partitions import start_cluster
 from common import own_server, pct, server_binary
+from redis.cluster import RedisCluster
 
 from redisstore import Claim, Hold, RedisRunStore, Release, wakeups
 from redisstore.conformance.readiness import rec
@@ -164,6 +171,72 @@ def idle_cost(client: redis.Redis, seconds: float, block: int | None,
             (after[2] - before[2]) * 1000 / seconds)
 
 
+def cluster_latency(client: RedisCluster, per_node: bool, claimers: int,
+                    samples: int) -> tuple[list[float], int, int]:
+    """On a store of 6 partitions over the cluster's 3 primaries: latencies (ms) of runs
+    inserted one at a time (ids at random, so partitions at random), the store's waker
+    threads, and its wakers' connections (every node's clients minus those before)."""
+    namespace = f"bench-wake-{uuid.uuid4().hex[:8]}"
+    store = RedisRunStore(client, namespace=namespace, discover=json_wait, partitions=6)
+    if not per_node:  # what a server without sharded pub/sub gets: a waker per partition
+        store._ops.sweeps = lambda cluster: None  # type: ignore[method-assign,union-attr]
+    store.migrate()
+    nodes = client.get_primaries()
+
+    def connections() -> int:
+        return sum(client.get_redis_connection(n).info("clients")["connected_clients"]
+                   for n in nodes)
+
+    before = connections()
+    threads_before = {t for t in threading.enumerate() if t.name.startswith("redisstore-wak")}
+    pool = Claimers(store, claimers)
+    out: list[float] = []
+    time.sleep(0.3)
+    wakers = len({t for t in threading.enumerate()
+                  if t.name.startswith("redisstore-wak")} - threads_before)
+    opened = connections() - before
+    try:
+        for i in range(samples):
+            run = f"run-{uuid.uuid4().hex[:6]}-{i}"
+            start = time.monotonic()
+            store.insert(run, rec({"at": 0}), Release())
+            out.append((pool.wait_for(run) - start) * 1000)
+            time.sleep(0.005)
+    finally:
+        pool.close()
+        store.close()
+    return out, wakers, opened
+
+
+def cluster_main(args: argparse.Namespace) -> None:
+    """--cluster: wakers per node (sharded pub/sub) beside wakers per partition."""
+    with contextlib.ExitStack() as stack:
+        ports = start_cluster(stack)
+        client = RedisCluster(host="127.0.0.1", port=ports[0])
+        modes = {"per node": True, "per partition": False}
+        results: dict[tuple[str, int], list[list[float]]] = {}
+        shape: dict[tuple[str, int], tuple[int, int]] = {}
+        for _ in range(args.rounds):
+            for claimers in args.claimers:
+                for mode, per_node in modes.items():
+                    got, wakers, opened = cluster_latency(client, per_node, claimers,
+                                                          args.samples)
+                    results.setdefault((mode, claimers), []).append(got)
+                    shape[mode, claimers] = (wakers, opened)
+        print(f"a store of 6 partitions on a 3-primary cluster: ms from insert to claimed "
+              f"({args.rounds} rounds x {args.samples}, interleaved)")
+        print(f"{'wakers':<15}{'claimers':>9}{'threads':>9}{'conns':>7}{'p50':>8}{'p99':>8}"
+              f"{'max':>8}   {'spread of p50':>15}")
+        for (mode, claimers), rounds in sorted(results.items(), key=lambda kv: kv[0][1]):
+            flat = sorted(v for r in rounds for v in r)
+            medians = [statistics.median(r) for r in rounds]
+            wakers, opened = shape[mode, claimers]
+            print(f"{mode:<15}{claimers:>9}{wakers:>9}{opened:>7}{pct(flat, 0.5):>8.2f}"
+                  f"{pct(flat, 0.99):>8.2f}{flat[-1]:>8.2f}   "
+                  f"{min(medians):>7.2f}-{max(medians):<7.2f}")
+        client.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
@@ -171,7 +244,13 @@ def main() -> None:
     parser.add_argument("--claimers", type=int, nargs="+", default=[1, 8, 64])
     parser.add_argument("--idle", type=float, default=20.0, help="s of idle measurement")
     parser.add_argument("--valkey", action="store_true")
+    parser.add_argument("--cluster", action="store_true",
+                        help="a store of 6 partitions on a local 3-primary cluster: wakers "
+                             "per node beside wakers per partition")
     args = parser.parse_args()
+    if args.cluster:
+        cluster_main(args)
+        return
 
     with own_server(server_binary(args.valkey)) as port:
         client = redis.Redis(port=port)

@@ -58,7 +58,8 @@
 -- run id, or "#" and the SHA1 of an id longer than 64 bytes, scored by the time of the
 -- signal): a write that makes a run claimable now, or due earlier than the index's head,
 -- adds the run's token; a claim removes the tokens of the runs it takes and, when it leaves
--- claimable work behind, adds one. Signals are sent after the writes, each as a pcall. Blocked claimers pop them with BZPOPMIN. A wake key of
+-- claimable work behind, adds one. Signals are sent after the writes, each as a pcall. Blocked claimers pop them with BZPOPMIN
+-- (a partition's also publish on the sharded channel of the key's name). A wake key of
 -- another type only turns signals off: blocked claimers then claim again within their
 -- re-arm period, as they do for writers of library versions that never signal.
 -- P.."meta" (hash): layout, the namespace's layout version (absent: 1); deleted-rev, the
@@ -587,6 +588,11 @@ local function add_tokens(key, tokens)
   local at = int(now_ms())
   for i = 1, math.min(#tokens, MAX_WAKE - n) do push(args, at, tokens[i]) end
   redis.pcall(unpack(args))
+  -- A partition also says "look" on its sharded channel (named as the key, so in its slot):
+  -- a cluster's waker per node listens to its partitions' channels, where one BZPOPMIN
+  -- cannot span slots. A server without sharded channels (Redis 6.2) or a user without
+  -- the channel only loses the message: the token stays, for the waker per partition.
+  if PARTITION then redis.pcall('SPUBLISH', key, '1') end
 end
 
 local function send_signals()

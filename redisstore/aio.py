@@ -25,7 +25,7 @@ import copy
 import select
 import time
 import weakref
-from collections.abc import Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from datetime import datetime
 from typing import Any, Literal, TypeVar, overload
 
@@ -54,7 +54,7 @@ from .runs import (
     Migrated,
     Quarantined,
 )
-from .wakeups import LoopDriver, Wakeups, check_block
+from .wakeups import LoopDriver, Nodes, Wakeups, check_block
 from .wire import (
     RELEARNING,
     Connections,
@@ -69,7 +69,9 @@ from .wire import (
     no_node,
     node_name,
     pack,
+    pushed,
     relearn_after,
+    subscribe_failed,
 )
 
 T = TypeVar("T")
@@ -566,21 +568,64 @@ _RELEARN_TASKS: set[asyncio.Task[None]] = set()
 def _relearn_later(client: Any, timeout: int) -> None:
     """Have the asyncio cluster ``client`` learn its slot map again in a task of its own
     (see :func:`redisstore.transport.relearn_later`)."""
+    task = asyncio.get_running_loop().create_task(_relearn(client, timeout))
+    _RELEARN_TASKS.add(task)
+    task.add_done_callback(_RELEARN_TASKS.discard)
+
+
+async def _relearn(client: Any, timeout: int) -> None:
+    """Learn the slot map of ``client`` again, unless a relearn is under way."""
     token = RELEARNING.begin(client, timeout)
     if token is None:
         return
+    try:
+        await asyncio.wait_for(client.nodes_manager.initialize(), max(timeout / 1000, 1.0))
+    except Exception:  # the next call that needs it tries again
+        pass
+    finally:
+        RELEARNING.end(client, token)
 
-    async def relearn() -> None:
+
+class AsyncNodeSubscription:
+    """A waker per node's connection (:class:`~redisstore.wakeups.Subscription`) to the
+    node of ``key`` on the asyncio cluster ``client``, made like that node's own; its I/O
+    runs on the waker thread's loop (``run``); replies within ``timeout`` s."""
+
+    def __init__(self, client: Any, key: str, run: Callable[[Any], Any],
+                 timeout: float) -> None:
+        source = node_source(client, client.get_node_from_key(key))
+        self._conn = source.connection_class(**source.connection_kwargs)
+        self._run = run
+        self._timeout = timeout
+
+    async def _subscribe(self, channels: Sequence[str]) -> None:
+        await self._conn.send_command("SSUBSCRIBE", *channels)
+        for _ in channels:
+            if await self._conn.read_response(timeout=self._timeout,
+                                              push_request=True) is None:
+                raise TimeoutError("no answer to SSUBSCRIBE within the store's timeout")
+
+    def subscribe(self, channels: Sequence[str]) -> None:
         try:
-            await client.nodes_manager.initialize()
-        except Exception:  # the next call that needs it tries again
-            pass
-        finally:
-            RELEARNING.end(client, token)
+            self._run(self._subscribe(channels))
+        except Exception as exc:
+            raise subscribe_failed(exc) from exc
 
-    task = asyncio.get_running_loop().create_task(relearn())
-    _RELEARN_TASKS.add(task)
-    task.add_done_callback(_RELEARN_TASKS.discard)
+    def message(self, timeout: float) -> tuple[str, str] | None:
+        reply = self._run(self._conn.read_response(timeout=timeout, push_request=True))
+        return None if reply is None else pushed(reply)
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self._run(self._conn.disconnect())
+
+
+def node_wakers(io: AsyncTransport, driver: LoopDriver, timeout: int) -> Nodes:
+    """How the wakers per node of a store on the asyncio cluster client of ``io`` reach its
+    nodes, on their threads' loops (``driver``; ``timeout``: the store's, in ms)."""
+    return Nodes(io.node_of,
+                 lambda key: AsyncNodeSubscription(io.client, key, driver.run, timeout / 1000),
+                 lambda: driver.run(_relearn(io.client, timeout)))
 
 
 def _loop_deadline(deadline: float) -> float:
@@ -666,8 +711,11 @@ class AsyncRedisRunStore(_Closes, Shell[RunOps | PartitionedOps]):
             io = AsyncTransport(self._io.client, None, wakeups.waker_timeout(self._io.timeout))
             driver = LoopDriver(io.drive, io.aclose)
             (first, *also) = self._ops.wake_sources(io.cluster)
+            sweeps = self._ops.sweeps(io.cluster)
             self._wake = Wakeups(driver, *first, driver.close,
-                                 pop_seconds=wakeups.pop_cap(self._io.client), also=also)
+                                 pop_seconds=wakeups.pop_cap(self._io.client), also=also,
+                                 sharded=None if sweeps is None else (
+                                     sweeps, node_wakers(io, driver, self._io.timeout)))
         return self._wake
 
     def _dedicated(self, timeout: int) -> AsyncRedisRunStore:

@@ -262,10 +262,16 @@ class PartitionedOps(Counted):
     def wake_sources(self, cluster: bool) -> list[tuple[Any, Any]]:
         """The (next_wakeup, give_back) pairs a store's waker listens to: one over every
         partition on one server; one per partition on a cluster (a command takes the keys
-        of one slot)."""
+        of one slot), which its wakers per node fall back to (:meth:`sweeps`)."""
         if not cluster:
             return [(self.next_wakeup, self.give_back_wakeup)]
         return [(part.next_wakeup, part.give_back_wakeup) for part in self.parts]
+
+    def sweeps(self, cluster: bool) -> PartitionSweeps | None:
+        """On a cluster, what its wakers per node do with their partitions' wake keys
+        (:class:`~redisstore.wakeups.Sweeps`); None on one server, where one ``BZPOPMIN``
+        spans the partitions."""
+        return PartitionSweeps(self.parts) if cluster else None
 
     # ------------------------------------------------------------------ one run
 
@@ -516,3 +522,32 @@ def run_ops(namespace: str, discover: Discover | None, projection_version: int, 
                       max_record_bytes=max_record_bytes)
     return PartitionedOps(namespace, discover, projection_version, durability=durability,
                           max_record_bytes=max_record_bytes, partitions=partitions)
+
+
+class PartitionSweeps:
+    """The wake keys of a store's partitions, swept by a cluster's wakers per node: each
+    key is also the name of its partition's sharded channel (the scripts publish there)."""
+
+    def __init__(self, parts: list[RunOps]) -> None:
+        self._parts = parts
+        self.count = len(parts)
+
+    def wake_key(self, p: int, kind: str) -> str:
+        """Partition ``p``'s wake key (and channel) of ``kind``."""
+        return self._parts[p].keys.wake(kind)
+
+    def take(self, wants: Iterable[tuple[int, str, int]]) -> Spread[list[list[str]]]:
+        """Up to ``count`` tokens of ``kind`` from each partition ``p`` of ``wants``, in one
+        call over partitions (a round trip per node); a partition whose sweep failed (a
+        foreign wake key, a node away) gives none, and its claims' re-arm covers it."""
+        ops = [self._parts[p].take_wakeups(kind, count) for p, kind, count in wants]
+
+        def steps() -> Steps[list[list[str]]]:
+            answers = yield from fan(ops)
+            return [a.value if a.error is None and a.value is not None else []
+                    for a in answers]
+        return Spread(steps())
+
+    def give_back(self, p: int, kind: str, token: str) -> Operation[None]:
+        """Put a token back in partition ``p`` (announced on its channel)."""
+        return self._parts[p].give_back_wakeup(kind, token)

@@ -530,12 +530,39 @@ class RunOps:
         """The (next_wakeup, give_back) pairs a store's waker listens to: one."""
         return [(self.next_wakeup, self.give_back_wakeup)]
 
+    def sweeps(self, cluster: bool) -> None:
+        """None: one namespace's wake keys share a slot, so one ``BZPOPMIN`` waits on them
+        (a store of partitions on a cluster has wakers per node instead)."""
+        return None
+
     def give_back_wakeup(self, kind: str, token: str) -> Operation[None]:
         """Put back a token this node took but had no claimer for (first in line)."""
         key = self.keys.wake(kind)
         # Idempotent (NX): sent again after a broken connection, as a read is.
         yield from ask(Call(None, (key,), ("ZADD", key, "NX", 0, token), lambda _: None,
                             write=False))
+        if self.keys.partition is not None:
+            # A partition's token is also announced on its channel, as its scripts do (a
+            # cluster's wakers per node listen there); a refused publish is only advice.
+            yield Call(None, (key,), ("SPUBLISH", key, "1"), lambda _: None, write=False)
+
+    def take_wakeups(self, kind: str, count: int) -> Operation[list[str]]:
+        """Take up to ``count`` wake-up tokens of ``kind`` without waiting (``ZPOPMIN``): a
+        cluster's waker per node sweeps its partitions' keys so, on each message of their
+        channels and after it subscribed."""
+        key = self.keys.wake(kind)
+
+        def parse(reply: Any) -> list[str]:
+            if not isinstance(reply, list):
+                return []
+            if reply and isinstance(reply[0], list):  # RESP3: [token, score] pairs
+                return [text(pair[0]) for pair in reply]
+            return [text(token) for token in reply[::2]]
+
+        # Sent as a read, as BZPOPMIN is: tokens whose reply was lost are gone, which the
+        # claimers' re-arm covers.
+        return (yield from ask(Call(None, (key,), ("ZPOPMIN", key, count), parse,
+                                    write=False)))
 
     def refresh(self, run: str) -> Operation[bool]:
         """Re-derive the run's wait from its current record; True when it has one."""

@@ -22,12 +22,19 @@ _CALLED = re.compile(rb"(?:redis\.p?call|later|first)\('([A-Z]+)'")
 _GLOB = re.compile(r"([*?\[\]\\])")
 
 
+#: Commands a script calls only in a partition, each a pcall whose refusal costs nothing
+#: but a message: granted with the channels (Redis 6.2 knows no SPUBLISH and would refuse
+#: a rule that names it).
+_PARTITIONS_ONLY = frozenset({"spublish"})
+
+
 def script_commands() -> frozenset[str]:
-    """The commands the shipped run and repository scripts call, lower case."""
+    """The commands the shipped run and repository scripts call, lower case (but those
+    only a store of partitions needs: see :func:`acl_rule`)."""
     found: set[str] = set()
     for script in (*scripts.RUN_SCRIPTS, *scripts.REPO_SCRIPTS):
         found.update(name.decode().lower() for name in _CALLED.findall(script.source))
-    return frozenset(found)
+    return frozenset(found - _PARTITIONS_ONLY)
 
 
 def glob_escape(text: str) -> str:
@@ -62,7 +69,10 @@ def acl_rule(namespace: str, *, durability: bool = False, server_checks: bool = 
       ``CLUSTER SHARDS``, ``COMMAND``).
     - ``partitions``: the keys of every partition of a store or repository opened with
       ``partitions=N`` (``{namespace#0}`` to ``{namespace#N-1}``, besides the namespace's
-      own, which hold the count).
+      own, which hold the count), and each partition's two wake-up channels (named as its
+      wake keys) with the pub/sub commands (``+@pubsub -pubsub``: ``SPUBLISH`` from the
+      scripts, ``SSUBSCRIBE`` for the wakers per node on a cluster, on those channels
+      only; ``PUBSUB``, which lists every channel, is not granted) and ``ZPOPMIN``.
 
     A client that selects a database other than 0 needs ``+select`` as well. A namespace
     with whitespace or control characters cannot be one word of an ACL rule: ValueError.
@@ -87,4 +97,9 @@ def acl_rule(namespace: str, *, durability: bool = False, server_checks: bool = 
         commands |= {"cluster|slots", "cluster|shards", "command"}
     allowed = " ".join(f"+{name}" for name in sorted(commands))
     keys = " ".join(f"~{glob_escape(prefix)}*" for prefix in prefixes)
-    return f"resetkeys {keys} resetchannels -@all {allowed}"
+    if count == 1:
+        return f"resetkeys {keys} resetchannels -@all {allowed}"
+    channels = " ".join(f"&{glob_escape(Keyspace(namespace, p).wake(kind))}"
+                        for p in range(count) for kind in ("ready", "leases"))
+    return (f"resetkeys {keys} resetchannels {channels} -@all +@pubsub -pubsub {allowed} "
+            "+zpopmin")

@@ -26,7 +26,7 @@ from .runs import (
     Migrated,
     Quarantined,
 )
-from .transport import Transport
+from .transport import Transport, node_wakers
 from .wakeups import Wakeups, check_block
 
 T = TypeVar("T")
@@ -134,9 +134,12 @@ class RedisRunStore(_Closes, Shell[RunOps | PartitionedOps]):
                 io = Transport(self._io.client, None, wakeups.waker_timeout(self._io.timeout),
                                dedicated=True)
                 (first, *also) = self._ops.wake_sources(io.cluster)
-                self._wake = Wakeups(io.drive, *first,
-                                     (lambda: None) if io.cluster else io.close,
-                                     pop_seconds=wakeups.pop_cap(self._io.client), also=also)
+                sweeps = self._ops.sweeps(io.cluster)
+                self._wake = Wakeups(
+                    io.drive, *first, (lambda: None) if io.cluster else io.close,
+                    pop_seconds=wakeups.pop_cap(self._io.client), also=also,
+                    sharded=None if sweeps is None else (
+                        sweeps, node_wakers(io, self._io.timeout)))
             return self._wake
 
     def now(self) -> int:

@@ -21,13 +21,14 @@ import socket
 import threading
 import time
 import weakref
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 from typing import Any, TypeVar
 
 from . import telemetry
 from .outcomes import Exchange, Lost, Reply
 from .pipeline import Spreading
 from .protocol import Batch, Driver, Durability, Machine, Operation, Spread
+from .wakeups import Nodes
 from .wire import (
     RELEARNING,
     Connections,
@@ -42,7 +43,9 @@ from .wire import (
     node_client,
     node_name,
     pack,
+    pushed,
     relearn_after,
+    subscribe_failed,
 )
 
 T = TypeVar("T")
@@ -378,3 +381,41 @@ def _cap_connect_timeout(conn: Any, remaining: float) -> None:
     if hasattr(conn, "socket_connect_timeout"):
         conn.socket_connect_timeout = remaining if configured is None \
             else min(configured, remaining)
+
+
+class NodeSubscription:
+    """A waker per node's connection (:class:`~redisstore.wakeups.Subscription`) to the
+    node of ``key`` on the cluster ``client``, made like that node's pool's own (same class
+    and settings: TLS, credentials, protocol); replies within ``timeout`` s."""
+
+    def __init__(self, client: Any, key: str, timeout: float) -> None:
+        source = node_client(client, client.get_node_from_key(key)).connection_pool
+        self._conn = source.connection_class(**source.connection_kwargs)
+        self._conn.retry = _NoRetry()
+        self._timeout = timeout
+
+    def subscribe(self, channels: Sequence[str]) -> None:
+        try:
+            self._conn.send_command("SSUBSCRIBE", *channels)
+            for _ in channels:
+                if not self._conn.can_read(timeout=self._timeout):
+                    raise TimeoutError("no answer to SSUBSCRIBE within the store's timeout")
+                self._conn.read_response(push_request=True)
+        except Exception as exc:
+            raise subscribe_failed(exc) from exc
+
+    def message(self, timeout: float) -> tuple[str, str] | None:
+        if not self._conn.can_read(timeout=timeout):
+            return None
+        return pushed(self._conn.read_response(push_request=True))
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self._conn.disconnect()
+
+
+def node_wakers(io: Transport, timeout: int) -> Nodes:
+    """How the wakers per node of a store on the cluster client of ``io`` reach its nodes
+    (``timeout``: the store's, in ms)."""
+    return Nodes(io.node_of, lambda key: NodeSubscription(io.client, key, timeout / 1000),
+                 lambda: relearn_later(io.client, timeout))

@@ -34,10 +34,11 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
-from typing import Any, TypeAlias, TypeVar
+from collections.abc import Awaitable, Callable, Coroutine, Hashable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeAlias, TypeVar
 
-from .protocol import Operation
+from .protocol import Operation, Spread
 from .runs import check_int
 
 log = logging.getLogger(__name__)
@@ -55,12 +56,65 @@ DUE_TOKEN = "~due"
 #: After a failed ``BZPOPMIN`` (server down, failover, a denied command) the waker tries
 #: again after this many seconds, doubling up to REARM.
 BACKOFF = 0.05
+#: How long a waker per node waits for a message before it looks at its claims and its
+#: partitions again (s): a thread that ends or regroups does so within it.
+NODE_POLL = 1.0
+#: The messages a hub keeps, per kind, for claims that began before them (the newest).
+MAX_CREDITS = 256
 
 
 #: A source of wake-up tokens: ``next_wakeup(kinds, seconds)`` takes one (or None).
 NextWakeup: TypeAlias = Callable[[list[str], float], Operation[tuple[str, str] | None]]
 #: ``give_back(kind, token)`` puts back a token no local claim wanted.
 GiveBack: TypeAlias = Callable[[str, str], Operation[None]]
+
+
+class Subscription(Protocol):
+    """A waker per node's connection to one cluster node, subscribed to sharded channels
+    (a shell makes it: the one piece of I/O outside the operations)."""
+
+    def subscribe(self, channels: Sequence[str]) -> None:
+        """``SSUBSCRIBE`` to ``channels`` (of one slot) and read their confirmations; an
+        error reply or a broken link raises (:class:`Refused` for good)."""
+
+    def message(self, timeout: float) -> tuple[str, str] | None:
+        """The next message's kind (``smessage``, ``sunsubscribe``...) and channel, or None
+        after ``timeout`` s; a broken link raises."""
+
+    def close(self) -> None:
+        """Disconnect."""
+
+
+class Refused(Exception):
+    """The server refuses sharded pub/sub for good (Redis 6.2 has none; a user without the
+    command or the channels): the store's waker listens per partition instead."""
+
+
+class Sweeps(Protocol):
+    """The wake keys of a store's partitions on a cluster (redisstore.partitions)."""
+
+    count: int
+
+    def wake_key(self, p: int, kind: str) -> str:
+        """Partition ``p``'s wake key of ``kind``, also its channel's name."""
+
+    def take(self, wants: Iterable[tuple[int, str, int]]) -> Spread[list[list[str]]]:
+        """Up to ``count`` tokens of ``kind`` from each ``(p, kind, count)``."""
+
+    def give_back(self, p: int, kind: str, token: str) -> Operation[None]:
+        """Put a token back in partition ``p``."""
+
+
+@dataclass(frozen=True)
+class Nodes:
+    """How a shell reaches a cluster's nodes for its wakers per node: ``node_of(key)``, the
+    node a key lives on as far as the client knows; ``subscribe(key)``, a new
+    :class:`Subscription` to that node; ``relearn()``, have the client learn its slot map
+    again (after a moved slot, a failover)."""
+
+    node_of: Callable[[str], Hashable]
+    subscribe: Callable[[str], Subscription]
+    relearn: Callable[[], None]
 
 
 def waker_timeout(timeout: int) -> int:
@@ -105,13 +159,15 @@ def claim(hub: Callable[[], Wakeups], kind: str, claim: Callable[[], tuple[list[
     meanwhile makes a new one)."""
     deadline = time.monotonic() + block / 1000
     while True:
+        since = time.monotonic()
         runs, wait = claim()
         waker = hub()
         waker.due(kind, wait)
         remaining = deadline - time.monotonic()
         if runs or remaining <= 0:
             return runs
-        if wait != 0 and not waker.wait(kind, remaining) and time.monotonic() >= deadline:
+        if (wait != 0 and not waker.wait(kind, remaining, since)
+                and time.monotonic() >= deadline):
             return runs
 
 
@@ -120,13 +176,14 @@ async def aclaim(hub: Callable[[], Wakeups], kind: str,
     """:func:`claim` for a coroutine ``claim``: the event loop runs on while it waits."""
     deadline = time.monotonic() + block / 1000
     while True:
+        since = time.monotonic()
         runs, wait = await claim()
         waker = hub()
         waker.due(kind, wait)
         remaining = deadline - time.monotonic()
         if runs or remaining <= 0:
             return runs
-        if (wait != 0 and not await waker.await_(kind, remaining)
+        if (wait != 0 and not await waker.await_(kind, remaining, since)
                 and time.monotonic() >= deadline):
             return runs
 
@@ -144,17 +201,30 @@ class Wakeups:
     ``also``: more sources of tokens (``next_wakeup``, ``give_back``), each with a waker of
     its own per kind: a store spread over partitions on a cluster, whose ``BZPOPMIN`` takes
     the keys of one slot.
+
+    ``sharded``: such a store's partitions and the shell's way to its nodes. Its wakers are
+    then one per node instead (both kinds on one connection, subscribed to the sharded
+    channels of the partitions on that node): on each message, and after subscribing, a
+    waker sweeps the partition's wake key (``ZPOPMIN``, as many tokens as claims wait here)
+    and each token wakes one claim, as with ``BZPOPMIN``. A message that finds no claim
+    waiting here is kept a while: it wakes at once one claim that began before it and
+    waits after it (that claim may have missed the work, whose token nobody swept). A
+    server that refuses sharded pub/sub turns the hub to the wakers per partition
+    (``also``).
     """
 
-    def __init__(self, drive: Callable[[Operation[Any]], Any], next_wakeup: NextWakeup,
+    def __init__(self, drive: Callable[[Operation[Any] | Spread[Any]], Any],
+                 next_wakeup: NextWakeup,
                  give_back: GiveBack, close: Callable[[], None] = lambda: None, *,
                  pop_seconds: float | None = None,
-                 also: Sequence[tuple[NextWakeup, GiveBack]] = ()) -> None:
+                 also: Sequence[tuple[NextWakeup, GiveBack]] = (),
+                 sharded: tuple[Sweeps, Nodes] | None = None) -> None:
         self._drive = drive
         self._sources = [(next_wakeup, give_back), *also]
         self._give_back = give_back
         self._close_io = close
         self._pop_cap = pop_seconds
+        self._sharded_at_start = sharded
         self._fresh()
         #: Counts, for tests and benchmarks: tokens taken, claims woken by a token, by the
         #: timer, tokens given back, due times relayed to other nodes.
@@ -171,6 +241,16 @@ class Wakeups:
         self._stopped = False
         self._listeners: dict[tuple[str, int], threading.Thread] = {}
         self._timer: threading.Thread | None = None
+        #: Wakers per node (None: per partition, or one, as ``also`` says).
+        self._sharded = self._sharded_at_start
+        #: The partitions of each node, as the client knew them at the last regrouping.
+        self._groups: dict[Hashable, list[int]] | None = None
+        self._nodes: dict[Hashable, threading.Thread] = {}
+        #: Per kind, when a waker per node had a message while no claim of it waited
+        #: (monotonic): each wakes one claim that began before it (see _enter).
+        self._credits: dict[str, collections.deque[float]] = {
+            READY: collections.deque(maxlen=MAX_CREDITS),
+            LEASES: collections.deque(maxlen=MAX_CREDITS)}
 
     # ------------------------------------------------------------------ the claims
 
@@ -185,18 +265,19 @@ class Wakeups:
                 self._due[kind] = at
                 self._cond.notify_all()
 
-    def wait(self, kind: str, seconds: float) -> bool:
-        """Block this thread until woken (True), or ``seconds`` (at most REARM) pass."""
+    def wait(self, kind: str, seconds: float, since: float | None = None) -> bool:
+        """Block this thread until woken (True), or ``seconds`` (at most REARM) pass.
+        ``since``: when the claim before this wait began (monotonic)."""
         event = threading.Event()
         waiter = _Waiter(event.set)
-        self._enter(kind, waiter)
+        self._enter(kind, waiter, since)
         try:
             event.wait(min(seconds, REARM))
         finally:
             self._leave(kind, waiter)
         return waiter.woken
 
-    async def await_(self, kind: str, seconds: float) -> bool:
+    async def await_(self, kind: str, seconds: float, since: float | None = None) -> bool:
         """:meth:`wait` for a task: the event loop runs on meanwhile."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[None] = loop.create_future()
@@ -205,7 +286,7 @@ class Wakeups:
             loop.call_soon_threadsafe(_resolve, future)
 
         waiter = _Waiter(notify)
-        self._enter(kind, waiter)
+        self._enter(kind, waiter, since)
         try:
             await asyncio.wait([future], timeout=min(seconds, REARM))
         except asyncio.CancelledError:
@@ -229,27 +310,72 @@ class Wakeups:
 
     # ------------------------------------------------------------------ the queues
 
-    def _enter(self, kind: str, waiter: _Waiter) -> None:
+    def _enter(self, kind: str, waiter: _Waiter, since: float | None = None) -> None:
         if self._pid != os.getpid():
             self._fresh()
         with self._cond:
-            if self._stopped:
-                waiter.woken = True  # the store was closed: claim again at once
+            if self._stopped or (since is not None and self._credit(kind, since)):
+                # The store was closed, or a message came while this claim ran, when no
+                # claim waited (its token stays on the server, unswept): claim again at
+                # once, this claim alone for that message.
+                waiter.woken = True
+                waiter.notify()
                 return
             self._queues[kind].append(waiter)
             # The threads end after REARM s with nothing to do (a store dropped without
             # close() leaves none behind); the next blocked claim starts them again.
-            for source in range(len(self._sources)):
-                if (kind, source) not in self._listeners:
-                    self._listeners[kind, source] = thread = threading.Thread(
-                        target=self._listen, args=(kind, source), daemon=True,
-                        name=f"redisstore-waker-{kind}")
-                    thread.start()
+            self._start(kind)
             if self._timer is None:
                 self._timer = threading.Thread(target=self._time, daemon=True,
                                                name="redisstore-timer")
                 self._timer.start()
             self._cond.notify_all()
+
+    def _credit(self, kind: str, since: float) -> bool:
+        """Under the lock: use the oldest message kept for ``kind`` that came after
+        ``since`` (the newer ones stay for claims that began later)."""
+        credits = self._credits[kind]
+        for i, at in enumerate(credits):
+            if at >= since:
+                del credits[i]
+                return True
+        return False
+
+    def _start(self, kind: str) -> None:
+        """Under the lock: start the wakers a blocked claim of ``kind`` needs."""
+        if self._sharded is not None:
+            if self._groups is None:
+                self._regroup()
+            assert self._groups is not None
+            for node in self._groups:
+                if node not in self._nodes:
+                    self._nodes[node] = thread = threading.Thread(
+                        target=self._listen_node, args=(node, *self._sharded), daemon=True,
+                        name="redisstore-waker-node")
+                    thread.start()
+            return
+        for source in range(len(self._sources)):
+            if (kind, source) not in self._listeners:
+                self._listeners[kind, source] = thread = threading.Thread(
+                    target=self._listen, args=(kind, source), daemon=True,
+                    name=f"redisstore-waker-{kind}")
+                thread.start()
+
+    def _regroup(self) -> None:
+        """Under the lock: group the partitions by the node the client says has them, and
+        start a waker for a node that has none (one left without partitions ends)."""
+        assert self._sharded is not None
+        sweeps, nodes = self._sharded
+        groups: dict[Hashable, list[int]] = {}
+        for p in range(sweeps.count):
+            groups.setdefault(nodes.node_of(sweeps.wake_key(p, READY)), []).append(p)
+        first = self._groups is None
+        self._groups = groups
+        if not first:
+            for kind in self._queues:
+                if self._queues[kind]:
+                    self._start(kind)
+                    break
 
     def _leave(self, kind: str, waiter: _Waiter) -> None:
         with self._cond:
@@ -328,6 +454,125 @@ class Wakeups:
         finally:
             self._close_io()
 
+    def _listen_node(self, node: Hashable, sweeps: Sweeps, nodes: Nodes) -> None:
+        """The waker of one node (a store of partitions on a cluster): subscribed to the
+        channels of its partitions, it sweeps a partition's wake key on each message and
+        all of them after subscribing. A broken link, a moved slot (the server ends the
+        subscription) or a refused subscription to a partition that left the node: the
+        client learns its slot map again and the wakers regroup, after a back-off. Ends
+        REARM s after the last blocked claim, when the store stops, when its node has no
+        partition left, or when the server refuses sharded pub/sub (then the wakers per
+        partition take over)."""
+        channels = {sweeps.wake_key(p, kind): (p, kind)
+                    for p in range(sweeps.count) for kind in (READY, LEASES)}
+        sub: Subscription | None = None
+        subscribed: list[int] = []
+        backoff = BACKOFF
+        idle_since: float | None = None
+        try:
+            while True:
+                with self._cond:
+                    group = (self._groups or {}).get(node)
+                    if any(self._queues.values()):
+                        idle_since = None
+                    elif idle_since is None:
+                        idle_since = time.monotonic()
+                    if (self._stopped or self._sharded is None or not group
+                            or (idle_since is not None
+                                and time.monotonic() - idle_since >= REARM)):
+                        if self._nodes.get(node) is threading.current_thread():
+                            del self._nodes[node]
+                        return
+                try:
+                    if sub is None or group != subscribed:
+                        if sub is not None:
+                            sub.close()
+                        sub = None
+                        sub = nodes.subscribe(sweeps.wake_key(group[0], READY))
+                        for p in group:
+                            sub.subscribe([sweeps.wake_key(p, READY),
+                                           sweeps.wake_key(p, LEASES)])
+                        subscribed = group
+                        # Tokens pushed before the subscription, or whose message was lost.
+                        self._sweep(sweeps, [(p, kind) for p in group
+                                             for kind in (READY, LEASES)])
+                    got = sub.message(NODE_POLL)
+                    if got is not None and got[0] == "sunsubscribe":
+                        raise ConnectionError(f"the server ended the subscription to "
+                                              f"{got[1]} (its slot moved)")
+                except Refused as exc:
+                    self._fall_back(exc)
+                    return
+                except Exception as exc:
+                    if sub is not None:
+                        with contextlib.suppress(Exception):
+                            sub.close()
+                        sub = None
+                    if backoff == BACKOFF:
+                        log.info("redisstore: a waker per node lost its subscription (%s); "
+                                 "it subscribes again after the slot map", exc)
+                    with contextlib.suppress(Exception):
+                        nodes.relearn()
+                    with self._cond:
+                        self._cond.wait(backoff)
+                        if not self._stopped and self._sharded is not None:
+                            self._regroup()
+                    backoff = min(backoff * 2, REARM)
+                    continue
+                backoff = BACKOFF
+                if got is None or got[0] != "smessage" or got[1] not in channels:
+                    continue
+                p, kind = channels[got[1]]
+                with self._cond:
+                    if not self._queues[kind]:
+                        self._credits[kind].append(time.monotonic())
+                        continue
+                self._sweep(sweeps, [(p, kind)])
+        finally:
+            if sub is not None:
+                with contextlib.suppress(Exception):
+                    sub.close()
+            self._close_io()
+
+    def _sweep(self, sweeps: Sweeps, wanted: list[tuple[int, str]]) -> None:
+        """Take tokens from partitions' wake keys, as many per key as claims of its kind
+        wait here: each wakes one; one whose claim left meanwhile is given back."""
+        with self._cond:
+            wants = [(p, kind, len(self._queues[kind])) for p, kind in wanted
+                     if self._queues[kind]]
+        if not wants:
+            return
+        got = self._drive(sweeps.take(wants))
+        for (p, kind, _), tokens in zip(wants, got, strict=True):
+            for token in tokens:
+                with self._cond:
+                    self.stats["taken"] += 1
+                    woke = self._wake_one(kind)
+                if woke:
+                    self.stats["woken"] += 1
+                    continue
+                self.stats["given back"] += 1
+                with contextlib.suppress(Exception):
+                    self._drive(sweeps.give_back(p, kind, token))
+
+    def _fall_back(self, exc: Exception) -> None:
+        """The server refuses sharded pub/sub: wakers per partition from now on."""
+        with self._cond:
+            if self._sharded is None:
+                return
+            # A user without the channels can be given them (a warning); a server without
+            # sharded pub/sub (Redis 6.2) is as it is.
+            log.log(logging.WARNING if "NOPERM" in str(exc) else logging.INFO,
+                    "redisstore: the server refuses sharded pub/sub (%s): the store waits "
+                    "for wake-up signals with a connection per partition and kind instead "
+                    "of one per node (docs/scale-out.md)", exc)
+            self._sharded = None
+            self._nodes.clear()
+            for kind in self._queues:
+                if self._queues[kind]:
+                    self._start(kind)
+            self._cond.notify_all()
+
     def _time(self) -> None:
         """The timer: at the earliest due time a claim reported, wake one claim; with none
         blocked here, relay it to the server as a token, for a claim of another node. Ends
@@ -377,7 +622,8 @@ class LoopDriver:
     """Runs the operations of an asyncio store's waker on an event loop of the waker
     thread's own (connections are per event loop: that loop's are the waker's own)."""
 
-    def __init__(self, drive: Callable[[Operation[Any]], Coroutine[Any, Any, Any]],
+    def __init__(self, drive: Callable[[Operation[Any] | Spread[Any]],
+                                       Coroutine[Any, Any, Any]],
                  close: Callable[[], Coroutine[Any, Any, None]]) -> None:
         self._drive = drive
         self._aclose = close
@@ -385,11 +631,15 @@ class LoopDriver:
         # next one's.
         self._local = threading.local()
 
-    def __call__(self, op: Operation[Any]) -> Any:
+    def __call__(self, op: Operation[Any] | Spread[Any]) -> Any:
+        return self.run(self._drive(op))
+
+    def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        """Run ``coroutine`` on this thread's loop (a subscription's I/O, too)."""
         loop = getattr(self._local, "loop", None)
         if loop is None:
             loop = self._local.loop = asyncio.new_event_loop()
-        return loop.run_until_complete(self._drive(op))
+        return loop.run_until_complete(coroutine)
 
     def close(self) -> None:
         """Close this thread's loop and its connections."""

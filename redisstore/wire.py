@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 from .outcomes import ErrorReply, Exchange, Lost, split_error
 from .protocol import Batch
+from .wakeups import Refused
 
 try:
     from hiredis import pack_command as _hiredis_pack
@@ -312,3 +313,24 @@ def node_name(client: Any, key: str) -> Hashable:
         return name
     except Exception:
         return key  # sent alone; its send reports what is wrong
+
+
+def pushed(reply: Any) -> tuple[str, str] | None:
+    """A pub/sub push (``[kind, channel, ...]``) as its kind and channel, text either way
+    the client decodes; None for anything else."""
+    if not isinstance(reply, list) or len(reply) < 2:
+        return None
+    kind, channel = reply[0], reply[1]
+    return (kind.decode() if isinstance(kind, bytes) else str(kind),
+            channel.decode(errors="replace") if isinstance(channel, bytes) else str(channel))
+
+
+def subscribe_failed(exc: BaseException) -> BaseException:
+    """What a refused ``SSUBSCRIBE`` raises: :class:`~redisstore.wakeups.Refused` when the
+    server will keep refusing it (no such command: Redis 6.2; NOPERM: a user without it or
+    the channels), else ``exc`` (a moved slot, a broken link: subscribe again later)."""
+    if is_error_reply(exc):
+        reply = error_reply(exc)
+        if reply.code == "NOPERM" or "unknown command" in reply.message.lower():
+            return Refused(str(reply))
+    return exc

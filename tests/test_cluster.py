@@ -5,10 +5,13 @@ one slot, on one node, and its scripts, clock and indexes are that node's."""
 from __future__ import annotations
 
 import asyncio
+import collections
 import gc
+import threading
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,10 +22,12 @@ from servers import (
     Server,
     finish_migration,
     migrate_keys,
+    redis62_binary,
     redis_binary,
     start_cluster,
     start_migration,
     unique_namespace,
+    valkey_binary,
 )
 from test_conformance_async import (
     AsyncRepositorySuite,
@@ -504,3 +509,215 @@ def test_repartition_spreads_a_namespace_over_the_primaries(
     assert len(nodes) >= 2
     for run, record in runs.items():
         assert store.get(run).record == record
+
+
+# ---------------------------------------------------------------- wakers per node
+
+
+def _one_run_per_partition(count: int) -> list[str]:
+    """Run ids, the i-th in partition i of a store of ``count``."""
+    from redisstore.partitions import partition_of
+
+    found: dict[int, str] = {}
+    n = 0
+    while len(found) < count:
+        found.setdefault(partition_of(f"w{n}", count), f"w{n}")
+        n += 1
+    return [found[p] for p in range(count)]
+
+
+def _waker_threads() -> collections.Counter[str]:
+    return collections.Counter(t.name for t in threading.enumerate()
+                               if t.name.startswith("redisstore-waker"))
+
+
+def _subscribers(cluster_client: RedisCluster, channel: str) -> int:
+    node = cluster_client.get_node_from_key(channel)
+    reply = cluster_client.get_redis_connection(node).execute_command(
+        "PUBSUB", "SHARDNUMSUB", channel)
+    return int(reply[1])
+
+
+def _wait_for(check: Callable[[], bool], seconds: float = 5.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+@pytest.mark.parametrize("shell", ["sync", "asyncio"])
+def test_a_store_of_partitions_waits_with_one_waker_per_node(
+        cluster: list[Server], cluster_client: RedisCluster, shell: str) -> None:
+    """Six partitions on three primaries: the blocked claims' wakers are one per node, each
+    subscribed to the sharded channels of its node's partitions (one connection per node
+    where the waker per partition held 12), and a run made ready in any partition wakes one
+    claim at once."""
+    from redisstore.conformance.readiness import rec
+    from redisstore.conformance.wakeups import SLACK, Blocked
+    from redisstore.discovery import json_wait
+
+    namespace = unique_namespace("per-node")
+    runs = _one_run_per_partition(6)
+    before = _waker_threads()
+    loop: LoopThread | None = None
+    if shell == "sync":
+        store: Any = RedisRunStore(cluster_client, namespace=namespace, discover=json_wait,
+                                   partitions=6)
+        claim = store.claim_ready
+        insert = store.insert
+    else:
+        loop = LoopThread()
+        client = loop.run(asyncio.sleep(0, async_cluster(cluster)))
+        astore = AsyncRedisRunStore(client, namespace=namespace, discover=json_wait,
+                                    partitions=6)
+
+        def claim(*args: Any, **kwargs: Any) -> Any:
+            assert loop is not None
+            return loop.run(astore.claim_ready(*args, **kwargs))
+
+        def insert(*args: Any) -> Any:
+            assert loop is not None
+            return loop.run(astore.insert(*args))
+        store = astore
+    try:
+        assert claim("me", 60_000, 1) == []  # the count recorded, the client's map learnt
+        blocked = [Blocked(lambda: claim("me", 60_000, 1, block=20_000)) for _ in range(6)]
+        ready = [store._ops.sweeps(True).wake_key(p, "ready") for p in range(6)]
+        assert _wait_for(lambda: all(_subscribers(cluster_client, c) == 1 for c in ready))
+        threads = _waker_threads() - before
+        assert threads == {"redisstore-waker-node": 3}, threads
+        since = time.monotonic()
+        for run in runs:
+            insert(run, rec({"at": 0}), Release())
+        got = sorted(run for b in blocked for run in b.get())
+        assert got == sorted(runs)  # each run woke one claim, and each claim got one
+        assert max(b.returned for b in blocked) - since < SLACK
+        assert store._wake.stats["taken"] >= 1
+    finally:
+        if loop is not None:
+            loop.run(astore.aclose())
+            loop.run(client.aclose())
+            loop.stop()
+        else:
+            store.close()
+
+
+def test_a_store_of_partitions_falls_back_to_a_waker_per_partition_without_channels(
+        cluster: list[Server], caplog: pytest.LogCaptureFixture) -> None:
+    """A user whose rule grants no channels (an older acl_rule) cannot subscribe: the
+    store's wakers become one per partition and kind, on BZPOPMIN, and still wake claims
+    at once; its scripts' refused publishes fail no write."""
+    from redisstore.conformance.readiness import rec
+    from redisstore.conformance.wakeups import SLACK, Blocked
+    from redisstore.discovery import json_wait
+    from redisstore.security import acl_rule
+
+    namespace = unique_namespace("no-channels")
+    rule = acl_rule(namespace, cluster=True, partitions=6) + " resetchannels"
+    for server in cluster:
+        server.client().execute_command("ACL", "SETUSER", "no-channels", "on", ">pw",
+                                        *rule.split())
+    client = RedisCluster(host="127.0.0.1", port=cluster[0].port, username="no-channels",
+                          password="pw", socket_timeout=10)
+    store = RedisRunStore(client, namespace=namespace, discover=json_wait, partitions=6)
+    before = _waker_threads()
+    try:
+        assert store.claim_ready("me", 60_000, 1) == []
+        blocked = Blocked(lambda: store.claim_ready("me", 60_000, 1, block=20_000))
+        assert _wait_for(lambda: (_waker_threads() - before)["redisstore-waker-ready"] == 6)
+        since = time.monotonic()
+        run = _one_run_per_partition(6)[4]
+        assert store.insert(run, rec({"at": 0}), Release()) == 1
+        assert blocked.get() == [run]
+        assert blocked.returned - since < SLACK
+        assert (_waker_threads() - before)["redisstore-waker-node"] == 0
+        assert "refuses sharded pub/sub (NOPERM" in caplog.text
+    finally:
+        store.close()
+        client.close()
+
+
+@pytest.mark.parametrize("server", ["valkey8", "redis62"])
+def test_a_store_of_partitions_wakes_claims_on_a_valkey_or_redis62_cluster(
+        tmp_path: Path, server: str) -> None:
+    """Valkey 8 has sharded pub/sub: wakers per node. Redis 6.2 has none: its scripts'
+    publishes fail alone (every write stands) and the store waits per partition."""
+    from redisstore.conformance.readiness import rec
+    from redisstore.conformance.wakeups import SLACK, Blocked
+    from redisstore.discovery import json_wait
+
+    binary = valkey_binary() if server == "valkey8" else redis62_binary()
+    servers = start_cluster(binary, tmp_path)
+    client = RedisCluster(host="127.0.0.1", port=servers[0].port, socket_timeout=10)
+    store = RedisRunStore(client, namespace=unique_namespace(), discover=json_wait,
+                          partitions=6)
+    before = _waker_threads()
+    try:
+        assert store.claim_ready("me", 60_000, 1) == []
+        blocked = [Blocked(lambda: store.claim_ready("me", 60_000, 1, block=20_000))
+                   for _ in range(6)]
+        time.sleep(0.5)
+        since = time.monotonic()
+        runs = _one_run_per_partition(6)
+        for run in runs:
+            assert store.insert(run, rec({"at": 0}), Release()) == 1
+        assert sorted(r for b in blocked for r in b.get()) == sorted(runs)
+        assert max(b.returned for b in blocked) - since < SLACK
+        threads = _waker_threads() - before
+        if server == "valkey8":
+            assert threads == {"redisstore-waker-node": 3}, threads
+        else:
+            assert threads["redisstore-waker-node"] == 0
+            assert threads["redisstore-waker-ready"] == 6, threads
+    finally:
+        store.close()
+        client.close()
+        for node in servers:
+            node.kill()
+
+
+def test_a_waker_per_node_follows_a_partition_whose_slot_moves(
+        cluster: list[Server], cluster_client: RedisCluster) -> None:
+    """A partition's slot moves to another node while claims are blocked: the server ends
+    the subscription there, the wakers regroup on the new map, and a run made ready in the
+    moved partition wakes a claim at once."""
+    from redisstore.conformance.readiness import rec
+    from redisstore.conformance.wakeups import SLACK, Blocked
+    from redisstore.discovery import json_wait
+    from redisstore.partitions import partition_of
+
+    runs = _one_run_per_partition(6)
+    while True:  # a partition whose slot holds no keys (SETSLOT moves only an empty slot)
+        namespace = unique_namespace("moving-part")
+        moved = 3
+        key = Keyspace(namespace, moved).leases
+        slot = cluster_client.keyslot(key)
+        owner = cluster_client.get_node_from_key(key)
+        if cluster_client.get_redis_connection(owner).execute_command(
+                "CLUSTER", "COUNTKEYSINSLOT", slot) == 0:
+            break
+    store = RedisRunStore(cluster_client, namespace=namespace, discover=json_wait,
+                          partitions=6)
+    try:
+        assert store.claim_ready("me", 60_000, 1) == []
+        blocked = Blocked(lambda: store.claim_ready("me", 60_000, 1, block=30_000))
+        channel = Keyspace(namespace, moved).wake("ready")
+        assert _wait_for(lambda: _subscribers(cluster_client, channel) == 1)
+        target = move_slot(cluster, slot, owner)
+        # The old owner ended the subscription; the new one gets it once the wakers regroup.
+        assert _wait_for(lambda: target.client().execute_command(
+            "PUBSUB", "SHARDNUMSUB", channel)[1] == 1, 10.0)
+        assert partition_of(runs[moved], 6) == moved
+        since = time.monotonic()
+        for _ in range(3):  # the first call after the move may answer MOVED
+            try:
+                store.insert(runs[moved], rec({"at": 0}), Release())
+                break
+            except Unavailable:
+                time.sleep(0.1)
+        assert blocked.get() == [runs[moved]]
+        assert blocked.returned - since < SLACK
+    finally:
+        store.close()

@@ -473,6 +473,8 @@ FIRST_KEY = frozenset({
     "HINCRBY", "ZADD", "ZREM", "ZSCORE", "ZRANGE", "ZRANGEBYSCORE", "ZCARD", "ZCOUNT", "ZRANK",
     "ZMSCORE", "ZRANGEBYLEX", "ZREVRANGEBYLEX", "ZREMRANGEBYRANK", "SADD", "SREM", "SSCAN",
     "SISMEMBER", "SCARD", "SMEMBERS", "SRANDMEMBER", "RPUSH",
+    # A sharded channel is routed as a key: it must be in the script's slot, as keys are.
+    "SPUBLISH",
 })
 ALL_KEYS = frozenset({"DEL", "EXISTS", "UNLINK", "TOUCH", "MGET"})
 NO_KEYS = frozenset({"TIME", "SCAN", "PING"})

@@ -94,6 +94,30 @@ def test_the_rule_with_every_flag_is_taken_by_the_server_and_reads_no_password(
     assert admin.exists(Keyspace(namespace).meta) == 1
 
 
+@pytest.mark.server
+@pytest.mark.parametrize("kind", ["redis62", "redis7", "valkey8"])
+def test_the_rule_of_partitions_grants_their_wake_channels_alone(
+        kind: str, request: pytest.FixtureRequest) -> None:
+    """acl_rule(partitions=N) is taken by Redis 6.2 too (no SSUBSCRIBE or SPUBLISH named:
+    the pub/sub category); the partitions' wake channels are granted, no other channel is,
+    nor PUBSUB, which lists every channel on the server."""
+    node: Server = request.getfixturevalue(kind)
+    namespace = unique_namespace()
+    client = redis.Redis(**confine(node, namespace, partitions=3))
+    own = Keyspace(namespace, 2).wake("ready")
+    assert client.publish(own, "1") == 0
+    with pytest.raises(redis.exceptions.NoPermissionError):
+        client.publish(Keyspace(namespace + "x", 2).wake("ready"), "1")
+    with pytest.raises(redis.exceptions.NoPermissionError):
+        client.publish(Keyspace(namespace, 3).wake("ready"), "1")
+    with pytest.raises(redis.exceptions.NoPermissionError):
+        client.execute_command("PUBSUB", "CHANNELS")
+    if kind != "redis62":
+        assert client.execute_command("SPUBLISH", own, "1") == 0
+    assert "spublish" not in acl_rule(namespace)  # one partition: no channel at all
+    assert "&" not in acl_rule(namespace)
+
+
 def test_a_bad_namespace_is_refused() -> None:
     with pytest.raises((ValueError, TypeError)):
         acl_rule("")

@@ -454,3 +454,176 @@ def test_a_forked_child_gets_wakers_of_its_own() -> None:
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     store.close()
+
+
+# ---------------------------------------------------------------------------- wakers per node
+
+
+class FakeNode:
+    """A cluster of fakes for a hub's wakers per node: partitions 0-3 on nodes "a" (0, 1) and
+    "b" (2, 3); tokens in memory; messages pushed by the test; ``refuse``: the server
+    refuses SSUBSCRIBE for good."""
+
+    def __init__(self, refuse: bool = False) -> None:
+        import queue
+
+        self.count = 4
+        self.tokens: dict[tuple[int, str], list[str]] = {}
+        self.inbox: dict[str, queue.Queue[tuple[str, str]]] = {
+            "a": queue.Queue(), "b": queue.Queue()}
+        self.subscribed: dict[str, list[str]] = {"a": [], "b": []}
+        self.refuse = refuse
+        self.lock = threading.Lock()
+
+    # Sweeps
+    def wake_key(self, p: int, kind: str) -> str:
+        return f"{{ns#{p}}}:wake-{kind}"
+
+    def take(self, wants: Any) -> Callable[[], list[list[str]]]:
+        def run() -> list[list[str]]:
+            with self.lock:
+                out = []
+                for p, kind, count in wants:
+                    have = self.tokens.get((p, kind), [])
+                    out.append(have[:count])
+                    self.tokens[p, kind] = have[count:]
+                return out
+        return run
+
+    def give_back(self, p: int, kind: str, token: str) -> Callable[[], None]:
+        def run() -> None:
+            with self.lock:
+                self.tokens.setdefault((p, kind), []).append(token)
+        return run
+
+    # Nodes
+    def node_of(self, key: str) -> str:
+        return "a" if int(key[4]) < 2 else "b"
+
+    def subscribe(self, key: str) -> Any:
+        node = self.node_of(key)
+        fake = self
+
+        class Sub:
+            def subscribe(self, channels: list[str]) -> None:
+                if fake.refuse:
+                    raise wakeups.Refused("NOPERM no channels")
+                fake.subscribed[node] += channels
+
+            def message(self, timeout: float) -> tuple[str, str] | None:
+                import queue
+                try:
+                    return fake.inbox[node].get(timeout=min(timeout, 0.05))
+                except queue.Empty:
+                    return None
+
+            def close(self) -> None:
+                fake.subscribed[node] = []
+        return Sub()
+
+    def push(self, p: int, kind: str, token: str) -> None:
+        """A script's write: a token, then the message on the partition's channel."""
+        with self.lock:
+            self.tokens.setdefault((p, kind), []).append(token)
+        self.inbox[self.node_of(self.wake_key(p, kind))].put(
+            ("smessage", self.wake_key(p, kind)))
+
+    def hub(self, popped: list[str] | None = None) -> wakeups.Wakeups:
+        def next_wakeup(kinds: list[str], seconds: float) -> Callable[[], Any]:
+            def run() -> Any:
+                time.sleep(min(seconds, 0.05))
+                if popped is not None:
+                    popped.append(kinds[0])
+                return None
+            return run
+        nodes = wakeups.Nodes(self.node_of, self.subscribe, lambda: None)
+        return wakeups.Wakeups(lambda op: op(), next_wakeup,  # type: ignore[arg-type]
+                               lambda kind, token: (lambda: None),  # type: ignore
+                               sharded=(self, nodes))  # type: ignore[arg-type]
+
+
+def _waiting(hub: wakeups.Wakeups, kind: str, count: int) -> bool:
+    deadline = time.monotonic() + 2
+    while time.monotonic() < deadline:
+        with hub._cond:
+            if len(hub._queues[kind]) == count:
+                return True
+        time.sleep(0.01)
+    return False
+
+
+def test_a_waker_per_node_wakes_one_claim_per_token_of_its_partitions() -> None:
+    """Two nodes, one waker each, subscribed to both kinds' channels of their partitions;
+    a message sweeps its partition's key and each token wakes one waiting claim, not all."""
+    fake = FakeNode()
+    hub = fake.hub()
+    woken: list[bool] = []
+    waits = [threading.Thread(target=lambda: woken.append(hub.wait(wakeups.READY, 3)))
+             for _ in range(3)]
+    try:
+        for t in waits:
+            t.start()
+        assert _waiting(hub, wakeups.READY, 3)
+        deadline = time.monotonic() + 2
+        while len(fake.subscribed["b"]) < 4 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert fake.subscribed == {
+            "a": [fake.wake_key(p, k) for p in (0, 1) for k in ("ready", "leases")],
+            "b": [fake.wake_key(p, k) for p in (2, 3) for k in ("ready", "leases")]}
+        assert sorted(t.name for t in threading.enumerate()
+                      if t.name.startswith("redisstore-waker")).count(
+                          "redisstore-waker-node") == 2
+        fake.push(3, wakeups.READY, "r1")
+        assert _waiting(hub, wakeups.READY, 2)  # one claim woken, two still wait
+        time.sleep(0.2)
+        assert len(woken) == 1 and hub.stats["taken"] == 1
+        fake.push(0, wakeups.LEASES, "r2")  # no claim of that kind waits: none woken
+        time.sleep(0.2)
+        assert len(woken) == 1 and fake.tokens[0, wakeups.LEASES] == ["r2"]
+    finally:
+        hub.stop()
+        for t in waits:
+            t.join(5)
+    assert woken[0] is True
+
+
+def test_a_message_with_no_claim_waiting_wakes_one_claim_that_began_before_it() -> None:
+    """A claim found nothing, then a write's message came before the claim waited (nobody
+    swept its token): that claim claims again at once. One message, one such claim; a
+    claim that began after the message waits."""
+    fake = FakeNode()
+    hub = fake.hub()
+    try:
+        with hub._cond:  # the wakers run: start them with a first wait
+            pass
+        assert hub.wait(wakeups.READY, 0.2) is False
+        before = time.monotonic()
+        fake.push(1, wakeups.READY, "r1")
+        deadline = time.monotonic() + 2
+        while not hub._credits[wakeups.READY] and time.monotonic() < deadline:
+            time.sleep(0.01)
+        began = time.monotonic()
+        assert hub.wait(wakeups.READY, 5, since=before) is True
+        assert time.monotonic() - began < 1  # at once, not after its wait
+        assert hub.wait(wakeups.READY, 0.3, since=before) is False  # the credit was used
+        assert hub.wait(wakeups.READY, 0.3, since=time.monotonic()) is False
+    finally:
+        hub.stop()
+    began = time.monotonic()
+    assert hub.wait(wakeups.READY, 5) is True  # a stopped hub: claim again at once
+    assert time.monotonic() - began < 1
+
+
+def test_a_server_that_refuses_sharded_pubsub_turns_the_hub_to_wakers_per_partition(
+        caplog: pytest.LogCaptureFixture) -> None:
+    fake = FakeNode(refuse=True)
+    popped: list[str] = []
+    hub = fake.hub(popped)
+    try:
+        with caplog.at_level("WARNING", logger="redisstore.wakeups"):
+            assert hub.wait(wakeups.READY, 0.5) is False
+        assert popped and set(popped) == {wakeups.READY}  # BZPOPMIN per partition
+        assert "refuses sharded pub/sub" in caplog.text
+        assert hub._sharded is None
+    finally:
+        hub.stop()
