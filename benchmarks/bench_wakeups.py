@@ -175,7 +175,8 @@ def cluster_latency(client: RedisCluster, per_node: bool, claimers: int,
                     samples: int) -> tuple[list[float], int, int]:
     """On a store of 6 partitions over the cluster's 3 primaries: latencies (ms) of runs
     inserted one at a time (ids at random, so partitions at random), the store's waker
-    threads, and its wakers' connections (every node's clients minus those before)."""
+    threads, and its wakers' connections (every node's clients subscribed to a sharded
+    channel or blocked in a command, while the claimers wait)."""
     namespace = f"bench-wake-{uuid.uuid4().hex[:8]}"
     store = RedisRunStore(client, namespace=namespace, discover=json_wait, partitions=6)
     if not per_node:  # what a server without sharded pub/sub gets: a waker per partition
@@ -184,17 +185,22 @@ def cluster_latency(client: RedisCluster, per_node: bool, claimers: int,
     nodes = client.get_primaries()
 
     def connections() -> int:
-        return sum(client.get_redis_connection(n).info("clients")["connected_clients"]
-                   for n in nodes)
+        return sum(1 for n in nodes for c in client.get_redis_connection(n).client_list()
+                   if int(c.get("ssub", 0)) > 0 or "b" in c["flags"])
 
-    before = connections()
+    # The wakers of the stores measured before end first (a BZPOPMIN within the client's
+    # socket timeout, a subscription within a second), so the connections counted are ours.
+    deadline = time.monotonic() + 15
+    while (any(t.name.startswith("redisstore-waker") for t in threading.enumerate())
+           and time.monotonic() < deadline):
+        time.sleep(0.1)
     threads_before = {t for t in threading.enumerate() if t.name.startswith("redisstore-wak")}
     pool = Claimers(store, claimers)
     out: list[float] = []
     time.sleep(0.3)
     wakers = len({t for t in threading.enumerate()
                   if t.name.startswith("redisstore-wak")} - threads_before)
-    opened = connections() - before
+    opened = connections()
     try:
         for i in range(samples):
             run = f"run-{uuid.uuid4().hex[:6]}-{i}"
@@ -212,7 +218,8 @@ def cluster_main(args: argparse.Namespace) -> None:
     """--cluster: wakers per node (sharded pub/sub) beside wakers per partition."""
     with contextlib.ExitStack() as stack:
         ports = start_cluster(stack)
-        client = RedisCluster(host="127.0.0.1", port=ports[0])
+        # A socket timeout of 2 s makes a waker's BZPOPMIN 1 s (see wakeups.pop_cap).
+        client = RedisCluster(host="127.0.0.1", port=ports[0], socket_timeout=2)
         modes = {"per node": True, "per partition": False}
         results: dict[tuple[str, int], list[list[float]]] = {}
         shape: dict[tuple[str, int], tuple[int, int]] = {}
