@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import functools
 import logging
 import os
 import threading
@@ -439,18 +440,7 @@ class Wakeups:
                 backoff = BACKOFF
                 if got is None:
                     continue
-                token = got[1]
-                with self._cond:
-                    self.stats["taken"] += 1
-                    woke = self._wake_one(kind)
-                if woke:
-                    self.stats["woken"] += 1
-                    continue
-                # Its claim left meanwhile: another node's may still wait for it (a
-                # give-back that fails is covered by the claims' re-arm).
-                self.stats["given back"] += 1
-                with contextlib.suppress(Exception):
-                    self._drive(give_back(kind, token))
+                self._hand(kind, functools.partial(give_back, kind, got[1]))
         finally:
             self._close_io()
 
@@ -545,15 +535,21 @@ class Wakeups:
         got = self._drive(sweeps.take(wants))
         for (p, kind, _), tokens in zip(wants, got, strict=True):
             for token in tokens:
-                with self._cond:
-                    self.stats["taken"] += 1
-                    woke = self._wake_one(kind)
-                if woke:
-                    self.stats["woken"] += 1
-                    continue
-                self.stats["given back"] += 1
-                with contextlib.suppress(Exception):
-                    self._drive(sweeps.give_back(p, kind, token))
+                self._hand(kind, functools.partial(sweeps.give_back, p, kind, token))
+
+    def _hand(self, kind: str, give_back: Callable[[], Operation[None]]) -> None:
+        """A token taken: wake the local claim of ``kind`` that waited longest; with none
+        left (its claim left meanwhile), ``give_back()`` the token, for another node's (a
+        give-back that fails is covered by the claims' re-arm)."""
+        with self._cond:
+            self.stats["taken"] += 1
+            woke = self._wake_one(kind)
+        if woke:
+            self.stats["woken"] += 1
+            return
+        self.stats["given back"] += 1
+        with contextlib.suppress(Exception):
+            self._drive(give_back())
 
     def _fall_back(self, exc: Exception) -> None:
         """The server refuses sharded pub/sub: wakers per partition from now on."""
