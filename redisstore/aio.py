@@ -465,11 +465,15 @@ class AsyncTransport:
     """
 
     def __init__(self, client: Any, durability: Durability | None = None,
-                 timeout: int = 5000) -> None:
+                 timeout: int = 5000, *, home: asyncio.AbstractEventLoop | None = None
+                 ) -> None:
         check_client(client, asynchronous=True)
         self.client = client
         self.durability = durability
         self.timeout = timeout
+        #: The loop the client's own connections live on, when this transport runs on
+        #: another (a waker thread's): the cluster client learns its slot map there.
+        self.home = home
         #: Whether the client is a RedisCluster (the store talks to its nodes).
         self.cluster = hasattr(client, "get_node_from_key")
         #: The one-time server checks done for this client, shared by its stores.
@@ -542,7 +546,7 @@ class AsyncTransport:
                 break
             got = await mux.exchange(batch, deadline, self.timeout)
         if relearn_after(got, len(tried) - 1):
-            _relearn_later(self.client, self.timeout)
+            _relearn_later(self.client, self.timeout, self.home)
         return got
 
 
@@ -565,12 +569,26 @@ async def run_all(io: AsyncTransport, groups: list[Group], deadline: float | Non
 _RELEARN_TASKS: set[asyncio.Task[None]] = set()
 
 
-def _relearn_later(client: Any, timeout: int) -> None:
+def _relearn_later(client: Any, timeout: int,
+                   home: asyncio.AbstractEventLoop | None = None) -> None:
     """Have the asyncio cluster ``client`` learn its slot map again in a task of its own
-    (see :func:`redisstore.transport.relearn_later`)."""
+    (see :func:`redisstore.transport.relearn_later`), on its ``home`` loop when the caller
+    runs on another: the connections a relearn makes belong to the loop it runs on, and
+    the client's must stay on the client's (else closing it fails: another loop's futures)."""
+    if home is not None and home is not _running_loop():
+        with contextlib.suppress(RuntimeError):  # that loop is closed: nothing to relearn
+            home.call_soon_threadsafe(_relearn_later, client, timeout)
+        return
     task = asyncio.get_running_loop().create_task(_relearn(client, timeout))
     _RELEARN_TASKS.add(task)
     task.add_done_callback(_RELEARN_TASKS.discard)
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 async def _relearn(client: Any, timeout: int) -> None:
@@ -625,7 +643,7 @@ def node_wakers(io: AsyncTransport, driver: LoopDriver, timeout: int) -> Nodes:
     nodes, on their threads' loops (``driver``; ``timeout``: the store's, in ms)."""
     return Nodes(io.node_of,
                  lambda key: AsyncNodeSubscription(io.client, key, driver.run, timeout / 1000),
-                 lambda: driver.run(_relearn(io.client, timeout)))
+                 lambda: _relearn_later(io.client, timeout, io.home))
 
 
 def _loop_deadline(deadline: float) -> float:
@@ -708,7 +726,8 @@ class AsyncRedisRunStore(_Closes, Shell[RunOps | PartitionedOps]):
         """The store's blocked claims (see :mod:`redisstore.wakeups`): each waker thread
         runs an event loop of its own, so its connections are its own."""
         if self._wake is None:
-            io = AsyncTransport(self._io.client, None, wakeups.waker_timeout(self._io.timeout))
+            io = AsyncTransport(self._io.client, None, wakeups.waker_timeout(self._io.timeout),
+                                home=asyncio.get_running_loop())
             driver = LoopDriver(io.drive, io.aclose)
             (first, *also) = self._ops.wake_sources(io.cluster)
             sweeps = self._ops.sweeps(io.cluster)

@@ -483,7 +483,13 @@ class Wakeups:
                             sub.subscribe([sweeps.wake_key(p, READY),
                                            sweeps.wake_key(p, LEASES)])
                         subscribed = group
-                        # Tokens pushed before the subscription, or whose message was lost.
+                        # Tokens pushed before the subscription, or whose message was lost
+                        # (a message that came with the confirmations is read as one): for
+                        # the claims waiting, a sweep; for one claim running meanwhile, which
+                        # may have missed that work, a kept message, as for one that comes.
+                        with self._cond:
+                            for kind in (READY, LEASES):
+                                self._credits[kind].append(time.monotonic())
                         self._sweep(sweeps, [(p, kind) for p in group
                                              for kind in (READY, LEASES)])
                     got = sub.message(NODE_POLL)

@@ -547,6 +547,37 @@ def _wait_for(check: Callable[[], bool], seconds: float = 5.0) -> bool:
     return True
 
 
+class Shell:
+    """A store of 6 partitions on the cluster through the sync or the asyncio client, with
+    sync calls (the asyncio store's run on a loop thread of its own)."""
+
+    def __init__(self, shell: str, cluster: list[Server], cluster_client: RedisCluster,
+                 namespace: str) -> None:
+        from redisstore.discovery import json_wait
+
+        self.loop: LoopThread | None = None
+        if shell == "sync":
+            self.store: Any = RedisRunStore(cluster_client, namespace=namespace,
+                                            discover=json_wait, partitions=6)
+        else:
+            self.loop = LoopThread()
+            self.client = self.loop.run(asyncio.sleep(0, async_cluster(cluster)))
+            self.store = AsyncRedisRunStore(self.client, namespace=namespace,
+                                            discover=json_wait, partitions=6)
+
+    def call(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        got = getattr(self.store, name)(*args, **kwargs)
+        return got if self.loop is None else self.loop.run(got)
+
+    def close(self) -> None:
+        if self.loop is None:
+            self.store.close()
+            return
+        self.loop.run(self.store.aclose())
+        self.loop.run(self.client.aclose())
+        self.loop.stop()
+
+
 @pytest.mark.parametrize("shell", ["sync", "asyncio"])
 def test_a_store_of_partitions_waits_with_one_waker_per_node(
         cluster: list[Server], cluster_client: RedisCluster, shell: str) -> None:
@@ -556,52 +587,27 @@ def test_a_store_of_partitions_waits_with_one_waker_per_node(
     claim at once."""
     from redisstore.conformance.readiness import rec
     from redisstore.conformance.wakeups import SLACK, Blocked
-    from redisstore.discovery import json_wait
 
-    namespace = unique_namespace("per-node")
     runs = _one_run_per_partition(6)
     before = _waker_threads()
-    loop: LoopThread | None = None
-    if shell == "sync":
-        store: Any = RedisRunStore(cluster_client, namespace=namespace, discover=json_wait,
-                                   partitions=6)
-        claim = store.claim_ready
-        insert = store.insert
-    else:
-        loop = LoopThread()
-        client = loop.run(asyncio.sleep(0, async_cluster(cluster)))
-        astore = AsyncRedisRunStore(client, namespace=namespace, discover=json_wait,
-                                    partitions=6)
-
-        def claim(*args: Any, **kwargs: Any) -> Any:
-            assert loop is not None
-            return loop.run(astore.claim_ready(*args, **kwargs))
-
-        def insert(*args: Any) -> Any:
-            assert loop is not None
-            return loop.run(astore.insert(*args))
-        store = astore
+    io = Shell(shell, cluster, cluster_client, unique_namespace("per-node"))
     try:
-        assert claim("me", 60_000, 1) == []  # the count recorded, the client's map learnt
-        blocked = [Blocked(lambda: claim("me", 60_000, 1, block=20_000)) for _ in range(6)]
-        ready = [store._ops.sweeps(True).wake_key(p, "ready") for p in range(6)]
+        assert io.call("claim_ready", "me", 60_000, 1) == []  # the count recorded
+        blocked = [Blocked(lambda: io.call("claim_ready", "me", 60_000, 1, block=20_000))
+                   for _ in range(6)]
+        ready = [io.store._ops.sweeps(True).wake_key(p, "ready") for p in range(6)]
         assert _wait_for(lambda: all(_subscribers(cluster_client, c) == 1 for c in ready))
         threads = _waker_threads() - before
         assert threads == {"redisstore-waker-node": 3}, threads
         since = time.monotonic()
         for run in runs:
-            insert(run, rec({"at": 0}), Release())
+            io.call("insert", run, rec({"at": 0}), Release())
         got = sorted(run for b in blocked for run in b.get())
         assert got == sorted(runs)  # each run woke one claim, and each claim got one
         assert max(b.returned for b in blocked) - since < SLACK
-        assert store._wake.stats["taken"] >= 1
+        assert io.store._wake.stats["taken"] >= 1
     finally:
-        if loop is not None:
-            loop.run(astore.aclose())
-            loop.run(client.aclose())
-            loop.stop()
-        else:
-            store.close()
+        io.close()
 
 
 def test_a_store_of_partitions_falls_back_to_a_waker_per_partition_without_channels(
@@ -678,14 +684,14 @@ def test_a_store_of_partitions_wakes_claims_on_a_valkey_or_redis62_cluster(
             node.kill()
 
 
+@pytest.mark.parametrize("shell", ["sync", "asyncio"])
 def test_a_waker_per_node_follows_a_partition_whose_slot_moves(
-        cluster: list[Server], cluster_client: RedisCluster) -> None:
+        cluster: list[Server], cluster_client: RedisCluster, shell: str) -> None:
     """A partition's slot moves to another node while claims are blocked: the server ends
     the subscription there, the wakers regroup on the new map, and a run made ready in the
     moved partition wakes a claim at once."""
     from redisstore.conformance.readiness import rec
     from redisstore.conformance.wakeups import SLACK, Blocked
-    from redisstore.discovery import json_wait
     from redisstore.partitions import partition_of
 
     runs = _one_run_per_partition(6)
@@ -698,11 +704,10 @@ def test_a_waker_per_node_follows_a_partition_whose_slot_moves(
         if cluster_client.get_redis_connection(owner).execute_command(
                 "CLUSTER", "COUNTKEYSINSLOT", slot) == 0:
             break
-    store = RedisRunStore(cluster_client, namespace=namespace, discover=json_wait,
-                          partitions=6)
+    io = Shell(shell, cluster, cluster_client, namespace)
     try:
-        assert store.claim_ready("me", 60_000, 1) == []
-        blocked = Blocked(lambda: store.claim_ready("me", 60_000, 1, block=30_000))
+        assert io.call("claim_ready", "me", 60_000, 1) == []
+        blocked = Blocked(lambda: io.call("claim_ready", "me", 60_000, 1, block=30_000))
         channel = Keyspace(namespace, moved).wake("ready")
         assert _wait_for(lambda: _subscribers(cluster_client, channel) == 1)
         target = move_slot(cluster, slot, owner)
@@ -713,11 +718,11 @@ def test_a_waker_per_node_follows_a_partition_whose_slot_moves(
         since = time.monotonic()
         for _ in range(3):  # the first call after the move may answer MOVED
             try:
-                store.insert(runs[moved], rec({"at": 0}), Release())
+                io.call("insert", runs[moved], rec({"at": 0}), Release())
                 break
             except Unavailable:
                 time.sleep(0.1)
         assert blocked.get() == [runs[moved]]
         assert blocked.returned - since < SLACK
     finally:
-        store.close()
+        io.close()

@@ -570,9 +570,8 @@ def test_a_waker_per_node_wakes_one_claim_per_token_of_its_partitions() -> None:
         assert fake.subscribed == {
             "a": [fake.wake_key(p, k) for p in (0, 1) for k in ("ready", "leases")],
             "b": [fake.wake_key(p, k) for p in (2, 3) for k in ("ready", "leases")]}
-        assert sorted(t.name for t in threading.enumerate()
-                      if t.name.startswith("redisstore-waker")).count(
-                          "redisstore-waker-node") == 2
+        assert sorted(hub._nodes) == ["a", "b"]
+        assert {t.name for t in hub._nodes.values()} == {"redisstore-waker-node"}
         fake.push(3, wakeups.READY, "r1")
         assert _waiting(hub, wakeups.READY, 2)  # one claim woken, two still wait
         time.sleep(0.2)
