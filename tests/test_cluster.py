@@ -726,3 +726,31 @@ def test_a_waker_per_node_follows_a_partition_whose_slot_moves(
         assert blocked.returned - since < SLACK
     finally:
         io.close()
+
+
+def test_a_waker_per_node_subscribes_again_after_its_connections_are_killed(
+        cluster: list[Server], cluster_client: RedisCluster) -> None:
+    """Every node drops its sharded subscribers (CLIENT KILL TYPE pubsub): the wakers
+    subscribe again, sweep, and a run made ready later wakes a blocked claim at once; one
+    made ready while they were away is found by the sweep."""
+    from redisstore.conformance.readiness import rec
+    from redisstore.conformance.wakeups import SLACK, Blocked
+
+    runs = _one_run_per_partition(6)
+    io = Shell("sync", cluster, cluster_client, unique_namespace("killed-sub"))
+    ready = [io.store._ops.sweeps(True).wake_key(p, "ready") for p in range(6)]
+    try:
+        assert io.call("claim_ready", "me", 60_000, 1) == []
+        blocked = [Blocked(lambda: io.call("claim_ready", "me", 60_000, 1, block=30_000))
+                   for _ in range(2)]
+        assert _wait_for(lambda: all(_subscribers(cluster_client, c) == 1 for c in ready))
+        for server in cluster:
+            server.client().execute_command("CLIENT", "KILL", "TYPE", "pubsub")
+        io.call("insert", runs[0], rec({"at": 0}), Release())  # its message is lost
+        assert _wait_for(lambda: all(_subscribers(cluster_client, c) == 1 for c in ready))
+        since = time.monotonic()
+        io.call("insert", runs[5], rec({"at": 0}), Release())
+        assert sorted(r for b in blocked for r in b.get()) == sorted([runs[0], runs[5]])
+        assert max(b.returned for b in blocked) - since < SLACK
+    finally:
+        io.close()
