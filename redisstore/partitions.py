@@ -16,7 +16,7 @@ import logging
 import time
 import zlib
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 from . import scripts
@@ -536,16 +536,16 @@ class PartitionSweeps:
         """Partition ``p``'s wake key (and channel) of ``kind``."""
         return self._parts[p].keys.wake(kind)
 
-    def take(self, wants: Iterable[tuple[int, str, int]]) -> Spread[list[list[str]]]:
+    def take(self, wants: Iterable[tuple[int, str, int]]
+             ) -> Spread[Sequence[list[str] | Exception]]:
         """Up to ``count`` tokens of ``kind`` from each partition ``p`` of ``wants``, in one
-        call over partitions (a round trip per node); a partition whose sweep failed (a
-        foreign wake key, a node away) gives none, and its claims' re-arm covers it."""
+        call over partitions (a round trip per node); for a partition whose sweep failed (a
+        foreign wake key, a node away, a denied ZPOPMIN), its error."""
         ops = [self._parts[p].take_wakeups(kind, count) for p, kind, count in wants]
 
-        def steps() -> Steps[list[list[str]]]:
+        def steps() -> Steps[Sequence[list[str] | Exception]]:
             answers = yield from fan(ops)
-            return [a.value if a.error is None and a.value is not None else []
-                    for a in answers]
+            return [a.error if a.error is not None else (a.value or []) for a in answers]
         return Spread(steps())
 
     def give_back(self, p: int, kind: str, token: str) -> Operation[None]:

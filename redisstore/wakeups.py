@@ -62,6 +62,8 @@ BACKOFF = 0.05
 NODE_POLL = 1.0
 #: The messages a hub keeps, per kind, for claims that began before them (the newest).
 MAX_CREDITS = 256
+#: The messages a waker per node reads before it sweeps (each key once for all of them).
+MAX_BURST = 1000
 
 
 #: A source of wake-up tokens: ``next_wakeup(kinds, seconds)`` takes one (or None).
@@ -99,8 +101,10 @@ class Sweeps(Protocol):
     def wake_key(self, p: int, kind: str) -> str:
         """Partition ``p``'s wake key of ``kind``, also its channel's name."""
 
-    def take(self, wants: Iterable[tuple[int, str, int]]) -> Spread[list[list[str]]]:
-        """Up to ``count`` tokens of ``kind`` from each ``(p, kind, count)``."""
+    def take(self, wants: Iterable[tuple[int, str, int]]
+             ) -> Spread[Sequence[list[str] | Exception]]:
+        """Up to ``count`` tokens of ``kind`` from each ``(p, kind, count)`` (or the error
+        of that partition's sweep)."""
 
     def give_back(self, p: int, kind: str, token: str) -> Operation[None]:
         """Put a token back in partition ``p``."""
@@ -247,6 +251,9 @@ class Wakeups:
         #: The partitions of each node, as the client knew them at the last regrouping.
         self._groups: dict[Hashable, list[int]] | None = None
         self._nodes: dict[Hashable, threading.Thread] = {}
+        #: The (partition, kind) whose wake key a waker per node failed to sweep last time
+        #: (warned once per streak).
+        self._unswept: set[tuple[int, str]] = set()
         #: Per kind, when a waker per node had a message while no claim of it waited
         #: (monotonic): each wakes one claim that began before it (see _enter).
         self._credits: dict[str, collections.deque[float]] = {
@@ -446,19 +453,22 @@ class Wakeups:
 
     def _listen_node(self, node: Hashable, sweeps: Sweeps, nodes: Nodes) -> None:
         """The waker of one node (a store of partitions on a cluster): subscribed to the
-        channels of its partitions, it sweeps a partition's wake key on each message and
-        all of them after subscribing. A broken link, a moved slot (the server ends the
-        subscription) or a refused subscription to a partition that left the node: the
-        client learns its slot map again and the wakers regroup, after a back-off. Ends
-        REARM s after the last blocked claim, when the store stops, when its node has no
-        partition left, or when the server refuses sharded pub/sub (then the wakers per
-        partition take over)."""
+        channels of its partitions, it sweeps a partition's wake key on its messages (those
+        already received at once, each key once), all of them after subscribing, and all of
+        them every NODE_POLL s while claims wait (a writer that does not publish: an earlier
+        version of this library, a user without the channels). A broken link, a moved slot
+        (the server ends the subscription) or a refused subscription to a partition that
+        left the node: the client learns its slot map again and the wakers regroup, after a
+        back-off. Ends REARM s after the last blocked claim, when the store stops, when its
+        node has no partition left, or when the server refuses sharded pub/sub or the
+        sweep's ``ZPOPMIN`` (then the wakers per partition take over)."""
         channels = {sweeps.wake_key(p, kind): (p, kind)
                     for p in range(sweeps.count) for kind in (READY, LEASES)}
         sub: Subscription | None = None
         subscribed: list[int] = []
         backoff = BACKOFF
         idle_since: float | None = None
+        swept = 0.0
         try:
             while True:
                 with self._cond:
@@ -470,9 +480,12 @@ class Wakeups:
                     if (self._stopped or self._sharded is None or not group
                             or (idle_since is not None
                                 and time.monotonic() - idle_since >= REARM)):
+                        # Forgotten under the lock that decided it: a claim that blocks
+                        # next starts another.
                         if self._nodes.get(node) is threading.current_thread():
                             del self._nodes[node]
                         return
+                every = [(p, kind) for p in group for kind in (READY, LEASES)]
                 try:
                     if sub is None or group != subscribed:
                         if sub is not None:
@@ -489,13 +502,13 @@ class Wakeups:
                         # may have missed that work, a kept message, as for one that comes.
                         with self._cond:
                             for kind in (READY, LEASES):
-                                self._credits[kind].append(time.monotonic())
-                        self._sweep(sweeps, [(p, kind) for p in group
-                                             for kind in (READY, LEASES)])
-                    got = sub.message(NODE_POLL)
-                    if got is not None and got[0] == "sunsubscribe":
-                        raise ConnectionError(f"the server ended the subscription to "
-                                              f"{got[1]} (its slot moved)")
+                                self._keep(kind)
+                        swept = self._sweep(sweeps, every)
+                    due = set(self._messages(sub, channels))
+                    if time.monotonic() - swept >= NODE_POLL:
+                        swept = self._sweep(sweeps, every)
+                    elif due:
+                        self._sweep(sweeps, sorted(due))
                 except Refused as exc:
                     self._fall_back(exc)
                     return
@@ -516,32 +529,73 @@ class Wakeups:
                     backoff = min(backoff * 2, REARM)
                     continue
                 backoff = BACKOFF
-                if got is None or got[0] != "smessage" or got[1] not in channels:
-                    continue
-                p, kind = channels[got[1]]
-                with self._cond:
-                    if not self._queues[kind]:
-                        self._credits[kind].append(time.monotonic())
-                        continue
-                self._sweep(sweeps, [(p, kind)])
         finally:
+            with self._cond:
+                # Ended by an error: the next blocked claim starts another.
+                if self._nodes.get(node) is threading.current_thread():
+                    del self._nodes[node]
             if sub is not None:
                 with contextlib.suppress(Exception):
                     sub.close()
             self._close_io()
 
-    def _sweep(self, sweeps: Sweeps, wanted: list[tuple[int, str]]) -> None:
+    def _messages(self, sub: Subscription, channels: dict[str, tuple[int, str]]
+                  ) -> Iterable[tuple[int, str]]:
+        """The (partition, kind) of the messages within NODE_POLL s, and of those already
+        received after the first (a burst is swept once per key). A message that finds no
+        claim of its kind waiting is kept (see :meth:`_enter`) instead."""
+        got = sub.message(NODE_POLL)
+        for _ in range(MAX_BURST):
+            if got is None:
+                return
+            if got[0] == "sunsubscribe":
+                raise ConnectionError(f"the server ended the subscription to {got[1]} (its "
+                                      "slot moved)")
+            if got[0] == "smessage" and got[1] in channels:
+                p, kind = channels[got[1]]
+                with self._cond:
+                    waiting = bool(self._queues[kind])
+                    if not waiting:
+                        self._keep(kind)
+                if waiting:
+                    yield p, kind
+            got = sub.message(0)
+
+    def _keep(self, kind: str) -> None:
+        """Under the lock: keep a message of ``kind`` for a claim that began before it
+        (those older than REARM s go: no claim began that long ago)."""
+        now = time.monotonic()
+        credits = self._credits[kind]
+        while credits and credits[0] < now - REARM:
+            credits.popleft()
+        credits.append(now)
+
+    def _sweep(self, sweeps: Sweeps, wanted: list[tuple[int, str]]) -> float:
         """Take tokens from partitions' wake keys, as many per key as claims of its kind
-        wait here: each wakes one; one whose claim left meanwhile is given back."""
+        wait here: each wakes one; one whose claim left meanwhile is given back. A key
+        that cannot be swept is warned of once per streak (its claims' re-arm covers it);
+        a denied ``ZPOPMIN`` turns the store to the wakers per partition. When it began."""
+        began = time.monotonic()
         with self._cond:
             wants = [(p, kind, len(self._queues[kind])) for p, kind in wanted
                      if self._queues[kind]]
         if not wants:
-            return
+            return began
         got = self._drive(sweeps.take(wants))
         for (p, kind, _), tokens in zip(wants, got, strict=True):
+            if isinstance(tokens, Exception):
+                if "NOPERM" in str(tokens):
+                    raise Refused(str(tokens))
+                if (p, kind) not in self._unswept:
+                    self._unswept.add((p, kind))
+                    log.warning("redisstore: a waker per node cannot sweep the wake key %s "
+                                "(%s); its blocked claims claim again every %s s meanwhile",
+                                sweeps.wake_key(p, kind), tokens, REARM)
+                continue
+            self._unswept.discard((p, kind))
             for token in tokens:
                 self._hand(kind, functools.partial(sweeps.give_back, p, kind, token))
+        return began
 
     def _hand(self, kind: str, give_back: Callable[[], Operation[None]]) -> None:
         """A token taken: wake the local claim of ``kind`` that waited longest; with none

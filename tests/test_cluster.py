@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import gc
-import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator
@@ -526,9 +525,14 @@ def _one_run_per_partition(count: int) -> list[str]:
     return [found[p] for p in range(count)]
 
 
-def _waker_threads() -> collections.Counter[str]:
-    return collections.Counter(t.name for t in threading.enumerate()
-                               if t.name.startswith("redisstore-waker"))
+def _wakers(store: Any) -> collections.Counter[str]:
+    """The store's own waker threads alive, by name (other tests' may still be ending)."""
+    hub = store._wake
+    if hub is None:  # no claim blocked yet
+        return collections.Counter()
+    with hub._cond:
+        threads = [*hub._nodes.values(), *hub._listeners.values()]
+    return collections.Counter(t.name for t in threads if t.is_alive())
 
 
 def _subscribers(cluster_client: RedisCluster, channel: str) -> int:
@@ -589,7 +593,6 @@ def test_a_store_of_partitions_waits_with_one_waker_per_node(
     from redisstore.conformance.wakeups import SLACK, Blocked
 
     runs = _one_run_per_partition(6)
-    before = _waker_threads()
     io = Shell(shell, cluster, cluster_client, unique_namespace("per-node"))
     try:
         assert io.call("claim_ready", "me", 60_000, 1) == []  # the count recorded
@@ -597,7 +600,7 @@ def test_a_store_of_partitions_waits_with_one_waker_per_node(
                    for _ in range(6)]
         ready = [io.store._ops.sweeps(True).wake_key(p, "ready") for p in range(6)]
         assert _wait_for(lambda: all(_subscribers(cluster_client, c) == 1 for c in ready))
-        threads = _waker_threads() - before
+        threads = _wakers(io.store)
         assert threads == {"redisstore-waker-node": 3}, threads
         since = time.monotonic()
         for run in runs:
@@ -628,17 +631,16 @@ def test_a_store_of_partitions_falls_back_to_a_waker_per_partition_without_chann
     client = RedisCluster(host="127.0.0.1", port=cluster[0].port, username="no-channels",
                           password="pw", socket_timeout=10)
     store = RedisRunStore(client, namespace=namespace, discover=json_wait, partitions=6)
-    before = _waker_threads()
     try:
         assert store.claim_ready("me", 60_000, 1) == []
         blocked = Blocked(lambda: store.claim_ready("me", 60_000, 1, block=20_000))
-        assert _wait_for(lambda: (_waker_threads() - before)["redisstore-waker-ready"] == 6)
+        assert _wait_for(lambda: _wakers(store)["redisstore-waker-ready"] == 6)
         since = time.monotonic()
         run = _one_run_per_partition(6)[4]
         assert store.insert(run, rec({"at": 0}), Release()) == 1
         assert blocked.get() == [run]
         assert blocked.returned - since < SLACK
-        assert (_waker_threads() - before)["redisstore-waker-node"] == 0
+        assert _wakers(store)["redisstore-waker-node"] == 0
         assert "refuses sharded pub/sub (NOPERM" in caplog.text
     finally:
         store.close()
@@ -659,7 +661,6 @@ def test_a_store_of_partitions_wakes_claims_on_a_valkey_or_redis62_cluster(
     client = RedisCluster(host="127.0.0.1", port=servers[0].port, socket_timeout=10)
     store = RedisRunStore(client, namespace=unique_namespace(), discover=json_wait,
                           partitions=6)
-    before = _waker_threads()
     try:
         assert store.claim_ready("me", 60_000, 1) == []
         blocked = [Blocked(lambda: store.claim_ready("me", 60_000, 1, block=20_000))
@@ -671,7 +672,7 @@ def test_a_store_of_partitions_wakes_claims_on_a_valkey_or_redis62_cluster(
             assert store.insert(run, rec({"at": 0}), Release()) == 1
         assert sorted(r for b in blocked for r in b.get()) == sorted(runs)
         assert max(b.returned for b in blocked) - since < SLACK
-        threads = _waker_threads() - before
+        threads = _wakers(store)
         if server == "valkey8":
             assert threads == {"redisstore-waker-node": 3}, threads
         else:
@@ -754,3 +755,38 @@ def test_a_waker_per_node_subscribes_again_after_its_connections_are_killed(
         assert max(b.returned for b in blocked) - since < SLACK
     finally:
         io.close()
+
+
+def test_writes_of_a_user_without_channels_reach_blocked_claims_within_a_second(
+        cluster: list[Server], cluster_client: RedisCluster) -> None:
+    """The writer's rule grants no channels (an older acl_rule; a writer of an earlier
+    version during a rolling upgrade publishes nothing either): its tokens are found by the
+    wakers' sweep once a second, not at the claims' 10 s re-arm."""
+    from redisstore.conformance.readiness import rec
+    from redisstore.conformance.wakeups import Blocked
+    from redisstore.discovery import json_wait
+    from redisstore.security import acl_rule
+
+    namespace = unique_namespace("mute-writer")
+    rule = acl_rule(namespace, cluster=True, partitions=6) + " resetchannels"
+    for server in cluster:
+        server.client().execute_command("ACL", "SETUSER", "mute-writer", "on", ">pw",
+                                        *rule.split())
+    writer_client = RedisCluster(host="127.0.0.1", port=cluster[0].port,
+                                 username="mute-writer", password="pw")
+    writer = RedisRunStore(writer_client, namespace=namespace, discover=json_wait,
+                           partitions=6)
+    io = Shell("sync", cluster, cluster_client, namespace)
+    try:
+        assert io.call("claim_ready", "me", 60_000, 1) == []
+        blocked = Blocked(lambda: io.call("claim_ready", "me", 60_000, 1, block=20_000))
+        time.sleep(0.5)
+        since = time.monotonic()
+        run = _one_run_per_partition(6)[2]
+        assert writer.insert(run, rec({"at": 0}), Release()) == 1
+        assert blocked.get() == [run]
+        assert blocked.returned - since < 2.0  # a sweep within NODE_POLL (1 s)
+    finally:
+        io.close()
+        writer.close()
+        writer_client.close()

@@ -474,16 +474,26 @@ class FakeNode:
         self.subscribed: dict[str, list[str]] = {"a": [], "b": []}
         self.refuse = refuse
         self.lock = threading.Lock()
+        self.sweeps = 0
+        self.crash = 0  # sweeps to raise
+        self.errors: dict[tuple[int, str], Exception] = {}  # a partition's sweep fails
 
     # Sweeps
     def wake_key(self, p: int, kind: str) -> str:
         return f"{{ns#{p}}}:wake-{kind}"
 
-    def take(self, wants: Any) -> Callable[[], list[list[str]]]:
-        def run() -> list[list[str]]:
+    def take(self, wants: Any) -> Callable[[], list[Any]]:
+        def run() -> list[Any]:
             with self.lock:
-                out = []
+                self.sweeps += 1
+                if self.crash:
+                    self.crash -= 1
+                    raise RuntimeError("a sweep that raises")
+                out: list[Any] = []
                 for p, kind, count in wants:
+                    if (p, kind) in self.errors:
+                        out.append(self.errors[p, kind])
+                        continue
                     have = self.tokens.get((p, kind), [])
                     out.append(have[:count])
                     self.tokens[p, kind] = have[count:]
@@ -521,12 +531,14 @@ class FakeNode:
                 fake.subscribed[node] = []
         return Sub()
 
-    def push(self, p: int, kind: str, token: str) -> None:
-        """A script's write: a token, then the message on the partition's channel."""
+    def push(self, p: int, kind: str, token: str, *, publish: bool = True) -> None:
+        """A script's write: a token, then the message on the partition's channel (none
+        from a writer that does not publish)."""
         with self.lock:
             self.tokens.setdefault((p, kind), []).append(token)
-        self.inbox[self.node_of(self.wake_key(p, kind))].put(
-            ("smessage", self.wake_key(p, kind)))
+        if publish:
+            self.inbox[self.node_of(self.wake_key(p, kind))].put(
+                ("smessage", self.wake_key(p, kind)))
 
     def hub(self, popped: list[str] | None = None) -> wakeups.Wakeups:
         def next_wakeup(kinds: list[str], seconds: float) -> Callable[[], Any]:
@@ -624,5 +636,103 @@ def test_a_server_that_refuses_sharded_pubsub_turns_the_hub_to_wakers_per_partit
         assert popped and set(popped) == {wakeups.READY}  # BZPOPMIN per partition
         assert "refuses sharded pub/sub" in caplog.text
         assert hub._sharded is None
+    finally:
+        hub.stop()
+
+
+def _blocked(hub: wakeups.Wakeups, seconds: float = 5) -> tuple[threading.Thread, list[float]]:
+    """A claim waiting on ``hub``: the thread, and the time it was woken (once it is)."""
+    woken: list[float] = []
+
+    def wait() -> None:
+        if hub.wait(wakeups.READY, seconds):
+            woken.append(time.monotonic())
+    thread = threading.Thread(target=wait)
+    thread.start()
+    assert _waiting(hub, wakeups.READY, 1)
+    return thread, woken
+
+
+def test_a_waker_per_node_sweeps_every_second_for_writers_that_do_not_publish() -> None:
+    """A writer of an earlier version, or without the channels, adds tokens but sends no
+    message: the wakers' sweep every NODE_POLL s finds them (not the 10 s re-arm)."""
+    fake = FakeNode()
+    hub = fake.hub()
+    try:
+        thread, woken = _blocked(hub)
+        time.sleep(0.3)  # subscribed and swept
+        pushed = time.monotonic()
+        fake.push(2, wakeups.READY, "r1", publish=False)
+        thread.join(5)
+        assert woken and woken[0] - pushed < wakeups.NODE_POLL + 0.5
+    finally:
+        hub.stop()
+
+
+def test_a_burst_of_messages_is_swept_once_per_key() -> None:
+    """200 messages already received for one partition, one token: one sweep, not 200
+    (a claim still waits after it, so each message would sweep)."""
+    fake = FakeNode()
+    hub = fake.hub()
+    try:
+        first, woken = _blocked(hub)
+        second = threading.Thread(target=lambda: hub.wait(wakeups.READY, 3))
+        second.start()
+        assert _waiting(hub, wakeups.READY, 2)
+        time.sleep(0.3)  # subscribed and swept
+        before = fake.sweeps
+        with fake.lock:  # the messages arrive together, as a burst does
+            fake.tokens[1, wakeups.READY] = ["r1"]
+            for _ in range(200):
+                fake.inbox["a"].put(("smessage", fake.wake_key(1, wakeups.READY)))
+        first.join(5)
+        time.sleep(0.3)
+        assert woken
+        assert fake.sweeps - before <= 3  # the burst, and maybe a periodic sweep
+    finally:
+        hub.stop()
+        second.join(5)
+
+
+def test_a_sweep_that_fails_warns_once_and_one_denied_turns_to_wakers_per_partition(
+        caplog: pytest.LogCaptureFixture) -> None:
+    from redisstore.errors import Unavailable
+
+    fake = FakeNode()
+    fake.errors[0, wakeups.READY] = Unavailable("WRONGTYPE a foreign wake key")
+    hub = fake.hub()
+    try:
+        with caplog.at_level("WARNING", logger="redisstore.wakeups"):
+            thread, woken = _blocked(hub, 2.5)
+            fake.push(0, wakeups.READY, "r0")
+            fake.push(0, wakeups.READY, "r0")
+            thread.join(5)
+        assert not woken  # that key cannot be swept: the claim's re-arm covers it
+        assert caplog.text.count("cannot sweep the wake key {ns#0}:wake-ready (WRONGTYPE") == 1
+        fake.errors[0, wakeups.READY] = Unavailable("NOPERM no zpopmin")
+        thread, woken = _blocked(hub, 1)
+        fake.push(0, wakeups.READY, "r0")
+        deadline = time.monotonic() + 3
+        while hub._sharded is not None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert hub._sharded is None  # the wakers per partition took over
+        thread.join(5)
+    finally:
+        hub.stop()
+
+
+def test_a_waker_per_node_that_fails_is_replaced_by_the_next_blocked_claim() -> None:
+    """A sweep that raises (a closed client, a bug) ends on a back-off, not the thread:
+    the waker subscribes again and later messages wake claims."""
+    fake = FakeNode()
+    hub = fake.hub()
+    try:
+        thread, woken = _blocked(hub)
+        time.sleep(0.3)  # subscribed and swept
+        fake.crash = 1  # the sweep of the next message raises
+        pushed = time.monotonic()
+        fake.push(3, wakeups.READY, "r3")
+        thread.join(5)
+        assert woken and woken[0] - pushed < 1.5
     finally:
         hub.stop()
