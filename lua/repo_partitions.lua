@@ -5,19 +5,23 @@
 -- KEYS[1]  P.."repo-partitions" (the namespace's own, {ns}: the partitions' keys are {ns#p})
 -- KEYS[2]  P.."groups" (read: a repository in use has it, or KEYS[3])
 -- KEYS[3]  P.."repo-layout" (read)
+-- KEYS[4]  P.."repo-repartition" (read: present while repartition_repository runs)
 -- ARGV[1]  key prefix (the namespace's own: never a partition's)
 -- ARGV[2]  the count this repository was opened with
 -- Reply    {OK, count} | {CORRUPT, 'repo-partitions'}: the count, as recorded; 1 when none
 --          is and a repository of one partition used the namespace (its keys are there);
---          else this count, now recorded (every script of a repository of one partition
---          then refuses the namespace: spread).
+--          0 while the records are moved to another count (nothing written); else this
+--          count, now recorded (every script of a repository of one partition then
+--          refuses the namespace: spread).
 --- @include CORRUPT, MAX_PARTITIONS, OK, P, arg_int, arg_key, reply, stored_int
 local count_key = arg_key(1, P .. 'repo-partitions')
 local groups = arg_key(2, P .. 'groups')
 local layout = arg_key(3, P .. 'repo-layout')
+local moving = arg_key(4, P .. 'repo-repartition')
 local n = arg_int(2, 1, MAX_PARTITIONS)
 -- A partition never holds a count: one recorded there would say nothing.
 if string.find(P, '#', 1, true) then error('BADARG ARGV[1] must be a namespace, not a partition') end
+if redis.call('EXISTS', moving) == 1 then return reply(OK, 0) end
 -- Never 1: one partition records nothing.
 local recorded = stored_int(count_key, 2, MAX_PARTITIONS)
 if recorded == false then return reply(CORRUPT, 'repo-partitions') end

@@ -6,6 +6,9 @@
 -- ARGV[7]  lease expiry (µs since the epoch, '' none)      ARGV[8] its UTC offset (µs)
 -- ARGV[9]  lease owner          ARGV[10] incarnation      ARGV[11] status
 -- ARGV[12] max_terminal
+-- ARGV[13] '' (a save), or the version of a record moved here from another partition
+--          (repartition_repository): written with that version where none is stored;
+--          one stored with that version already is the same move made again (OK, as is)
 -- Reply    {OK, {new version, {evicted id...}}} | {CONFLICT, stored version}
 --          | {NOT_FOUND, 'group'} (never registered) | {CORRUPT, field}; nothing written
 --          but on OK
@@ -39,6 +42,8 @@ local incarnation = arg_any(10)
 if not incarnation_ok(incarnation) then error('BADARG ARGV[10] must be an int64') end
 local status = arg_text(11)
 local max_terminal = arg_int(12, 0, MAX_VERSION)
+local placed = nil
+if arg_any(13) ~= '' then placed = arg_int(13, 1, MAX_VERSION) end
 local class = class_of(status)
 local refused = spread()
 if refused then return refused end
@@ -58,7 +63,15 @@ if old_group ~= group then
   end
   if known == 0 then return reply(NOT_FOUND, 'group') end
 end
-if stored ~= expected then return reply(CONFLICT, stored) end
+if placed then
+  if r then
+    if stored == placed then return reply(OK, {stored, {}}) end
+    return reply(CONFLICT, stored)
+  end
+  stored = placed - 1  -- the version written is the one placed
+elseif stored ~= expected then
+  return reply(CONFLICT, stored)
+end
 
 -- Every index this save writes must be of its type, or the save would fail halfway.
 local leaves = was == 'c' and (class ~= 'c' or old_group ~= group)

@@ -23,7 +23,7 @@ from .keeper import AsyncKeeper, Keeper, Lost
 from .memory import MemoryRepository, MemoryRunStore
 from .pipeline import Pending
 from .protocol import Durability
-from .repartition import Repartitioned, repartition
+from .repartition import Repartitioned, repartition, repartition_repository
 from .repository import InFlightPage, InstanceLease, InstanceRecord, Repository, Status
 from .runs import (
     At,
@@ -111,4 +111,5 @@ __all__ = [
     "aconfirm_write",
     "confirm_write",
     "repartition",
+    "repartition_repository",
 ]

@@ -124,3 +124,9 @@ class Keyspace:
         """The repository's partition count, when it is spread over partitions (its
         partitions' keys are ``{namespace#p}``)."""
         return self.prefix + "repo-partitions"
+
+    @property
+    def repo_repartition(self) -> str:
+        """While :func:`redisstore.repartition_repository` runs: the counts it moves the
+        records from and to (``"4 6"``); repositories of partitions refuse the namespace."""
+        return self.prefix + "repo-repartition"

@@ -60,14 +60,16 @@ class PartitionedRepositoryOps(Counted):
     :class:`RepositoryOps` per partition."""
 
     what = "repository"
-    changing = ("a repository's count cannot be changed yet: docs/scale-out.md, 'The "
-                "instance repository over partitions'")
+    changing = ("redisstore.repartition_repository changes it: docs/scale-out.md, "
+                "'Changing the count'")
+    step = "redisstore.repartition_repository"
 
     def _count_script(self) -> tuple[scripts.Script, tuple[str, ...]]:
         """``repo_partitions``, in the repository's own key: apart from the run store's
         count (a damaged run store meta never reaches the repository)."""
         k = self.keys
-        return scripts.REPO_PARTITIONS, (k.repo_partitions, k.groups, k.layout)
+        return scripts.REPO_PARTITIONS, (k.repo_partitions, k.groups, k.layout,
+                                         k.repo_repartition)
 
     def __init__(self, namespace: str, max_terminal: int = 1024,
                  logger: Logger | None = None, *, partitions: int = 2) -> None:

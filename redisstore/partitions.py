@@ -141,6 +141,8 @@ class Counted:
     #: What the messages call this object, and say of changing its count.
     what = "store"
     changing = "docs/scale-out.md says how to change the count"
+    #: The step that changes the count (its name in the messages).
+    step = "redisstore.repartition"
 
     def _count_script(self) -> tuple[scripts.Script, tuple[str, ...]]:
         """The script that checks and records the count, and its keys: the runs' count
@@ -161,7 +163,7 @@ class Counted:
                                        answer("", k.namespace)))
         if int(recorded) == 0:
             raise Misconfigured(
-                f"namespace {k.namespace!r} is being repartitioned (redisstore.repartition "
+                f"namespace {k.namespace!r} is being repartitioned ({self.step} "
                 "stopped before its end, or runs now): finish it first (nothing was "
                 "written)")
         if int(recorded) != self.n:

@@ -26,10 +26,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import AlreadyExists, Corrupt, Misconfigured, NotFound
+from .errors import AlreadyExists, ConcurrentUpdate, Corrupt, Misconfigured, NotFound
 from .keys import Keyspace
+from .partitioned_repository import PartitionedRepositoryOps
 from .partitions import PartitionedOps, check_partitions, partition_of
 from .protocol import Durability, check_io
+from .repository import RepositoryOps
 from .runops import RunOps
 from .runs import Discover, Release
 from .security import glob_escape
@@ -38,9 +40,10 @@ from .transport import Transport
 
 @dataclass(frozen=True)
 class Repartitioned:
-    """What :func:`repartition` did: runs moved to another partition, runs written again
-    in theirs, damaged runs left where they were (``quarantined()`` lists nothing for them:
-    find them by ``redisstore inspect``), and the count before and after."""
+    """What :func:`repartition` (or :func:`repartition_repository`) did: runs (records)
+    moved to another partition, runs written again in theirs (records that stay are not
+    touched: 0), damaged ones left where they were (``quarantined()`` lists nothing for
+    them: find them by ``redisstore inspect``), and the count before and after."""
 
     moved: int
     rewritten: int
@@ -86,7 +89,8 @@ def repartition(client: Any, namespace: str, to: int, *, discover: Discover | No
     every engine of it stopped; the stores then open it with ``partitions=to``. ``discover``
     and ``projection_version``: the engines' own (every run's wait is derived again).
     Safe to run again after it stopped; a namespace already at ``to`` is left alone. It
-    moves runs: the namespace's instance repository keeps its own count and records."""
+    moves runs: the namespace's instance repository keeps its own count and records
+    (:func:`repartition_repository` changes those)."""
     to = check_partitions(to)
     durability, timeout = check_io(durability, timeout)
     before, under_way = recorded_count(client, namespace)
@@ -173,3 +177,109 @@ def _clear_dependencies(client: Any, keys: Keyspace) -> None:
     watches = list(_scan(client, keys.meta, glob_escape(keys.prefix) + "watch:*"))
     for start in range(0, len(watches), 500):
         client.delete(*watches[start:start + 500])
+
+
+# ---------------------------------------------------------------------------- the repository
+
+
+def repository_count(client: Any, namespace: str) -> tuple[int, int | None]:
+    """The partition count of the namespace's instance repository as recorded (1 when none
+    is), and the count :func:`repartition_repository` moves it to (None: none is under
+    way; then the first is the count it moves from)."""
+    keys = Keyspace(namespace)
+    moving, got = client.get(keys.repo_repartition), client.get(keys.repo_partitions)
+    try:
+        if moving is not None:
+            started, target = moving.split()
+            return check_partitions(int(started)), check_partitions(int(target))
+        return (1 if got is None else check_partitions(int(got))), None
+    except (TypeError, ValueError):
+        raise Corrupt("", f"{keys.repo_repartition} or {keys.repo_partitions} holds no "
+                          f"partition count ({moving!r}, {got!r}); nothing was moved"
+                      ) from None
+
+
+def _text(value: bytes | str) -> str:
+    """A key or member as text, whichever way the client decodes replies."""
+    return value if isinstance(value, str) else value.decode("utf-8", "surrogateescape")
+
+
+def _repository_ops(namespace: str, count: int) -> list[RepositoryOps]:
+    """The operations of each partition of a repository of ``count``."""
+    if count == 1:
+        return [RepositoryOps(namespace)]
+    return PartitionedRepositoryOps(namespace, partitions=count).parts
+
+
+def repartition_repository(client: Any, namespace: str, to: int, *,
+                           timeout: int = 5000) -> Repartitioned:
+    """Spread ``namespace``'s instance repository over ``to`` partitions (1: one, the
+    namespace's own keys), with every engine of it stopped; the repositories then open it
+    with ``partitions=to``. Each record whose partition changes is written in its new one
+    with its ``rec_version`` (an engine's next save, or a fenced delete, still matches)
+    and then deleted where it was; a record that stays is not touched. Every registered
+    group is registered in every new partition first. Safe to run again after it stopped
+    (a record already moved, same version, is only deleted where it was); a namespace
+    already at ``to`` is left alone. Repositories of partitions refuse the namespace while
+    it runs (a repository of one partition is not stopped by it: stop the engines). Terminal
+    records join their new partition's eviction order as they arrive; ``max_terminal`` is
+    applied by the engines' next saves. The run store's count is apart
+    (:func:`repartition`)."""
+    to = check_partitions(to)
+    _, timeout = check_io(None, timeout)
+    before, under_way = repository_count(client, namespace)
+    if under_way is not None and under_way != to:
+        raise Misconfigured(
+            f"namespace {namespace!r}'s repository is being repartitioned from {before} to "
+            f"{under_way} partitions (a repartition_repository stopped before its end): "
+            f"finish it first, repartition_repository(..., {under_way}); nothing was moved")
+    if before == to and under_way is None:
+        return Repartitioned(0, 0, 0, before, to)
+    keys = Keyspace(namespace)
+    # Under way until the end: repositories of partitions refuse the namespace meanwhile
+    # (their count check reads it), and a run of this step stopped anywhere resumes.
+    client.set(keys.repo_repartition, f"{before} {to}")
+    if to == 1:
+        # The namespace's own keys take the records back, whose scripts refuse a count.
+        client.delete(keys.repo_partitions)
+    io = Transport(client, None, timeout)
+    old = _repository_ops(namespace, before)
+    new = _repository_ops(namespace, to)
+    groups: set[str] = set()
+    for ops in old:
+        groups |= {_text(group) for group in client.smembers(ops.keys.groups)}
+    for ops in new:
+        io.drive(ops.record_layout())  # a newer layout anywhere stops the step here
+        for group in sorted(groups):
+            try:
+                io.drive(ops.register_group(group))
+            except ValueError:  # no group's name (a foreign write): no record is in it
+                continue
+    moved = damaged = 0
+    for source in old:
+        pattern = glob_escape(source.keys.prefix) + "inst:*"
+        for key in list(_scan(client, source.keys.groups, pattern)):
+            id = _text(key)[len(source.keys.prefix) + 5:]
+            target = new[partition_of(id, to)]
+            if target.keys.prefix == source.keys.prefix:
+                continue  # it stays where it is, as it is
+            try:
+                record = io.drive(source.load(id))
+            except (Corrupt, ValueError):  # a damaged record, a key no id names
+                damaged += 1
+                continue
+            if record is None:
+                continue
+            try:
+                io.drive(target.place(record))
+            except ConcurrentUpdate:
+                raise Misconfigured(
+                    f"record {id!r} is in partition {source.keys.prefix} and, with another "
+                    f"version, in {target.keys.prefix}: not a copy this step made (the "
+                    "engines must be stopped); nothing more was moved") from None
+            io.drive(source.delete(id, record.rec_version))
+            moved += 1
+    if to > 1:
+        client.set(keys.repo_partitions, to)
+    client.delete(keys.repo_repartition)
+    return Repartitioned(moved, 0, damaged, before, to)

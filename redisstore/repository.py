@@ -445,15 +445,27 @@ class RepositoryOps:
 
     def save(self, rec: InstanceRecord) -> Operation[int]:
         """Compare-and-set on ``rec_version``; returns the new stored version."""
+        return self._save(check_record(rec), "")
+
+    def place(self, rec: InstanceRecord) -> Operation[int]:
+        """Write ``rec`` as moved here from another partition, with its ``rec_version``
+        (where no record of its id is: one stored with that version already is the same
+        move made again; another is a ConcurrentUpdate), evicting no terminal record (the
+        engines' next saves do). Only :func:`redisstore.repartition_repository` moves."""
         rec = check_record(rec)
+        if rec.rec_version < 1:
+            raise ValueError(f"a record moved has a version >= 1, got {rec.rec_version}")
+        return self._save(rec, rec.rec_version)
+
+    def _save(self, rec: InstanceRecord, placed: int | str) -> Operation[int]:
         lease = rec.lease
         expiry = "" if lease.expiry is None else str(to_us(lease.expiry))
         offset = 0 if lease.expiry is None else offset_us(lease.expiry)
         prefix = self._prefix
         groups, terminal, terminal_seq = self._save_keys
-        args = (prefix, rec.id, rec.rec_version, rec.payload, rec.group, rec.tenant,
-                expiry, offset, lease.owner, lease.incarnation, str(rec.status),
-                self.max_terminal)
+        args = (prefix, rec.id, 0 if placed else rec.rec_version, rec.payload, rec.group,
+                rec.tenant, expiry, offset, lease.owner, lease.incarnation, str(rec.status),
+                MAX_VERSION if placed else self.max_terminal, placed)
         # The same names as Keyspace.instance / Keyspace.inflight, without the calls.
         keys = (f"{prefix}inst:{rec.id}", groups, f"{prefix}inflight:{rec.group}", terminal,
                 terminal_seq)

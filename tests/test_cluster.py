@@ -790,3 +790,33 @@ def test_writes_of_a_user_without_channels_reach_blocked_claims_within_a_second(
         io.close()
         writer.close()
         writer_client.close()
+
+
+def test_repartition_repository_on_the_cluster_moves_records_across_nodes(
+        cluster_client: RedisCluster) -> None:
+    """1 -> 6 -> 3 partitions of a repository on the three primaries: each record loads
+    with its version from its new partition, wherever its node."""
+    from datetime import UTC, datetime
+
+    from redisstore import InstanceLease, InstanceRecord, repartition_repository
+
+    namespace = unique_namespace("repo-move")
+    one = RedisRepository(cluster_client, namespace=namespace)
+    one.register_group("g")
+    ids = [f"i{i}" for i in range(40)]
+    for n, id in enumerate(ids):
+        version = one.save(InstanceRecord(id=id, group="g", payload=b"p"))
+        if n % 2:
+            one.save(InstanceRecord(id=id, group="g", payload=b"q", rec_version=version,
+                                    lease=InstanceLease(datetime(2030, 1, 1, tzinfo=UTC),
+                                                        "node", 3)))
+    stored = {id: one.load(id) for id in ids}
+    for count, before in ((6, 1), (3, 6)):
+        done = repartition_repository(cluster_client, namespace, count)
+        assert (done.before, done.after, done.damaged) == (before, count, 0)
+        spread = RedisRepository(cluster_client, namespace=namespace, partitions=count)
+        assert {id: spread.load(id) for id in ids} == stored
+        assert spread.group_exists("g")
+    nodes = {cluster_client.get_node_from_key(Keyspace(namespace, p).groups).port
+             for p in range(3)}
+    assert len(nodes) >= 2  # the records did cross nodes

@@ -14,6 +14,7 @@ from servers import unique_namespace
 from test_partitions import keys_of
 
 from redisstore import (
+    ConcurrentUpdate,
     Corrupt,
     InstanceLease,
     InstanceRecord,
@@ -69,7 +70,7 @@ def test_the_count_is_recorded_and_another_is_refused_with_nothing_written() -> 
     for count in (2, 6):
         with pytest.raises(Misconfigured, match="partitions=4") as refused:
             RedisRepository(client, namespace=ns, partitions=count).load("i1")
-        assert "a repository's count cannot be changed yet" in str(refused.value)
+        assert "repartition_repository changes it" in str(refused.value)
     # A repository of one partition is refused by every script (it reads the count).
     one = RedisRepository(client, namespace=ns)
     for call in (lambda: one.load("i1"), lambda: one.save(record("i1")),
@@ -418,3 +419,143 @@ def test_a_repository_of_partitions_answers_as_a_memory_reference_per_partition(
                 assert paged == listed
     finally:
         logging.disable(logging.NOTSET)
+
+
+# ---------------------------------------------------------------------------- changing the count
+
+
+def _history(records: RedisRepository, ids: list[str]) -> dict[str, InstanceRecord]:
+    """Records of every class at versions 1 to 3: leased, unleased, suspended, terminal;
+    two groups; families; the stored records."""
+    from redisstore import Status
+
+    records.register_group("other")
+    for n, id in enumerate(ids):
+        rec = InstanceRecord(id=id, group=GROUP if n % 3 else "other", payload=f"{n}".encode())
+        for _ in range(n % 3):  # versions 1, 2, 3
+            rec = InstanceRecord(id=id, group=rec.group, payload=rec.payload + b"+",
+                                 rec_version=records.save(rec))
+        status = [Status.ACTIVE, Status.SUSPENDED, Status.COMPLETED, Status.ACTIVE][n % 4]
+        lease = InstanceLease(T0 + timedelta(seconds=n), f"node-{n}", n) if n % 2 else \
+            InstanceLease()
+        records.save(InstanceRecord(id=id, group=rec.group, payload=rec.payload,
+                                    status=status, lease=lease, rec_version=rec.rec_version))
+    return {id: got for id in ids if (got := records.load(id)) is not None}
+
+
+@pytest.mark.parametrize(("before", "to"), [(1, 4), (4, 1), (4, 6), (6, 3)])
+def test_repartition_repository_moves_every_record_with_its_version(before: int,
+                                                                    to: int) -> None:
+    from redisstore import repartition_repository
+
+    client = fakeredis.FakeRedis()
+    ns = unique_namespace()
+    old = repo(client, ns, before)
+    ids = [f"i{i}" for i in range(30)] + ["{fam}a", "{fam}b", "ü|x"]
+    stored = _history(old, ids)
+    listed = {g: sorted(old.list_in_flight(g, T0)) for g in (GROUP, "other")}
+    done = repartition_repository(client, ns, to)
+    assert (done.before, done.after, done.damaged) == (before, to, 0)
+    assert done.moved == sum(partition_of(id, before) != partition_of(id, to)
+                             or (before == 1) != (to == 1) for id in ids)
+    new = RedisRepository(client, namespace=ns, partitions=to)
+    assert {id: new.load(id) for id in ids} == stored  # versions, leases, payloads
+    assert {g: sorted(new.list_in_flight(g, T0)) for g in (GROUP, "other")} == listed
+    assert new.group_exists(GROUP) and new.group_exists("other")
+    # An engine's next save, with the version it had, matches; a stale one does not.
+    rec = stored["i5"]
+    assert new.save(rec) == rec.rec_version + 1
+    with pytest.raises(ConcurrentUpdate):
+        new.save(rec)
+    spaces = [Keyspace(ns), *(Keyspace(ns, p) for p in range(max(before, to)))]
+    for id in ids:  # each record in its new partition only: nothing left where it was
+        home = Keyspace(ns, partition_of(id, to) if to > 1 else None)
+        assert [k.prefix for k in spaces if client.exists(k.instance(id))] == [home.prefix]
+    with pytest.raises(Misconfigured):
+        RedisRepository(client, namespace=ns, partitions=before).load("i1")
+    assert repartition_repository(client, ns, to).moved == 0  # already there
+
+
+@pytest.mark.parametrize("stop", ["place", "delete"])
+def test_repartition_repository_stopped_halfway_is_refused_meanwhile_and_finishes_again(
+        monkeypatch: pytest.MonkeyPatch, stop: str) -> None:
+    """Stopped after some moves (or between a record's copy and the delete of where it
+    was): repositories of partitions refuse the namespace, another count is refused, and
+    the same step run again finishes with every record once, at its version."""
+    from redisstore import repartition_repository
+    from redisstore.repository import RepositoryOps
+
+    client = fakeredis.FakeRedis()
+    ns = unique_namespace()
+    ids = [f"i{i}" for i in range(24)]
+    stored = _history(repo(client, ns, 3), ids)
+    real = getattr(RepositoryOps, stop)
+    calls = {"n": 0}
+
+    def failing(self: RepositoryOps, *args: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 6:
+            raise RuntimeError("the step's process died")
+        return real(self, *args)
+
+    monkeypatch.setattr(RepositoryOps, stop, failing)
+    with pytest.raises(RuntimeError):
+        repartition_repository(client, ns, 5)
+    monkeypatch.setattr(RepositoryOps, stop, real)
+    for count in (3, 5):
+        with pytest.raises(Misconfigured, match="being repartitioned"):
+            RedisRepository(client, namespace=ns, partitions=count).load("i1")
+    with pytest.raises(Misconfigured, match="finish it first"):
+        repartition_repository(client, ns, 4)
+    repartition_repository(client, ns, 5)
+    new = RedisRepository(client, namespace=ns, partitions=5)
+    assert {id: new.load(id) for id in ids} == stored
+    assert not client.exists(Keyspace(ns).repo_repartition)
+
+
+def test_a_record_of_another_version_where_one_moves_stops_the_step() -> None:
+    """A record already in the new partition with another version is not a copy the step
+    made (an engine ran meanwhile, or foreign data): the step stops, that record stays
+    where it was, nothing is overwritten."""
+    from redisstore import repartition_repository
+    from redisstore.repository import RepositoryOps
+    from redisstore.transport import Transport
+
+    client = fakeredis.FakeRedis()
+    ns = unique_namespace()
+    ids = [f"i{i}" for i in range(12)]
+    stored = _history(repo(client, ns, 2), ids)
+    moving = next(id for id in ids if partition_of(id, 2) != partition_of(id, 3))
+    there = RepositoryOps(ns, partition=partition_of(moving, 3))
+    io = Transport(client)
+    io.drive(there.register_group(stored[moving].group))
+    io.drive(there.place(InstanceRecord(id=moving, group=stored[moving].group,
+                                        payload=b"foreign", rec_version=77)))
+    with pytest.raises(Misconfigured, match="another version"):
+        repartition_repository(client, ns, 3)
+    source = RepositoryOps(ns, partition=partition_of(moving, 2))
+    assert io.drive(source.load(moving)) == stored[moving]
+    assert io.drive(there.load(moving)).payload == b"foreign"
+
+
+def test_repartition_repository_leaves_damaged_records_and_refuses_a_damaged_count() -> None:
+    from redisstore import repartition_repository
+
+    client = fakeredis.FakeRedis()
+    ns = unique_namespace()
+    ids = [f"i{i}" for i in range(10)]
+    stored = _history(repo(client, ns, 2), ids)
+    bad = next(id for id in ids if partition_of(id, 2) != partition_of(id, 3))
+    client.hset(Keyspace(ns, partition_of(bad, 2)).instance(bad), "v", "x")  # damaged
+    foreign = Keyspace(ns, 0).prefix + "inst:"
+    client.set(foreign, "no id")  # a key that names no record
+    done = repartition_repository(client, ns, 3)
+    # The foreign key is damaged where it would move (it stays, as it is, where it is).
+    assert done.damaged == 1 + (partition_of("", 3) != 0)
+    assert client.get(foreign) == b"no id"
+    new = RedisRepository(client, namespace=ns, partitions=3)
+    assert {id: new.load(id) for id in ids if id != bad} == {
+        id: rec for id, rec in stored.items() if id != bad}
+    client.set(Keyspace(ns).repo_partitions, "lots")
+    with pytest.raises(Corrupt, match="no partition count"):
+        repartition_repository(client, ns, 4)
