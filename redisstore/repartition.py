@@ -94,12 +94,7 @@ def repartition(client: Any, namespace: str, to: int, *, discover: Discover | No
     to = check_partitions(to)
     durability, timeout = check_io(durability, timeout)
     before, under_way = recorded_count(client, namespace)
-    if under_way is not None and under_way != to:
-        raise Misconfigured(
-            f"namespace {namespace!r} is being repartitioned from {before} to {under_way} "
-            f"partitions (a repartition stopped before its end): finish it first, "
-            f"repartition(..., {under_way}); nothing was moved")
-    if before == to:
+    if _done(f"namespace {namespace!r}", "repartition", before, under_way, to):
         return Repartitioned(0, 0, 0, before, to)
     meta = Keyspace(namespace).meta
     # Under way until the end: stores of partitions refuse the namespace meanwhile (their
@@ -157,6 +152,17 @@ def repartition(client: Any, namespace: str, to: int, *, discover: Discover | No
         client.hset(meta, "partitions", to)
     client.hdel(meta, "repartition-from", "repartition-to")
     return Repartitioned(moved, rewritten, damaged, before, to)
+
+
+def _done(what: str, step: str, before: int, under_way: int | None, to: int) -> bool:
+    """Whether ``what`` is at ``to`` already; refuse another count than the one a stopped
+    ``step`` moves it to."""
+    if under_way is not None and under_way != to:
+        raise Misconfigured(
+            f"{what} is being repartitioned from {before} to {under_way} partitions (a "
+            f"{step} stopped before its end): finish it first, {step}(..., {under_way}); "
+            "nothing was moved")
+    return before == to and under_way is None
 
 
 def _raise_floor(client: Any, keys: Keyspace, revision: int, floors: dict[str, int]) -> None:
@@ -228,12 +234,8 @@ def repartition_repository(client: Any, namespace: str, to: int, *,
     to = check_partitions(to)
     _, timeout = check_io(None, timeout)
     before, under_way = repository_count(client, namespace)
-    if under_way is not None and under_way != to:
-        raise Misconfigured(
-            f"namespace {namespace!r}'s repository is being repartitioned from {before} to "
-            f"{under_way} partitions (a repartition_repository stopped before its end): "
-            f"finish it first, repartition_repository(..., {under_way}); nothing was moved")
-    if before == to and under_way is None:
+    if _done(f"namespace {namespace!r}'s repository", "repartition_repository", before,
+             under_way, to):
         return Repartitioned(0, 0, 0, before, to)
     keys = Keyspace(namespace)
     # Under way until the end: repositories of partitions refuse the namespace meanwhile
