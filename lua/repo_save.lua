@@ -43,7 +43,8 @@ if not incarnation_ok(incarnation) then error('BADARG ARGV[10] must be an int64'
 local status = arg_text(11)
 local max_terminal = arg_int(12, 0, MAX_VERSION)
 local placed = nil
-if arg_any(13) ~= '' then placed = arg_int(13, 1, MAX_VERSION) end
+-- Below the top version: a record moved in can always be saved again.
+if arg_any(13) ~= '' then placed = arg_int(13, 1, MAX_VERSION - 1) end
 local class = class_of(status)
 local refused = spread()
 if refused then return refused end

@@ -195,14 +195,46 @@ def repository_count(client: Any, namespace: str) -> tuple[int, int | None]:
     keys = Keyspace(namespace)
     moving, got = client.get(keys.repo_repartition), client.get(keys.repo_partitions)
     try:
-        if moving is not None:
-            started, target = moving.split()
-            return check_partitions(int(started)), check_partitions(int(target))
-        return (1 if got is None else check_partitions(int(got))), None
+        # As the scripts read it: a recorded count is never 1 (one partition records none).
+        count = None if got is None else _count(got, 2)
+        if moving is None:
+            return (1 if count is None else count), None
+        started, target = (_count(part, 1) for part in _text(moving).split(" "))
+        # What the step itself writes: two counts that differ, and the count it started
+        # from still recorded (until it ends), or none (from one, or to one once deleted).
+        if started == target or (count is not None and count != started) or (
+                count is None and started > 1 and target > 1):
+            raise ValueError("not a step's")
+        return started, target
     except (TypeError, ValueError):
         raise Corrupt("", f"{keys.repo_repartition} or {keys.repo_partitions} holds no "
-                          f"partition count ({moving!r}, {got!r}); nothing was moved"
-                      ) from None
+                          f"partition count this step wrote ({moving!r}, {got!r}); nothing "
+                          "was moved") from None
+
+
+def _count(text: bytes | str, lowest: int) -> int:
+    """A partition count in decimal, ``lowest`` to the highest (else ValueError)."""
+    value = _text(text)
+    if not value.isdigit() or value != str(int(value)):
+        raise ValueError(value)
+    count = check_partitions(int(value))
+    if count < lowest:
+        raise ValueError(value)
+    return count
+
+
+def _ids(client: Any, source: RepositoryOps) -> Iterator[str]:
+    """The ids of a partition's records: the terminal ones first, oldest first (they join
+    their new partition's eviction order as they arrive), then the others."""
+    prefix = source.keys.prefix
+    first = [_text(id) for id in client.zrange(source.keys.terminal, 0, -1)] \
+        if client.type(source.keys.terminal) in (b"zset", "zset") else []
+    yield from first
+    seen = set(first)
+    for key in list(_scan(client, source.keys.groups, glob_escape(prefix) + "inst:*")):
+        id = _text(key)[len(prefix) + 5:]
+        if id not in seen:
+            yield id
 
 
 def _text(value: bytes | str) -> str:
@@ -259,9 +291,7 @@ def repartition_repository(client: Any, namespace: str, to: int, *,
                 continue
     moved = damaged = 0
     for source in old:
-        pattern = glob_escape(source.keys.prefix) + "inst:*"
-        for key in list(_scan(client, source.keys.groups, pattern)):
-            id = _text(key)[len(source.keys.prefix) + 5:]
+        for id in _ids(client, source):
             target = new[partition_of(id, to)]
             if target.keys.prefix == source.keys.prefix:
                 continue  # it stays where it is, as it is
@@ -274,11 +304,21 @@ def repartition_repository(client: Any, namespace: str, to: int, *,
                 continue
             try:
                 io.drive(target.place(record))
+            except ValueError:  # loads, but no save could write it (at the top version)
+                damaged += 1
+                continue
             except ConcurrentUpdate:
                 raise Misconfigured(
                     f"record {id!r} is in partition {source.keys.prefix} and, with another "
                     f"version, in {target.keys.prefix}: not a copy this step made (the "
                     "engines must be stopped); nothing more was moved") from None
+            # The same version there may still be another record (foreign data, an engine
+            # that ran): only a copy of this one lets this one go.
+            if io.drive(target.load(id)) != record:
+                raise Misconfigured(
+                    f"record {id!r} is in partition {source.keys.prefix} and, with other "
+                    f"contents, in {target.keys.prefix}: not a copy this step made (the "
+                    "engines must be stopped); nothing more was moved")
             io.drive(source.delete(id, record.rec_version))
             moved += 1
     if to > 1:

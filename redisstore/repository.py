@@ -453,8 +453,9 @@ class RepositoryOps:
         move made again; another is a ConcurrentUpdate), evicting no terminal record (the
         engines' next saves do). Only :func:`redisstore.repartition_repository` moves."""
         rec = check_record(rec)
-        if rec.rec_version < 1:
-            raise ValueError(f"a record moved has a version >= 1, got {rec.rec_version}")
+        if not 1 <= rec.rec_version < MAX_VERSION:
+            raise ValueError(f"a record moved has a version in [1, {MAX_VERSION - 1}] (one "
+                             f"save at least left), got {rec.rec_version}")
         return self._save(rec, rec.rec_version)
 
     def _save(self, rec: InstanceRecord, placed: int | str) -> Operation[int]:

@@ -559,3 +559,71 @@ def test_repartition_repository_leaves_damaged_records_and_refuses_a_damaged_cou
     client.set(Keyspace(ns).repo_partitions, "lots")
     with pytest.raises(Corrupt, match="no partition count"):
         repartition_repository(client, ns, 4)
+
+
+def test_a_copy_of_the_same_version_with_other_contents_stops_the_step() -> None:
+    """Found by review: a record of the same id and version but other contents where one
+    moves was taken for the step's own copy, and the real one deleted."""
+    from redisstore import repartition_repository
+    from redisstore.repository import RepositoryOps
+    from redisstore.transport import Transport
+
+    client = fakeredis.FakeRedis()
+    ns = unique_namespace()
+    stored = _history(repo(client, ns, 2), [f"i{i}" for i in range(12)])
+    moving = next(id for id in stored if partition_of(id, 2) != partition_of(id, 3))
+    there = RepositoryOps(ns, partition=partition_of(moving, 3))
+    io = Transport(client)
+    io.drive(there.register_group(stored[moving].group))
+    io.drive(there.place(InstanceRecord(id=moving, group=stored[moving].group,
+                                        payload=b"forged",
+                                        rec_version=stored[moving].rec_version)))
+    with pytest.raises(Misconfigured, match="other contents"):
+        repartition_repository(client, ns, 3)
+    source = RepositoryOps(ns, partition=partition_of(moving, 2))
+    assert io.drive(source.load(moving)) == stored[moving]  # not deleted
+
+
+@pytest.mark.parametrize(("marker", "count"), [
+    ("2 6", "4"),   # the count it started from is not the one recorded
+    ("1 1", None),  # no move
+    ("4 6", None),  # between partitions, yet no count recorded
+    ("x 6", "4"), ("04 6", "4"), ("4 6 8", "4"), ("4  6", "4"),
+    (None, "1"),    # a count of one is never recorded (the scripts call it corrupt)
+    (None, "0"), (None, "lots"),
+])
+def test_a_damaged_count_or_marker_is_corrupt_and_nothing_moves(
+        marker: str | None, count: str | None) -> None:
+    """Found by review: damaged keys were read as a step's, and records left behind."""
+    from redisstore import repartition_repository
+
+    client = fakeredis.FakeRedis()
+    ns = unique_namespace()
+    stored = _history(repo(client, ns, 4), [f"i{i}" for i in range(8)])
+    before = {k: client.dump(k) for k in client.keys(f"{{{ns}#*")}
+    if marker is not None:
+        client.set(Keyspace(ns).repo_repartition, marker)
+    if count is None:
+        client.delete(Keyspace(ns).repo_partitions)
+    else:
+        client.set(Keyspace(ns).repo_partitions, count)
+    with pytest.raises(Corrupt, match="no partition count this step wrote"):
+        repartition_repository(client, ns, 1)
+    assert {k: client.dump(k) for k in client.keys(f"{{{ns}#*")} == before
+    assert len(stored) == 8
+
+
+def test_a_record_at_the_top_version_is_left_as_damaged_not_a_wall() -> None:
+    """Found by review: a record no save could write again stopped every run of the step."""
+    from redisstore import repartition_repository
+
+    client = fakeredis.FakeRedis()
+    ns = unique_namespace()
+    stored = _history(repo(client, ns, 2), [f"i{i}" for i in range(8)])
+    top = next(id for id in stored if partition_of(id, 2) != partition_of(id, 3))
+    client.hset(Keyspace(ns, partition_of(top, 2)).instance(top), "v", str(2**53 - 1))
+    done = repartition_repository(client, ns, 3)
+    assert done.damaged == 1 and not client.exists(Keyspace(ns).repo_repartition)
+    new = RedisRepository(client, namespace=ns, partitions=3)
+    assert {id: new.load(id) for id in stored if id != top} == {
+        id: rec for id, rec in stored.items() if id != top}
