@@ -30,7 +30,7 @@ from .errors import AlreadyExists, ConcurrentUpdate, Corrupt, Misconfigured, Not
 from .keys import Keyspace
 from .partitioned_repository import PartitionedRepositoryOps
 from .partitions import PartitionedOps, check_partitions, partition_of
-from .protocol import Durability, check_io
+from .protocol import Durability, check_io, text
 from .repository import RepositoryOps
 from .runops import RunOps
 from .runs import Discover, Release
@@ -199,7 +199,7 @@ def repository_count(client: Any, namespace: str) -> tuple[int, int | None]:
         count = None if got is None else _count(got, 2)
         if moving is None:
             return (1 if count is None else count), None
-        started, target = (_count(part, 1) for part in _text(moving).split(" "))
+        started, target = (_count(part, 1) for part in text(moving).split(" "))
         # What the step itself writes: two counts that differ, and the count it started
         # from still recorded (until it ends), or none (from one, or to one once deleted).
         if started == target or (count is not None and count != started) or (
@@ -212,9 +212,9 @@ def repository_count(client: Any, namespace: str) -> tuple[int, int | None]:
                           "was moved") from None
 
 
-def _count(text: bytes | str, lowest: int) -> int:
+def _count(raw: bytes | str, lowest: int) -> int:
     """A partition count in decimal, ``lowest`` to the highest (else ValueError)."""
-    value = _text(text)
+    value = text(raw)
     if not value.isdigit() or value != str(int(value)):
         raise ValueError(value)
     count = check_partitions(int(value))
@@ -227,19 +227,14 @@ def _ids(client: Any, source: RepositoryOps) -> Iterator[str]:
     """The ids of a partition's records: the terminal ones first, oldest first (they join
     their new partition's eviction order as they arrive), then the others."""
     prefix = source.keys.prefix
-    first = [_text(id) for id in client.zrange(source.keys.terminal, 0, -1)] \
+    first = [text(id) for id in client.zrange(source.keys.terminal, 0, -1)] \
         if client.type(source.keys.terminal) in (b"zset", "zset") else []
     yield from first
     seen = set(first)
     for key in list(_scan(client, source.keys.groups, glob_escape(prefix) + "inst:*")):
-        id = _text(key)[len(prefix) + 5:]
+        id = text(key)[len(prefix) + 5:]
         if id not in seen:
             yield id
-
-
-def _text(value: bytes | str) -> str:
-    """A key or member as text, whichever way the client decodes replies."""
-    return value if isinstance(value, str) else value.decode("utf-8", "surrogateescape")
 
 
 def _repository_ops(namespace: str, count: int) -> list[RepositoryOps]:
@@ -281,7 +276,7 @@ def repartition_repository(client: Any, namespace: str, to: int, *,
     new = _repository_ops(namespace, to)
     groups: set[str] = set()
     for ops in old:
-        groups |= {_text(group) for group in client.smembers(ops.keys.groups)}
+        groups |= {text(group) for group in client.smembers(ops.keys.groups)}
     for ops in new:
         io.drive(ops.record_layout())  # a newer layout anywhere stops the step here
         for group in sorted(groups):

@@ -16,7 +16,7 @@ from collections.abc import Callable, Hashable
 from typing import Any, TypeVar
 
 from .outcomes import ErrorReply, Exchange, Lost, split_error
-from .protocol import Batch
+from .protocol import Batch, text
 from .wakeups import Refused
 
 try:
@@ -320,9 +320,7 @@ def pushed(reply: Any) -> tuple[str, str] | None:
     the client decodes; None for anything else."""
     if not isinstance(reply, list) or len(reply) < 2:
         return None
-    kind, channel = reply[0], reply[1]
-    return (kind.decode() if isinstance(kind, bytes) else str(kind),
-            channel.decode(errors="replace") if isinstance(channel, bytes) else str(channel))
+    return text(reply[0]), text(reply[1])
 
 
 def subscribe_failed(exc: BaseException) -> BaseException:
