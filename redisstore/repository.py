@@ -1,7 +1,7 @@
 """The instance repository port: its values, its interface, argument checks and the
 sans-I/O operations of the Redis repository.
 
-The values are plain data, as in the Go seed: building an :class:`InstanceRecord` with an
+The values are plain data: building an :class:`InstanceRecord` with an
 empty group or a naive datetime is allowed, and a repository refuses it when it is saved
 (``ValueError`` / ``TypeError``, before anything is sent). Only the payload is normalised
 on construction: a ``bytearray`` or ``memoryview`` is copied into ``bytes``, so a record
@@ -172,8 +172,8 @@ class InFlightPage:
 class Repository(Protocol):
     """The instance repository port, as the sync repositories implement it.
 
-    ``migrate()`` and ``cluster_compatibility()`` are optional capabilities (the seed's
-    ``Migrator`` and ``ClusterAware``); both bundled repositories have them.
+    ``migrate()`` and ``cluster_compatibility()`` are optional capabilities (a migrator and
+    cluster awareness); both bundled repositories have them.
     """
 
     def save(self, rec: InstanceRecord) -> int:
