@@ -21,6 +21,7 @@ from .errors import (
 )
 from .keeper import AsyncKeeper, Keeper, Lost
 from .memory import MemoryRepository, MemoryRunStore
+from .namespaces import drop_namespace
 from .pipeline import Pending
 from .protocol import Durability
 from .repartition import Repartitioned, repartition, repartition_repository
@@ -110,6 +111,7 @@ __all__ = [
     "acl_rule",
     "aconfirm_write",
     "confirm_write",
+    "drop_namespace",
     "repartition",
     "repartition_repository",
 ]

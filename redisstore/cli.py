@@ -25,15 +25,15 @@ import re
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 from urllib.parse import unquote
 
 from . import Claim, Free, Held, Hold, LeaseRefused, RedisRunStore, Release, __version__
 from .discovery import json_wait
 from .keys import Keyspace
+from .namespaces import drop_namespace, namespace_keys
 from .partitions import MAX_PARTITIONS, partition_of
-from .security import glob_escape
 
 
 def redact(url: str) -> str:
@@ -125,14 +125,6 @@ def _hint(exc: Exception) -> str:
     return ""
 
 
-def namespace_keys(client: Any, namespace: str) -> Iterator[bytes]:
-    """The keys of ``namespace``, its own (``{ns}:``) and its partitions' (``{ns#p}:``; no
-    other namespace has a ``#``), by SCAN (bounded steps; never KEYS)."""
-    own = glob_escape("{" + namespace)
-    for pattern in (own + "}:*", own + "#*}:*"):
-        yield from client.scan_iter(match=pattern, count=1000)
-
-
 def _count(got: bytes | None) -> int:
     """A recorded partition count as it is read (1: none, or one that is not a count)."""
     count = int(got) if got is not None and got.isdigit() else 1
@@ -151,20 +143,6 @@ def spaces_of(client: Any, namespace: str) -> list[Keyspace]:
     if count == 1:
         return [Keyspace(namespace)]
     return [Keyspace(namespace, p) for p in range(count)]
-
-
-def drop_namespace(client: Any, namespace: str) -> int:
-    """Delete the keys of ``namespace`` in batches of 500; how many were deleted."""
-    batch: list[bytes] = []
-    deleted = 0
-    for key in namespace_keys(client, namespace):
-        batch.append(key)
-        if len(batch) == 500:
-            deleted += client.delete(*batch)
-            batch = []
-    if batch:
-        deleted += client.delete(*batch)
-    return int(deleted)
 
 
 def _demo(url: str | None, out: Any, namespace: str | None, keep: bool) -> int:
