@@ -324,9 +324,29 @@ class PartitionedOps(Counted):
 
     def _each(self, call: Callable[[RunOps, list[str]], Operation[list[str]]],
               names: list[str]) -> Steps[list[str]]:
+        """Each partition's runs in one call. When some partitions fail, the call's error
+        (:func:`worst`) says, when it is ``Unavailable``, what the others did: the runs
+        they renewed or released (``done``) and the runs of the failed partitions
+        (``unanswered``), so a caller (the keeper) counts the ones and retries the others."""
         groups = self._by_partition(names)
         answers = yield from fan(call(self.parts[p], group) for p, group in groups.items())
-        done = {name for value in values_of(answers, write=True) for name in value or ()}
+        done: set[str] = set()
+        unanswered: set[str] = set()
+        errors: list[StoreError] = []
+        for group, got in zip(groups.values(), answers, strict=True):
+            if got.error is None:
+                done.update(got.value or ())
+            elif not isinstance(got.error, StoreError):
+                raise got.error
+            else:
+                errors.append(got.error)
+                unanswered.update(group)
+        if errors:
+            error = worst(errors, applied=len(errors) < len(answers))
+            if isinstance(error, Unavailable):
+                error.done = [name for name in names if name in done]
+                error.unanswered = [name for name in names if name in unanswered]
+            raise error
         return [name for name in names if name in done]
 
     def claim_ready(self, owner: str, ttl: int, limit: int, records: bool = False
