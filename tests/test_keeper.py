@@ -22,6 +22,7 @@ from redisstore import (
     AsyncKeeper,
     AsyncRedisRunStore,
     Claim,
+    Free,
     Held,
     Keeper,
     Lost,
@@ -516,6 +517,30 @@ def test_a_failed_partition_costs_only_its_runs_and_its_retries_back_off(
     assert all(gap >= 0.045 for gap in gaps[1:]), gaps  # the first resend may go at once
 
 
+def test_close_with_release_goes_on_after_a_batch_that_fails(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A failed partition's runs are left to run out; every other batch is released."""
+    class FirstFails(MemoryRunStore):
+        def release(self, owner: str, runs: Any) -> list[str]:
+            names = list(runs)
+            if "r0" in names:
+                error = Unavailable("1 of the call's partitions failed")
+                error.done = super().release(owner, names[1:])
+                error.unanswered = names[:1]
+                raise error
+            return super().release(owner, names)
+
+    store = FirstFails()
+    keeper = Keeper(store, "me", 60_000)
+    runs = [f"r{i}" for i in range(MAX_RENEW + 5)]
+    for run in runs:
+        take(store, keeper, run, ttl=60_000)
+    keeper.close(release=True)
+    assert store.get("r0").holder == Held("me", True)
+    assert all(store.get(run).holder == Free() for run in runs[1:])
+    assert "could not release 1 leases" in caplog.text
+
+
 # ---------------------------------------------------------------------------- one node down
 
 #: A keeper over a store of 6 partitions on a three-primary cluster: 2 s renewals.
@@ -657,6 +682,8 @@ def test_a_keeper_over_partitions_loses_only_the_runs_of_the_node_that_failed(
         deadline = began + NODE_TTL / 1000 + 2 * keeper.renew_every / 1000
         while len(lost) < len(doomed) and time.monotonic() < deadline:
             time.sleep(0.05)
+        print(f"the failed node's runs lost {min(at for at, _ in lost) - began:.2f}-"
+              f"{max(at for at, _ in lost) - began:.2f} s after the fault" if lost else "")
         assert sorted(item.run for _, item in lost) == sorted(doomed)
         assert all(item.reason == DEADLINE and at >= began + bound - 0.05
                    for at, item in lost), [(at - began, item) for at, item in lost]
