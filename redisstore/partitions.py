@@ -475,7 +475,8 @@ class PartitionedOps(Counted):
         each outbox (in the claim's round trip: one whose notify failed stays, and is
         delivered again by a later claim; a notify is idempotent)."""
         acks: dict[int, list[tuple[str, int]]] = {}
-        heads = yield from fan(part.heads(index, limit) for part in self.parts)
+        heads = yield from fan((part.heads(index, limit) for part in self.parts),
+                               patient=True)
         deliveries: list[tuple[int, str, int, str, int]] = []
         for d, got in enumerate(heads):
             if got.error is not None:
@@ -490,15 +491,17 @@ class PartitionedOps(Counted):
                     acks.setdefault(d, []).append((entry, version))
         if not deliveries:
             return heads, acks
-        notified = yield from fan(self.parts[w].notify(dependency, version)
-                                  for _, _, w, dependency, version in deliveries)
+        notified = yield from fan((self.parts[w].notify(dependency, version)
+                                   for _, _, w, dependency, version in deliveries),
+                                  patient=True)
         for (d, entry, _, _, version), got in zip(deliveries, notified, strict=True):
             if got.error is None:
                 acks.setdefault(d, []).append((entry, version))
             else:
                 log.warning("redisstore: a dependency's write could not be delivered to its "
                             "waiters' partition yet (%s); a later claim delivers it", got.error)
-        heads = yield from fan(part.heads(index, limit) for part in self.parts)
+        heads = yield from fan((part.heads(index, limit) for part in self.parts),
+                               patient=True)
         return heads, acks
 
     def quarantined(self, limit: int = 1000) -> Spread[list[Quarantined]]:
