@@ -603,10 +603,6 @@ def test_a_keeper_over_partitions_loses_only_the_runs_of_the_node_that_failed(
     from redis.cluster import RedisCluster
     from test_conformance_async import LoopThread, Synced
 
-    from redisstore import transport
-    if shell == "sync" and fault == "hung" and not getattr(transport, "PARALLEL", False):
-        pytest.xfail("the sync transport sends a fan's node groups one after the other: "
-                     "a hung node takes the deadline of the nodes after it")
     servers = _cluster_for_outages(tmp_path)
     namespace = unique_namespace("keeper-outage")
     loop = LoopThread() if shell == "asyncio" else None
