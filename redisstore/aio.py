@@ -780,6 +780,11 @@ class AsyncRedisRunStore(_Closes, Shell[RunOps | PartitionedOps]):
         twin._wake = None
         return twin
 
+    def _place(self, run: str) -> int:
+        """The partition of ``run`` (0 in a store of one partition): a keeper leaves a failed
+        partition's runs out of the rest of its round."""
+        return self._ops.place(run) if isinstance(self._ops, PartitionedOps) else 0
+
     async def now(self) -> int:
         """See :meth:`redisstore.RedisRunStore.now`."""
         return await self._io.drive(self._ops.counting(self._ops.now()))

@@ -20,6 +20,7 @@ same id (released and taken again meanwhile) never counts for it.
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import logging
 import threading
@@ -73,7 +74,8 @@ class Keeper:
     renewal whose reply was lost (``unknown``) the first try again goes at once: a renewal
     never revives a lease. Of a store of partitions with some partitions failing, the runs
     the others renewed count as renewed (``Unavailable.done``) and only the failed
-    partitions' runs are tried again (``Unavailable.unanswered``). ``margin`` (ms, default
+    partitions' runs are tried again (``Unavailable.unanswered``), and once a batch failed,
+    the round's later batches leave those partitions' runs out. ``margin`` (ms, default
     ``ttl // 20``, at least 1) is taken off every bound for clock drift.
 
     ``on_lost(Lost)`` is called from the keeper's thread for each run it gives up (by
@@ -98,6 +100,8 @@ class Keeper:
         self._store = store if dedicated is None else dedicated(self.renew_every)
         self._owns_store = (self._store is not store
                             and getattr(self._store, "_keeper_closes", True))
+        # The partition of a run (a store without partitions: one place for every run).
+        self._place: Callable[[str], int] = getattr(self._store, "_place", lambda run: 0)
         self._cond = threading.Condition()
         self._held: dict[str, _Entry] = {}
         self._gen = 0
@@ -256,11 +260,13 @@ class Keeper:
                     full = self._urgent or (bool(self._held) and now >= self._due)
                     retry = not full and bool(self._retry) and now >= self._retry_at
                     self._urgent = False
-                    snapshot = ([(run, entry.gen) for run, entry in self._held.items()]
-                                if full else
-                                [(run, gen) for run, gen in self._retry.items()
-                                 if (e := self._held.get(run)) is not None and e.gen == gen]
-                                if retry else None)
+                    retrying = [(run, gen) for run, gen in self._retry.items()
+                                if (e := self._held.get(run)) is not None and e.gen == gen]
+                    # The runs the last renewal answered for first: a batch of them is
+                    # not held up by a partition that failed.
+                    snapshot = ([(run, entry.gen) for run, entry in self._held.items()
+                                 if run not in self._retry] + retrying if full else
+                                retrying if retry else None)
                 for names, future in requests:
                     self._answer(names, future)
                 if snapshot is not None:
@@ -283,17 +289,30 @@ class Keeper:
 
     def _round(self, snapshot: list[tuple[str, int]], full: bool = True) -> None:
         """Renew ``snapshot``'s runs (every run held when ``full``, else the ones the last
-        renewal did not answer for) and schedule the next round and retry."""
+        renewal did not answer for) and schedule the next round and retry. Once a batch
+        failed, the runs of its failed partitions (of a store of one partition: every run)
+        are not sent in the later batches of the round: they would wait for the same node
+        (a hung one takes a batch its deadline); they are tried again first."""
         lost: list[Lost] = []
         unanswered: dict[str, int] = {}
+        skipped: dict[str, int] = {}
+        down: set[int] = set()  # the partitions that failed in this round
         failed = unknown = False
         started = time.monotonic()
+        queue = collections.deque(snapshot)
         try:
-            for i in range(0, len(snapshot), MAX_RENEW):
+            while queue:
                 self._expire(lost)  # a long round: the bounds of the next batch first
+                batch: list[tuple[str, int]] = []
                 with self._cond:
-                    batch = [(run, gen) for run, gen in snapshot[i:i + MAX_RENEW]
-                             if (e := self._held.get(run)) is not None and e.gen == gen]
+                    while queue and len(batch) < MAX_RENEW:
+                        run, gen = queue.popleft()
+                        if (e := self._held.get(run)) is None or e.gen != gen:
+                            continue
+                        if down and self._place(run) in down:
+                            skipped[run] = gen
+                        else:
+                            batch.append((run, gen))
                 if not batch:
                     continue
                 sent = time.monotonic()
@@ -308,6 +327,7 @@ class Keeper:
                         renewed, missed = set(), {run for run, _ in batch}
                     else:  # a store of partitions: what the partitions that answered did
                         renewed, missed = set(exc.done), set(exc.unanswered)
+                    down.update(self._place(run) for run in missed)
                 with self._cond:
                     for run, gen in batch:
                         entry = self._held.get(run)
@@ -325,7 +345,8 @@ class Keeper:
                 now = time.monotonic()
                 if full:  # a period from the round's start (a slow round: the next at once)
                     self._due = started + self.renew_every / 1000
-                self._retry = {run: gen for run, gen in unanswered.items()
+                self._retry = {run: gen for run, gen in (*skipped.items(),
+                                                         *unanswered.items())
                                if (e := self._held.get(run)) is not None and e.gen == gen}
                 if not failed:
                     self._backoff, self._resent = RETRY, False

@@ -164,6 +164,11 @@ class RedisRunStore(_Closes, Shell[RunOps | PartitionedOps]):
         twin._keeper_closes = not io.cluster
         return twin
 
+    def _place(self, run: str) -> int:
+        """The partition of ``run`` (0 in a store of one partition): a keeper leaves a failed
+        partition's runs out of the rest of its round."""
+        return self._ops.place(run) if isinstance(self._ops, PartitionedOps) else 0
+
     def pipeline(self) -> Pipeline:
         """Queue calls and send them in one round trip::
 

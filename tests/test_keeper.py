@@ -517,6 +517,49 @@ def test_a_failed_partition_costs_only_its_runs_and_its_retries_back_off(
     assert all(gap >= 0.045 for gap in gaps[1:]), gaps  # the first resend may go at once
 
 
+class OneHung(MemoryRunStore):
+    """A memory store of 3 partitions (run ``p<k>-<i>`` is in partition k) whose partition
+    1 hangs: a renewal naming its runs renews the others at once and answers after a
+    period (its deadline), as a store of partitions with a hung node does."""
+
+    def __init__(self, delay: float) -> None:
+        super().__init__()
+        self.delay = delay
+
+    def _place(self, run: str) -> int:
+        return int(run.split("-")[0][1:])
+
+    def renew(self, owner: str, runs: Any, ttl: int) -> list[str]:
+        names = list(runs)
+        dead = [run for run in names if self._place(run) == 1]
+        done = super().renew(owner, [run for run in names if run not in dead], ttl)
+        if not dead:
+            return done
+        time.sleep(self.delay)
+        error = Unavailable("1 of the call's partitions failed (deadline of 200 ms exceeded)")
+        error.done, error.unanswered = done, dead
+        raise error
+
+
+def test_a_hung_partition_holds_up_one_batch_of_a_round_not_every_batch() -> None:
+    """Four batches, each with runs of the hung partition: once the first has waited its
+    deadline, the round's other batches leave that partition's runs out, and the next
+    rounds send the healthy runs first, so their leases are renewed every period."""
+    store = OneHung(delay=TTL / 3 / 1000)
+    lost: list[Lost] = []
+    runs = [f"p{i % 3}-{i}" for i in range(4 * MAX_RENEW)]
+    with Keeper(store, "me", TTL, on_lost=lost.append) as keeper:
+        since = time.monotonic()
+        for run in runs:
+            store.insert(run, b"r", Claim("me", TTL))
+        keeper.add_all(runs, since=since)
+        time.sleep(TTL * 3 / 1000)
+        healthy = [run for run in runs if not run.startswith("p1-")]
+        assert [item for item in lost if item.run in healthy] == []
+        assert all(keeper.valid(run) for run in healthy)
+        assert {item.run for item in lost} == set(runs) - set(healthy)
+
+
 def test_close_with_release_goes_on_after_a_batch_that_fails(
         caplog: pytest.LogCaptureFixture) -> None:
     """A failed partition's runs are left to run out; every other batch is released."""
