@@ -728,6 +728,11 @@ def test_a_keeper_over_partitions_loses_only_the_runs_of_the_node_that_failed(
                    for at, item in lost), [(at - began, item) for at, item in lost]
         assert not any(keeper.valid(run) for run in doomed)
         assert all(keeper.valid(run) for run in kept)
+        # A release answers per partition too: the healthy runs are freed.
+        with pytest.raises(Unavailable) as caught:
+            keeper.release([doomed[0], *kept[:2]])
+        assert caught.value.done == kept[:2] and caught.value.unanswered == doomed[:1]
+        assert [fresh.get(run).holder for run in kept[:2]] == [Free(), Free()]
         fresh.close()
     finally:
         if stopped:
