@@ -384,7 +384,9 @@ class PartitionedOps(Counted):
         Then each partition claims its share. Bounded by ``limit``; disjoint (each claim is
         one script in one partition); in due order across partitions up to the race
         between the two round trips; a partition that gives less than its share (another
-        claimer was faster, a stale entry) leaves the call short."""
+        claimer was faster, a stale entry) leaves the call short. The heads (and the
+        notifies) are patient fans (:class:`~redisstore.protocol.Fan`): a node that does
+        not answer them in time is left out, so the claims still have time."""
         if limit == 0:
             return [], -1
         heads, acks = yield from self._heads_delivered(index, limit)

@@ -17,12 +17,13 @@ send and read: a watchdog shuts the socket of a call that passes it.
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 import threading
 import time
 import weakref
 from collections.abc import Hashable, Sequence
-from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor
 from concurrent.futures import wait as futures_wait
 from typing import Any, TypeVar
 
@@ -197,6 +198,17 @@ def _fans() -> ThreadPoolExecutor:
         return _FANS
 
 
+def _forget_fans() -> None:
+    """In a forked child: the parent's fan threads are not there (its executor would queue
+    work for nobody); the child makes its own on first use."""
+    global _FANS, _FANS_LOCK
+    _FANS, _FANS_LOCK = None, threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_fans)
+
+
 class Pool(Connections):
     """The store's connections to one server, made like the client pool's own.
 
@@ -359,9 +371,15 @@ class Transport:
         each other gets its grace (s) more, then is cut (:class:`Cut`): its calls end as
         reads whose deadline passed, ``not_applied``. Which groups were cut."""
         cuts = [Cut() for _ in groups]
-        futures = [_fans().submit(self._run_cut, group, deadline, cut)
-                   for group, cut in zip(groups, cuts, strict=True)]
         cut = [False] * len(groups)
+        futures: list[Future[None]] = []
+        for group, one in zip(groups, cuts, strict=True):
+            try:
+                futures.append(_fans().submit(self._run_cut, group, deadline, one))
+            except RuntimeError:  # no new threads at interpreter shutdown: on this one
+                self.run(group, deadline)
+                futures.append(Future())
+                futures[-1].set_result(None)
         if graces is not None and len(groups) > 1:
             done, waiting = futures_wait(futures, max(0.0, deadline - time.monotonic()),
                                          FIRST_COMPLETED)

@@ -188,5 +188,13 @@ def test_a_hung_node_costs_a_claim_only_its_own_partitions(
                       f"{seconds * 1000:.1f} ms, {got!r}")
                 assert not isinstance(got, Exception), got
                 assert seconds < TIMEOUT / 1000
+        # Once the node answers again, the claims that probe it hand out its runs.
+        rest = set(ready) - ok_ready
+        got_back: set[str] = set()
+        until = time.monotonic() + 10
+        while got_back != rest and time.monotonic() < until:
+            time.sleep(0.2)
+            got_back.update(io.call("claim_ready", "me", 60_000, 10))
+        assert got_back == rest
     finally:
         io.close()
