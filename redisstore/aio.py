@@ -39,7 +39,10 @@ from .pipeline import (
     Group,
     Pipelined,
     Spreading,
+    Suspects,
     batch_size,
+    patience,
+    straggled,
 )
 from .protocol import Batch, Driver, Durability, Machine, Operation, Shell, Spread, check_io
 from .repository import MAX_PAGE, InFlightPage, InstanceRecord, Logger, RepositoryOps
@@ -482,6 +485,8 @@ class AsyncTransport:
         self.fake = never_evicts(client)
         if self.fake:
             self.checks.add("eviction")
+        #: The nodes this transport's patient fans cut lately (see Suspects).
+        self.suspects = Suspects()
 
     async def aclose(self) -> None:
         """Disconnect the store's connections on the running loop (shared by every store
@@ -511,7 +516,13 @@ class AsyncTransport:
             await self.client.initialize()  # once: it learns the layout on first use
         spreading = Spreading(spread, self.durability, self.node_of)
         while (groups := spreading.next_groups()) is not None:
-            await run_all(self, groups, deadline)
+            if not spreading.patient or len(groups) < 2:
+                await run_all(self, groups, deadline)
+                continue
+            send, graces = self.suspects.plan(groups, patience(self.timeout),
+                                              time.monotonic())
+            cut = await run_all(self, send, deadline, graces)
+            self.suspects.heard(send, cut, time.monotonic())
         return spreading.result  # type: ignore[return-value]
 
     def node_of(self, key: str) -> Hashable:
@@ -550,13 +561,35 @@ class AsyncTransport:
         return got
 
 
-async def run_all(io: AsyncTransport, groups: list[Group], deadline: float | None = None
-                  ) -> None:
+async def run_all(io: AsyncTransport, groups: list[Group], deadline: float | None = None,
+                  graces: Sequence[float] | None = None) -> list[bool]:
     """Send ``groups`` (one per node) at once. If this task is cancelled, or a send raises,
-    every call still without its answer gets one (see Group.interrupted)."""
+    every call still without its answer gets one (see Group.interrupted). With ``graces``
+    (a patient fan's, see :class:`~redisstore.protocol.Fan`): once one group is over, each
+    other gets its grace (s) more; then it is cancelled and its calls answer
+    ``not_applied`` (Group.cut). Which groups were cut."""
     tasks = [asyncio.ensure_future(io.run(group, deadline)) for group in groups]
+    cut = [False] * len(groups)
     try:
-        await asyncio.gather(*tasks)
+        if graces is not None and len(tasks) > 1:
+            _, waiting = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            if waiting:
+                since = time.monotonic()
+                for i in sorted(range(len(tasks)), key=lambda i: graces[i]):
+                    until = since + graces[i] if deadline is None \
+                        else min(since + graces[i], deadline)
+                    if not tasks[i].done():
+                        await asyncio.wait([tasks[i]],
+                                           timeout=max(0.0, until - time.monotonic()))
+                    if not tasks[i].done():
+                        tasks[i].cancel()
+                        cut[i] = True
+                await asyncio.gather(*(t for t, c in zip(tasks, cut, strict=True) if c),
+                                     return_exceptions=True)
+                for i, group in enumerate(groups):
+                    if cut[i]:
+                        group.cut(f"{straggled(graces[i])}; nothing was changed (a read)")
+        await asyncio.gather(*(t for t, c in zip(tasks, cut, strict=True) if not c))
     except BaseException as exc:
         for task in tasks:
             task.cancel()
@@ -564,6 +597,7 @@ async def run_all(io: AsyncTransport, groups: list[Group], deadline: float | Non
         for group in groups:
             group.interrupted(type(exc).__name__)
         raise
+    return cut
 
 
 _RELEARN_TASKS: set[asyncio.Task[None]] = set()
@@ -745,6 +779,11 @@ class AsyncRedisRunStore(_Closes, Shell[RunOps | PartitionedOps]):
         twin._io = AsyncTransport(io.client, io.durability, min(timeout, io.timeout))
         twin._wake = None
         return twin
+
+    def _place(self, run: str) -> int:
+        """The partition of ``run`` (0 in a store of one partition): a keeper leaves a failed
+        partition's runs out of the rest of its round."""
+        return self._ops.place(run) if isinstance(self._ops, PartitionedOps) else 0
 
     async def now(self) -> int:
         """See :meth:`redisstore.RedisRunStore.now`."""

@@ -324,9 +324,29 @@ class PartitionedOps(Counted):
 
     def _each(self, call: Callable[[RunOps, list[str]], Operation[list[str]]],
               names: list[str]) -> Steps[list[str]]:
+        """Each partition's runs in one call. When some partitions fail, the call's error
+        (:func:`worst`) says, when it is ``Unavailable``, what the others did: the runs
+        they renewed or released (``done``) and the runs of the failed partitions
+        (``unanswered``), so a caller (the keeper) counts the ones and retries the others."""
         groups = self._by_partition(names)
         answers = yield from fan(call(self.parts[p], group) for p, group in groups.items())
-        done = {name for value in values_of(answers, write=True) for name in value or ()}
+        done: set[str] = set()
+        unanswered: set[str] = set()
+        errors: list[StoreError] = []
+        for group, got in zip(groups.values(), answers, strict=True):
+            if got.error is None:
+                done.update(got.value or ())
+            elif not isinstance(got.error, StoreError):
+                raise got.error
+            else:
+                errors.append(got.error)
+                unanswered.update(group)
+        if errors:
+            error = worst(errors, applied=len(errors) < len(answers))
+            if isinstance(error, Unavailable):
+                error.done = [name for name in names if name in done]
+                error.unanswered = [name for name in names if name in unanswered]
+            raise error
         return [name for name in names if name in done]
 
     def claim_ready(self, owner: str, ttl: int, limit: int, records: bool = False
@@ -364,7 +384,9 @@ class PartitionedOps(Counted):
         Then each partition claims its share. Bounded by ``limit``; disjoint (each claim is
         one script in one partition); in due order across partitions up to the race
         between the two round trips; a partition that gives less than its share (another
-        claimer was faster, a stale entry) leaves the call short."""
+        claimer was faster, a stale entry) leaves the call short. The heads (and the
+        notifies) are patient fans (:class:`~redisstore.protocol.Fan`): a node that does
+        not answer them in time is left out, so the claims still have time."""
         if limit == 0:
             return [], -1
         heads, acks = yield from self._heads_delivered(index, limit)
@@ -455,7 +477,8 @@ class PartitionedOps(Counted):
         each outbox (in the claim's round trip: one whose notify failed stays, and is
         delivered again by a later claim; a notify is idempotent)."""
         acks: dict[int, list[tuple[str, int]]] = {}
-        heads = yield from fan(part.heads(index, limit) for part in self.parts)
+        heads = yield from fan((part.heads(index, limit) for part in self.parts),
+                               patient=True)
         deliveries: list[tuple[int, str, int, str, int]] = []
         for d, got in enumerate(heads):
             if got.error is not None:
@@ -470,15 +493,17 @@ class PartitionedOps(Counted):
                     acks.setdefault(d, []).append((entry, version))
         if not deliveries:
             return heads, acks
-        notified = yield from fan(self.parts[w].notify(dependency, version)
-                                  for _, _, w, dependency, version in deliveries)
+        notified = yield from fan((self.parts[w].notify(dependency, version)
+                                   for _, _, w, dependency, version in deliveries),
+                                  patient=True)
         for (d, entry, _, _, version), got in zip(deliveries, notified, strict=True):
             if got.error is None:
                 acks.setdefault(d, []).append((entry, version))
             else:
                 log.warning("redisstore: a dependency's write could not be delivered to its "
                             "waiters' partition yet (%s); a later claim delivers it", got.error)
-        heads = yield from fan(part.heads(index, limit) for part in self.parts)
+        heads = yield from fan((part.heads(index, limit) for part in self.parts),
+                               patient=True)
         return heads, acks
 
     def quarantined(self, limit: int = 1000) -> Spread[list[Quarantined]]:

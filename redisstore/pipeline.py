@@ -84,7 +84,10 @@ class Group:
     """
 
     def __init__(self, calls: list[Pending[Any]], durability: Durability | None,
-                 first: Driver[None] | None = None, *, guards_reads: bool = False) -> None:
+                 first: Driver[None] | None = None, *, guards_reads: bool = False,
+                 node: Hashable = None) -> None:
+        #: The node the group is sent to (as the shell's ``node_of`` names it).
+        self.node = node
         self._calls = calls
         self._durability = durability
         self._first = first
@@ -154,6 +157,13 @@ class Group:
         """The shell stopped in the middle (a cancelled task, KeyboardInterrupt): each call
         still without its answer gets one. A write of the round in flight may have been
         applied (``unknown``); anything else was not sent (``not_applied``)."""
+        self.cut(f"the pipeline was interrupted ({why})")
+
+    def cut(self, reason: str) -> None:
+        """The shell stopped waiting for this group (a patient fan's straggler, see
+        :class:`~redisstore.protocol.Fan`): each call still without its answer gets
+        ``Unavailable(reason)``, ``not_applied`` (a patient fan sends no write; a write in
+        flight would be ``unknown``)."""
         in_flight = {id(driver) for driver, _, _ in self._round} if self._first is None \
             else set()
         for call in self._calls:
@@ -161,8 +171,7 @@ class Group:
                 continue
             batch = call._driver.next_batch()
             sent = id(call._driver) in in_flight and batch is not None and batch.write
-            call._fail(Unavailable(f"the pipeline was interrupted ({why})",
-                                   outcome=UNKNOWN if sent else NOT_APPLIED))
+            call._fail(Unavailable(reason, outcome=UNKNOWN if sent else NOT_APPLIED))
 
     def receive(self, got: Exchange) -> None:
         """What the batch just sent got back: each call gets its own part of it."""
@@ -205,7 +214,79 @@ def by_node(ops: Iterable[Operation[Any]], durability: Durability | None,
         batch = call._driver.next_batch() if call._driver is not None else None
         if batch is not None:
             nodes.setdefault(node_of(batch.keys[0] if batch.keys else ""), []).append(call)
-    return calls, [Group(group, durability) for group in nodes.values()]
+    return calls, [Group(group, durability, node=node) for node, group in nodes.items()]
+
+
+#: A patient fan (:class:`~redisstore.protocol.Fan`) waits for its stragglers, once a node
+#: has answered, this part of the call's deadline, and at least MIN_PATIENCE s.
+PATIENCE = 0.25
+MIN_PATIENCE = 0.05
+
+
+def patience(timeout: int) -> float:
+    """How long (s) a patient fan of a call of ``timeout`` ms waits for the nodes still
+    silent once one has answered (the call's deadline bounds it too)."""
+    return max(timeout / 1000 * PATIENCE, MIN_PATIENCE)
+
+
+#: A node a patient fan cut is left out of the patient fans of the shell's next calls this
+#: long (s); then the next one sends to it again as a probe, waited for PROBE of the
+#: patience once another node has answered (a new connection's handshake must fit).
+SUSPECT_FOR = 1.0
+PROBE = 0.25
+
+
+class Suspects:
+    """The nodes a shell's patient fans cut lately (most likely hung): a breaker, so a node
+    that hangs costs one call its patience, not every call. A suspect is left out of the
+    patient fans of the next calls (its calls answer ``not_applied`` at once, nothing
+    sent) for :data:`SUSPECT_FOR` s; then the next patient fan sends to it again, waiting
+    for it a shorter while (:data:`PROBE`); an answer clears it, another cut starts the
+    wait again. Only patient fans consult it: every other call is sent as it comes."""
+
+    def __init__(self) -> None:
+        self._since: dict[Hashable, float] = {}
+
+    def plan(self, groups: list[Group], wait_more: float, now: float
+             ) -> tuple[list[Group], list[float]]:
+        """Of a patient fan's ``groups``: the ones to send, and how long each is waited for
+        once another has answered (s); the suspects' groups are answered now (Group.cut).
+        A fan whose nodes are all suspects is sent whole."""
+        send: list[Group] = []
+        graces: list[float] = []
+        skipped: list[tuple[Group, float]] = []
+        for group in groups:
+            since = self._since.get(group.node)
+            if since is None:
+                send.append(group)
+                graces.append(wait_more)
+            elif now - since < SUSPECT_FOR:
+                skipped.append((group, since))
+            else:
+                send.append(group)
+                graces.append(max(wait_more * PROBE, min(MIN_PATIENCE, wait_more)))
+        if not send:
+            return groups, [wait_more] * len(groups)
+        for group, since in skipped:
+            group.cut(f"node {group.node} is left out of this call: it did not answer a "
+                      f"read in time {now - since:.1f} s ago (it may hang); it is tried again "
+                      f"{SUSPECT_FOR:g} s after; nothing was changed (a read)")
+        return send, graces
+
+    def heard(self, groups: list[Group], cut: list[bool], now: float) -> None:
+        """What became of the ``groups`` a patient fan sent: each ``cut`` one's node is a
+        suspect from ``now``; the others' nodes answered (or refused): no longer suspects."""
+        for group, was_cut in zip(groups, cut, strict=True):
+            if was_cut:
+                self._since[group.node] = now
+            else:
+                self._since.pop(group.node, None)
+
+
+def straggled(waited: float) -> str:
+    """The reason a patient fan's straggler is left out of its call."""
+    return (f"no answer within {waited * 1000:.0f} ms of the other nodes' (the node may "
+            "hang): left out of this call")
 
 
 class Spreading(Generic[T]):
@@ -213,7 +294,7 @@ class Spreading(Generic[T]):
 
         spreading = Spreading(spread, durability, node_of)
         while (groups := spreading.next_groups()) is not None:
-            send each group (sync: one after the other; asyncio: at once)
+            send the groups at once (a patient fan: see protocol.Fan)
         return spreading.result
 
     Each fan's operations are grouped by node (:func:`by_node`); once the groups are sent,
@@ -226,6 +307,8 @@ class Spreading(Generic[T]):
         self._node_of = node_of
         self._calls: list[Pending[Any]] | None = None
         self.result: T | None = None
+        #: Whether the fan of the groups :meth:`next_groups` gave last is patient.
+        self.patient = False
 
     def next_groups(self) -> list[Group] | None:
         """The groups to send now, or None when the call is over (its value in
@@ -239,6 +322,7 @@ class Spreading(Generic[T]):
             self.result = stop.value
             return None
         self._calls, groups = by_node(fan.ops, self._durability, self._node_of)
+        self.patient = fan.patient
         return groups
 
 

@@ -88,9 +88,17 @@ Operation: TypeAlias = Generator[Call[Any], Settled[Any], T]
 @dataclass(frozen=True, slots=True)
 class Fan:
     """Operations to run at once, each in its own partition: the shell sends them grouped by
-    node and answers each with its :class:`~redisstore.protocol.Settled`, in order."""
+    node and answers each with its :class:`~redisstore.protocol.Settled`, in order.
+
+    A ``patient`` fan is of reads only (or of calls safe to send again, that change nothing
+    a caller sees), whose call goes on without the partitions that do not answer: once a
+    node has answered, the shell waits for the others only a part of the call's deadline
+    (:func:`redisstore.pipeline.patience`) and answers the calls of a node still silent
+    ``Unavailable(outcome="not_applied")``, so the call's next round trip still has time.
+    A fan with a write is never patient: its calls get the whole deadline."""
 
     ops: tuple[Operation[Any], ...]
+    patient: bool = False
 
 
 #: The steps of a call over many partitions: yields fans, gets their answers, returns.
@@ -134,12 +142,13 @@ def fanned(op: Operation[None]) -> Generator[Fan, list[Settled[Any]], None]:
     settled.unwrap()
 
 
-def fan(ops: Iterable[Operation[Any]]) -> Generator[Fan, list[Settled[Any]], list[Settled[Any]]]:
-    """Run ``ops`` at once; their answers, in order."""
+def fan(ops: Iterable[Operation[Any]], *, patient: bool = False
+        ) -> Generator[Fan, list[Settled[Any]], list[Settled[Any]]]:
+    """Run ``ops`` at once; their answers, in order (``patient``: see :class:`Fan`)."""
     batch = tuple(ops)
     if not batch:
         return []
-    return (yield Fan(batch))
+    return (yield Fan(batch, patient))
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,16 +17,19 @@ send and read: a watchdog shuts the socket of a call that passes it.
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 import threading
 import time
 import weakref
 from collections.abc import Hashable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor
+from concurrent.futures import wait as futures_wait
 from typing import Any, TypeVar
 
 from . import telemetry
 from .outcomes import Exchange, Lost, Reply
-from .pipeline import Spreading
+from .pipeline import Spreading, Suspects, patience, straggled
 from .protocol import Batch, Driver, Durability, Machine, Operation, Spread
 from .wakeups import Nodes
 from .wire import (
@@ -112,6 +115,16 @@ class Watchdog:
                 return True
             return False
 
+    def fire(self, token: int) -> None:
+        """End the call of ``token`` now, as if its deadline had passed (a patient fan's
+        straggler: see :class:`Cut`)."""
+        with self._cond:
+            armed = self._armed.pop(token, None)
+            if armed is None:
+                return  # disarmed already: its call is over
+            self._fired.add(token)
+            _shutdown(armed[1])
+
     def _run(self) -> None:
         while True:
             with self._cond:
@@ -138,6 +151,62 @@ def _shutdown(conn: Any) -> None:
 
 
 WATCHDOG = Watchdog()
+
+
+class Cut:
+    """What ends the round trips of one node's group of a patient fan (see
+    :class:`~redisstore.protocol.Fan`) that the caller stopped waiting for: the thread that
+    sends the group holds it (:data:`_SENDING`); :meth:`fire` shuts the socket of its
+    exchange in flight (through the watchdog) and any later exchange of the group is not
+    sent. Either way the exchange ends as one whose deadline passed, with ``reason``."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._tokens: list[int] = []
+        self.reason: str | None = None
+
+    def watch(self, token: int) -> bool:
+        """Fire ``token`` with the cut; False when the cut has fired already."""
+        with self._lock:
+            if self.reason is not None:
+                return False
+            self._tokens.append(token)
+            return True
+
+    def fire(self, reason: str) -> None:
+        with self._lock:
+            self.reason = reason
+            tokens = list(self._tokens)
+        for token in tokens:
+            WATCHDOG.fire(token)
+
+
+#: The Cut of the group the current thread sends, if it sends one of a fan's groups.
+_SENDING = threading.local()
+#: A fan's groups go out on threads of one executor for the process (made on first use),
+#: a thread per node of the fan, reused; the caller waits for them.
+FAN_THREADS = 64
+_FANS: ThreadPoolExecutor | None = None
+_FANS_LOCK = threading.Lock()
+
+
+def _fans() -> ThreadPoolExecutor:
+    global _FANS
+    with _FANS_LOCK:
+        if _FANS is None:
+            _FANS = ThreadPoolExecutor(FAN_THREADS, thread_name_prefix="redisstore-fan")
+        return _FANS
+
+
+def _forget_fans() -> None:
+    """In a forked child: the parent's fan threads are not there (its executor would queue
+    work for nobody); the child makes its own on first use."""
+    global _FANS, _FANS_LOCK
+    _FANS, _FANS_LOCK = None, threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_fans)
 
 
 class Pool(Connections):
@@ -259,6 +328,8 @@ class Transport:
         if self.fake:
             self.checks.add("eviction")
         self._used: weakref.WeakSet[Pool] = weakref.WeakSet()  # a cluster's node pools
+        #: The nodes this transport's patient fans cut lately (see Suspects).
+        self.suspects = Suspects()
 
     def close(self) -> None:
         """Disconnect the store's connections (shared by every store on this client: the
@@ -277,14 +348,58 @@ class Transport:
             return call.result  # type: ignore[no-any-return]
 
     def _spread(self, spread: Spread[T]) -> T:
-        """Run a call over partitions: each fan's operations grouped by node, the nodes one
-        after the other, within one deadline."""
+        """Run a call over partitions: each fan's operations grouped by node, the nodes at
+        once (a fan of one node on the caller's thread), within one deadline."""
         deadline = time.monotonic() + self.timeout / 1000
         spreading = Spreading(spread, self.durability, self.node_of)
         while (groups := spreading.next_groups()) is not None:
-            for group in groups:
-                self.run(group, deadline)
+            if len(groups) == 1:
+                self.run(groups[0], deadline)
+            elif not spreading.patient:
+                self.run_all(groups, deadline)
+            else:
+                send, graces = self.suspects.plan(groups, patience(self.timeout),
+                                                  time.monotonic())
+                cut = self.run_all(send, deadline, graces)
+                self.suspects.heard(send, cut, time.monotonic())
         return spreading.result  # type: ignore[return-value]
+
+    def run_all(self, groups: Sequence[Machine], deadline: float,
+                graces: Sequence[float] | None = None) -> list[bool]:
+        """Send ``groups`` (one per node) at once, each on a thread of the shared executor,
+        and wait for every one. With ``graces`` (a patient fan's): once one group is over,
+        each other gets its grace (s) more, then is cut (:class:`Cut`): its calls end as
+        reads whose deadline passed, ``not_applied``. Which groups were cut."""
+        cuts = [Cut() for _ in groups]
+        cut = [False] * len(groups)
+        futures: list[Future[None]] = []
+        for group, one in zip(groups, cuts, strict=True):
+            try:
+                futures.append(_fans().submit(self._run_cut, group, deadline, one))
+            except RuntimeError:  # no new threads at interpreter shutdown: on this one
+                self.run(group, deadline)
+                futures.append(Future())
+                futures[-1].set_result(None)
+        if graces is not None and len(groups) > 1:
+            done, waiting = futures_wait(futures, max(0.0, deadline - time.monotonic()),
+                                         FIRST_COMPLETED)
+            if done and waiting:
+                since = time.monotonic()
+                for i in sorted(range(len(groups)), key=lambda i: graces[i]):
+                    until = min(since + graces[i], deadline)
+                    if futures_wait([futures[i]], max(0.0, until - time.monotonic())).not_done:
+                        cuts[i].fire(straggled(graces[i]))
+                        cut[i] = True
+        for future in futures:
+            future.result()
+        return cut
+
+    def _run_cut(self, group: Machine, deadline: float, cut: Cut) -> None:
+        _SENDING.cut = cut
+        try:
+            self.run(group, deadline)
+        finally:
+            _SENDING.cut = None
 
     def node_of(self, key: str) -> Hashable:
         """The node ``key`` lives on, as far as the client knows (None: one server)."""
@@ -331,7 +446,10 @@ class Transport:
         sent = False
         conn: Any = None
         token = 0
+        cut: Cut | None = getattr(_SENDING, "cut", None)
         try:
+            if cut is not None and cut.reason is not None:
+                raise _Deadline("cut")  # a straggler's group: nothing more is sent
             conn, fresh = pool.acquire(deadline)
             if not fresh and _stale(conn):
                 stale, conn = conn, None
@@ -341,6 +459,8 @@ class Transport:
             if remaining <= 0:
                 raise _Deadline("the deadline passed before sending")
             token = WATCHDOG.arm(conn, deadline)
+            if cut is not None and not cut.watch(token):
+                raise _Deadline("cut")
             if fresh:
                 _cap_connect_timeout(conn, remaining)
                 conn.connect()
@@ -361,7 +481,8 @@ class Transport:
             if not isinstance(exc, Exception):
                 raise  # KeyboardInterrupt and the like: the caller's, not ours
             timed_out = fired or isinstance(exc, _Deadline)
-            reason = (f"deadline of {self.timeout} ms exceeded" if timed_out
+            reason = ((cut.reason if cut is not None and cut.reason is not None
+                       else f"deadline of {self.timeout} ms exceeded") if timed_out
                       else describe(exc))
             code = error_reply(exc).code if is_error_reply(exc) else None
             return Exchange(tuple(replies), Lost(sent, reason, timed_out, code))

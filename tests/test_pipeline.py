@@ -424,3 +424,36 @@ def test_on_an_evicting_server_the_writes_are_refused_and_the_reads_answered(
             absent.result()
     finally:
         admin.config_set("maxmemory-policy", "noeviction")
+
+
+def test_a_node_a_patient_fan_cut_is_left_out_for_a_while_then_probed() -> None:
+    from redisstore.pipeline import PROBE, SUSPECT_FOR, Group, Pending, Suspects
+    from redisstore.protocol import Driver
+    from redisstore.runops import RunOps
+
+    def groups() -> tuple[list[Group], list[Pending[Any]]]:
+        pending = [Pending(Driver(RunOps("n", None, 1).get(f"r{i}"))) for i in range(3)]
+        return [Group([p], None, node=n) for p, n in zip(pending, "abc", strict=True)], pending
+
+    suspects = Suspects()
+    sent, pending = groups()
+    assert suspects.plan(sent, 0.5, 100.0) == (sent, [0.5, 0.5, 0.5])
+    suspects.heard(sent, [False, True, False], 100.0)  # b was cut
+    # Within SUSPECT_FOR, b is answered at once (not_applied), not sent.
+    sent, pending = groups()
+    send, graces = suspects.plan(sent, 0.5, 100.0 + SUSPECT_FOR / 2)
+    assert [g.node for g in send] == ["a", "c"] and graces == [0.5, 0.5]
+    with pytest.raises(Unavailable, match="left out of this call") as caught:
+        pending[1].result()
+    assert caught.value.outcome == "not_applied"
+    # Then b is probed, waited for a shorter while; an answer clears it.
+    sent, _ = groups()
+    send, graces = suspects.plan(sent, 0.5, 100.0 + SUSPECT_FOR)
+    assert send == sent and graces == [0.5, 0.5 * PROBE, 0.5]
+    suspects.heard(send, [False, False, False], 100.0 + SUSPECT_FOR)
+    sent, _ = groups()
+    assert suspects.plan(sent, 0.5, 100.0 + SUSPECT_FOR) == (sent, [0.5, 0.5, 0.5])
+    # Every node a suspect: the fan is sent whole, as if none were.
+    suspects.heard(sent, [True, True, True], 200.0)
+    sent, _ = groups()
+    assert suspects.plan(sent, 0.5, 200.1) == (sent, [0.5, 0.5, 0.5])
