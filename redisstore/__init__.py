@@ -9,6 +9,7 @@ from importlib.metadata import version as _version
 from .aio import AsyncPipeline, AsyncRedisRepository, AsyncRedisRunStore
 from .errors import (
     AlreadyExists,
+    Closed,
     ConcurrentUpdate,
     Conflict,
     Corrupt,
@@ -69,6 +70,7 @@ __all__ = [
     "Claim",
     "ClaimInfo",
     "Claimed",
+    "Closed",
     "ConcurrentUpdate",
     "Conflict",
     "Corrupt",

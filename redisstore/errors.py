@@ -131,3 +131,9 @@ class Misconfigured(StoreError):
     a namespace laid out by a newer version of the library. The message names the setting
     and the fix.
     """
+
+
+class Closed(StoreError, RuntimeError):
+    """A call on a :class:`~redisstore.Keeper` (or ``AsyncKeeper``) that is closed, or that
+    stopped on an error (then its ``__cause__``): nothing was done. Also a ``RuntimeError``,
+    as the keeper raised before it had this class."""

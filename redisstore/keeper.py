@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import telemetry
-from .errors import Unavailable
+from .errors import Closed, Unavailable
 from .runs import MAX_RENEW, check_owner, check_run, check_runs, check_ttl
 
 log = logging.getLogger(__name__)
@@ -208,7 +208,7 @@ class Keeper:
             if not names:
                 future.set_result([])
             elif self._stopped:
-                future.set_exception(RuntimeError(f"the keeper of {self.owner!r} is closed"))
+                future.set_exception(Closed(f"the keeper of {self.owner!r} is closed"))
             else:
                 self._requests.append((names, future))
                 self._cond.notify()
@@ -219,10 +219,10 @@ class Keeper:
 
     def _raise_if_stopped(self) -> None:
         if self.failure is not None:
-            raise RuntimeError(f"the keeper of {self.owner!r} stopped: {self.failure!r}"
+            raise Closed(f"the keeper of {self.owner!r} stopped: {self.failure!r}"
                                ) from self.failure
         if self._stopped:
-            raise RuntimeError(f"the keeper of {self.owner!r} is closed")
+            raise Closed(f"the keeper of {self.owner!r} is closed")
 
     def _round_due(self) -> bool:
         now = time.monotonic()
@@ -391,7 +391,7 @@ class Keeper:
             self._held.clear()
             requests, self._requests = self._requests, []
         for _, future in requests:
-            future.set_exception(RuntimeError(f"the keeper of {self.owner!r} is closed"))
+            future.set_exception(Closed(f"the keeper of {self.owner!r} is closed"))
         try:
             if self._release_on_close and held:
                 if self.failure is not None:

@@ -22,6 +22,7 @@ from redisstore import (
     AsyncKeeper,
     AsyncRedisRunStore,
     Claim,
+    Closed,
     Free,
     Held,
     Keeper,
@@ -29,6 +30,7 @@ from redisstore import (
     MemoryRunStore,
     RedisRunStore,
     Seize,
+    StoreError,
     Unavailable,
 )
 from redisstore.keeper import DEADLINE, NOT_RENEWED, STOPPED
@@ -109,7 +111,7 @@ def test_a_discarded_run_runs_out_and_close_can_release_the_rest() -> None:
     assert keeper.release(["nothing"]) == []
     keeper.close(release=True)
     assert store.get("kept").holder.__class__.__name__ == "Free"
-    with pytest.raises(RuntimeError, match="closed"):
+    with pytest.raises(StoreError, match="closed"):  # a StoreError (Closed), as every answer
         keeper.add("kept")
     keeper.close()  # idempotent
 
@@ -130,8 +132,9 @@ def test_a_keeper_that_dies_reports_every_run_and_raises() -> None:
     assert isinstance(keeper.failure, KeyError)
     assert sorted(lost, key=lambda item: item.run) == [Lost("a", STOPPED), Lost("b", STOPPED)]
     assert not keeper.valid("a")
-    with pytest.raises(RuntimeError, match="stopped"):
+    with pytest.raises(Closed, match="stopped") as stopped:
         keeper.add("c")
+    assert isinstance(stopped.value.__cause__, KeyError)
     keeper.close()
 
 
