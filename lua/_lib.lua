@@ -34,7 +34,9 @@
 -- CONFLICT 3 (payload: stored revision), REFUSED 4 (payload: {owner|false, live 0|1}),
 -- CORRUPT 7 (payload: the field), TOO_NEW 8 (payload: the namespace's layout), TOO_OLD 9
 -- (payload: the namespace's layout, below what the call needs), PARTITIONED 10 (payload: the
--- partition count a store of partitions recorded in this meta key). dropped:
+-- partition count a store of partitions recorded in this meta key, or that a partition
+-- records and the caller's is not), UNCOUNTED 11 (a partition that records no count, to a
+-- caller that has not checked the namespace's: nothing written). dropped:
 -- index entries moved to the quarantine by this call. wait (claims only, else -1): ms until
 -- the index has a claimable entry (0: now, -1: nothing indexed), see wait_after_claim. Bad arguments raise an error whose text starts
 -- "BADARG" (a plain string: Redis 6.2 cannot raise a table), before anything is written.
@@ -109,6 +111,10 @@ local NS = PARTITION and 4 or 1
 -- Layout 4 whose migration has not yet emptied the layout 3 index keys (meta old-ix): an
 -- entry may still be there, so claims read both and every removal clears both.
 local OLD_IX = false
+
+-- The partition count check_layout found none of in this partition's meta and the caller
+-- asked recorded (ARGV[1] ends with '6+'): commit records it, beside the layout.
+local RECORD_COUNT = false
 
 -- Exact integers in a Lua double: revisions, times, ttls and counts stay at or below it.
 local MAX_INT = 9007199254740991
@@ -665,6 +671,7 @@ local function commit()
   -- nothing but a missing meta key. check_layout ran first (NS is the namespace's).
   touch_writes()
   redis.call('HSETNX', META, 'layout', int(NS))
+  if RECORD_COUNT then redis.call('HSETNX', META, 'partitions', RECORD_COUNT) end
   local batched = coalesced()
   for i = 1, #batched do redis.call(unpack(batched[i])) end
   ix_apply()
@@ -672,18 +679,46 @@ local function commit()
   return nil
 end
 
--- Refuse a namespace laid out by a newer library; a damaged meta key is corrupt.
+-- Refuse a namespace laid out by a newer library; a damaged meta key is corrupt. In a
+-- partition, compare the count the caller was opened with (COUNT_ARG, see P) with the one the
+-- partition records (meta partitions): another is PARTITIONED (0 while a repartition is
+-- under way, 1 once the namespace went back to one partition); none, for a caller that has
+-- not checked the namespace's own count, is UNCOUNTED (it checks, then calls again). Each
+-- field is bounded before it is read whole.
 local function check_layout()
-  local got = redis.pcall('HMGET', META, 'layout', 'old-ix', 'partitions')
-  if got.err then
-    wrong_type(got)  -- not a type error (a key the ACL denies...): raised, not corrupt
+  local size = redis.pcall('HSTRLEN', META, 'layout')
+  if type(size) == 'table' then
+    wrong_type(size)  -- not a type error (a key the ACL denies...): raised, not corrupt
     return {CORRUPT, 'meta', 0, -1}
   end
-  if got[3] and not PARTITION then
+  if size > 16 then return {CORRUPT, 'meta.layout', 0, -1} end
+  if redis.call('HSTRLEN', META, 'old-ix') > 16 then return {CORRUPT, 'meta.old-ix', 0, -1} end
+  if redis.call('HSTRLEN', META, 'partitions') > 16 then
+    return {CORRUPT, 'meta.partitions', 0, -1}
+  end
+  local got = redis.call('HMGET', META, 'layout', 'old-ix', 'partitions')
+  if PARTITION then
+    if COUNT_ARG ~= '*' then
+      local want, record = string.match(COUNT_ARG, '^([1-9]%d?%d?)(%+?)$')
+      if not want then error("BADARG ARGV[1] must end with the store's partition count") end
+      if got[3] then
+        if got[3] ~= want then
+          local n = decimal(got[3], 0, MAX_PARTITIONS)
+          if n == nil then return {CORRUPT, 'meta.partitions', 0, -1} end
+          return {PARTITIONED, n, 0, -1}
+        end
+      elseif record == '' then
+        return {UNCOUNTED, 0, 0, -1}
+      else
+        RECORD_COUNT = want
+      end
+    end
+  elseif COUNT_ARG ~= '' then
+    error('BADARG ARGV[1] must be a key prefix {namespace}:')
+  elseif got[3] then
     -- The namespace is spread over partitions, whose keys are {ns#p}: this store of one
-    -- (prefix {ns}:) must not write beside them. A partition's own meta never has a count
-    -- (run_partitions refuses a partition's prefix): one found there is foreign, and says
-    -- nothing. A count is never 1 (one partition records none).
+    -- (prefix {ns}:) must not write beside them. A count is never 1 (one partition
+    -- records none).
     local n = decimal(got[3], 2, MAX_PARTITIONS)
     if n == nil then return {CORRUPT, 'meta.partitions', 0, -1} end
     return {PARTITIONED, n, 0, -1}
