@@ -7,10 +7,12 @@
 -- touches beyond its KEYS. Every declared key must start with it, so a raw EVALSHA with a
 -- forged prefix (another tenant's) is refused before anything is read: a script never
 -- reaches keys its caller did not name the namespace of. A partition's prefix "{ns#p}:" is
--- followed by COUNT_ARG, the partition count of the store that calls ("6": compare it with the
--- count the partition records; "6+": and record it where none is; "*": a repartition's own
--- call, which compares nothing): check_layout reads it (lua/_lib.lua).
-local P, COUNT_ARG = (function()
+-- followed by the partition count of the store that calls ("6": compare it with the count
+-- the partition records; "6+": and record it where none is; "*", or nothing: a
+-- repartition's own call, or one partition's operations driven alone, which compare
+-- nothing): check_layout (lua/_lib.lua) and spread (lua/_repo_lib.lua) read it, as the rest
+-- of ARGV[1] after P.
+local P = (function()
   local a = ARGV[1]
   local c = type(a) == 'string' and string.sub(a, 1, 1) == '{' and string.find(a, '[{}]', 2)
   if not c or c < 3 or string.sub(a, c, c + 1) ~= '}:' then
@@ -23,7 +25,7 @@ local P, COUNT_ARG = (function()
       error('BADARG KEYS[' .. i .. '] is not a key of the namespace of ARGV[1]')
     end
   end
-  return p, string.sub(a, c + 2)
+  return p
 end)()
 
 local function int(n)

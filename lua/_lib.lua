@@ -112,10 +112,6 @@ local NS = PARTITION and 4 or 1
 -- entry may still be there, so claims read both and every removal clears both.
 local OLD_IX = false
 
--- The partition count check_layout found none of in this partition's meta and the caller
--- asked recorded (ARGV[1] ends with '6+'): commit records it, beside the layout.
-local RECORD_COUNT = false
-
 -- Exact integers in a Lua double: revisions, times, ttls and counts stay at or below it.
 local MAX_INT = 9007199254740991
 
@@ -671,7 +667,6 @@ local function commit()
   -- nothing but a missing meta key. check_layout ran first (NS is the namespace's).
   touch_writes()
   redis.call('HSETNX', META, 'layout', int(NS))
-  if RECORD_COUNT then redis.call('HSETNX', META, 'partitions', RECORD_COUNT) end
   local batched = coalesced()
   for i = 1, #batched do redis.call(unpack(batched[i])) end
   ix_apply()
@@ -680,11 +675,12 @@ local function commit()
 end
 
 -- Refuse a namespace laid out by a newer library; a damaged meta key is corrupt. In a
--- partition, compare the count the caller was opened with (COUNT_ARG, see P) with the one the
+-- partition, compare the count the caller was opened with (ARGV[1] after P) with the one the
 -- partition records (meta partitions): another is PARTITIONED (0 while a repartition is
 -- under way, 1 once the namespace went back to one partition); none, for a caller that has
--- not checked the namespace's own count, is UNCOUNTED (it checks, then calls again). Each
--- field is bounded before it is read whole.
+-- not checked the namespace's own count, is UNCOUNTED (it checks, then calls again), and
+-- for one that has ('6+') a write records it (queued: a script that writes nothing records
+-- nothing). Each field is bounded before it is read whole.
 local function check_layout()
   local size = redis.pcall('HSTRLEN', META, 'layout')
   if type(size) == 'table' then
@@ -697,9 +693,10 @@ local function check_layout()
     return {CORRUPT, 'meta.partitions', 0, -1}
   end
   local got = redis.call('HMGET', META, 'layout', 'old-ix', 'partitions')
+  local count = string.sub(ARGV[1], #META - 3)  -- what follows P
   if PARTITION then
-    if COUNT_ARG ~= '*' then
-      local want, record = string.match(COUNT_ARG, '^([1-9]%d?%d?)(%+?)$')
+    if count ~= '*' and count ~= '' then
+      local want, record = string.match(count, '^([1-9]%d?%d?)(%+?)$')
       if not want then error("BADARG ARGV[1] must end with the store's partition count") end
       if got[3] then
         if got[3] ~= want then
@@ -710,10 +707,10 @@ local function check_layout()
       elseif record == '' then
         return {UNCOUNTED, 0, 0, -1}
       else
-        RECORD_COUNT = want
+        later('HSETNX', META, 'partitions', want)
       end
     end
-  elseif COUNT_ARG ~= '' then
+  elseif count ~= '' then
     error('BADARG ARGV[1] must be a key prefix {namespace}:')
   elseif got[3] then
     -- The namespace is spread over partitions, whose keys are {ns#p}: this store of one

@@ -57,6 +57,7 @@ from .runs import (
 )
 
 T = TypeVar("T")
+C = TypeVar("C", bound="Counted")
 log = logging.getLogger(__name__)
 
 #: The most partitions one store spreads over: a claim reads every partition's head.
@@ -137,6 +138,8 @@ class Counted:
     #: holds the count; the data is in the partitions' keys, ``{namespace#p}``).
     n: int
     keys: Keyspace
+    #: Each partition's operations (each with ``keys``, ``arg1`` and ``opened``).
+    parts: list[Any]
     #: Whether :meth:`count_check` has passed for this store.
     counted: bool = False
     #: What the messages call this object, and say of changing its count.
@@ -177,43 +180,6 @@ class Counted:
         self.counted = True
         self._now_counted()
 
-    def _now_counted(self) -> None:
-        """What changes once the count check passed (a store of partitions: its scripts ask
-        the partitions to record the count)."""
-
-    def counting(self, op: Operation[T] | Spread[T]) -> Operation[T] | Spread[T]:
-        """``op`` preceded, until it has passed once, by the partition count check."""
-        if self.counted:
-            return op
-        return self._first(self.count_check, op)
-
-    def _first(self, check: Callable[[], Operation[None]],
-               op: Operation[T] | Spread[T]) -> Operation[T] | Spread[T]:
-        if not isinstance(op, Spread):
-            return preceded(check(), op)
-        return Spread(preceded(fanned(check()), op.steps))
-
-
-class PartitionedOps(Counted):
-    """The run store's operations over ``partitions`` partitions of one namespace: one
-    :class:`RunOps` per partition. A call of one run is that run's partition's operation,
-    unchanged; a call over many runs is a :class:`Spread`."""
-
-    def __init__(self, namespace: str, discover: Discover | None, projection_version: int,
-                 *, durability: Durability | None = None, max_record_bytes: int = 1 << 20,
-                 partitions: int = 2) -> None:
-        self.n = check_partitions(partitions)
-        self.parts = [RunOps(namespace, discover, projection_version, durability=durability,
-                             max_record_bytes=max_record_bytes, partition=p,
-                             place=self.place) for p in range(self.n)]
-        self.keys = Keyspace(namespace)
-        self.counted = False
-        self._warned = -WARN_EVERY  # when a claim last warned of an unreachable partition
-        for part in self.parts:
-            part.watcher = self._watch
-            part.opened = self.n
-        self._tail(str(self.n))
-
     def _tail(self, tail: str) -> None:
         """What every partition's scripts get after the key prefix in ARGV[1]: the count
         (``"6"``: the partition compares it with the one it records; ``"6+"`` once the
@@ -223,16 +189,17 @@ class PartitionedOps(Counted):
             part.arg1 = part.keys.prefix + tail
 
     def _now_counted(self) -> None:
+        """Once the count check passed, the scripts ask the partitions to record it."""
         self._tail(f"{self.n}+")
 
-    def repartitioning(self) -> PartitionedOps:
-        """These operations as :func:`redisstore.repartition` sends them: its calls work
-        while the partitions are marked, or record another count."""
+    def repartitioning(self: C) -> C:
+        """These operations as :func:`redisstore.repartition` (or
+        :func:`redisstore.repartition_repository`) sends them: its calls work while the
+        partitions are marked, or record another count."""
         self._tail("*")
         return self
 
-    def _checked(self, make: Callable[[], Operation[T]], part: RunOps | None = None
-                 ) -> Operation[T]:
+    def _checked(self, make: Callable[[], Operation[T]], part: Any = None) -> Operation[T]:
         """The operation ``make()`` makes, in one partition; before a write (``part``, the
         partition written) that partition's server check, once (on a cluster per partition,
         on its own node: no node is checked for another's writes)."""
@@ -241,8 +208,7 @@ class PartitionedOps(Counted):
             op = preceded(part.server_check(), op)  # its argument checks first
         return (yield from op)
 
-    def _counted(self, make: Callable[[], Operation[T]], part: RunOps | None = None
-                 ) -> Operation[T]:
+    def _counted(self, make: Callable[[], Operation[T]], part: Any = None) -> Operation[T]:
         """:meth:`_checked`; if the partition records no count and this store has not
         checked the namespace's own, that check (:meth:`count_check`, on the namespace's
         node), then the operation again (nothing was written). A partition that records
@@ -255,7 +221,7 @@ class PartitionedOps(Counted):
         yield from self.count_check()
         return (yield from self._checked(make, part))
 
-    def _fan(self, calls: list[tuple[Callable[[], Operation[Any]], RunOps | None]]
+    def _fan(self, calls: list[tuple[Callable[[], Operation[Any]], Any]]
              ) -> Steps[list[Settled[Any]]]:
         """A fan of :meth:`_checked` operations (each in its partition, on its node); those
         answered :class:`~redisstore.runops.Uncounted` go again, in a fan of their own,
@@ -276,6 +242,42 @@ class PartitionedOps(Counted):
         for i, got in zip(again, redo, strict=True):
             answers[i] = got
         return answers
+
+
+    def counting(self, op: Operation[T] | Spread[T]) -> Operation[T] | Spread[T]:
+        """``op`` preceded, until it has passed once, by the partition count check."""
+        if self.counted:
+            return op
+        return self._first(self.count_check, op)
+
+    def _first(self, check: Callable[[], Operation[None]],
+               op: Operation[T] | Spread[T]) -> Operation[T] | Spread[T]:
+        if not isinstance(op, Spread):
+            return preceded(check(), op)
+        return Spread(preceded(fanned(check()), op.steps))
+
+
+class PartitionedOps(Counted):
+    """The run store's operations over ``partitions`` partitions of one namespace: one
+    :class:`RunOps` per partition. A call of one run is that run's partition's operation,
+    unchanged; a call over many runs is a :class:`Spread`."""
+
+    parts: list[RunOps]
+
+    def __init__(self, namespace: str, discover: Discover | None, projection_version: int,
+                 *, durability: Durability | None = None, max_record_bytes: int = 1 << 20,
+                 partitions: int = 2) -> None:
+        self.n = check_partitions(partitions)
+        self.parts = [RunOps(namespace, discover, projection_version, durability=durability,
+                             max_record_bytes=max_record_bytes, partition=p,
+                             place=self.place) for p in range(self.n)]
+        self.keys = Keyspace(namespace)
+        self.counted = False
+        self._warned = -WARN_EVERY  # when a claim last warned of an unreachable partition
+        for part in self.parts:
+            part.watcher = self._watch
+            part.opened = self.n
+        self._tail(str(self.n))
 
     def _watch(self, dependency: str, watcher: int) -> Operation[int]:
         """The watch of ``dependency`` by a run of partition ``watcher``, in its partition."""
@@ -412,7 +414,7 @@ class PartitionedOps(Counted):
     def _each(self, call: Callable[[RunOps, list[str]], Operation[list[str]]],
               names: list[str]) -> Steps[list[str]]:
         groups = self._by_partition(names)
-        answers = yield from self._fan([(_bound(call, self.parts[p], group), self.parts[p])
+        answers = yield from self._fan([(deferred(call, self.parts[p], group), self.parts[p])
                                         for p, group in groups.items()])
         done = {name for value in values_of(answers, write=True) for name in value or ()}
         return [name for name in names if name in done]
@@ -492,7 +494,7 @@ class PartitionedOps(Counted):
         for _, _, p, run in entries[limit:]:
             if p not in shares and p not in left:
                 left[p] = run
-        answers = yield from fan([*(self._checked(_bound(claim, self.parts[p], shares[p],
+        answers = yield from fan([*(self._checked(deferred(claim, self.parts[p], shares[p],
                                                          budget, p != first), self.parts[p])
                                     for p in order),
                                   *(self.parts[p].give_back_wakeup(index, run)
@@ -544,7 +546,7 @@ class PartitionedOps(Counted):
         each outbox (in the claim's round trip: one whose notify failed stays, and is
         delivered again by a later claim; a notify is idempotent)."""
         acks: dict[int, list[tuple[str, int]]] = {}
-        heads = yield from self._fan([(_bound(RunOps.heads, part, index, limit), None)
+        heads = yield from self._fan([(deferred(RunOps.heads, part, index, limit), None)
                                       for part in self.parts])
         deliveries: list[tuple[int, str, int, str, int]] = []
         for d, got in enumerate(heads):
@@ -560,7 +562,7 @@ class PartitionedOps(Counted):
                     acks.setdefault(d, []).append((entry, version))
         if not deliveries:
             return heads, acks
-        notified = yield from fan(self._checked(_bound(RunOps.notify, self.parts[w],
+        notified = yield from fan(self._checked(deferred(RunOps.notify, self.parts[w],
                                                        dependency, version), self.parts[w])
                                   for _, _, w, dependency, version in deliveries)
         for (d, entry, _, _, version), got in zip(deliveries, notified, strict=True):
@@ -593,14 +595,14 @@ class PartitionedOps(Counted):
         return Spread(self._migrate(count))
 
     def _migrate(self, count: int) -> Steps[tuple[int, bool, int, int]]:
-        answers = yield from self._fan([(_bound(RunOps.migrate_step, part, count), part)
+        answers = yield from self._fan([(deferred(RunOps.migrate_step, part, count), part)
                                         for part in self.parts])
         steps = [got.unwrap() for got in answers]
         return (sum(s[0] for s in steps), all(s[1] for s in steps),
                 sum(s[2] for s in steps), sum(s[3] for s in steps))
 
 
-def _bound(call: Callable[..., Operation[T]], *args: Any) -> Callable[[], Operation[T]]:
+def deferred(call: Callable[..., Operation[T]], *args: Any) -> Callable[[], Operation[T]]:
     """``call(*args)``, made when called (each time: a call sent again is made again)."""
     return lambda: call(*args)
 

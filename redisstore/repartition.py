@@ -254,7 +254,7 @@ def _repository_ops(namespace: str, count: int) -> list[RepositoryOps]:
     """The operations of each partition of a repository of ``count``."""
     if count == 1:
         return [RepositoryOps(namespace)]
-    return PartitionedRepositoryOps(namespace, partitions=count).parts
+    return PartitionedRepositoryOps(namespace, partitions=count).repartitioning().parts
 
 
 def repartition_repository(client: Any, namespace: str, to: int, *,
@@ -281,6 +281,11 @@ def repartition_repository(client: Any, namespace: str, to: int, *,
     # Under way until the end: repositories of partitions refuse the namespace meanwhile
     # (their count check reads it), and a run of this step stopped anywhere resumes.
     client.set(keys.repo_repartition, f"{before} {to}")
+    # Every partition of either count is marked too: a repository opened before the step,
+    # which never reads the namespace's own count again, is refused by each partition.
+    span = max(before, to) if max(before, to) > 1 else 0
+    for p in range(span):
+        client.set(Keyspace(namespace, p).repo_partitions, 0)
     if to == 1:
         # The namespace's own keys take the records back, whose scripts refuse a count.
         client.delete(keys.repo_partitions)
@@ -329,6 +334,8 @@ def repartition_repository(client: Any, namespace: str, to: int, *,
                     "engines must be stopped); nothing more was moved")
             io.drive(source.delete(id, record.rec_version))
             moved += 1
+    for p in range(span):
+        client.set(Keyspace(namespace, p).repo_partitions, to)
     if to > 1:
         client.set(keys.repo_partitions, to)
     client.delete(keys.repo_repartition)

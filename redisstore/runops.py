@@ -144,23 +144,25 @@ def answer(run: str, namespace: str, opened: int | None = None) -> Callable[[Any
     return parse
 
 
-def partitioned(namespace: str, recorded: int, opened: int | None) -> Misconfigured:
+def partitioned(namespace: str, recorded: int, opened: int | None, *, what: str = "store",
+                step: str = "redisstore.repartition") -> Misconfigured:
     """The refusal of a namespace whose count (``recorded``: as a partition, or the
-    namespace's own meta, records it) is not ``opened``, the caller's."""
+    namespace's own meta, records it) is not ``opened``, the caller's (a ``what`` whose
+    count ``step`` changes)."""
     if opened is None:
         return Misconfigured(
             f"namespace {namespace!r} is spread over {recorded} partitions: open it with "
             f"partitions={recorded} (nothing was written)")
     if recorded == 0:
         return Misconfigured(
-            f"namespace {namespace!r} is being repartitioned (redisstore.repartition "
-            "stopped before its end, or runs now): finish it first, then open the stores "
-            "with the new count (nothing was written)")
+            f"namespace {namespace!r} is being repartitioned ({step} stopped before its "
+            f"end, or runs now): finish it first, then open the {what} with the new count "
+            "(nothing was written)")
     return Misconfigured(
         f"namespace {namespace!r} is "
         + (f"spread over {recorded} partitions" if recorded > 1 else
-           "used by a store of one partition")
-        + f" and this store was opened with partitions={opened}: open it with "
+           f"used by a {what} of one partition")
+        + f" and this {what} was opened with partitions={opened}: open it with "
         f"partitions={recorded} (its count changed since it was opened? Nothing was "
         "written; docs/scale-out.md says how to change the count)")
 

@@ -24,10 +24,13 @@ from redisstore import (
     Claim,
     Corrupt,
     Hold,
+    InstanceRecord,
     Misconfigured,
+    RedisRepository,
     RedisRunStore,
     Release,
     repartition,
+    repartition_repository,
 )
 from redisstore.keys import Keyspace
 from redisstore.partitions import partition_of
@@ -146,6 +149,34 @@ def test_partitions_record_the_count_on_their_first_write_after_the_check() -> N
     assert RedisRunStore(client, namespace=ns, partitions=4).get(run).record == b"r"
 
 
+@pytest.mark.parametrize("counts", [(3, 6), (6, 2), (4, 1)])
+def test_a_repository_opened_before_its_repartition_is_refused_within_its_next_call(
+        counts: tuple[int, int]) -> None:
+    """The repository's partitions record its count as the run store's do: a repository
+    left open through repartition_repository is refused by its next call, nothing written,
+    instead of saving a second record of an id beside the new repository's."""
+    client = fakeredis.FakeRedis()
+    ns = unique_namespace()
+    before, to = counts
+    stale = RedisRepository(client, namespace=ns, partitions=before)
+    stale.register_group("g")
+    for id in in_partitions(before, set(range(before)), "old"):
+        stale.save(InstanceRecord(id=id, group="g", payload=b"p"))
+    repartition_repository(client, ns, to)
+    fresh = RedisRepository(client, namespace=ns, partitions=to)
+    fresh.save(InstanceRecord(id="x", group="g", payload=b"new"))
+    written = keys_of(client)
+    with pytest.raises(Misconfigured, match=f"partitions={before}.*partitions={to}"):
+        stale.save(InstanceRecord(id="x", group="g", payload=b"stale"))
+    for call in (lambda: stale.load("x"), lambda: stale.delete("old0"),
+                 lambda: stale.list_in_flight("g"), lambda: stale.register_group("h")):
+        with pytest.raises(Misconfigured):
+            call()
+    assert keys_of(client) == written
+    loaded = fresh.load("x")
+    assert loaded is not None and loaded.payload == b"new"
+
+
 # ---------------------------------------------------------------------------- meta bounded
 
 
@@ -221,8 +252,9 @@ def test_a_stale_store_is_refused_on_the_cluster(cluster: list[Server]) -> None:
 @pytest.mark.server
 @pytest.mark.slow
 def test_a_new_store_opens_while_the_count_keys_node_hangs(cluster: list[Server]) -> None:
-    """The node of the namespace's own key ({ns}, its count) stopped: a store opened now
-    reads and writes runs in the partitions of the other nodes, which record the count."""
+    """The node of the namespace's own key ({ns}, its count) stopped: a store (and a
+    repository) opened now reads and writes runs (records) in the partitions of the other
+    nodes, which record the count."""
     ports = [one.port for one in cluster[:3]]
     probe = RedisCluster(host="127.0.0.1", port=ports[0], socket_timeout=10)
     ns = ""
@@ -236,6 +268,10 @@ def test_a_new_store_opens_while_the_count_keys_node_hangs(cluster: list[Server]
     runs = in_partitions(6, set(range(6)))
     for run in runs:
         old.insert(run, b"r", Claim("a", LONG))
+    records = RedisRepository(probe, namespace=ns, partitions=6)
+    records.register_group("g")
+    for id in runs:
+        records.save(InstanceRecord(id=id, group="g", payload=b"p"))
     victim = next(one for one in cluster if one.port == hung)
     started = next(p for p in ports if p != hung)
     client = RedisCluster(host="127.0.0.1", port=started, socket_timeout=10)
@@ -251,6 +287,12 @@ def test_a_new_store_opens_while_the_count_keys_node_hangs(cluster: list[Server]
             assert store.get(run).record == b"r2"
         for run in new:
             assert store.insert(run, b"n", Release()) == 1
+        repository = RedisRepository(client, namespace=ns, partitions=6, timeout=1000)
+        for p in sorted(healthy):
+            loaded = repository.load(runs[p])
+            assert loaded is not None
+            repository.save(InstanceRecord(id=runs[p], group="g", payload=b"p2",
+                                           rec_version=loaded.rec_version))
         took = time.perf_counter() - took
         assert took < 2.0, took  # not one call waited for the hung node
     finally:
