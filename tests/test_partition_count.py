@@ -233,6 +233,32 @@ def _node_of(client: RedisCluster, key: str) -> int:
 
 @pytest.mark.server
 @pytest.mark.slow
+def test_a_stale_async_store_is_refused_on_the_cluster(cluster: list[Server]) -> None:
+    sync = RedisCluster(host="127.0.0.1", port=cluster[0].port, socket_timeout=10)
+    ns = unique_namespace()
+
+    async def main() -> None:
+        client = redis.asyncio.RedisCluster(host="127.0.0.1", port=cluster[1].port)
+        try:
+            stale = AsyncRedisRunStore(client, namespace=ns, partitions=3)
+            for run in in_partitions(3, {0, 1, 2}, "old"):
+                await stale.insert(run, b"r", Release())
+            repartition(sync, ns, 6)
+            fresh = AsyncRedisRunStore(client, namespace=ns, partitions=6)
+            await fresh.insert("x", b"new", Release())
+            with pytest.raises(Misconfigured, match=r"partitions=3.*partitions=6"):
+                await stale.insert("x", b"stale", Release())
+            assert (await fresh.get("x")).record == b"new"
+        finally:
+            await client.aclose()
+
+    asyncio.run(main())
+    holders = [p for p in range(6) if sync.exists(Keyspace(ns, p).run("x"))]
+    assert holders == [partition_of("x", 6)]
+
+
+@pytest.mark.server
+@pytest.mark.slow
 def test_a_stale_store_is_refused_on_the_cluster(cluster: list[Server]) -> None:
     client = RedisCluster(host="127.0.0.1", port=cluster[0].port, socket_timeout=10)
     ns = unique_namespace()
