@@ -132,7 +132,8 @@ def values_of(answers: list[Settled[Any]], *, write: bool = False,
 
 class Counted:
     """What a store and a repository of partitions share: the namespace's own keys, their
-    count, and the check of the count before a store's first call."""
+    count, its check there (:meth:`count_check`), and each partition's compare of the count
+    it records with this one's, carried by every call (:meth:`_counted`, :meth:`_fan`)."""
 
     #: The partition count, and the namespace's own keys ``{namespace}`` (its meta key
     #: holds the count; the data is in the partitions' keys, ``{namespace#p}``).
@@ -242,19 +243,6 @@ class Counted:
         for i, got in zip(again, redo, strict=True):
             answers[i] = got
         return answers
-
-
-    def counting(self, op: Operation[T] | Spread[T]) -> Operation[T] | Spread[T]:
-        """``op`` preceded, until it has passed once, by the partition count check."""
-        if self.counted:
-            return op
-        return self._first(self.count_check, op)
-
-    def _first(self, check: Callable[[], Operation[None]],
-               op: Operation[T] | Spread[T]) -> Operation[T] | Spread[T]:
-        if not isinstance(op, Spread):
-            return preceded(check(), op)
-        return Spread(preceded(fanned(check()), op.steps))
 
 
 class PartitionedOps(Counted):
