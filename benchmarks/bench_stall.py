@@ -31,20 +31,26 @@ run), two namespaces of
   while a fan-out is pending; and all three at once (the worst a claim_ready can meet);
 - claim_expired(limit=MAX_CLAIM) over the expired leases, and over MAX_VISIT damaged ones;
 - renew of MAX_RENEW live leases;
-- insert, compare_and_set and get of a 1 MiB and of a MAX_RECORD (8 MiB) record;
+- insert, compare_and_set and get of a 1 MiB and of a MAX_RECORD (2 MiB) record;
 - compare_and_set of a dependency with ``--waiters`` ``Changed(dep, seen)`` waiters (the
-  write re-indexes MAX_FANOUT of them and queues the rest, which claim_ready drains);
+  write re-indexes MAX_FANOUT of them and queues the rest, which claim_ready drains,
+  MAX_CLAIM_FANOUT a claim);
 - refresh, quarantined (one HSCAN page each call) and now, for completeness;
 - the scripts of a store of partitions: the heads of MAX_CLAIM due entries (ready and
   leases) over the populations, the count check, a watch, a notify that re-indexes
   MAX_FANOUT waiters of a dependency of another partition, and the removal of 100 outbox
   entries;
+- values of 8 and 32 MB planted in the keys a script reads (a partition's watch, outbox
+  and mirror, the meta's layout, the repository's count), each met by its call
+  (``planted``): a script bounds a stored value before it reads it whole, so these cost
+  what a refusal costs;
 - run_migrate steps over a layout 1 namespace: SCAN COUNT MAX_MIGRATE of 100-byte runs, a
   step bounded by MAX_MIGRATE_BYTES of records, and a step moving one MAX_RECORD run.
 
-Per-item costs come from the same calls at two sizes (claim limit 100 vs MAX_CLAIM, renew
-100 vs MAX_RENEW, 250 vs MAX_VISIT damaged entries, a dependency with 100 vs more than
-MAX_FANOUT waiters, 1 MiB vs 8 MiB records, SCAN COUNT 250 vs MAX_MIGRATE): the difference
+Per-item costs come from the same calls at two sizes (claim limit MAX_CLAIM / 5 vs
+MAX_CLAIM, renew MAX_RENEW / 5 vs MAX_RENEW, MAX_VISIT / 4 vs MAX_VISIT damaged entries, a
+dependency with MAX_FANOUT / 4 vs more than MAX_FANOUT waiters, 1 MiB vs MAX_RECORD
+records, SCAN COUNT MAX_MIGRATE / 4 vs MAX_MIGRATE): the difference
 of the medians over the difference of the items, from SLOWLOG and from the CPU figures, and
 how many items one call could take within 10 ms of CPU. Nothing is asserted
 (tests/test_stall.py holds the bound); figures are printed, and with ``--json`` as JSON too::
@@ -106,6 +112,7 @@ CLAIM = CAPS["MAX_CLAIM"]
 VISIT = CAPS["MAX_VISIT"]
 RENEW = CAPS["MAX_RENEW"]
 FANOUT = CAPS["MAX_FANOUT"]
+CLAIM_FANOUT = CAPS["MAX_CLAIM_FANOUT"]
 MAX_RECORD = CAPS["MAX_RECORD_CEILING"]
 CLAIM_BYTES = CAPS["MAX_CLAIM_BYTES"]
 MIGRATE = CAPS["MAX_MIGRATE"]
@@ -901,7 +908,7 @@ def fanout(bench: Bench, c: redis.Redis, namespace: str, plain: RunOps, ready: R
         expect(c.zcard(prefix + "fanout") > 0, "a fan-out is pending")
 
     bench.measure(f"claim_ready({CLAIM}) with a fan-out pending", "run_claim_ready", layout,
-                  CLAIM + FANOUT, c, lambda i: ready.claim_ready("me", LONG, CLAIM),
+                  CLAIM + CLAIM_FANOUT, c, lambda i: ready.claim_ready("me", LONG, CLAIM),
                   claimed(CLAIM), before=pending)
 
     def worst(i: int) -> None:
@@ -909,7 +916,7 @@ def fanout(bench: Bench, c: redis.Redis, namespace: str, plain: RunOps, ready: R
         damage(bench, c, namespace, "ready", VISIT, f"w{i}")
 
     bench.measure(f"claim_ready({CLAIM}): fan-out pending + {VISIT} damaged",
-                  "run_claim_ready", layout, CLAIM + FANOUT + VISIT, c,
+                  "run_claim_ready", layout, CLAIM + CLAIM_FANOUT + VISIT, c,
                   lambda i: ready.claim_ready("me", LONG, CLAIM),
                   claimed_dropping(CLAIM, VISIT), before=worst)
     refresh = RunOps(namespace, lambda record: Changed(f"dep-{layout}-0", seen=1), 0)
@@ -1083,6 +1090,7 @@ def main(argv: list[str] | None = None) -> None:
             for db, layout in enumerate(layouts):
                 suite(bench, layout, db, plan)
             migration(bench, len(layouts), plan)
+            planted(bench, bench.client(len(layouts) + 3))
         finally:
             prober.stop()
         busy = busy_replies(bench.admin)

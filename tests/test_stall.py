@@ -119,7 +119,7 @@ def run(b: ModuleType, server: Server, capsys: pytest.CaptureFixture[str], title
     assert prober.pings > 0, "the probe never reached the server"
     assert all(f.server_us for f in figures)
     assert problems(figures, busy + bench.busy_seen) == []
-    # OVER-ASSERT
+    assert over_target(figures) == [], "over the 10 ms target"
     return bench
 
 
