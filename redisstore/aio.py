@@ -41,7 +41,17 @@ from .pipeline import (
     Spreading,
     batch_size,
 )
-from .protocol import Batch, Driver, Durability, Machine, Operation, Shell, Spread, check_io
+from .protocol import (
+    Batch,
+    Driver,
+    Durability,
+    Machine,
+    Operation,
+    PerNode,
+    Shell,
+    Spread,
+    check_io,
+)
 from .repository import MAX_PAGE, InFlightPage, InstanceRecord, Logger, RepositoryOps
 from .runops import RunOps
 from .runs import (
@@ -477,7 +487,7 @@ class AsyncTransport:
         #: Whether the client is a RedisCluster (the store talks to its nodes).
         self.cluster = hasattr(client, "get_node_from_key")
         #: The one-time server checks done for this client, shared by its stores.
-        self.checks = set() if self.cluster else checks_for(client.connection_pool)
+        self.checks = PerNode() if self.cluster else checks_for(client.connection_pool)
         #: fakeredis: no maxmemory, no persistence settings, nothing to check on the server.
         self.fake = never_evicts(client)
         if self.fake:

@@ -384,7 +384,7 @@ def test_a_claim_whose_partition_may_have_run_is_of_unknown_outcome() -> None:
     from redisstore.protocol import Settled
 
     ops = PartitionedOps("n", None, 1, partitions=3)
-    ops.counted = True
+    ops.counted, ops.checks = True, {"eviction"}  # the checks passed
 
     def answer(op: Any) -> Settled[Any]:
         call = next(op)
@@ -420,7 +420,7 @@ def test_a_claim_without_an_unreachable_partition_warns_once_a_minute(
     from redisstore.protocol import Settled
 
     ops = PartitionedOps("n", None, 1, partitions=2)
-    ops.counted = True
+    ops.counted, ops.checks = True, {"eviction"}  # the checks passed
 
     def answer(op: Any) -> Settled[Any]:
         call = next(op)
