@@ -196,7 +196,6 @@ PENDING: dict[str, str] = {
     "watch-set": "a watch set is read whole (SMEMBERS) before it is checked",
     "outbox": "heads reads the outbox's entries whole",
     "mirror": "a mirror entry is read whole (HGET) before it is checked",
-    "meta": "every run script reads meta.layout whole (HMGET)",
 }
 
 
