@@ -1007,8 +1007,8 @@ def table(bench: Bench) -> str:
                      f"{top(f.wait_us)}  {med(f.client_us)} {top(f.client_us)}  "
                      + ("OVER" if f.over else "ok"))
     lines.append("(median and max over the repeats; waited: the most µs the server sat "
-                 "runnable without a CPU during one call; 10 ms: OVER when the median of the "
-                 "repeats' own time, SLOWLOG capped by the CPU figure, passes it)")
+                 "runnable without a CPU during one call; 10 ms: ok while the median of the "
+                 "repeats' own time, SLOWLOG capped by the CPU figure, stays within it)")
     if bench.costs:
         lines += ["", f"{'per-item cost (median of the big size minus the small, per item)':<62}"
                       f" {'µs/item':>8} {'fixed µs':>9}  {'cpu µs/item':>11} {'fixed':>7}"
