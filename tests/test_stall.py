@@ -153,6 +153,8 @@ def test_a_script_over_the_busy_threshold_breaks_the_bound(stall_server: Server)
     assert prober.busy >= 1 and busy >= 1
     found = problems(bench.figures, busy)
     assert found and found[0].startswith("spin (spin 600 ms)")
+    (over,) = over_target(bench.figures)  # and it is over the 10 ms target: a row OVER
+    assert over.startswith("spin (spin 600 ms): median") and "OVER" in b.table(bench)
     assert problems([], busy) == [f"{busy} BUSY replies, yet no measured call reached the "
                                   "threshold"]
 
