@@ -31,20 +31,26 @@ run), two namespaces of
   while a fan-out is pending; and all three at once (the worst a claim_ready can meet);
 - claim_expired(limit=MAX_CLAIM) over the expired leases, and over MAX_VISIT damaged ones;
 - renew of MAX_RENEW live leases;
-- insert, compare_and_set and get of a 1 MiB and of a MAX_RECORD (8 MiB) record;
+- insert, compare_and_set and get of a 1 MiB and of a MAX_RECORD (2 MiB) record;
 - compare_and_set of a dependency with ``--waiters`` ``Changed(dep, seen)`` waiters (the
-  write re-indexes MAX_FANOUT of them and queues the rest, which claim_ready drains);
+  write re-indexes MAX_FANOUT of them and queues the rest, which claim_ready drains,
+  MAX_CLAIM_FANOUT a claim);
 - refresh, quarantined (one HSCAN page each call) and now, for completeness;
 - the scripts of a store of partitions: the heads of MAX_CLAIM due entries (ready and
   leases) over the populations, the count check, a watch, a notify that re-indexes
   MAX_FANOUT waiters of a dependency of another partition, and the removal of 100 outbox
   entries;
+- values of 8 and 32 MB planted in the keys a script reads (a partition's watch, outbox
+  and mirror, the meta's layout, the repository's count), each met by its call
+  (``planted``): a script bounds a stored value before it reads it whole, so these cost
+  what a refusal costs;
 - run_migrate steps over a layout 1 namespace: SCAN COUNT MAX_MIGRATE of 100-byte runs, a
   step bounded by MAX_MIGRATE_BYTES of records, and a step moving one MAX_RECORD run.
 
-Per-item costs come from the same calls at two sizes (claim limit 100 vs MAX_CLAIM, renew
-100 vs MAX_RENEW, 250 vs MAX_VISIT damaged entries, a dependency with 100 vs more than
-MAX_FANOUT waiters, 1 MiB vs 8 MiB records, SCAN COUNT 250 vs MAX_MIGRATE): the difference
+Per-item costs come from the same calls at two sizes (claim limit MAX_CLAIM / 5 vs
+MAX_CLAIM, renew MAX_RENEW / 5 vs MAX_RENEW, MAX_VISIT / 4 vs MAX_VISIT damaged entries, a
+dependency with MAX_FANOUT / 4 vs more than MAX_FANOUT waiters, 1 MiB vs MAX_RECORD
+records, SCAN COUNT MAX_MIGRATE / 4 vs MAX_MIGRATE): the difference
 of the medians over the difference of the items, from SLOWLOG and from the CPU figures, and
 how many items one call could take within 10 ms of CPU. Nothing is asserted
 (tests/test_stall.py holds the bound); figures are printed, and with ``--json`` as JSON too::
@@ -81,8 +87,10 @@ from common import ROOT, own_server, server_binary
 from redisstore import At, Changed, Claim, Release, StoreError, runops, runs, scripts
 from redisstore.cli import index_keys
 from redisstore.keys import Keyspace
+from redisstore.partitioned_repository import PartitionedRepositoryOps
 from redisstore.partitions import PartitionedOps
 from redisstore.protocol import Call, Operation, Settled
+from redisstore.repository import RepositoryOps
 from redisstore.runops import RunOps
 
 TARGET_US = 10_000  # the promise: no script blocks the server longer
@@ -104,6 +112,7 @@ CLAIM = CAPS["MAX_CLAIM"]
 VISIT = CAPS["MAX_VISIT"]
 RENEW = CAPS["MAX_RENEW"]
 FANOUT = CAPS["MAX_FANOUT"]
+CLAIM_FANOUT = CAPS["MAX_CLAIM_FANOUT"]
 MAX_RECORD = CAPS["MAX_RECORD_CEILING"]
 CLAIM_BYTES = CAPS["MAX_CLAIM_BYTES"]
 MIGRATE = CAPS["MAX_MIGRATE"]
@@ -162,6 +171,24 @@ class Figure:
     @property
     def worst(self) -> int:
         return max(self.server_us)
+
+    @property
+    def own_us(self) -> list[int]:
+        """Each repeat's own time: SLOWLOG's µs capped by the server's CPU µs where known
+        (on a shared machine SLOWLOG also counts the time the server waited for a CPU)."""
+        if len(self.cpu_us) != len(self.server_us):
+            return list(self.server_us)
+        return [min(wall, cpu) for wall, cpu in zip(self.server_us, self.cpu_us, strict=True)]
+
+    @property
+    def own(self) -> float:
+        """The median of the repeats' own time: what the 10 ms target is held against (one
+        repeat's noise, twice the time on this VM's bad moments, does not decide it)."""
+        return statistics.median(self.own_us)
+
+    @property
+    def over(self) -> bool:
+        return self.own > TARGET_US
 
 
 @dataclass
@@ -283,9 +310,8 @@ class Bench:
         self.pid = own_process(int(self.admin.info("server")["process_id"]))
         self.admin.config_set("slowlog-log-slower-than", 0)
         self.admin.config_set("slowlog-max-len", 128)
-        for script in scripts.RUN_SCRIPTS:
+        for script in (*scripts.RUN_SCRIPTS, *scripts.REPO_SCRIPTS):
             self.admin.script_load(script.source)
-        self.by_sha = {s.sha.encode(): s.name for s in scripts.RUN_SCRIPTS}
 
     def client(self, db: int) -> redis.Redis:
         if db not in self.clients:
@@ -665,6 +691,128 @@ def partitioned(bench: Bench, c: redis.Redis, layout: int, ready_ns: str,
                   before=fill_outbox)
 
 
+def answered(op: Operation[Any]) -> Operation[Any]:
+    """``op``'s result, or the StoreError it raised as its result: a planted value may be
+    refused (Corrupt), and the figure is what the refusal cost."""
+    try:
+        return (yield from op)
+    except StoreError as exc:
+        return exc
+
+
+#: MB of the values planted by :func:`planted` (a MB is 2**20 bytes here).
+PLANTED_MB = (8, 32)
+
+
+def planted(bench: Bench, c: redis.Redis, sizes: Sequence[int] = PLANTED_MB,
+            kinds: Sequence[str] | None = None) -> None:
+    """A big value planted in each key the scripts of partitions (and every script) read,
+    and the call that meets it: a script must bound a stored value before it reads it
+    whole, so each figure is the refusal's (or the skip's) cost, not the value's size.
+
+    - watch (set): P.."watch:"..dep of the dependency's partition, a set with a member of
+      the size; met by a write (compare_and_set) of dep. watch (hash): the same key as a
+      hash with a field of that size.
+    - outbox: P.."outbox" with an entry of the size; met by heads (a claim over partitions).
+    - mirror: the field dep of the waiters' partition's P.."depv"; met by a waiter's write
+      (insert with its watch: run_insert) and by notify.
+    - meta.layout: the meta key's layout field; met by any run script (get here).
+    - repo-partitions: {ns}:repo-partitions; met by a repository's scripts (load of a
+      repository of one partition: spread; the count check of one of three).
+
+    ``kinds`` picks some of: watch-set, watch-hash, outbox, mirror, meta, repo (all: None).
+    """
+    namespace = "stall-planted"
+    for p in (0, 1):
+        partition_at(c, namespace, p, 4)
+
+    def place(run: str) -> int:
+        return 0 if run.startswith("dep") else 1
+
+    home = RunOps(namespace, None, 0, partition=0, place=place)
+    there = RunOps(namespace, None, 0, partition=1, place=place)
+    p0, p1 = Keyspace(namespace, 0).prefix, Keyspace(namespace, 1).prefix
+    want = set(kinds) if kinds is not None else {"watch-set", "watch-hash", "outbox",
+                                                  "mirror", "meta", "repo"}
+    for mb in sizes:
+        big = b"v" * (mb * MiB)
+        dep = f"dep-{mb}"
+        bench.drive(c, home.insert(dep, RECORD, Release()))
+        watch = p0 + "watch:" + dep
+
+        def rewrite(i: int, d: str = dep) -> Operation[Any]:
+            (got, _) = bench.drive(c, home.get(d))
+            return answered(home.compare_and_set(d, got.revision, RECORD, Release()))
+
+        def as_set(i: int, k: str = watch, v: bytes = big) -> None:
+            c.delete(k)
+            c.sadd(k, "1", v)
+
+        def as_hash(i: int, k: str = watch, v: bytes = big) -> None:
+            c.delete(k)
+            c.hset(k, "1", v)
+
+        if "watch-set" in want:
+            bench.measure(f"planted: watch set with a {mb} MB member; a write of its run",
+                          "run_compare_and_set", 4, mb, c, rewrite, before=as_set)
+        if "watch-hash" in want:
+            bench.measure(f"planted: watch hash with a {mb} MB field; a write of its run",
+                          "run_compare_and_set", 4, mb, c, rewrite, before=as_hash)
+        c.delete(watch)
+        if "outbox" in want:
+            outbox = p0 + "outbox"
+
+            def fill(i: int, k: str = outbox, v: bytes = big) -> None:
+                c.delete(k)
+                c.zadd(k, {b"1|" + v: 2})
+
+            bench.measure(f"planted: outbox with a {mb} MB entry; heads", "run_heads", 4, mb,
+                          c, lambda i: answered(home.heads("ready", CLAIM)), before=fill)
+            c.delete(outbox)
+        if "mirror" in want:
+            depv = p1 + "depv"
+
+            def mirror(i: int, k: str = depv, d: str = dep, v: bytes = big) -> None:
+                c.hset(k, d, v)
+
+            waiting = RunOps(namespace, lambda record, d=dep: Changed(d, seen=0), 0,
+                             partition=1, place=place)
+            waiting.watcher = home.watch
+            bench.measure(f"planted: mirror entry of {mb} MB; a waiter's write", "run_insert",
+                          4, mb, c, lambda i, w=waiting, m=mb: answered(
+                              w.insert(f"wm{m}-{i}", RECORD, Release())), before=mirror)
+            bench.measure(f"planted: mirror entry of {mb} MB; notify", "run_notify", 4, mb, c,
+                          lambda i, d=dep: answered(there.notify(d, 2 * (i + 2))),
+                          before=mirror)
+            c.hdel(depv, dep)
+        if "meta" in want:
+            meta_ns = f"stall-planted-meta-{mb}"
+            plain = RunOps(meta_ns, None, 0)
+
+            def layout(i: int, k: str = Keyspace(meta_ns).meta, v: bytes = big) -> None:
+                c.hset(k, "layout", v)
+
+            bench.measure(f"planted: meta.layout of {mb} MB; get", "run_get", 4, mb, c,
+                          lambda i, o=plain: answered(o.get("r")), before=layout)
+            c.delete(Keyspace(meta_ns).meta)
+        if "repo" in want:
+            repo_ns = f"stall-planted-repo-{mb}"
+            count = Keyspace(repo_ns).repo_partitions
+
+            def plant(i: int, k: str = count, v: bytes = big) -> None:
+                c.set(k, v)
+
+            one = RepositoryOps(repo_ns)
+            bench.measure(f"planted: repo-partitions of {mb} MB; a repository's load",
+                          "repo_load", 4, mb, c, lambda i, o=one: answered(o.load("i")),
+                          before=plant)
+            bench.measure(f"planted: repo-partitions of {mb} MB; the count check of 3",
+                          "repo_partitions", 4, mb, c, lambda i, n=repo_ns: answered(
+                              PartitionedRepositoryOps(n, partitions=3).count_check()),
+                          before=plant)
+            c.delete(count)
+
+
 def partition_at(c: redis.Redis, namespace: str, partition: int, layout: int) -> None:
     """A partition with no runs yet at ``layout``: a new one is at layout 4; layout 1 is
     what its meta says if someone records it there (a store then writes hashes)."""
@@ -760,7 +908,7 @@ def fanout(bench: Bench, c: redis.Redis, namespace: str, plain: RunOps, ready: R
         expect(c.zcard(prefix + "fanout") > 0, "a fan-out is pending")
 
     bench.measure(f"claim_ready({CLAIM}) with a fan-out pending", "run_claim_ready", layout,
-                  CLAIM + FANOUT, c, lambda i: ready.claim_ready("me", LONG, CLAIM),
+                  CLAIM + CLAIM_FANOUT, c, lambda i: ready.claim_ready("me", LONG, CLAIM),
                   claimed(CLAIM), before=pending)
 
     def worst(i: int) -> None:
@@ -768,7 +916,7 @@ def fanout(bench: Bench, c: redis.Redis, namespace: str, plain: RunOps, ready: R
         damage(bench, c, namespace, "ready", VISIT, f"w{i}")
 
     bench.measure(f"claim_ready({CLAIM}): fan-out pending + {VISIT} damaged",
-                  "run_claim_ready", layout, CLAIM + FANOUT + VISIT, c,
+                  "run_claim_ready", layout, CLAIM + CLAIM_FANOUT + VISIT, c,
                   lambda i: ready.claim_ready("me", LONG, CLAIM),
                   claimed_dropping(CLAIM, VISIT), before=worst)
     refresh = RunOps(namespace, lambda record: Changed(f"dep-{layout}-0", seen=1), 0)
@@ -857,9 +1005,10 @@ def table(bench: Bench) -> str:
         lines.append(f"{f.script:<20} {f.layout:>1}  {f.scenario:<56} {f.items:>5}  "
                      f"{med(f.server_us)} {top(f.server_us)}  {med(f.cpu_us)} {top(f.cpu_us)}  "
                      f"{top(f.wait_us)}  {med(f.client_us)} {top(f.client_us)}  "
-                     + ("ok" if f.worst < TARGET_US else "OVER"))
+                     + ("OVER" if f.over else "ok"))
     lines.append("(median and max over the repeats; waited: the most µs the server sat "
-                 "runnable without a CPU during one call)")
+                 "runnable without a CPU during one call; 10 ms: ok while the median of the "
+                 "repeats' own time, SLOWLOG capped by the CPU figure, stays within it)")
     if bench.costs:
         lines += ["", f"{'per-item cost (median of the big size minus the small, per item)':<62}"
                       f" {'µs/item':>8} {'fixed µs':>9}  {'cpu µs/item':>11} {'fixed':>7}"
@@ -941,6 +1090,7 @@ def main(argv: list[str] | None = None) -> None:
             for db, layout in enumerate(layouts):
                 suite(bench, layout, db, plan)
             migration(bench, len(layouts), plan)
+            planted(bench, bench.client(len(layouts) + 3))
         finally:
             prober.stop()
         busy = busy_replies(bench.admin)

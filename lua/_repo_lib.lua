@@ -179,8 +179,15 @@ end
 
 -- A number kept in a string key: the number, nil when the key is absent, or false when it
 -- holds another type or anything but a decimal in [lo, hi] (any error but a type error
--- aborts the script: nothing written).
+-- aborts the script: nothing written). The length is asked first: a value longer than any
+-- decimal (16 digits: decimal) is false unread, so a planted 8 MB value costs one STRLEN.
 local function stored_int(key, lo, hi)
+  local len = redis.pcall('STRLEN', key)
+  if type(len) == 'table' then
+    wrong_type(len)
+    return false
+  end
+  if len > 16 then return false end
   local got = redis.pcall('GET', key)
   if type(got) == 'table' then
     wrong_type(got)

@@ -5,22 +5,16 @@
 --          | {CORRUPT, 'repo-layout'} (nothing written on either)
 -- Also reads, undeclared (same hash tag): P.."repo-partitions" (spread: the repository's
 -- count).
---- @include CORRUPT, OK, TOO_NEW, P, int, decimal, arg_int, wrong_type, arg_key, reply
+--- @include CORRUPT, OK, TOO_NEW, P, int, arg_int, arg_key, reply, stored_int
 --- @include spread
 local layout = arg_key(1, P .. 'repo-layout')
 local mine = arg_int(2, 1, 1000000)
 local refused = spread()
 if refused then return refused end
-local got = redis.pcall('GET', layout)
-if type(got) == 'table' then
-  wrong_type(got)
-  return reply(CORRUPT, 'repo-layout')
-end
-local found = 0
-if got then
-  found = decimal(got, 1, 1000000)
-  if not found then return reply(CORRUPT, 'repo-layout') end
-end
+-- Bounded before it is read (stored_int): a planted long value is corrupt, unread.
+local found = stored_int(layout, 1, 1000000)
+if found == false then return reply(CORRUPT, 'repo-layout') end
+found = found or 0
 if found > mine then return reply(TOO_NEW, found) end
 if found ~= mine then redis.call('SET', layout, int(mine)) end
 return reply(OK, found)

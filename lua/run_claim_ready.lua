@@ -11,8 +11,8 @@
 --          but one of them); absent or '': the first run always comes
 -- Reply    {OK, {claimed run ids, in claim order}, dropped, wait} | {TOO_NEW, layout}
 --          with records: {OK, {{run, current}, ...}, dropped, wait} (current as run_get)
--- First finishes (up to MAX_FANOUT waiters) the re-indexing of a dependency with many
--- waiters; then visits at most limit + MAX_VISIT index entries. The run decides, not the
+-- First goes on (up to MAX_CLAIM_FANOUT waiters) with the re-indexing of a dependency with
+-- many waiters; then visits at most limit + MAX_VISIT index entries. The run decides, not the
 -- index (stale metadata, a lower projection version): an entry is claimed, re-scored,
 -- dropped, or quarantined when its run is missing, of another type or corrupt.
 -- Also touches, undeclared (same hash tag): P.."r:"..run of each entry visited and of the
@@ -27,7 +27,7 @@
 --- @include FANOUT, FANOUT_CURSOR, WAKE_READY, NS, MAX_TTL, now_ms, arg_text, of_type
 --- @include DROPPED, READY_IX, deps_ix, ix_rem, ix_add, index_intact, unsignal, commit
 --- @include check_layout, save, dep_revision, due, current, claimed_record, eligible_at
---- @include wait_after_claim, hold, fan_out
+--- @include wait_after_claim, hold, fan_out, MAX_CLAIM_FANOUT
 local owner = arg_text(2)
 local ttl = arg_int(3, 1, MAX_TTL)
 local limit = arg_int(4, 0, MAX_CLAIM)
@@ -54,7 +54,7 @@ elseif pending then
   if not (string.find(cursor, '^%d+$') and #cursor <= 20) and string.sub(cursor, 1, 1) ~= 'b' then
     cursor = '0'
   end
-  cursor = fan_out(pending, cursor, pv)
+  cursor = fan_out(pending, cursor, pv, MAX_CLAIM_FANOUT)
   more_pending = more_pending or cursor ~= '0'
   if cursor == '0' then
     later('ZREM', FANOUT, pending)

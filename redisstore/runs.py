@@ -26,12 +26,16 @@ class Cap(IntEnum):
 
     #: Most runs one claim_ready / claim_expired hands out.
     MAX_CLAIM = 100
-    #: Most index entries a claim visits beyond its limit (stale or damaged ones).
-    MAX_VISIT = 200
-    #: Most runs one renew or release takes.
-    MAX_RENEW = 250
+    #: Most index entries a claim visits beyond its limit (stale or damaged ones): a
+    #: damaged one costs 10-17 µs (its quarantine), so 100 of them stay under 2 ms.
+    MAX_VISIT = 100
+    #: Most runs one renew or release takes: 31-40 µs each (250 took 10 ms).
+    MAX_RENEW = 150
     #: Most waiters one write re-indexes; a dependency with more is finished by claims.
     MAX_FANOUT = 100
+    #: Most waiters of such a dependency one claim_ready re-indexes before it claims: a
+    #: waiter costs 22-64 µs, and a claim already pays for its limit of runs.
+    MAX_CLAIM_FANOUT = 25
     #: The highest ``max_record_bytes`` a store takes (the scripts refuse bigger records).
     MAX_RECORD_CEILING = 2 << 20
     #: Longest id, owner, dependency or poll key, in UTF-8 bytes: a run's stored header

@@ -10,7 +10,7 @@ from typing import Any
 
 import fakeredis
 import pytest
-from servers import unique_namespace
+from servers import Server, unique_namespace
 from test_partitions import keys_of
 
 from redisstore import (
@@ -131,6 +131,56 @@ def test_a_damaged_count_is_corrupt_and_nothing_is_written(value: str) -> None:
     for count in (1, 3):
         with pytest.raises(Corrupt, match="repo-partitions"):
             RedisRepository(client, namespace=ns, partitions=count).load("i")
+
+
+PLANTED = 8 << 20  # bytes of a value planted in a key a script reads
+
+
+def script_us(server: Server, call: Any) -> int:
+    """The fastest of three runs of ``call()`` (which must raise Corrupt), in SLOWLOG's µs
+    of its EVALSHA: the least of three, so another process's load cannot make it slow."""
+    admin = server.client()
+    admin.config_set("slowlog-log-slower-than", 0)
+    best = None
+    for _ in range(3):
+        admin.slowlog_reset()
+        with pytest.raises(Corrupt) as raised:
+            call()
+        assert "repo-" in str(raised.value), raised.value
+        spent = [int(e["duration"]) for e in admin.slowlog_get(128)
+                 if bytes(e["command"]).upper().startswith(b"EVALSHA")]
+        assert spent, "SLOWLOG has no EVALSHA"
+        best = max(spent) if best is None else min(best, max(spent))
+    assert best is not None
+    return best
+
+
+@pytest.mark.server
+def test_a_big_value_planted_as_the_count_is_corrupt_at_once(own_redis7: Server) -> None:
+    """An 8 MB value in {ns}:repo-partitions (or repo-layout) is Corrupt, unread: the
+    scripts ask its length first (reading it whole took 34 ms of the server's time)."""
+    client = own_redis7.client()
+    ns = unique_namespace()
+    client.set(Keyspace(ns).repo_partitions, b"9" * PLANTED)
+    before = keys_of(client)
+    spent = {
+        "repo_partitions": script_us(own_redis7, lambda: RedisRepository(
+            client, namespace=ns, partitions=3).register_group(GROUP)),
+        "spread (repo_load)": script_us(own_redis7, lambda: RedisRepository(
+            client, namespace=ns).load("i1")),
+        "spread (repo_save)": script_us(own_redis7, lambda: RedisRepository(
+            client, namespace=ns).save(record("i1"))),
+    }
+    assert keys_of(client) == before
+    other = unique_namespace()
+    client.set(Keyspace(other).layout, b"1" * PLANTED)
+    before = keys_of(client)
+    spent["repo_migrate (repo-layout)"] = script_us(
+        own_redis7, lambda: RedisRepository(client, namespace=other).migrate())
+    assert keys_of(client) == before
+    slow = {name: us for name, us in spent.items() if us >= 5_000}
+    assert slow == {}, f"µs of SLOWLOG per script: {spent}"
+    client.delete(Keyspace(ns).repo_partitions, Keyspace(other).layout)
 
 
 def test_a_damaged_run_store_meta_never_reaches_the_repository() -> None:

@@ -6,9 +6,9 @@ The server here runs with ``busy-reply-threshold 100`` and ``slowlog-log-slower-
 each measured call is sent alone between ``SLOWLOG RESET`` and ``SLOWLOG GET``, and a
 thread PINGs the server all along. This is a bound, not a benchmark: the scenarios are
 ``benchmarks/bench_stall.py``'s (its docstring says what each one does), run with fewer
-repeats, and their figures are printed for the CI log. The library aims at 10 ms per script
-(docs/runs.md, caps); these tests hold the hard line, the 100 ms after which other clients
-are refused.
+repeats, and their figures are printed for the CI log. These tests hold two lines: the
+100 ms after which other clients are refused (every repeat), and the library's 10 ms per
+script at its caps (docs/runs.md, caps: the median of the repeats' own time, below).
 
 SLOWLOG counts wall time, so on a shared machine it also counts the time the server sat
 runnable while other processes had the CPUs (seen here: an 8 MiB insert at 238 ms of
@@ -20,6 +20,7 @@ measured call passed the threshold and its own time did not: the machine's load,
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import os
@@ -64,9 +65,16 @@ def stall_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 def own_us(figure: Any) -> list[int]:
     """Each repeat's own time: SLOWLOG's µs, capped by the server's CPU µs when known."""
-    if len(figure.cpu_us) != len(figure.server_us):
-        return list(figure.server_us)
-    return [min(wall, cpu) for wall, cpu in zip(figure.server_us, figure.cpu_us, strict=True)]
+    return list(figure.own_us)
+
+
+def over_target(figures: list[Any]) -> list[str]:
+    """The rows over the 10 ms target (docs/runs.md): a script whose own time, the median
+    over the repeats, passes it. The median: one repeat slowed by the machine (this VM's
+    CPU time doubles at its worst moments) decides nothing; a script that costs more at its
+    caps is over in most repeats."""
+    return [f"{f.script} ({f.scenario}): median {f.own:,.0f} µs of its own, each repeat "
+            f"{own_us(f)}" for f in figures if f.over]
 
 
 def problems(figures: list[Any], busy: int) -> list[str]:
@@ -81,8 +89,9 @@ def problems(figures: list[Any], busy: int) -> list[str]:
 
 
 def run(b: ModuleType, server: Server, capsys: pytest.CaptureFixture[str], title: str,
-        work: Any) -> Any:
-    """``work(bench)`` with the busy probe running; print the figures; then the bound."""
+        work: Any, show: bool = True) -> Any:
+    """``work(bench)`` with the busy probe running; print the figures (unless ``show`` is
+    False: an expected failure's OVER rows are left out of the log); then the bound."""
     bench = b.Bench(server.port, REPEATS, log=lambda line: None)
     before = b.busy_replies(bench.admin)
     prober = b.Prober(server.port)
@@ -95,14 +104,14 @@ def run(b: ModuleType, server: Server, capsys: pytest.CaptureFixture[str], title
     busy = b.busy_replies(bench.admin) - before
     figures = bench.figures
     worst = max(figures, key=lambda f: max(own_us(f)))
-    over = [f for f in figures if f.worst >= b.TARGET_US]
+    over = [f for f in figures if f.over]
     loaded = [f for f in figures if f.worst >= BUSY_US]
-    with capsys.disabled():
+    with capsys.disabled() if show else contextlib.nullcontext():
         print(f"\n{title}: {len(figures)} scenarios in {time.monotonic() - started:.0f} s, "
               f"load average {os.getloadavg()[0]:.2f}; worst stall {max(own_us(worst)):,} µs "
               f"of its own, {worst.worst:,} µs SLOWLOG ({worst.script}: {worst.scenario}); "
-              f"{busy} BUSY replies; over the 10 ms target: "
-              + (", ".join(f"{f.script} ({f.scenario}) {f.worst:,} µs" for f in over)
+              f"{busy} BUSY replies; over the 10 ms target (median of its own time): "
+              + (", ".join(f"{f.script} ({f.scenario}) {f.own:,.0f} µs" for f in over)
                  or "none"))
         if loaded:
             print("past the busy threshold in SLOWLOG only while the server waited for a "
@@ -112,6 +121,7 @@ def run(b: ModuleType, server: Server, capsys: pytest.CaptureFixture[str], title
     assert prober.pings > 0, "the probe never reached the server"
     assert all(f.server_us for f in figures)
     assert problems(figures, busy + bench.busy_seen) == []
+    assert over_target(figures) == [], "over the 10 ms target"
     return bench
 
 
@@ -143,6 +153,8 @@ def test_a_script_over_the_busy_threshold_breaks_the_bound(stall_server: Server)
     assert prober.busy >= 1 and busy >= 1
     found = problems(bench.figures, busy)
     assert found and found[0].startswith("spin (spin 600 ms)")
+    (over,) = over_target(bench.figures)  # and it is over the 10 ms target: a row OVER
+    assert over.startswith("spin (spin 600 ms): median") and "OVER" in b.table(bench)
     assert problems([], busy) == [f"{busy} BUSY replies, yet no measured call reached the "
                                   "threshold"]
 
@@ -180,3 +192,33 @@ def test_migrate_steps_at_their_caps_stay_below_the_busy_threshold(
         for db in (2, 3, 4):
             stall_server.client(db=db).flushdb()
     assert [f.script for f in bench.figures].count("run_migrate") == 3
+
+
+#: The planted values whose fix is on another branch: strict, so the merge that fixes one
+#: fails here until its mark goes.
+PENDING: dict[str, str] = {
+    "watch-set": "a watch set is read whole (SMEMBERS) before it is checked",
+    "outbox": "heads reads the outbox's entries whole",
+    "mirror": "a mirror entry is read whole (HGET) before it is checked",
+}
+
+
+@pytest.mark.parametrize("kind", [
+    pytest.param(kind, marks=pytest.mark.xfail(reason=PENDING[kind], strict=True))
+    if kind in PENDING else kind
+    for kind in ("watch-set", "watch-hash", "outbox", "mirror", "meta", "repo")])
+def test_a_big_value_planted_in_a_key_a_script_reads_costs_no_more_than_its_refusal(
+        stall_server: Server, capsys: pytest.CaptureFixture[str], kind: str) -> None:
+    """Values of 8 and 32 MB planted in the keys of partitions (watch, outbox, mirror),
+    the meta's layout and the repository's count: each script that meets one bounds it
+    (STRLEN, HSTRLEN, SCARD, ZCARD) before it reads it, so it answers within the 10 ms
+    target (read whole, 8 MB cost 34-43 ms and 32 MB 127-287 ms)."""
+    b = bench_stall()
+
+    def work(bench: Any) -> None:
+        b.planted(bench, stall_server.client(db=5), kinds=[kind])
+
+    try:
+        run(b, stall_server, capsys, f"planted values ({kind})", work, show=kind not in PENDING)
+    finally:
+        stall_server.client(db=5).flushdb()
