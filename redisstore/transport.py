@@ -366,20 +366,27 @@ class Transport:
 
     def run_all(self, groups: Sequence[Machine], deadline: float,
                 graces: Sequence[float] | None = None) -> list[bool]:
-        """Send ``groups`` (one per node) at once, each on a thread of the shared executor,
-        and wait for every one. With ``graces`` (a patient fan's): once one group is over,
+        """Send ``groups`` (one per node) at once, each on a thread of the shared executor
+        (the first on this one, unless some may be cut), and wait for every one. With
+        ``graces`` (a patient fan's): once one group is over,
         each other gets its grace (s) more, then is cut (:class:`Cut`): its calls end as
         reads whose deadline passed, ``not_applied``. Which groups were cut."""
         cuts = [Cut() for _ in groups]
         cut = [False] * len(groups)
+        # Without graces nothing is cut: the first group goes out on this thread.
+        inline = groups[0] if graces is None else None
         futures: list[Future[None]] = []
         for group, one in zip(groups, cuts, strict=True):
+            if group is inline:
+                continue
             try:
                 futures.append(_fans().submit(self._run_cut, group, deadline, one))
             except RuntimeError:  # no new threads at interpreter shutdown: on this one
                 self.run(group, deadline)
                 futures.append(Future())
                 futures[-1].set_result(None)
+        if inline is not None:
+            self.run(inline, deadline)
         if graces is not None and len(groups) > 1:
             done, waiting = futures_wait(futures, max(0.0, deadline - time.monotonic()),
                                          FIRST_COMPLETED)
