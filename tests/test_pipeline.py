@@ -457,3 +457,23 @@ def test_a_node_a_patient_fan_cut_is_left_out_for_a_while_then_probed() -> None:
     suspects.heard(sent, [True, True, True], 200.0)
     sent, _ = groups()
     assert suspects.plan(sent, 0.5, 200.1) == (sent, [0.5, 0.5, 0.5])
+
+
+def test_a_forked_child_makes_fan_threads_of_its_own() -> None:
+    """The parent's fan threads are not in a forked child: work queued on its executor
+    would wait for nobody."""
+    import os
+
+    from redisstore import transport
+
+    parent = transport._fans()
+    assert parent.submit(lambda: 1).result(timeout=5) == 1
+    pid = os.fork()
+    if pid == 0:  # the child
+        ok = False
+        try:
+            fresh = transport._FANS is None and transport._fans() is not parent
+            ok = fresh and transport._fans().submit(lambda: 2).result(timeout=5) == 2
+        finally:
+            os._exit(0 if ok else 1)
+    assert os.waitpid(pid, 0)[1] == 0
