@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 
 from . import telemetry
 from .outcomes import Exchange, Lost, Reply
-from .pipeline import Spreading, Suspects, patience, straggled
+from .pipeline import MIN_PATIENCE, Spreading, Suspects, patience, straggled
 from .protocol import Batch, Driver, Durability, Machine, Operation, Spread
 from .wakeups import Nodes
 from .wire import (
@@ -158,12 +158,18 @@ class Cut:
     :class:`~redisstore.protocol.Fan`) that the caller stopped waiting for: the thread that
     sends the group holds it (:data:`_SENDING`); :meth:`fire` shuts the socket of its
     exchange in flight (through the watchdog) and any later exchange of the group is not
-    sent. Either way the exchange ends as one whose deadline passed, with ``reason``."""
+    sent. Either way the exchange ends as one whose deadline passed, with ``reason``.
 
-    def __init__(self) -> None:
+    The watchdog cannot end a connect (the socket is not the connection's until it is up):
+    a new connection of the group connects within ``connect_within`` s, so a node whose
+    connects hang (SYNs dropped: a full accept queue, a link that drops packets) holds its
+    group no longer than that."""
+
+    def __init__(self, connect_within: float | None = None) -> None:
         self._lock = threading.Lock()
         self._tokens: list[int] = []
         self.reason: str | None = None
+        self.connect_within = connect_within
 
     def watch(self, token: int) -> bool:
         """Fire ``token`` with the cut; False when the cut has fired already."""
@@ -371,7 +377,8 @@ class Transport:
         ``graces`` (a patient fan's): once one group is over,
         each other gets its grace (s) more, then is cut (:class:`Cut`): its calls end as
         reads whose deadline passed, ``not_applied``. Which groups were cut."""
-        cuts = [Cut() for _ in groups]
+        cuts = [Cut(None if graces is None else graces[i] + MIN_PATIENCE)
+                for i in range(len(groups))]
         cut = [False] * len(groups)
         # Without graces nothing is cut: the first group goes out on this thread.
         inline = groups[0] if graces is None else None
@@ -469,7 +476,8 @@ class Transport:
             if cut is not None and not cut.watch(token):
                 raise _Deadline("cut")
             if fresh:
-                _cap_connect_timeout(conn, remaining)
+                _cap_connect_timeout(conn, remaining if cut is None or cut.connect_within
+                                     is None else min(remaining, cut.connect_within))
                 conn.connect()
             data = pack(conn, batch.commands)
             sent = True
