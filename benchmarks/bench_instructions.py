@@ -82,11 +82,12 @@ def raw(source: str) -> Workload:
     return work
 
 
-def api(operation: str) -> Workload:
-    """``operation`` through the public API, after the same preparation every row makes."""
+def api(operation: str, partitions: int = 1) -> Workload:
+    """``operation`` through the public API, after the same preparation every row makes (a
+    store of ``partitions``, on the one server)."""
 
     def work(client: redis.Redis, calls: int, measured: bool) -> None:
-        store = RedisRunStore(client, namespace="i",
+        store = RedisRunStore(client, namespace="i", partitions=partitions,
                               discover=lambda r: At(0) if r == b"ready" else None)
         store.migrate()
         rng = random.Random(1)
@@ -136,6 +137,9 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=300,
                         help="calls per row (a multiple of 100; default 300)")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--partitions", type=int, default=1,
+                        help="the API rows' store spreads over this many partitions")
+    parser.add_argument("--only", default="", help="the rows whose name holds this text")
     args = parser.parse_args()
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not on PATH")
@@ -148,14 +152,16 @@ def main() -> None:
         ("compare_and_set's fragments, then return 1", raw(cas[:body] + "return 1"),
          args.calls),
         ("compare_and_set (Hold), EVALSHA", raw(cas), args.calls),
-        *((op, api(op), args.calls) for op in (
+        *((op, api(op, args.partitions), args.calls) for op in (
             "get", "insert", "compare_and_set (Hold)", "compare_and_set (Release)",
             "renew (one run)")),
-        ("claim_expired(100), per run", api("claim_expired"), args.calls),
-        ("claim_ready(100), per run", api("claim_ready"), args.calls),
+        ("claim_expired(100), per run", api("claim_expired", args.partitions), args.calls),
+        ("claim_ready(100), per run", api("claim_ready", args.partitions), args.calls),
     ]
     figures: dict[str, float] = {}
     for name, work, calls in rows:
+        if args.only not in name:
+            continue
         figures[name] = per_call(work, calls)
         if not args.json:
             print(f"{name:48} {figures[name]:>10,.0f} instructions", flush=True)

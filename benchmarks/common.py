@@ -21,6 +21,9 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+import redisstore  # noqa: E402  (after the path above)
+import redisstore.namespaces  # noqa: E402
+
 
 def free_port() -> int:
     """A free TCP port on 127.0.0.1 (bind to port 0, read what the kernel chose)."""
@@ -105,16 +108,13 @@ def check_loopback(host: str) -> None:
 
 
 def namespace_keys(client: redis.Redis, namespace: str) -> list[bytes]:
-    """Every key of the namespace (they all start with ``{namespace}:``)."""
-    return list(client.scan_iter(match="{" + namespace + "}:*", count=1000))
+    """Every key of the namespace, its partitions' too."""
+    return list(redisstore.namespaces.namespace_keys(client, namespace))
 
 
 def drop_namespace(client: redis.Redis, namespace: str) -> int:
     """Delete the namespace's keys, in batches; returns how many were deleted."""
-    keys = namespace_keys(client, namespace)
-    for start in range(0, len(keys), 1000):
-        client.delete(*keys[start:start + 1000])
-    return len(keys)
+    return redisstore.drop_namespace(client, namespace)
 
 
 def pct(values: list[float], q: float) -> float:

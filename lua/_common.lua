@@ -6,13 +6,19 @@
 -- ARGV[1]: the namespace's key prefix "{ns}:", from which a script derives the keys it
 -- touches beyond its KEYS. Every declared key must start with it, so a raw EVALSHA with a
 -- forged prefix (another tenant's) is refused before anything is read: a script never
--- reaches keys its caller did not name the namespace of.
+-- reaches keys its caller did not name the namespace of. A partition's prefix "{ns#p}:" is
+-- followed by the partition count of the store that calls ("6": compare it with the count
+-- the partition records; "6+": and record it where none is; "*", or nothing: a
+-- repartition's own call, or one partition's operations driven alone, which compare
+-- nothing): check_layout (lua/_lib.lua) and spread (lua/_repo_lib.lua) read it, as the rest
+-- of ARGV[1] after P.
 local P = (function()
-  local p = ARGV[1]
-  if type(p) ~= 'string' or #p < 4 or string.sub(p, 1, 1) ~= '{'
-      or string.sub(p, -2) ~= '}:' or string.find(p, '[{}]', 2) ~= #p - 1 then
+  local a = ARGV[1]
+  local c = type(a) == 'string' and string.sub(a, 1, 1) == '{' and string.find(a, '[{}]', 2)
+  if not c or c < 3 or string.sub(a, c, c + 1) ~= '}:' then
     error('BADARG ARGV[1] must be a key prefix {namespace}:')
   end
+  local p = string.sub(a, 1, c + 1)
   if #KEYS == 0 then error('BADARG a script needs the keys it names, from ARGV[1]') end
   for i = 1, #KEYS do
     if string.sub(KEYS[i], 1, #p) ~= p then

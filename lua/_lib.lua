@@ -34,7 +34,9 @@
 -- CONFLICT 3 (payload: stored revision), REFUSED 4 (payload: {owner|false, live 0|1}),
 -- CORRUPT 7 (payload: the field), TOO_NEW 8 (payload: the namespace's layout), TOO_OLD 9
 -- (payload: the namespace's layout, below what the call needs), PARTITIONED 10 (payload: the
--- partition count a store of partitions recorded in this meta key). dropped:
+-- partition count a store of partitions recorded in this meta key, or that a partition
+-- records and the caller's is not), UNCOUNTED 11 (a partition that records no count, to a
+-- caller that has not checked the namespace's: nothing written). dropped:
 -- index entries moved to the quarantine by this call. wait (claims only, else -1): ms until
 -- the index has a claimable entry (0: now, -1: nothing indexed), see wait_after_claim. Bad arguments raise an error whose text starts
 -- "BADARG" (a plain string: Redis 6.2 cannot raise a table), before anything is written.
@@ -672,18 +674,48 @@ local function commit()
   return nil
 end
 
--- Refuse a namespace laid out by a newer library; a damaged meta key is corrupt.
+-- Refuse a namespace laid out by a newer library; a damaged meta key is corrupt. In a
+-- partition, compare the count the caller was opened with (ARGV[1] after P) with the one the
+-- partition records (meta partitions): another is PARTITIONED (0 while a repartition is
+-- under way, 1 once the namespace went back to one partition); none, for a caller that has
+-- not checked the namespace's own count, is UNCOUNTED (it checks, then calls again), and
+-- for one that has ('6+') a write records it (queued: a script that writes nothing records
+-- nothing). Each field is bounded before it is read whole.
 local function check_layout()
-  local got = redis.pcall('HMGET', META, 'layout', 'old-ix', 'partitions')
-  if got.err then
-    wrong_type(got)  -- not a type error (a key the ACL denies...): raised, not corrupt
+  local size = redis.pcall('HSTRLEN', META, 'layout')
+  if type(size) == 'table' then
+    wrong_type(size)  -- not a type error (a key the ACL denies...): raised, not corrupt
     return {CORRUPT, 'meta', 0, -1}
   end
-  if got[3] and not PARTITION then
+  if size > 16 then return {CORRUPT, 'meta.layout', 0, -1} end
+  if redis.call('HSTRLEN', META, 'old-ix') > 16 then return {CORRUPT, 'meta.old-ix', 0, -1} end
+  if redis.call('HSTRLEN', META, 'partitions') > 16 then
+    return {CORRUPT, 'meta.partitions', 0, -1}
+  end
+  local got = redis.call('HMGET', META, 'layout', 'old-ix', 'partitions')
+  local count = string.sub(ARGV[1], #META - 3)  -- what follows P
+  if PARTITION then
+    if count ~= '*' and count ~= '' then
+      local want, record = string.match(count, '^([1-9]%d?%d?)(%+?)$')
+      if not want then error("BADARG ARGV[1] must end with the store's partition count") end
+      if got[3] then
+        if got[3] ~= want then
+          local n = decimal(got[3], 0, MAX_PARTITIONS)
+          if n == nil then return {CORRUPT, 'meta.partitions', 0, -1} end
+          return {PARTITIONED, n, 0, -1}
+        end
+      elseif record == '' then
+        return {UNCOUNTED, 0, 0, -1}
+      else
+        later('HSETNX', META, 'partitions', want)
+      end
+    end
+  elseif count ~= '' then
+    error('BADARG ARGV[1] must be a key prefix {namespace}:')
+  elseif got[3] then
     -- The namespace is spread over partitions, whose keys are {ns#p}: this store of one
-    -- (prefix {ns}:) must not write beside them. A partition's own meta never has a count
-    -- (run_partitions refuses a partition's prefix): one found there is foreign, and says
-    -- nothing. A count is never 1 (one partition records none).
+    -- (prefix {ns}:) must not write beside them. A count is never 1 (one partition
+    -- records none).
     local n = decimal(got[3], 2, MAX_PARTITIONS)
     if n == nil then return {CORRUPT, 'meta.partitions', 0, -1} end
     return {PARTITIONED, n, 0, -1}

@@ -193,11 +193,29 @@ end
 -- A repository spread over partitions (redisstore.partitioned_repository) keeps their count
 -- in the namespace's own key {ns}:repo-partitions (repo_partitions; the run store's count
 -- is apart) and its records in the partitions' keys ({ns#p}:): a repository of one
--- partition, whose prefix is {ns}:, must neither read nor write beside them. A partition
--- never has a count (one found there is foreign, and says nothing); a count is never 1.
--- The refusal, or nil.
+-- partition, whose prefix is {ns}:, must neither read nor write beside them; a count there
+-- is never 1. Each partition records the count too, in its own P.."repo-partitions", which
+-- a partition's script compares with the caller's (ARGV[1] after P: "6", "6+" or "*", as
+-- the run store's check_layout does): another is PARTITIONED (0 while a repartition is
+-- under way, 1 once back to one partition); none, to a caller that has not checked the
+-- namespace's count, UNCOUNTED, and for "6+" a write records it. The refusal, or nil.
 local function spread()
-  if string.find(P, '#', 1, true) then return nil end
+  local count = string.sub(ARGV[1], #P + 1)
+  if string.find(P, '#', 1, true) then
+    if count == '*' or count == '' then return nil end
+    local want, record = string.match(count, '^([1-9]%d?%d?)(%+?)$')
+    if not want then error("BADARG ARGV[1] must end with the repository's partition count") end
+    local n = stored_int(P .. 'repo-partitions', 0, MAX_PARTITIONS)
+    if n == false then return reply(CORRUPT, 'repo-partitions') end
+    if n == nil then
+      if record == '' then return reply(UNCOUNTED, 0) end
+      later('SET', P .. 'repo-partitions', want, 'NX')
+      return nil
+    end
+    if int(n) ~= want then return reply(PARTITIONED, n) end
+    return nil
+  end
+  if count ~= '' then error('BADARG ARGV[1] must be a key prefix {namespace}:') end
   local n = stored_int(P .. 'repo-partitions', 2, MAX_PARTITIONS)
   if n == false then return reply(CORRUPT, 'repo-partitions') end
   if n then return reply(PARTITIONED, n) end

@@ -9,6 +9,7 @@ from importlib.metadata import version as _version
 from .aio import AsyncPipeline, AsyncRedisRepository, AsyncRedisRunStore
 from .errors import (
     AlreadyExists,
+    Closed,
     ConcurrentUpdate,
     Conflict,
     Corrupt,
@@ -21,6 +22,7 @@ from .errors import (
 )
 from .keeper import AsyncKeeper, Keeper, Lost
 from .memory import MemoryRepository, MemoryRunStore
+from .namespaces import drop_namespace
 from .pipeline import Pending
 from .protocol import Durability
 from .repartition import Repartitioned, repartition, repartition_repository
@@ -68,6 +70,7 @@ __all__ = [
     "Claim",
     "ClaimInfo",
     "Claimed",
+    "Closed",
     "ConcurrentUpdate",
     "Conflict",
     "Corrupt",
@@ -110,6 +113,7 @@ __all__ = [
     "acl_rule",
     "aconfirm_write",
     "confirm_write",
+    "drop_namespace",
     "repartition",
     "repartition_repository",
 ]

@@ -44,7 +44,17 @@ from .pipeline import (
     patience,
     straggled,
 )
-from .protocol import Batch, Driver, Durability, Machine, Operation, Shell, Spread, check_io
+from .protocol import (
+    Batch,
+    Driver,
+    Durability,
+    Machine,
+    Operation,
+    PerNode,
+    Shell,
+    Spread,
+    check_io,
+)
 from .repository import MAX_PAGE, InFlightPage, InstanceRecord, Logger, RepositoryOps
 from .runops import RunOps
 from .runs import (
@@ -480,7 +490,7 @@ class AsyncTransport:
         #: Whether the client is a RedisCluster (the store talks to its nodes).
         self.cluster = hasattr(client, "get_node_from_key")
         #: The one-time server checks done for this client, shared by its stores.
-        self.checks = set() if self.cluster else checks_for(client.connection_pool)
+        self.checks = PerNode() if self.cluster else checks_for(client.connection_pool)
         #: fakeredis: no maxmemory, no persistence settings, nothing to check on the server.
         self.fake = never_evicts(client)
         if self.fake:
@@ -779,6 +789,11 @@ class AsyncRedisRunStore(_Closes, Shell[RunOps | PartitionedOps]):
         twin._io = AsyncTransport(io.client, io.durability, min(timeout, io.timeout))
         twin._wake = None
         return twin
+
+    def _place(self, run: str) -> int:
+        """The partition of ``run`` (0 in a store of one partition): a keeper leaves a failed
+        partition's runs out of the rest of its round."""
+        return self._ops.place(run) if isinstance(self._ops, PartitionedOps) else 0
 
     async def now(self) -> int:
         """See :meth:`redisstore.RedisRunStore.now`."""

@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from .cli import drop_namespace
+from .namespaces import drop_namespace
 from .runs import Claim, Hold, Release
 
 LONG = 600_000

@@ -25,15 +25,15 @@ import re
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 from urllib.parse import unquote
 
 from . import Claim, Free, Held, Hold, LeaseRefused, RedisRunStore, Release, __version__
 from .discovery import json_wait
 from .keys import Keyspace
+from .namespaces import drop_namespace, namespace_keys
 from .partitions import MAX_PARTITIONS, partition_of
-from .security import glob_escape
 
 
 def redact(url: str) -> str:
@@ -95,24 +95,34 @@ def demo(url: str | None, out: Any = None, *, namespace: str | None = None,
     return _guarded("demo", url, out, lambda o: _demo(url, o, namespace, keep))
 
 
+#: The exit code of a command stopped by Ctrl-C (128 + SIGINT, as a shell gives).
+INTERRUPTED = 130
+
+
 def _guarded(command: str, url: str | None, out: Any, body: Callable[[Any], int]) -> int:
-    """Run ``body``; a failure is one line, without the URL's credentials, and exit code 2."""
+    """Run ``body``; a failure is one line, without the URL's credentials, and exit code 2;
+    Ctrl-C is one line and exit code 130 (``body`` cleans up in its ``finally``)."""
     out = sys.stdout if out is None else out
     try:
         return body(out)
+    except KeyboardInterrupt:
+        print(f"redisstore {command}: interrupted", file=out)
+        return INTERRUPTED
     except Exception as exc:
-        text = hide(f"{type(exc).__name__}: {exc}", url)
+        text = hide(f"{type(exc).__name__}: {exc}", url) + _hint(exc)
         print(f"redisstore {command} failed on {redact(url) if url else 'fakeredis'}: {text}",
               file=out)
         return 2
 
 
-def namespace_keys(client: Any, namespace: str) -> Iterator[bytes]:
-    """The keys of ``namespace``, its own (``{ns}:``) and its partitions' (``{ns#p}:``; no
-    other namespace has a ``#``), by SCAN (bounded steps; never KEYS)."""
-    own = glob_escape("{" + namespace)
-    for pattern in (own + "}:*", own + "#*}:*"):
-        yield from client.scan_iter(match=pattern, count=1000)
+def _hint(exc: Exception) -> str:
+    """What to do about a failure whose own text does not say (a server that needs a
+    password answers redis-py's handshake with a message about HELLO)."""
+    text = str(exc)
+    if "NOAUTH" in text or "HELLO must be called with the client already authenticated" in text:
+        return (" (the server needs a password: give it in the URL, "
+                "redis://[user]:password@host:port)")
+    return ""
 
 
 def _count(got: bytes | None) -> int:
@@ -135,31 +145,40 @@ def spaces_of(client: Any, namespace: str) -> list[Keyspace]:
     return [Keyspace(namespace, p) for p in range(count)]
 
 
-def drop_namespace(client: Any, namespace: str) -> int:
-    """Delete the keys of ``namespace`` in batches of 500; how many were deleted."""
-    batch: list[bytes] = []
-    deleted = 0
-    for key in namespace_keys(client, namespace):
-        batch.append(key)
-        if len(batch) == 500:
-            deleted += client.delete(*batch)
-            batch = []
-    if batch:
-        deleted += client.delete(*batch)
-    return int(deleted)
-
-
 def _demo(url: str | None, out: Any, namespace: str | None, keep: bool) -> int:
     """Two nodes share runs: claims, a crash, a takeover, a fenced zombie, a timed wait."""
 
     def say(text: str) -> None:
         print(text, file=out)
 
-    namespace = namespace or f"demo-{uuid.uuid4().hex[:8]}"
+    namespace = f"demo-{uuid.uuid4().hex[:8]}" if namespace is None else namespace
     client = _client(url)
     store = RedisRunStore(client, namespace=namespace, discover=json_wait)
     say(f"store: {'fakeredis (embedded)' if url is None else redact(url)}, "
         f"namespace {namespace!r}")
+    cleaned = False
+    try:
+        claimed = _demo_steps(store, say)
+        store.close()
+        if keep and url is None:
+            say("nothing is kept on embedded fakeredis (it lives in this process): give --url")
+        elif keep:
+            say(f"kept namespace {namespace!r}: redisstore inspect --url {redact(url or '')} "
+                f"--namespace {namespace}")
+        else:
+            say(f"removed the {drop_namespace(client, namespace)} keys it wrote (--keep "
+                "leaves them)")
+        cleaned = True
+    finally:
+        if not cleaned and not keep:
+            # Stopped midway (Ctrl-C, a failure): what it wrote goes, as promised.
+            store.close()
+            drop_namespace(client, namespace)
+    return 0 if claimed == ["reminder-7"] else 1
+
+
+def _demo_steps(store: RedisRunStore, say: Callable[[str], None]) -> list[str]:
+    """The demo's story; the runs its last blocked claim took."""
     ttl = 300
 
     store.insert("order-42", json.dumps({"step": 1}).encode(), Claim("node-a", ttl))
@@ -190,15 +209,7 @@ def _demo(url: str | None, out: Any, namespace: str | None, keep: bool) -> int:
     waited = (time.monotonic() - started) * 1000
     say(f"claim_ready(..., block=2000) waits and gives {claimed} after {waited:.0f} ms, when "
         f"it is due; claim info {store.get('reminder-7').claim}")
-    store.close()
-    if keep and url is None:
-        say("nothing is kept on embedded fakeredis (it lives in this process): give --url")
-    elif keep:
-        say(f"kept namespace {namespace!r}: redisstore inspect --url {redact(url or '')} "
-            f"--namespace {namespace}")
-    else:
-        say(f"removed the {drop_namespace(client, namespace)} keys it wrote (--keep leaves them)")
-    return 0 if claimed == ["reminder-7"] else 1
+    return list(claimed)
 
 
 def inspect(url: str | None, namespace: str, run: str | None, as_json: bool,
@@ -247,6 +258,11 @@ def _index_counts(client: Any, keys: Keyspace, index: str, now: int) -> tuple[in
 def _inspect(url: str | None, namespace: str, run: str | None, as_json: bool, out: Any,
              scan_limit: int) -> int:
     client = _client(url)
+    if next(namespace_keys(client, namespace), None) is None:
+        # A typo must not look like an empty namespace.
+        print(f"redisstore inspect: namespace {namespace!r} has no keys on "
+              f"{redact(url) if url else 'fakeredis'} (check its name)", file=out)
+        return 1
     spaces = spaces_of(client, namespace)
     store = RedisRunStore(client, namespace=namespace, partitions=len(spaces))
     now = store.now()
@@ -575,27 +591,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     run_drop.add_argument("--namespace", required=True)
     run_drop.add_argument("--yes", action="store_true", help="really delete")
     args = parser.parse_args(argv)
+    commands = {"demo": run_demo, "inspect": run_inspect, "doctor": run_doctor,
+                "bench": run_bench, "drop": run_drop}
+    if getattr(args, "namespace", None) == "":
+        commands[args.command or "demo"].error("--namespace must not be empty")
     url = getattr(args, "url", None) or os.environ.get("REDISSTORE_URL") or None
     if args.command == "inspect":
         if url is None:
-            parser.error("inspect needs a server: --url or $REDISSTORE_URL")
+            run_inspect.error("inspect needs a server: --url or $REDISSTORE_URL")
         return inspect(url, args.namespace, args.run, args.json)
     if args.command == "doctor":
         if url is None:
-            parser.error("doctor needs a server: --url or $REDISSTORE_URL")
+            run_doctor.error("doctor needs a server: --url or $REDISSTORE_URL")
         return doctor(url, args.namespace, args.json)
     if args.command == "bench":
         if args.ops < 1:
-            parser.error("--ops must be 1 or more")
+            run_bench.error("--ops must be 1 or more")
         if args.plot:
             import importlib.util
 
             if importlib.util.find_spec("matplotlib") is None:
-                parser.error("--plot needs matplotlib: pip install 'redisstore[plot]'")
+                run_bench.error("--plot needs matplotlib: pip install 'redisstore[plot]'")
         return bench_command(url, args.ops, args.json, args.plot, namespace=args.namespace)
     if args.command == "drop":
         if url is None:
-            parser.error("drop needs a server: --url or $REDISSTORE_URL")
+            run_drop.error("drop needs a server: --url or $REDISSTORE_URL")
         return drop(url, args.namespace, args.yes)
     return demo(url, namespace=getattr(args, "namespace", None),
                 keep=getattr(args, "keep", False))

@@ -71,6 +71,12 @@ class Unavailable(StoreError):
 
     ``code`` is the server's error code (``"READONLY"``, ``"NOPERM"``...), or None when the
     failure was not an error reply (a refused or lost connection, a deadline).
+
+    ``done`` and ``unanswered``: of ``renew`` or ``release`` over partitions whose
+    partitions did not all answer, the runs the partitions that answered renewed (or
+    released), and the runs of the partitions that failed (their outcome is this error's,
+    or its ``__cause__``'s), each in the call's order; the other runs of the call were
+    answered without (not held). None for every other error.
     """
 
     def __init__(self, reason: str, *, code: str | None = None,
@@ -81,6 +87,8 @@ class Unavailable(StoreError):
         self.reason = reason
         self.code = code
         self.outcome = outcome
+        self.done: list[str] | None = None
+        self.unanswered: list[str] | None = None
 
 
 class Corrupt(StoreError):
@@ -123,3 +131,9 @@ class Misconfigured(StoreError):
     a namespace laid out by a newer version of the library. The message names the setting
     and the fix.
     """
+
+
+class Closed(StoreError, RuntimeError):
+    """A call on a :class:`~redisstore.Keeper` (or ``AsyncKeeper``) that is closed, or that
+    stopped on an error (then its ``__cause__``): nothing was done. Also a ``RuntimeError``,
+    as the keeper raised before it had this class."""

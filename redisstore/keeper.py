@@ -20,6 +20,7 @@ same id (released and taken again meanwhile) never counts for it.
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import logging
 import threading
@@ -29,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import telemetry
-from .errors import Unavailable
+from .errors import Closed, Unavailable
 from .runs import MAX_RENEW, check_owner, check_run, check_runs, check_ttl
 
 log = logging.getLogger(__name__)
@@ -39,7 +40,9 @@ NOT_RENEWED = "not renewed"  # the store answered without it: expired, or anothe
 DEADLINE = "deadline"  # no renewal confirmed within the keeper's own bound
 STOPPED = "keeper stopped"  # the keeper died (``Keeper.failure``) holding it
 
-#: After a renewal that failed with nothing applied, the next try comes this soon (s).
+#: After a renewal that failed, the runs it did not renew are tried again this soon (s),
+#: then twice as late after each failure in a row, at most a period apart; a renewal of
+#: unknown outcome is sent again at once, once.
 RETRY = 0.05
 
 
@@ -66,9 +69,14 @@ class Keeper:
     Renewals go in batches of at most ``MAX_RENEW`` runs, one round trip each, every
     ``renew_every`` ms (default ``ttl // 3``), on connections of the keeper's own (a Redis
     store is copied onto a pool of its own), with a deadline of at most ``renew_every``.
-    After a renewal whose reply was lost (``unknown``) it sends the next at once: a renewal
-    never revives a lease. ``margin`` (ms, default ``ttl // 20``, at least 1) is taken off
-    every bound for clock drift.
+    The runs a renewal failed to renew are tried again on their own, 50 ms later, then
+    twice as late after each failure in a row, at most ``renew_every`` apart; after a
+    renewal whose reply was lost (``unknown``) the first try again goes at once: a renewal
+    never revives a lease. Of a store of partitions with some partitions failing, the runs
+    the others renewed count as renewed (``Unavailable.done``) and only the failed
+    partitions' runs are tried again (``Unavailable.unanswered``), and once a batch failed,
+    the round's later batches leave those partitions' runs out. ``margin`` (ms, default
+    ``ttl // 20``, at least 1) is taken off every bound for clock drift.
 
     ``on_lost(Lost)`` is called from the keeper's thread for each run it gives up (by
     default a warning is logged). A keeper that dies (an error that is not ``Unavailable``)
@@ -90,12 +98,22 @@ class Keeper:
         # A Redis store is copied onto connections of the keeper's own (closed with it).
         dedicated = getattr(store, "_dedicated", None)
         self._store = store if dedicated is None else dedicated(self.renew_every)
-        self._owns_store = self._store is not store
+        self._owns_store = (self._store is not store
+                            and getattr(self._store, "_keeper_closes", True))
+        # The partition of a run (a store without partitions: one place for every run).
+        self._place: Callable[[str], int] = getattr(self._store, "_place", lambda run: 0)
         self._cond = threading.Condition()
         self._held: dict[str, _Entry] = {}
         self._gen = 0
         self._due = time.monotonic()
         self._urgent = False
+        # The runs (and their entries' gen) the last renewal did not answer for, tried again
+        # on their own at _retry_at; the next pause after a failure, and whether the one
+        # prompt resend after an unknown outcome was spent in this streak of failures.
+        self._retry: dict[str, int] = {}
+        self._retry_at = float("inf")
+        self._backoff = RETRY
+        self._resent = False
         self._stopped = False
         self._release_on_close = False
         self._requests: list[tuple[list[str], concurrent.futures.Future[list[str]]]] = []
@@ -190,7 +208,7 @@ class Keeper:
             if not names:
                 future.set_result([])
             elif self._stopped:
-                future.set_exception(RuntimeError(f"the keeper of {self.owner!r} is closed"))
+                future.set_exception(Closed(f"the keeper of {self.owner!r} is closed"))
             else:
                 self._requests.append((names, future))
                 self._cond.notify()
@@ -201,14 +219,23 @@ class Keeper:
 
     def _raise_if_stopped(self) -> None:
         if self.failure is not None:
-            raise RuntimeError(f"the keeper of {self.owner!r} stopped: {self.failure!r}"
+            raise Closed(f"the keeper of {self.owner!r} stopped: {self.failure!r}"
                                ) from self.failure
         if self._stopped:
-            raise RuntimeError(f"the keeper of {self.owner!r} is closed")
+            raise Closed(f"the keeper of {self.owner!r} is closed")
 
     def _round_due(self) -> bool:
+        now = time.monotonic()
         return (self._stopped or self._urgent or bool(self._requests)
-                or (bool(self._held) and time.monotonic() >= self._due))
+                or (bool(self._held) and now >= self._due)
+                or (bool(self._retry) and now >= self._retry_at))
+
+    def _next_wake(self) -> float | None:
+        """How long the keeper's thread may sleep (None: until it is woken)."""
+        if not self._held:
+            return None
+        soonest = min(self._due, self._retry_at) if self._retry else self._due
+        return max(soonest - time.monotonic(), 0.0)
 
     def _run(self) -> None:
         try:
@@ -216,8 +243,7 @@ class Keeper:
             while True:
                 with self._cond:
                     while not self._round_due():
-                        self._cond.wait(max(self._due - time.monotonic(), 0.0) if self._held
-                                        else None)
+                        self._cond.wait(self._next_wake())
                     if self._stopped:
                         return
                     requests, self._requests = self._requests, []
@@ -228,13 +254,23 @@ class Keeper:
                         if late * 1000 > self.renew_every / 2:
                             log.warning("redisstore: the keeper of %r renewed %.0f ms late",
                                         self.owner, late * 1000)
+                    now = time.monotonic()
+                    # A round renews every run held; between rounds, a retry renews only
+                    # the runs the last renewal did not answer for.
+                    full = self._urgent or (bool(self._held) and now >= self._due)
+                    retry = not full and bool(self._retry) and now >= self._retry_at
                     self._urgent = False
-                    due = bool(self._held) and time.monotonic() >= self._due
-                    snapshot = [(run, entry.gen) for run, entry in self._held.items()]
+                    retrying = [(run, gen) for run, gen in self._retry.items()
+                                if (e := self._held.get(run)) is not None and e.gen == gen]
+                    # The runs the last renewal answered for first: a batch of them is
+                    # not held up by a partition that failed.
+                    snapshot = ([(run, entry.gen) for run, entry in self._held.items()
+                                 if run not in self._retry] + retrying if full else
+                                retrying if retry else None)
                 for names, future in requests:
                     self._answer(names, future)
-                if due or not requests:
-                    self._round(snapshot)
+                if snapshot is not None:
+                    self._round(snapshot, full)
         except BaseException as exc:  # a keeper never goes quiet: report what it held
             with self._cond:
                 self.failure = exc
@@ -251,26 +287,47 @@ class Keeper:
         except Exception as exc:
             future.set_exception(exc)
 
-    def _round(self, snapshot: list[tuple[str, int]]) -> None:
+    def _round(self, snapshot: list[tuple[str, int]], full: bool = True) -> None:
+        """Renew ``snapshot``'s runs (every run held when ``full``, else the ones the last
+        renewal did not answer for) and schedule the next round and retry. Once a batch
+        failed, the runs of its failed partitions (of a store of one partition: every run)
+        are not sent in the later batches of the round: they would wait for the same node
+        (a hung one takes a batch its deadline); they are tried again first."""
         lost: list[Lost] = []
-        again = self.renew_every / 1000
+        unanswered: dict[str, int] = {}
+        skipped: dict[str, int] = {}
+        down: set[int] = set()  # the partitions that failed in this round
+        failed = unknown = False
+        started = time.monotonic()
+        queue = collections.deque(snapshot)
         try:
-            for i in range(0, len(snapshot), MAX_RENEW):
+            while queue:
                 self._expire(lost)  # a long round: the bounds of the next batch first
+                batch: list[tuple[str, int]] = []
                 with self._cond:
-                    batch = [(run, gen) for run, gen in snapshot[i:i + MAX_RENEW]
-                             if (e := self._held.get(run)) is not None and e.gen == gen]
+                    while queue and len(batch) < MAX_RENEW:
+                        run, gen = queue.popleft()
+                        if (e := self._held.get(run)) is None or e.gen != gen:
+                            continue
+                        if down and self._place(run) in down:
+                            skipped[run] = gen
+                        else:
+                            batch.append((run, gen))
                 if not batch:
                     continue
                 sent = time.monotonic()
+                missed: set[str] = set()
                 try:
                     renewed = set(self._call("renew", self.owner, [r for r, _ in batch],
                                              self.ttl))
                 except Unavailable as exc:
-                    if exc.outcome == "unknown":
-                        self._urgent = True  # resend at once: it never revives a lease
-                    again = min(again, RETRY)
-                    continue
+                    failed = True
+                    unknown = unknown or exc.outcome == "unknown"
+                    if exc.done is None or exc.unanswered is None:
+                        renewed, missed = set(), {run for run, _ in batch}
+                    else:  # a store of partitions: what the partitions that answered did
+                        renewed, missed = set(exc.done), set(exc.unanswered)
+                    down.update(self._place(run) for run in missed)
                 with self._cond:
                     for run, gen in batch:
                         entry = self._held.get(run)
@@ -278,12 +335,29 @@ class Keeper:
                             continue  # discarded, or added again: not this renewal's
                         if run in renewed:
                             entry.since = sent
+                        elif run in missed:
+                            unanswered[run] = gen  # not confirmed: its own bound decides
                         else:
                             del self._held[run]
                             lost.append(Lost(run, NOT_RENEWED))
             self._expire(lost)
             with self._cond:
-                self._due = time.monotonic() + again
+                now = time.monotonic()
+                if full:  # a period from the round's start (a slow round: the next at once)
+                    self._due = started + self.renew_every / 1000
+                self._retry = {run: gen for run, gen in (*skipped.items(),
+                                                         *unanswered.items())
+                               if (e := self._held.get(run)) is not None and e.gen == gen}
+                if not failed:
+                    self._backoff, self._resent = RETRY, False
+                if not self._retry:
+                    self._retry_at = float("inf")
+                elif unknown and not self._resent:
+                    self._resent = True  # at once, once: it never revives a lease
+                    self._retry_at = now
+                else:
+                    self._retry_at = now + self._backoff
+                    self._backoff = min(self._backoff * 2, self.renew_every / 1000)
         finally:
             self._report(lost)
 
@@ -317,15 +391,24 @@ class Keeper:
             self._held.clear()
             requests, self._requests = self._requests, []
         for _, future in requests:
-            future.set_exception(RuntimeError(f"the keeper of {self.owner!r} is closed"))
+            future.set_exception(Closed(f"the keeper of {self.owner!r} is closed"))
         try:
             if self._release_on_close and held:
                 if self.failure is not None:
                     log.warning("redisstore: the keeper of %r stopped (%r): its leases are "
                                 "not released", self.owner, self.failure)
                 else:
+                    kept: list[str] = []
                     for i in range(0, len(held), MAX_RENEW):
-                        self._call("release", self.owner, held[i:i + MAX_RENEW])
+                        try:
+                            self._call("release", self.owner, held[i:i + MAX_RENEW])
+                        except Unavailable as exc:  # the other batches are released still
+                            kept.extend(held[i:i + MAX_RENEW] if exc.unanswered is None
+                                        else exc.unanswered)
+                    if kept:
+                        log.warning("redisstore: the keeper of %r could not release %d "
+                                    "leases (their store did not answer): they run out",
+                                    self.owner, len(kept))
         except Exception as exc:
             log.warning("redisstore: the keeper of %r could not release its leases: %r",
                         self.owner, exc)

@@ -31,8 +31,8 @@ from typing import Any
 from . import scripts
 from .errors import StoreError, Unavailable
 from .keys import Keyspace
-from .partitions import Counted, check_partitions, partition_of, values_of
-from .protocol import Operation, Spread, Steps, fan, fanned
+from .partitions import Counted, check_partitions, deferred, partition_of, values_of
+from .protocol import Operation, Spread, Steps
 from .repository import (
     MAX_PAGE,
     InFlightPage,
@@ -63,6 +63,7 @@ class PartitionedRepositoryOps(Counted):
     changing = ("redisstore.repartition_repository changes it: docs/scale-out.md, "
                 "'Changing the count'")
     step = "redisstore.repartition_repository"
+    parts: list[RepositoryOps]
 
     def _count_script(self) -> tuple[scripts.Script, tuple[str, ...]]:
         """``repo_partitions``, in the repository's own key: apart from the run store's
@@ -79,6 +80,9 @@ class PartitionedRepositoryOps(Counted):
         self.keys = Keyspace(namespace)
         self.counted = False
         self.max_terminal = self.parts[0].max_terminal
+        for part in self.parts:
+            part.opened = self.n
+        self._tail(str(self.n))
 
     def part(self, id: str) -> RepositoryOps:
         """The operations of ``id``'s partition (a bad id raises, as the call would)."""
@@ -89,17 +93,20 @@ class PartitionedRepositoryOps(Counted):
     def save(self, rec: InstanceRecord) -> Operation[int] | Spread[int]:
         """See :meth:`RepositoryOps.save`, in the record's partition."""
         rec = check_record(rec)
-        return self.counting(self.part(rec.id).save(rec))
+        part = self.part(rec.id)
+        return self._counted(lambda: part.save(rec))
 
     def load(self, id: str) -> Operation[InstanceRecord | None] | Spread[InstanceRecord | None]:
         """See :meth:`RepositoryOps.load`, in the record's partition."""
-        return self.counting(self.part(id).load(id))
+        part = self.part(id)
+        return self._counted(lambda: part.load(id))
 
     def delete(self, id: str, expected_version: int | None = None
                ) -> Operation[None] | Spread[None]:
         """See :meth:`RepositoryOps.delete`, in the record's partition."""
         check_expected_version(expected_version)
-        return self.counting(self.part(id).delete(id, expected_version))
+        part = self.part(id)
+        return self._counted(lambda: part.delete(id, expected_version))
 
     # ------------------------------------------------------------------ every partition
 
@@ -107,28 +114,30 @@ class PartitionedRepositoryOps(Counted):
         """Add ``group`` to every partition's registry (idempotent). Cut short, the outcome
         is unknown; registering again completes it."""
         group = check_group(group)
-        return self.counting(Spread(self._everywhere(
-            lambda part: part.register_group(group), lambda answers: None, write=True)))
+        return Spread(self._everywhere(
+            lambda part: part.register_group(group), lambda answers: None, write=True))
 
     def group_exists(self, group: str) -> Operation[bool] | Spread[bool]:
         """Whether every partition has ``group`` registered."""
         group = check_group(group)
-        return self.counting(Spread(self._everywhere(
-            lambda part: part.group_exists(group), all)))
+        return Spread(self._everywhere(lambda part: part.group_exists(group), all))
 
     def _everywhere(self, call: Callable[[RepositoryOps], Operation[Any]],
                     merge: Callable[[list[Any]], Any], *, write: bool = False) -> Steps[Any]:
-        answers = yield from fan(call(part) for part in self.parts)
+        answers = yield from self._fan([(deferred(call, part), None) for part in self.parts])
         return merge(values_of(answers, write=write))
 
     def migrate(self, *, settings: bool = True) -> Operation[None] | Spread[None]:
         """Partition 0's :meth:`RepositoryOps.migrate` (the scripts, its layout, the server's
         settings there), then every other partition's layout, at once."""
-        return self.counting(Spread(self._migrate(settings)))
+        return Spread(self._migrate(settings))
 
     def _migrate(self, settings: bool) -> Steps[None]:
-        yield from fanned(self.parts[0].migrate(settings=settings))
-        answers = yield from fan(part.record_layout() for part in self.parts[1:])
+        (first,) = yield from self._fan([(lambda: self.parts[0].migrate(settings=settings),
+                                           None)])
+        first.unwrap()
+        answers = yield from self._fan([(deferred(RepositoryOps.record_layout, part), None)
+                                        for part in self.parts[1:]])
         # A partition's refusal (a newer layout: Misconfigured; a damaged one: Corrupt) is
         # what a start-up must stop on, wherever it is: it comes before the outcome.
         refused = [got.error for got in answers if isinstance(got.error, StoreError)
@@ -151,20 +160,21 @@ class PartitionedRepositoryOps(Counted):
                        ) -> Operation[list[str]] | Spread[list[str]]:
         """See :meth:`RepositoryOps.list_in_flight`: every partition, at one ``now``."""
         group, when = check_group(group), check_now(now)
-        return self.counting(Spread(self._list(group, "" if when is None
-                                               else str(to_us(when)))))
+        return Spread(self._list(group, "" if when is None else str(to_us(when))))
 
     def _list(self, group: str, at: str) -> Steps[list[str]]:
         listed: list[dict[str, None]] = [{} for _ in self.parts]
         after: dict[int, tuple[str, bytes]] = {p: ("", b"") for p in range(self.n)}
         if at == "":  # partition 0's first page reads the clock every partition uses
-            ((ids, at, cursor),) = values_of((yield from fan(
-                [self.parts[0].page(group, at, MAX_PAGE, after[0])])))
+            ((ids, at, cursor),) = values_of((yield from self._fan(
+                [(deferred(RepositoryOps.page, self.parts[0], group, at, MAX_PAGE, after[0]),
+                  None)])))
             listed[0].update(dict.fromkeys(self._own(0, ids)))
             _advance(after, 0, cursor)
         while after:
-            pages = values_of((yield from fan(
-                self.parts[p].page(group, at, MAX_PAGE, after[p]) for p in after)))
+            pages = values_of((yield from self._fan(
+                [(deferred(RepositoryOps.page, self.parts[p], group, at, MAX_PAGE, after[p]),
+                  None) for p in after])))
             for p, (ids, _, cursor) in zip(list(after), pages, strict=True):
                 listed[p].update(dict.fromkeys(self._own(p, ids)))
                 _advance(after, p, cursor)
@@ -190,7 +200,7 @@ class PartitionedRepositoryOps(Counted):
             if when is None:
                 at = carried
             after = (score, last)
-        return self.counting(self._one_page(group, at, limit, p, after))
+        return self._one_page(group, at, limit, p, after)
 
     def _one_page(self, group: str, at: str, limit: int, p: int,
                   after: tuple[str, bytes]) -> Operation[InFlightPage]:
@@ -199,7 +209,8 @@ class PartitionedRepositoryOps(Counted):
         # of nothing is one complete page, as with one partition.
         ids: list[str] = []
         while True:
-            got, at, cursor = yield from self.parts[p].page(group, at, limit - len(ids), after)
+            got, at, cursor = yield from self._counted(deferred(
+                RepositoryOps.page, self.parts[p], group, at, limit - len(ids), after))
             ids.extend(self._own(p, got))
             if cursor is not None:
                 return InFlightPage(tuple(ids), _cursor(p, at, cursor))

@@ -26,6 +26,7 @@ from .protocol import (
     Call,
     Durability,
     Operation,
+    PerNode,
     Settled,
     Spread,
     Steps,
@@ -34,7 +35,7 @@ from .protocol import (
     fanned,
     preceded,
 )
-from .runops import Heads, RunOps, answer, next_wakeup
+from .runops import Heads, RunOps, Uncounted, answer, next_wakeup
 from .runs import (
     MAX_CLAIM_BYTES,
     Cap,
@@ -56,6 +57,7 @@ from .runs import (
 )
 
 T = TypeVar("T")
+C = TypeVar("C", bound="Counted")
 log = logging.getLogger(__name__)
 
 #: The most partitions one store spreads over: a claim reads every partition's head.
@@ -130,12 +132,15 @@ def values_of(answers: list[Settled[Any]], *, write: bool = False,
 
 class Counted:
     """What a store and a repository of partitions share: the namespace's own keys, their
-    count, and the check of the count before a store's first call."""
+    count, its check there (:meth:`count_check`), and each partition's compare of the count
+    it records with this one's, carried by every call (:meth:`_counted`, :meth:`_fan`)."""
 
     #: The partition count, and the namespace's own keys ``{namespace}`` (its meta key
     #: holds the count; the data is in the partitions' keys, ``{namespace#p}``).
     n: int
     keys: Keyspace
+    #: Each partition's operations (each with ``keys``, ``arg1`` and ``opened``).
+    parts: list[Any]
     #: Whether :meth:`count_check` has passed for this store.
     counted: bool = False
     #: What the messages call this object, and say of changing its count.
@@ -174,24 +179,79 @@ class Counted:
                 + f" and this {self.what} was opened with partitions={self.n}: open it with "
                 f"partitions={int(recorded)} (nothing was written; {self.changing})")
         self.counted = True
+        self._now_counted()
 
-    def counting(self, op: Operation[T] | Spread[T]) -> Operation[T] | Spread[T]:
-        """``op`` preceded, until it has passed once, by the partition count check."""
-        if self.counted:
-            return op
-        return self._first(self.count_check, op)
+    def _tail(self, tail: str) -> None:
+        """What every partition's scripts get after the key prefix in ARGV[1]: the count
+        (``"6"``: the partition compares it with the one it records; ``"6+"`` once the
+        namespace's own count was checked: and records it where none is; ``"*"``: a
+        repartition's own calls, which compare nothing)."""
+        for part in self.parts:
+            part.arg1 = part.keys.prefix + tail
 
-    def _first(self, check: Callable[[], Operation[None]],
-               op: Operation[T] | Spread[T]) -> Operation[T] | Spread[T]:
-        if not isinstance(op, Spread):
-            return preceded(check(), op)
-        return Spread(preceded(fanned(check()), op.steps))
+    def _now_counted(self) -> None:
+        """Once the count check passed, the scripts ask the partitions to record it."""
+        self._tail(f"{self.n}+")
+
+    def repartitioning(self: C) -> C:
+        """These operations as :func:`redisstore.repartition` (or
+        :func:`redisstore.repartition_repository`) sends them: its calls work while the
+        partitions are marked, or record another count."""
+        self._tail("*")
+        return self
+
+    def _checked(self, make: Callable[[], Operation[T]], part: Any = None) -> Operation[T]:
+        """The operation ``make()`` makes, in one partition; before a write (``part``, the
+        partition written) that partition's server check, once (on a cluster per partition,
+        on its own node: no node is checked for another's writes)."""
+        op = make()
+        if part is not None and not part.checked():
+            op = preceded(part.server_check(), op)  # its argument checks first
+        return (yield from op)
+
+    def _counted(self, make: Callable[[], Operation[T]], part: Any = None) -> Operation[T]:
+        """:meth:`_checked`; if the partition records no count and this store has not
+        checked the namespace's own, that check (:meth:`count_check`, on the namespace's
+        node), then the operation again (nothing was written). A partition that records
+        the count needs no call elsewhere. Once the count check passed, the calls ask the
+        partitions to record it: the one sent again is never answered so."""
+        try:
+            return (yield from self._checked(make, part))
+        except Uncounted:
+            pass  # made before the count check passed (a pipeline's), or none passed yet
+        yield from self.count_check()
+        return (yield from self._checked(make, part))
+
+    def _fan(self, calls: list[tuple[Callable[[], Operation[Any]], Any]], *,
+             patient: bool = False) -> Steps[list[Settled[Any]]]:
+        """A fan of :meth:`_checked` operations (each in its partition, on its node); those
+        answered :class:`~redisstore.runops.Uncounted` go again, in a fan of their own,
+        after the count check (itself a fan of its own: a fan's operation stays on its
+        node). When the count check fails, they fail with its error: the others' answers
+        stand. ``patient``: see :class:`~redisstore.protocol.Fan`."""
+        answers = yield from fan((self._checked(make, part) for make, part in calls),
+                                 patient=patient)
+        again = [i for i, got in enumerate(answers) if isinstance(got.error, Uncounted)]
+        if not again:
+            return answers
+        try:
+            yield from fanned(self.count_check())
+        except StoreError as error:
+            for i in again:
+                answers[i] = Settled(error=error)
+            return answers
+        redo = yield from fan((self._checked(*calls[i]) for i in again), patient=patient)
+        for i, got in zip(again, redo, strict=True):
+            answers[i] = got
+        return answers
 
 
 class PartitionedOps(Counted):
     """The run store's operations over ``partitions`` partitions of one namespace: one
     :class:`RunOps` per partition. A call of one run is that run's partition's operation,
     unchanged; a call over many runs is a :class:`Spread`."""
+
+    parts: list[RunOps]
 
     def __init__(self, namespace: str, discover: Discover | None, projection_version: int,
                  *, durability: Durability | None = None, max_record_bytes: int = 1 << 20,
@@ -205,20 +265,24 @@ class PartitionedOps(Counted):
         self._warned = -WARN_EVERY  # when a claim last warned of an unreachable partition
         for part in self.parts:
             part.watcher = self._watch
+            part.opened = self.n
+        self._tail(str(self.n))
 
     def _watch(self, dependency: str, watcher: int) -> Operation[int]:
         """The watch of ``dependency`` by a run of partition ``watcher``, in its partition."""
-        return self.parts[self.place(dependency)].watch(dependency, watcher)
+        part = self.parts[self.place(dependency)]
+        return self._counted(lambda: part.watch(dependency, watcher))
 
     @property
     def checks(self) -> set[str]:
-        """The one-time server checks done for the client (shared by every partition)."""
+        """The one-time server checks done for the client (shared by every partition on one
+        server; on a cluster, :class:`~redisstore.protocol.PerNode`, each partition's own)."""
         return self.parts[0].checks
 
     @checks.setter
     def checks(self, checks: set[str]) -> None:
         for part in self.parts:
-            part.checks = checks
+            part.checks = PerNode(checks) if isinstance(checks, PerNode) else checks
 
     def place(self, run: str) -> int:
         """The partition of ``run``."""
@@ -231,23 +295,30 @@ class PartitionedOps(Counted):
     # ------------------------------------------------------------------ the checks
 
     def checked(self) -> bool:
-        """Whether the server check and the partition count check have passed."""
-        return self.counted and self.parts[0].checked()
+        """Whether a pipeline needs no check first: the count and every partition's server
+        checked (a pipeline's calls never call another node than their group's)."""
+        return self.counted and all(part.checked() for part in self.parts)
 
     def server_check(self) -> Operation[None]:
-        """The count check, then the server's (:meth:`RunOps.server_check`)."""
+        """What a pipeline of writes sends first: the count check, then every partition's
+        server check (:meth:`RunOps.server_check`). A call alone checks only its own
+        partitions (:meth:`_counted`)."""
         yield from self.count_check()
-        yield from self.parts[0].server_check()
+        for part in self.parts:
+            if not part.checked():
+                yield from part.server_check()
 
     def read_check(self) -> Operation[None] | None:
         """What a pipeline of reads only sends first: the count check, until it passed."""
         return None if self.counted else self.count_check()
 
+    def counting(self, op: Operation[T] | Spread[T]) -> Operation[T] | Spread[T]:
+        """``op``: its partitions compare the count (:meth:`_counted`)."""
+        return op
+
     def guarded(self, op: Operation[T] | Spread[T]) -> Operation[T] | Spread[T]:
-        """``op`` preceded, until they have passed once, by the server and count checks."""
-        if self.checked():
-            return op
-        return self._first(self.server_check, op)
+        """``op``: it does its own checks in the partitions it writes (:meth:`_counted`)."""
+        return op
 
     # ------------------------------------------------------------------ wake-ups
 
@@ -282,26 +353,33 @@ class PartitionedOps(Counted):
         own server's clock)."""
         return self.parts[0].now()
 
+    def _one(self, run: str, make: Callable[[RunOps], Operation[T]], *,
+             write: bool) -> Operation[T]:
+        """A call of one run in its partition (a bad id raises here, as the call would)."""
+        part = self.part(run)
+        return self._counted(lambda: make(part), part if write else None)
+
     def get(self, run: str) -> Operation[Current]:
         """See :meth:`RunOps.get`."""
-        return self.part(run).get(run)
+        return self._one(run, lambda part: part.get(run), write=False)
 
     def insert(self, run: str, record: bytes, lease: Lease) -> Operation[int]:
         """See :meth:`RunOps.insert`."""
-        return self.part(run).insert(run, record, lease)
+        return self._one(run, lambda part: part.insert(run, record, lease), write=True)
 
     def compare_and_set(self, run: str, expected: int, record: bytes,
                         lease: Lease) -> Operation[None]:
         """See :meth:`RunOps.compare_and_set`."""
-        return self.part(run).compare_and_set(run, expected, record, lease)
+        return self._one(run, lambda part: part.compare_and_set(run, expected, record, lease),
+                         write=True)
 
     def delete(self, run: str, expected: int, lease: Lease) -> Operation[None]:
         """See :meth:`RunOps.delete`."""
-        return self.part(run).delete(run, expected, lease)
+        return self._one(run, lambda part: part.delete(run, expected, lease), write=True)
 
     def refresh(self, run: str) -> Operation[bool]:
         """See :meth:`RunOps.refresh`."""
-        return self.part(run).refresh(run)
+        return self._one(run, lambda part: part.refresh(run), write=True)
 
     # ------------------------------------------------------------------ many runs
 
@@ -324,9 +402,30 @@ class PartitionedOps(Counted):
 
     def _each(self, call: Callable[[RunOps, list[str]], Operation[list[str]]],
               names: list[str]) -> Steps[list[str]]:
+        """Each partition's runs in one call. When some partitions fail, the call's error
+        (:func:`worst`) says, when it is ``Unavailable``, what the others did: the runs
+        they renewed or released (``done``) and the runs of the failed partitions
+        (``unanswered``), so a caller (the keeper) counts the ones and retries the others."""
         groups = self._by_partition(names)
-        answers = yield from fan(call(self.parts[p], group) for p, group in groups.items())
-        done = {name for value in values_of(answers, write=True) for name in value or ()}
+        answers = yield from self._fan([(deferred(call, self.parts[p], group), self.parts[p])
+                                        for p, group in groups.items()])
+        done: set[str] = set()
+        unanswered: set[str] = set()
+        errors: list[StoreError] = []
+        for group, got in zip(groups.values(), answers, strict=True):
+            if got.error is None:
+                done.update(got.value or ())
+            elif not isinstance(got.error, StoreError):
+                raise got.error
+            else:
+                errors.append(got.error)
+                unanswered.update(group)
+        if errors:
+            error = worst(errors, applied=len(errors) < len(answers))
+            if isinstance(error, Unavailable):
+                error.done = [name for name in names if name in done]
+                error.unanswered = [name for name in names if name in unanswered]
+            raise error
         return [name for name in names if name in done]
 
     def claim_ready(self, owner: str, ttl: int, limit: int, records: bool = False
@@ -406,7 +505,8 @@ class PartitionedOps(Counted):
         for _, _, p, run in entries[limit:]:
             if p not in shares and p not in left:
                 left[p] = run
-        answers = yield from fan([*(claim(self.parts[p], shares[p], budget, p != first)
+        answers = yield from fan([*(self._checked(deferred(claim, self.parts[p], shares[p],
+                                                         budget, p != first), self.parts[p])
                                     for p in order),
                                   *(self.parts[p].give_back_wakeup(index, run)
                                     for p, run in left.items()),
@@ -457,8 +557,8 @@ class PartitionedOps(Counted):
         each outbox (in the claim's round trip: one whose notify failed stays, and is
         delivered again by a later claim; a notify is idempotent)."""
         acks: dict[int, list[tuple[str, int]]] = {}
-        heads = yield from fan((part.heads(index, limit) for part in self.parts),
-                               patient=True)
+        heads = yield from self._fan([(deferred(RunOps.heads, part, index, limit), None)
+                                      for part in self.parts], patient=True)
         deliveries: list[tuple[int, str, int, str, int]] = []
         for d, got in enumerate(heads):
             if got.error is not None:
@@ -473,7 +573,8 @@ class PartitionedOps(Counted):
                     acks.setdefault(d, []).append((entry, version))
         if not deliveries:
             return heads, acks
-        notified = yield from fan((self.parts[w].notify(dependency, version)
+        notified = yield from fan((self._checked(deferred(RunOps.notify, self.parts[w],
+                                                        dependency, version), self.parts[w])
                                    for _, _, w, dependency, version in deliveries),
                                   patient=True)
         for (d, entry, _, _, version), got in zip(deliveries, notified, strict=True):
@@ -484,7 +585,7 @@ class PartitionedOps(Counted):
                             "waiters' partition yet (%s); a later claim delivers it", got.error)
         heads = yield from fan((part.heads(index, limit) for part in self.parts),
                                patient=True)
-        return heads, acks
+        return heads, acks  # counted by now where the first heads needed it
 
     def quarantined(self, limit: int = 1000) -> Spread[list[Quarantined]]:
         """See :meth:`RunOps.quarantined`: every partition's, merged."""
@@ -507,10 +608,16 @@ class PartitionedOps(Counted):
         return Spread(self._migrate(count))
 
     def _migrate(self, count: int) -> Steps[tuple[int, bool, int, int]]:
-        answers = yield from fan(part.migrate_step(count) for part in self.parts)
+        answers = yield from self._fan([(deferred(RunOps.migrate_step, part, count), part)
+                                        for part in self.parts])
         steps = [got.unwrap() for got in answers]
         return (sum(s[0] for s in steps), all(s[1] for s in steps),
                 sum(s[2] for s in steps), sum(s[3] for s in steps))
+
+
+def deferred(call: Callable[..., Operation[T]], *args: Any) -> Callable[[], Operation[T]]:
+    """``call(*args)``, made when called (each time: a call sent again is made again)."""
+    return lambda: call(*args)
 
 
 def _soonest(waits: list[int]) -> int:

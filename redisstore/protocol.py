@@ -477,6 +477,12 @@ def text(value: Any) -> str:
 EVICTING = ("allkeys-lru", "allkeys-lfu", "allkeys-random")
 
 
+class PerNode(set[str]):
+    """The one-time server checks of a cluster's shell: each is of one node, so a store of
+    partitions keeps them per partition (:class:`~redisstore.partitions.PartitionedOps`),
+    each partition's asked of its own node before its first write there."""
+
+
 def eviction_policy(route: str) -> Operation[str | None]:
     """The ``maxmemory-policy`` of the server holding the key ``route`` (on a cluster, the
     node of its slot: the one whose settings the namespace depends on), from ``INFO memory``

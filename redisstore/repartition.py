@@ -69,7 +69,15 @@ def _ops(namespace: str, count: int, discover: Discover | None,
     if count == 1:
         return [RunOps(namespace, discover, projection_version, durability=durability)]
     return PartitionedOps(namespace, discover, projection_version, durability=durability,
-                          partitions=count).parts
+                          partitions=count).repartitioning().parts
+
+
+def _record(client: Any, namespace: str, span: int, count: int) -> None:
+    """Record ``count`` in the meta of partitions 0 to ``span - 1``: every script of a store
+    of partitions compares its own with it (0: being repartitioned, every store refused;
+    1: the namespace's own keys hold the runs)."""
+    for p in range(span):
+        client.hset(Keyspace(namespace, p).meta, "partitions", count)
 
 
 def _scan(client: Any, key: str, match: str) -> Iterator[bytes]:
@@ -100,6 +108,10 @@ def repartition(client: Any, namespace: str, to: int, *, discover: Discover | No
     # Under way until the end: stores of partitions refuse the namespace meanwhile (their
     # count check reads it), and a run of this step stopped anywhere resumes from here.
     client.hset(meta, mapping={"repartition-from": before, "repartition-to": to})
+    # Every partition of either count is marked too: a store opened before the step, whose
+    # calls never read the namespace's own meta again, is refused by each partition's.
+    span = max(before, to) if max(before, to) > 1 else 0
+    _record(client, namespace, span, 0)
     if to == 1:
         # The namespace's own keys take the runs back, whose scripts refuse a recorded
         # count.
@@ -148,6 +160,7 @@ def repartition(client: Any, namespace: str, to: int, *, discover: Discover | No
             io.drive(source.delete(run, current.revision, Release()))
             arrived.add(run)
             moved += 1
+    _record(client, namespace, span, to)
     if to > 1:
         client.hset(meta, "partitions", to)
     client.hdel(meta, "repartition-from", "repartition-to")
@@ -241,7 +254,7 @@ def _repository_ops(namespace: str, count: int) -> list[RepositoryOps]:
     """The operations of each partition of a repository of ``count``."""
     if count == 1:
         return [RepositoryOps(namespace)]
-    return PartitionedRepositoryOps(namespace, partitions=count).parts
+    return PartitionedRepositoryOps(namespace, partitions=count).repartitioning().parts
 
 
 def repartition_repository(client: Any, namespace: str, to: int, *,
@@ -268,6 +281,11 @@ def repartition_repository(client: Any, namespace: str, to: int, *,
     # Under way until the end: repositories of partitions refuse the namespace meanwhile
     # (their count check reads it), and a run of this step stopped anywhere resumes.
     client.set(keys.repo_repartition, f"{before} {to}")
+    # Every partition of either count is marked too: a repository opened before the step,
+    # which never reads the namespace's own count again, is refused by each partition.
+    span = max(before, to) if max(before, to) > 1 else 0
+    for p in range(span):
+        client.set(Keyspace(namespace, p).repo_partitions, 0)
     if to == 1:
         # The namespace's own keys take the records back, whose scripts refuse a count.
         client.delete(keys.repo_partitions)
@@ -316,6 +334,8 @@ def repartition_repository(client: Any, namespace: str, to: int, *,
                     "engines must be stopped); nothing more was moved")
             io.drive(source.delete(id, record.rec_version))
             moved += 1
+    for p in range(span):
+        client.set(Keyspace(namespace, p).repo_partitions, to)
     if to > 1:
         client.set(keys.repo_partitions, to)
     client.delete(keys.repo_repartition)

@@ -1,7 +1,7 @@
 """The instance repository port: its values, its interface, argument checks and the
 sans-I/O operations of the Redis repository.
 
-The values are plain data, as in the Go seed: building an :class:`InstanceRecord` with an
+The values are plain data: building an :class:`InstanceRecord` with an
 empty group or a naive datetime is allowed, and a repository refuses it when it is saved
 (``ValueError`` / ``TypeError``, before anything is sent). Only the payload is normalised
 on construction: a ``bytearray`` or ``memoryview`` is copied into ``bytes``, so a record
@@ -32,7 +32,7 @@ from .errors import (
 )
 from .keys import Keyspace
 from .protocol import EVICTING, Call, Operation, ask, config_get, eviction_policy, text
-from .runops import Code, reply_parts
+from .runops import Code, Uncounted, partitioned, reply_parts
 from .runs import check_int, check_text
 
 #: Version of the repository's key layout; ``migrate`` records it in the namespace.
@@ -172,8 +172,8 @@ class InFlightPage:
 class Repository(Protocol):
     """The instance repository port, as the sync repositories implement it.
 
-    ``migrate()`` and ``cluster_compatibility()`` are optional capabilities (the seed's
-    ``Migrator`` and ``ClusterAware``); both bundled repositories have them.
+    ``migrate()`` and ``cluster_compatibility()`` are optional capabilities (a migrator and
+    cluster awareness); both bundled repositories have them.
     """
 
     def save(self, rec: InstanceRecord) -> int:
@@ -380,10 +380,12 @@ def parse_record(id: str, payload: Any) -> InstanceRecord:
 
 
 def answer(id: str, *, stale: Callable[[Any], StoreError] | None = None,
-           group: str = "", namespace: str = "") -> Callable[[Any], Any]:
+           group: str = "", namespace: str = "", opened: int | None = None
+           ) -> Callable[[Any], Any]:
     """A parser of ``{code, payload, dropped, next_due}`` replies (the run store's shape and
     :class:`~redisstore.runops.Code`): the payload on OK, else the contract's answer.
-    ``stale`` makes CONFLICT's error from the stored version."""
+    ``stale`` makes CONFLICT's error from the stored version; ``opened``: the partition
+    count of the repository that calls (None: one partition)."""
 
     def parse(reply: Any) -> Any:
         code, payload = reply_parts(reply)
@@ -400,16 +402,23 @@ def answer(id: str, *, stale: Callable[[Any], StoreError] | None = None,
                 f"namespace {namespace!r} has repository layout version {int(payload)}, "
                 f"newer than this library's {LAYOUT_VERSION}: upgrade redisstore on this node")
         if code == Code.PARTITIONED:
-            raise Misconfigured(
-                f"namespace {namespace!r} is spread over {int(payload)} partitions: open the "
-                f"repository with partitions={int(payload)} (nothing was written)")
+            if opened is None:
+                raise Misconfigured(
+                    f"namespace {namespace!r} is spread over {int(payload)} partitions: open "
+                    f"the repository with partitions={int(payload)} (nothing was written)")
+            raise partitioned(namespace, int(payload), opened, what="repository",
+                              step="redisstore.repartition_repository")
+        if code == Code.UNCOUNTED:
+            raise Uncounted(f"namespace {namespace!r}: a partition records no repository "
+                            "partition count (nothing was written)")
         raise ValueError(f"unexpected reply code {code!r}")
 
     return parse
 
 
-def _load_answer(id: str, namespace: str) -> Callable[[Any], InstanceRecord | None]:
-    ok = answer(id, namespace=namespace)
+def _load_answer(id: str, namespace: str, opened: int | None = None
+                 ) -> Callable[[Any], InstanceRecord | None]:
+    ok = answer(id, namespace=namespace, opened=opened)
 
     def parse(reply: Any) -> InstanceRecord | None:
         if isinstance(reply, list) and reply and reply[0] == Code.NOT_FOUND:
@@ -441,6 +450,10 @@ class RepositoryOps:
         self.logger: Logger = logger if logger is not None else log
         # save is the hot path (one per engine checkpoint): name its fixed keys once.
         self._prefix = self.keys.prefix
+        #: ARGV[1] of its scripts: the key prefix, and in a repository of partitions its
+        #: count (lua/_common.lua's COUNT_ARG); the count, which refusals name.
+        self.arg1 = self.keys.prefix
+        self.opened: int | None = None
         self._save_keys = (self.keys.groups, self.keys.terminal, self.keys.terminal_seq)
 
     def save(self, rec: InstanceRecord) -> Operation[int]:
@@ -464,7 +477,7 @@ class RepositoryOps:
         offset = 0 if lease.expiry is None else offset_us(lease.expiry)
         prefix = self._prefix
         groups, terminal, terminal_seq = self._save_keys
-        args = (prefix, rec.id, 0 if placed else rec.rec_version, rec.payload, rec.group,
+        args = (self.arg1, rec.id, 0 if placed else rec.rec_version, rec.payload, rec.group,
                 rec.tenant, expiry, offset, lease.owner, lease.incarnation, str(rec.status),
                 MAX_VERSION if placed else self.max_terminal, placed)
         # The same names as Keyspace.instance / Keyspace.inflight, without the calls.
@@ -483,7 +496,7 @@ class RepositoryOps:
 
     def _answer(self, id: str, **options: Any) -> Callable[[Any], Any]:
         """:func:`answer` for a call of this namespace (its messages name it)."""
-        return answer(id, namespace=self.keys.namespace, **options)
+        return answer(id, namespace=self.keys.namespace, opened=self.opened, **options)
 
     def warn_evicted(self, id: str) -> None:
         """The warning for one evicted terminal record."""
@@ -503,8 +516,9 @@ class RepositoryOps:
         """The record stored under ``id``, or None; ``Corrupt`` when it fails validation."""
         id = check_id(id)
         return (yield from ask(Call(scripts.REPO_LOAD, (self.keys.instance(id),),
-                                    (self.keys.prefix, id),
-                                    _load_answer(id, self.keys.namespace), write=False)))
+                                    (self.arg1, id),
+                                    _load_answer(id, self.keys.namespace, self.opened),
+                                    write=False)))
 
     def delete(self, id: str, expected_version: int | None = None) -> Operation[None]:
         """Remove the record (a damaged one too, unless fenced) and its index entries; a
@@ -513,7 +527,7 @@ class RepositoryOps:
         fence = check_expected_version(expected_version)
         yield from ask(Call(
             scripts.REPO_DELETE, (self.keys.instance(id), self.keys.terminal),
-            (self.keys.prefix, id, "" if fence is None else fence),
+            (self.arg1, id, "" if fence is None else fence),
             self._answer(id, stale=lambda stored: ConcurrentUpdate(id, fence or 0,
                                                                    int(stored)))))
 
@@ -559,7 +573,7 @@ class RepositoryOps:
         """One script's page: (ids, the now it used, the cursor or None when complete)."""
         payload = yield from ask(Call(
             scripts.REPO_LIST_IN_FLIGHT, (self.keys.inflight(group),),
-            (self.keys.prefix, group, at, limit, *after),
+            (self.arg1, group, at, limit, *after),
             self._answer(""), write=False))
         raw_ids, score, last, used = payload
         ids = []
@@ -580,14 +594,14 @@ class RepositoryOps:
         """Add ``group`` to the registry (idempotent)."""
         group = check_group(group)
         yield from ask(Call(scripts.REPO_REGISTER_GROUP, (self.keys.groups,),
-                            (self.keys.prefix, group),
+                            (self.arg1, group),
                             self._answer("")))
 
     def group_exists(self, group: str) -> Operation[bool]:
         """Whether ``group`` is registered."""
         group = check_group(group)
         found = yield from ask(Call(scripts.REPO_GROUP_EXISTS, (self.keys.groups,),
-                                    (self.keys.prefix, group),
+                                    (self.arg1, group),
                                     self._answer(""), write=False))
         return bool(found)
 
@@ -602,7 +616,7 @@ class RepositoryOps:
     def record_layout(self) -> Operation[int]:
         """Record this library's layout version; returns the one found (0: none)."""
         found = yield from ask(Call(scripts.REPO_MIGRATE, (self.keys.layout,),
-                                    (self.keys.prefix, LAYOUT_VERSION),
+                                    (self.arg1, LAYOUT_VERSION),
                                     self._answer("")))
         return int(found)
 

@@ -100,9 +100,16 @@ def reply_parts(reply: Any) -> tuple[Any, Any]:
     return reply[0], reply[1]
 
 
-def answer(run: str, namespace: str) -> Callable[[Any], Any]:
+class Uncounted(Misconfigured):
+    """A partition records no partition count, and the caller's store has not checked the
+    namespace's own yet (nothing was written): a store of partitions checks it
+    (:meth:`redisstore.partitions.Counted.count_check`) and sends the call again."""
+
+
+def answer(run: str, namespace: str, opened: int | None = None) -> Callable[[Any], Any]:
     """A parser for ``{code, payload, ...}`` replies: the payload on OK, else the contract's
-    answer (NotFound, Conflict...) or Corrupt / Misconfigured."""
+    answer (NotFound, Conflict...) or Corrupt / Misconfigured. ``opened``: the partition
+    count of the store that calls (None: one partition)."""
 
     def parse(reply: Any) -> Any:
         code, payload = reply_parts(reply)
@@ -123,9 +130,10 @@ def answer(run: str, namespace: str) -> Callable[[Any], Any]:
                 f"namespace {namespace!r} has run layout version {int(payload)}, newer than "
                 f"this library's {LAYOUT}: upgrade redisstore on this node")
         if code == Code.PARTITIONED:
-            raise Misconfigured(
-                f"namespace {namespace!r} is spread over {int(payload)} partitions: open it "
-                f"with partitions={int(payload)} (nothing was written)")
+            raise partitioned(namespace, int(payload), opened)
+        if code == Code.UNCOUNTED:
+            raise Uncounted(f"namespace {namespace!r}: a partition records no partition "
+                            "count (nothing was written)")
         if code == Code.TOO_OLD:
             raise Misconfigured(
                 f"namespace {namespace!r} has run layout version {int(payload)}; delete and "
@@ -134,6 +142,29 @@ def answer(run: str, namespace: str) -> Callable[[Any], Any]:
         raise ValueError(f"unknown reply code {code!r}")
 
     return parse
+
+
+def partitioned(namespace: str, recorded: int, opened: int | None, *, what: str = "store",
+                step: str = "redisstore.repartition") -> Misconfigured:
+    """The refusal of a namespace whose count (``recorded``: as a partition, or the
+    namespace's own meta, records it) is not ``opened``, the caller's (a ``what`` whose
+    count ``step`` changes)."""
+    if opened is None:
+        return Misconfigured(
+            f"namespace {namespace!r} is spread over {recorded} partitions: open it with "
+            f"partitions={recorded} (nothing was written)")
+    if recorded == 0:
+        return Misconfigured(
+            f"namespace {namespace!r} is being repartitioned ({step} stopped before its "
+            f"end, or runs now): finish it first, then open the {what} with the new count "
+            "(nothing was written)")
+    return Misconfigured(
+        f"namespace {namespace!r} is "
+        + (f"spread over {recorded} partitions" if recorded > 1 else
+           f"used by a {what} of one partition")
+        + f" and this {what} was opened with partitions={opened}: open it with "
+        f"partitions={recorded} (its count changed since it was opened? Nothing was "
+        "written; docs/scale-out.md says how to change the count)")
 
 
 def with_wait(parse: Callable[[Any], Any]) -> Callable[[Any], tuple[Any, int]]:
@@ -283,6 +314,11 @@ class RunOps:
                                  {"eviction", "WAITAOF" if durability.aof else "WAIT"})
         k = self.keys
         self._write_keys = (k.leases, k.ready, k.meta)
+        #: ARGV[1] of its scripts: the key prefix, and in a store of partitions the count
+        #: the partition compares with the one it records (lua/_common.lua's TAIL).
+        self.arg1 = k.prefix
+        #: The partition count of the store (None: one partition), which refusals name.
+        self.opened: int | None = None
 
     def _wait(self, record: bytes) -> tuple[tuple[Arg, ...], str | None]:
         """The wait's script arguments, and its dependency when that is in another
@@ -306,7 +342,7 @@ class RunOps:
     def watch(self, run: str, watcher: int) -> Operation[int]:
         """Note ``watcher`` (a partition) as waiting on ``run``; run's version here."""
         k = self.keys
-        version = yield from ask(Call(scripts.RUN_WATCH, (k.meta,), (k.prefix, run, watcher),
+        version = yield from ask(Call(scripts.RUN_WATCH, (k.meta,), (self.arg1, run, watcher),
                                       self._answer(run), write=False))
         return int(version)
 
@@ -314,7 +350,7 @@ class RunOps:
         """Deliver ``dependency``'s version (from its partition's outbox); idempotent."""
         k = self.keys
         rose = yield from ask(Call(scripts.RUN_NOTIFY, (k.meta, k.fanout),
-                                   (k.prefix, dependency, version, self.projection_version),
+                                   (self.arg1, dependency, version, self.projection_version),
                                    self._answer(), write=False))
         return bool(rose)
 
@@ -324,11 +360,11 @@ class RunOps:
         k = self.keys
         flat = tuple(x for entry, version in entries for x in (entry, version))
         gone = yield from ask(Call(scripts.RUN_DELIVERED, (k.prefix + "outbox",),
-                                   (k.prefix, *flat), self._answer(), write=False))
+                                   (self.arg1, *flat), self._answer(), write=False))
         return int(gone)
 
     def _answer(self, run: str = "") -> Callable[[Any], Any]:
-        return answer(run, self.keys.namespace)
+        return answer(run, self.keys.namespace, self.opened)
 
     def checked(self) -> bool:
         """Whether :meth:`server_check` has passed for this client."""
@@ -386,7 +422,7 @@ class RunOps:
 
     def now(self) -> Operation[int]:
         """Backend clock, UTC ms, read by the server (or cluster node) holding the namespace."""
-        now = yield from ask(Call(scripts.RUN_NOW, (self.keys.leases,), (self.keys.prefix,),
+        now = yield from ask(Call(scripts.RUN_NOW, (self.keys.leases,), (self.arg1,),
                                   self._answer(), write=False))
         return int(now)
 
@@ -394,7 +430,7 @@ class RunOps:
         """The run's record, revision, holder and claim info."""
         run = check_run(run)
         payload = yield from ask(Call(scripts.RUN_GET, (self.keys.run(run), self.keys.meta),
-                                      (self.keys.prefix, run), self._answer(run), write=False))
+                                      (self.arg1, run), self._answer(run), write=False))
         return parse_current(payload)
 
     def insert(self, run: str, record: bytes, lease: Lease) -> Operation[int]:
@@ -404,7 +440,7 @@ class RunOps:
         record = check_record(record, self.max_record_bytes)
         wait, foreign = self._wait(record)
         watched = (yield from self._watched(foreign)) if foreign is not None else ()
-        args = (self.keys.prefix, run, record, *lease_args(lease), *wait, *watched)
+        args = (self.arg1, run, record, *lease_args(lease), *wait, *watched)
         revision = yield from ask(Call(scripts.RUN_INSERT,
                                        (self.keys.run(run), *self._write_keys), args,
                                        self._answer(run)))
@@ -417,7 +453,7 @@ class RunOps:
         record = check_record(record, self.max_record_bytes)
         wait, foreign = self._wait(record)
         watched = (yield from self._watched(foreign)) if foreign is not None else ()
-        args = (self.keys.prefix, run, expected, record, *lease_args(lease), *wait, *watched)
+        args = (self.arg1, run, expected, record, *lease_args(lease), *wait, *watched)
         yield from ask(Call(scripts.RUN_COMPARE_AND_SET, (self.keys.run(run), *self._write_keys),
                             args, self._answer(run)))
 
@@ -427,7 +463,7 @@ class RunOps:
         if not names:
             return []
         payload = yield from ask(Call(scripts.RUN_RENEW, (self.keys.leases, self.keys.meta),
-                                      (self.keys.prefix, owner, ttl, *names), self._answer()))
+                                      (self.arg1, owner, ttl, *names), self._answer()))
         return parse_names(payload)
 
     def release(self, owner: str, runs: Iterable[str]) -> Operation[list[str]]:
@@ -437,7 +473,7 @@ class RunOps:
             return []
         k = self.keys
         payload = yield from ask(Call(scripts.RUN_RELEASE, (k.leases, k.ready, k.meta),
-                                      (k.prefix, owner, self.projection_version, *names),
+                                      (self.arg1, owner, self.projection_version, *names),
                                       self._answer()))
         return parse_names(payload)
 
@@ -445,7 +481,7 @@ class RunOps:
         """Remove the run at revision expected under the lease condition."""
         run, expected, lease = check_run(run), check_revision(expected), check_lease(lease)
         yield from ask(Call(scripts.RUN_DELETE, (self.keys.run(run), *self._write_keys),
-                            (self.keys.prefix, run, expected, *lease_args(lease),
+                            (self.arg1, run, expected, *lease_args(lease),
                              self.projection_version), self._answer(run)))
 
     def claim_expired(self, owner: str, ttl: int, limit: int, records: bool = False,
@@ -469,7 +505,7 @@ class RunOps:
         (0: ids only; ``strict``: the first run too must fit)."""
         payload, wait = yield from ask(Call(
             scripts.RUN_CLAIM_EXPIRED, (self.keys.leases, self.keys.meta),
-            (self.keys.prefix, owner, ttl, limit, budget, _opt(bound),
+            (self.arg1, owner, ttl, limit, budget, _opt(bound),
              *(("1",) if strict else ())), with_wait(self._answer())))
         return (parse_claimed(payload) if budget else parse_names(payload)), wait
 
@@ -493,7 +529,7 @@ class RunOps:
         payload, wait = yield from ask(Call(
             scripts.RUN_CLAIM_READY,
             (self.keys.ready, self.keys.leases, self.keys.meta, self.keys.fanout),
-            (self.keys.prefix, owner, ttl, limit, self.projection_version, budget,
+            (self.arg1, owner, ttl, limit, self.projection_version, budget,
              *(("1",) if strict else ())), with_wait(self._answer())))
         return (parse_claimed(payload) if budget else parse_names(payload)), wait
 
@@ -505,7 +541,7 @@ class RunOps:
         k = self.keys
         flat, pending, wait, outbox = yield from ask(Call(
             scripts.RUN_HEADS, (k.ready, k.leases, k.meta, k.fanout),
-            (k.prefix, index, limit),
+            (self.arg1, index, limit),
             lambda reply: (self._answer()(reply), *reply[2:4], reply[4] if len(reply) > 4
                            else []), write=False))
         # Ties go by the ids' bytes, as the scripts and the memory reference order them.
@@ -573,7 +609,7 @@ class RunOps:
             current = yield from self.get(run)
             wait, foreign = self._wait(current.record)
             watched = (yield from self._watched(foreign)) if foreign is not None else ()
-            args = (self.keys.prefix, run, current.revision, *wait, *watched)
+            args = (self.arg1, run, current.revision, *wait, *watched)
             try:
                 indexed = yield from ask(Call(
                     scripts.RUN_REFRESH, (self.keys.run(run), self.keys.ready, self.keys.meta),
@@ -589,7 +625,7 @@ class RunOps:
         done, damaged runs left as they were, index entries moved)."""
         count = check_migrate_count(count)
         moved, done, damaged, entries = yield from ask(Call(
-            scripts.RUN_MIGRATE, (self.keys.meta,), (self.keys.prefix, count), self._answer()))
+            scripts.RUN_MIGRATE, (self.keys.meta,), (self.arg1, count), self._answer()))
         return int(moved), bool(done), int(damaged), int(entries)
 
     def quarantined(self, limit: int = 1000) -> Operation[list[Quarantined]]:
@@ -600,7 +636,7 @@ class RunOps:
         while len(found) < limit:
             cursor_b, flat = yield from ask(Call(scripts.RUN_QUARANTINED,
                                                  (self.keys.quarantine,),
-                                                 (self.keys.prefix, cursor), self._answer(),
+                                                 (self.arg1, cursor), self._answer(),
                                                  write=False))
             for i in range(0, len(flat) - 1, 2):
                 index, _, run = text(flat[i]).partition("|")

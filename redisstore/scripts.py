@@ -89,6 +89,7 @@ class Code(IntEnum):
     TOO_NEW = 8
     TOO_OLD = 9
     PARTITIONED = 10
+    UNCOUNTED = 11
 
 
 #: The Lua definitions the build writes into each lib, from Python: each enum becomes one

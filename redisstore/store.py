@@ -146,18 +146,28 @@ class RedisRunStore(_Closes, Shell[RunOps | PartitionedOps]):
         """The backend clock (Redis ``TIME``), UTC Unix milliseconds."""
         return self._io.drive(self._ops.counting(self._ops.now()))
 
+    #: Whether a keeper closes this store when it ends (not a cluster's twin, whose node
+    #: connections are every store's on its client).
+    _keeper_closes = True
+
     def _dedicated(self, timeout: int) -> RedisRunStore:
         """This store on connections of its own (a Keeper's), with a deadline of at most
-        ``timeout`` ms; close it when done. On a cluster client, the store itself: its node
-        connections are the client's (closing them would disconnect every other store)."""
-        if self._io.cluster:
-            return self
+        ``timeout`` ms; close it when done. On a cluster client, with the client's node
+        connections (closing them would disconnect every other store): the keeper does not
+        close it, and its deadline is capped all the same (a hung node costs a renewal
+        ``timeout`` at most)."""
         twin = copy.copy(self)
         io = self._io
         twin._io = Transport(io.client, io.durability, min(timeout, io.timeout),
-                             dedicated=True)
+                             dedicated=not io.cluster)
         twin._wake, twin._wake_lock = None, threading.Lock()
+        twin._keeper_closes = not io.cluster
         return twin
+
+    def _place(self, run: str) -> int:
+        """The partition of ``run`` (0 in a store of one partition): a keeper leaves a failed
+        partition's runs out of the rest of its round."""
+        return self._ops.place(run) if isinstance(self._ops, PartitionedOps) else 0
 
     def pipeline(self) -> Pipeline:
         """Queue calls and send them in one round trip::

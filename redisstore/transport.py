@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 from . import telemetry
 from .outcomes import Exchange, Lost, Reply
 from .pipeline import MIN_PATIENCE, Spreading, Suspects, patience, straggled
-from .protocol import Batch, Driver, Durability, Machine, Operation, Spread
+from .protocol import Batch, Driver, Durability, Machine, Operation, PerNode, Spread
 from .wakeups import Nodes
 from .wire import (
     RELEARNING,
@@ -328,7 +328,7 @@ class Transport:
             source = client.connection_pool
             self._pool = Pool(source) if dedicated else pool_for(source)
         #: The one-time server checks done for this client, shared by its stores.
-        self.checks: set[str] = set() if self._pool is None else self._pool.checks
+        self.checks: set[str] = PerNode() if self._pool is None else self._pool.checks
         #: fakeredis: no maxmemory, no persistence settings, nothing to check on the server.
         self.fake = never_evicts(client)
         if self.fake:

@@ -22,6 +22,8 @@ from typing import Any
 import pytest
 import redis
 
+import redisstore
+
 REQUIRE = os.environ.get("REDISSTORE_REQUIRE_SERVERS") == "1"
 
 
@@ -305,9 +307,7 @@ def unique_namespace(prefix: str = "rstest") -> str:
 
 def drop_namespace(client: redis.Redis, namespace: str) -> None:
     """Delete one namespace's keys from a shared server (never FLUSHALL someone's server)."""
-    keys = list(client.scan_iter(match="{" + namespace + "}:*", count=1000))
-    for i in range(0, len(keys), 500):
-        client.delete(*keys[i:i + 500])
+    redisstore.drop_namespace(client, namespace)
 
 
 def warm(client: Any) -> None:

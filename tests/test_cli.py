@@ -260,3 +260,82 @@ def test_clock_skew_warns_past_50_ms_beyond_the_round_trips() -> None:
     assert far[0] == "warn" and "80.0 ms apart" in far[1] and "NTP" in far[2]
     # 60 ms apart, but a 30 ms round trip leaves it unsure by 15: no warning.
     assert cli.clock_skew([("a", 0.0, 30.0), ("b", 60.0, 0.2)])[0] == "ok"
+
+
+def _interrupted(argv: list[str], after: str | None) -> tuple[int, str]:
+    """Run ``redisstore argv`` in a process of its own, send it Ctrl-C (SIGINT) once its
+    output shows ``after`` (None: after 2 s); its exit code and everything it printed."""
+    import signal
+    import subprocess
+    import sys
+    import threading
+    import time
+
+    done = subprocess.Popen([sys.executable, "-m", "redisstore", *argv], text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    assert done.stdout is not None
+    seen: list[str] = []
+    timer = threading.Timer(30, done.kill)
+    timer.start()
+    try:
+        if after is None:
+            time.sleep(2)
+            done.send_signal(signal.SIGINT)
+        for line in done.stdout if after is not None else ():
+            seen.append(line)
+            if after in line:
+                done.send_signal(signal.SIGINT)
+                break
+        seen.append(done.stdout.read())
+        return done.wait(), "".join(seen)
+    finally:
+        timer.cancel()
+
+
+@pytest.mark.server
+@pytest.mark.parametrize(("argv", "after"), [
+    (["demo"], "node-a renews"), (["bench", "--ops", "100000"], None)])
+def test_ctrl_c_is_one_line_and_leaves_nothing_behind(redis7: Server, argv: list[str],
+                                                      after: str | None) -> None:
+    namespace = f"cli-{uuid.uuid4().hex[:8]}"
+    url = f"redis://127.0.0.1:{redis7.port}/0"
+    code, out = _interrupted([*argv, "--url", url, "--namespace", namespace], after)
+    assert code == cli.INTERRUPTED, out
+    assert "Traceback" not in out and "KeyboardInterrupt" not in out, out
+    assert "interrupted" in out
+    assert list(redis7.client().scan_iter(match=f"{{{namespace}}}:*")) == []
+
+
+@pytest.mark.server
+def test_inspect_of_a_namespace_that_holds_nothing_says_so(monkeypatch: pytest.MonkeyPatch,
+                                                         redis7: Server) -> None:
+    url = f"redis://127.0.0.1:{redis7.port}/0"
+    code, out = run(["inspect", "--url", url, "--namespace", "no-such-namespace"], monkeypatch)
+    assert code == 1 and "has no keys" in out and "no-such-namespace" in out
+
+
+@pytest.mark.parametrize("command", ["demo", "inspect", "drop"])
+def test_an_empty_namespace_is_refused_with_the_commands_usage(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        command: str) -> None:
+    monkeypatch.setenv("REDISSTORE_URL", "redis://127.0.0.1:1/0")
+    with pytest.raises(SystemExit) as exited:
+        cli.main([command, "--namespace", ""])
+    err = capsys.readouterr().err
+    assert exited.value.code == 2
+    assert f"usage: redisstore {command}" in err and "must not be empty" in err
+
+
+def test_a_server_that_needs_a_password_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    import redis
+
+    def refuse(url: str) -> Any:
+        raise redis.exceptions.AuthenticationError(
+            "HELLO must be called with the client already authenticated, otherwise the "
+            "HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client "
+            "and select the RESP protocol version at the same time")
+
+    monkeypatch.setattr("redis.Redis.from_url", refuse)
+    code, out = run(["inspect", "--url", "redis://127.0.0.1:6390/0", "--namespace", "x"],
+                    monkeypatch)
+    assert code == 2 and "needs a password" in out and out.count("\n") == 1

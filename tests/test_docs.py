@@ -90,3 +90,35 @@ def test_readme_usage_prints_what_its_comments_say(monkeypatch: pytest.MonkeyPat
     # A second run on the same server works too (the id comes back above its old revision).
     exec(compile(usage, "README.md usage", "exec"), {"__name__": "__docs__"})
     assert capsys.readouterr().out.strip() == "Held(owner='node-b', live=True)"
+
+
+@pytest.mark.server
+def test_every_readme_block_runs_alone_twice_on_a_server_and_leaves_nothing(
+        monkeypatch: pytest.MonkeyPatch, redis7: Any) -> None:
+    """A newcomer pastes each block of README.md on its own (nothing from an earlier block),
+    twice, against a real server: each runs both times and leaves no key behind."""
+    port = redis7.port
+
+    class Real(redis.Redis):
+        """Whatever server a block names (127.0.0.1:6379, or fakeredis): the test's own."""
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(host="127.0.0.1", port=port)
+
+    monkeypatch.setattr(redis, "Redis", Real)
+    monkeypatch.setattr(fakeredis, "FakeRedis", Real)
+    admin = redis7.client()
+    for i, block in enumerate(blocks("README.md")):
+        for attempt in (1, 2):
+            before = set(admin.scan_iter(count=1000))
+            out = io.StringIO()
+            try:
+                with contextlib.redirect_stdout(out):
+                    exec(compile(block, f"README.md, python block {i + 1}", "exec"),
+                         {"__name__": "__docs__"})
+            except Exception as exc:
+                raise AssertionError(f"README.md, python block {i + 1}, run {attempt}: "
+                                     f"{type(exc).__name__}: {exc}\n{block}") from exc
+            left = set(admin.scan_iter(count=1000)) - before
+            assert not left, (f"README.md, python block {i + 1}, run {attempt} left "
+                              f"{sorted(left)[:5]}")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import threading
 import time
 from collections.abc import Iterator
@@ -21,12 +22,15 @@ from redisstore import (
     AsyncKeeper,
     AsyncRedisRunStore,
     Claim,
+    Closed,
+    Free,
     Held,
     Keeper,
     Lost,
     MemoryRunStore,
     RedisRunStore,
     Seize,
+    StoreError,
     Unavailable,
 )
 from redisstore.keeper import DEADLINE, NOT_RENEWED, STOPPED
@@ -107,7 +111,7 @@ def test_a_discarded_run_runs_out_and_close_can_release_the_rest() -> None:
     assert keeper.release(["nothing"]) == []
     keeper.close(release=True)
     assert store.get("kept").holder.__class__.__name__ == "Free"
-    with pytest.raises(RuntimeError, match="closed"):
+    with pytest.raises(StoreError, match="closed"):  # a StoreError (Closed), as every answer
         keeper.add("kept")
     keeper.close()  # idempotent
 
@@ -128,8 +132,9 @@ def test_a_keeper_that_dies_reports_every_run_and_raises() -> None:
     assert isinstance(keeper.failure, KeyError)
     assert sorted(lost, key=lambda item: item.run) == [Lost("a", STOPPED), Lost("b", STOPPED)]
     assert not keeper.valid("a")
-    with pytest.raises(RuntimeError, match="stopped"):
+    with pytest.raises(Closed, match="stopped") as stopped:
         keeper.add("c")
+    assert isinstance(stopped.value.__cause__, KeyError)
     keeper.close()
 
 
@@ -450,3 +455,297 @@ def test_an_async_keeper_refuses_to_block_its_callers_loop() -> None:
         await keeper.aclose()
 
     asyncio.run(main())
+
+
+class PartlyDown(MemoryRunStore):
+    """A memory store whose runs in ``down`` are in a failed partition: a renewal that
+    names them raises as a store of partitions does (``Unavailable``, what the answering
+    partitions did in ``done``, the failed one's runs in ``unanswered``); every call is
+    recorded (its time and runs)."""
+
+    def __init__(self, down: set[str]) -> None:
+        super().__init__()
+        self.down = down
+        self.calls: list[tuple[float, list[str]]] = []
+
+    def renew(self, owner: str, runs: Any, ttl: int) -> list[str]:
+        names = list(runs)
+        self.calls.append((time.monotonic(), names))
+        dead = [run for run in names if run in self.down]
+        alive = [run for run in names if run not in self.down]
+        done = super().renew(owner, alive, ttl) if alive else []
+        if not dead:
+            return done
+        error = Unavailable("1 of the call's partitions failed",
+                            outcome="unknown" if alive else "not_applied")
+        error.done, error.unanswered = done, dead
+        raise error
+
+
+@pytest.mark.parametrize("heals", [False, True])
+def test_a_failed_partition_costs_only_its_runs_and_its_retries_back_off(
+        heals: bool) -> None:
+    """The runs the answering partitions renewed count as renewed; only the failed
+    partition's runs are tried again, after 0 (unknown), 50, 100, 200 ms... at most a period
+    apart, never in a loop; they are lost at their own bound, unless the partition comes
+    back before it."""
+    down = {"d0", "d1"}
+    store = PartlyDown(down)
+    lost: list[tuple[float, Lost]] = []
+    with Keeper(store, "me", TTL, on_lost=lambda item: lost.append((time.monotonic(), item))
+                ) as keeper:
+        for run in ["d0", "h0", "d1", "h1", "h2"]:
+            take(store, keeper, run)
+        time.sleep(0.05)
+        began = time.monotonic()
+        store.calls.clear()
+        if heals:
+            time.sleep(TTL / 1000 / 2)
+            down.clear()
+        time.sleep(TTL * 2 / 1000)
+        calls = list(store.calls)
+        assert all(keeper.valid(run) for run in ["h0", "h1", "h2"])
+        assert all(store.get(run).holder == Held("me", True) for run in ["h0", "h1", "h2"])
+        if heals:
+            assert lost == [] and keeper.valid("d0") and keeper.valid("d1")
+        else:
+            assert sorted(item.run for _, item in lost) == ["d0", "d1"]
+            assert {item.reason for _, item in lost} == {DEADLINE}
+            bound = (TTL - keeper.margin - keeper.renew_every) / 1000
+            assert all(at >= began + bound for at, _ in lost)
+    retries = [at for at, names in calls if set(names) <= down]
+    gaps = [b - a for a, b in itertools.pairwise(retries)]
+    # 2 ttls of 200 ms periods: 6 rounds or so, a few retries between them.
+    assert len(calls) <= 20, calls
+    assert all(gap >= 0.045 for gap in gaps[1:]), gaps  # the first resend may go at once
+
+
+class OneHung(MemoryRunStore):
+    """A memory store of 3 partitions (run ``p<k>-<i>`` is in partition k) whose partition
+    1 hangs: a renewal naming its runs renews the others at once and answers after a
+    period (its deadline), as a store of partitions with a hung node does."""
+
+    def __init__(self, delay: float) -> None:
+        super().__init__()
+        self.delay = delay
+
+    def _place(self, run: str) -> int:
+        return int(run.split("-")[0][1:])
+
+    def renew(self, owner: str, runs: Any, ttl: int) -> list[str]:
+        names = list(runs)
+        dead = [run for run in names if self._place(run) == 1]
+        done = super().renew(owner, [run for run in names if run not in dead], ttl)
+        if not dead:
+            return done
+        time.sleep(self.delay)
+        error = Unavailable("1 of the call's partitions failed (deadline of 200 ms exceeded)")
+        error.done, error.unanswered = done, dead
+        raise error
+
+
+def test_a_hung_partition_holds_up_one_batch_of_a_round_not_every_batch() -> None:
+    """Four batches, each with runs of the hung partition: once the first has waited its
+    deadline, the round's other batches leave that partition's runs out, and the next
+    rounds send the healthy runs first, so their leases are renewed every period."""
+    store = OneHung(delay=TTL / 3 / 1000)
+    lost: list[Lost] = []
+    runs = [f"p{i % 3}-{i}" for i in range(4 * MAX_RENEW)]
+    with Keeper(store, "me", TTL, on_lost=lost.append) as keeper:
+        since = time.monotonic()
+        for run in runs:
+            store.insert(run, b"r", Claim("me", TTL))
+        keeper.add_all(runs, since=since)
+        time.sleep(TTL * 3 / 1000)
+        healthy = [run for run in runs if not run.startswith("p1-")]
+        assert [item for item in lost if item.run in healthy] == []
+        assert all(keeper.valid(run) for run in healthy)
+        assert {item.run for item in lost} == set(runs) - set(healthy)
+
+
+def test_close_with_release_goes_on_after_a_batch_that_fails(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A failed partition's runs are left to run out; every other batch is released."""
+    class FirstFails(MemoryRunStore):
+        def release(self, owner: str, runs: Any) -> list[str]:
+            names = list(runs)
+            if "r0" in names:
+                error = Unavailable("1 of the call's partitions failed")
+                error.done = super().release(owner, names[1:])
+                error.unanswered = names[:1]
+                raise error
+            return super().release(owner, names)
+
+    store = FirstFails()
+    keeper = Keeper(store, "me", 60_000)
+    runs = [f"r{i}" for i in range(MAX_RENEW + 5)]
+    for run in runs:
+        take(store, keeper, run, ttl=60_000)
+    keeper.close(release=True)
+    assert store.get("r0").holder == Held("me", True)
+    assert all(store.get(run).holder == Free() for run in runs[1:])
+    assert "could not release 1 leases" in caplog.text
+
+
+# ---------------------------------------------------------------------------- one node down
+
+#: A keeper over a store of 6 partitions on a three-primary cluster: 2 s renewals.
+NODE_TTL = 6000
+PARTS = 6
+PER_PART = 4
+OUTAGE = 6.0  # s: a node stays down this long
+RATE = 10.0  # calls/s: the most EVALSHA a healthy primary may see meanwhile
+
+
+def _cluster_for_outages(tmp_path: Any) -> list[Server]:
+    """Three primaries that keep serving their slots while one is down (no full coverage
+    needed: with the default, every node answers CLUSTERDOWN once one has failed)."""
+    from servers import EPHEMERAL, redis_binary, start_cluster
+    return start_cluster(redis_binary(), tmp_path / "cluster",
+                         args=(*EPHEMERAL, "--cluster-require-full-coverage", "no"))
+
+
+def _spread_runs(client: Any, namespace: str) -> tuple[dict[int, list[str]], int]:
+    """PER_PART runs in every partition, by the port of their node; and the port of a node
+    that holds partitions but not the namespace's own key (which a new store reads first:
+    it stays up, so that a fresh store can read every healthy run)."""
+    from redisstore.keys import Keyspace
+    from redisstore.partitions import partition_of
+
+    by_part: dict[int, list[str]] = {p: [] for p in range(PARTS)}
+    i = 0
+    while any(len(runs) < PER_PART for runs in by_part.values()):
+        run = f"job-{i}"
+        i += 1
+        if len(by_part[p := partition_of(run, PARTS)]) < PER_PART:
+            by_part[p].append(run)
+    by_port: dict[int, list[str]] = {}
+    for p, runs in by_part.items():
+        port = client.get_node_from_key(Keyspace(namespace, p).meta).port
+        by_port.setdefault(port, []).extend(runs)
+    own = client.get_node_from_key(Keyspace(namespace).meta).port
+    victim = next(port for port in sorted(by_port) if port != own)
+    return by_port, victim
+
+
+def _evalsha(server: Server) -> int:
+    stats = server.client().info("commandstats")
+    return int(stats.get("cmdstat_evalsha", {}).get("calls", 0))
+
+
+@pytest.mark.server
+@pytest.mark.slow
+@pytest.mark.parametrize("fault", ["killed", "hung"])
+@pytest.mark.parametrize("shell", ["sync", "asyncio"])
+def test_a_keeper_over_partitions_loses_only_the_runs_of_the_node_that_failed(
+        tmp_path: Any, shell: str, fault: str) -> None:
+    """One primary of three killed (connection refused) or hung (SIGSTOP, for OUTAGE s):
+    no run of a healthy partition is reported lost, and each is still live on the
+    server; the failed node's runs are lost only once their bound passed; the keeper's
+    retries of them back off (the healthy primaries see a few EVALSHA a second)."""
+    import os
+    import signal
+
+    from redis.cluster import RedisCluster
+    from test_conformance_async import LoopThread, Synced
+
+    servers = _cluster_for_outages(tmp_path)
+    namespace = unique_namespace("keeper-outage")
+    loop = LoopThread() if shell == "asyncio" else None
+    lost: list[tuple[float, Lost]] = []
+
+    def on_lost(item: Lost) -> None:
+        lost.append((time.monotonic(), item))
+
+    def healthy_store() -> RedisRunStore:  # a fresh client, through a healthy node
+        client = RedisCluster(host="127.0.0.1", port=healthy[0].port, socket_timeout=10)
+        return RedisRunStore(client, namespace=namespace, partitions=PARTS, timeout=2000)
+
+    stopped = False
+    keeper: Any = None
+    try:
+        sync_client = RedisCluster(host="127.0.0.1", port=servers[0].port, socket_timeout=10)
+        by_port, victim_port = _spread_runs(sync_client, namespace)
+        victim = next(s for s in servers[:3] if s.port == victim_port)
+        healthy = [s for s in servers[:3] if s is not victim]
+        doomed = by_port[victim_port]
+        kept = [run for port, runs in by_port.items() if port != victim_port for run in runs]
+        if loop is None:
+            store: Any = RedisRunStore(sync_client, namespace=namespace, partitions=PARTS,
+                                       timeout=2000)
+            keeper = Keeper(store, "me", NODE_TTL, on_lost=on_lost)
+        else:
+            import redis.asyncio
+
+            async def make() -> tuple[Any, AsyncKeeper]:
+                client = redis.asyncio.RedisCluster(host="127.0.0.1",
+                                                    port=servers[0].port, socket_timeout=10)
+                made = AsyncRedisRunStore(client, namespace=namespace, partitions=PARTS,
+                                          timeout=2000)
+                return made, AsyncKeeper(made, "me", NODE_TTL, on_lost=on_lost)
+
+            made, keeper = loop.run(make())
+            store = Synced(made, loop)
+        store.migrate()
+        for run in doomed + kept:  # the failed node's group first in each renewal
+            since = time.monotonic()
+            store.insert(run, b"r", Claim("me", NODE_TTL))
+            keeper.add(run, since=since)
+        time.sleep(keeper.renew_every / 1000 * 1.5)  # a good round first
+        assert lost == [] and all(keeper.valid(run) for run in kept + doomed)
+
+        calls = {s.port: _evalsha(s) for s in healthy}
+        began = time.monotonic()
+        if fault == "killed":
+            victim.kill()
+        else:
+            os.kill(victim.process.pid, signal.SIGSTOP)  # type: ignore[union-attr]
+            stopped = True
+        invalid: set[str] = set()
+        while time.monotonic() < began + OUTAGE - 0.3:
+            time.sleep(0.1)
+            invalid.update(run for run in kept if not keeper.valid(run))
+        elapsed = time.monotonic() - began
+        rates = {port: round((_evalsha(s) - calls[port]) / elapsed, 1)
+                 for s in healthy if (port := s.port)}
+        fresh = healthy_store()
+        dead = [run for run in kept if fresh.get(run).holder != Held("me", True)]
+        print(f"\n{shell}, {fault}: EVALSHA/s on the healthy primaries {rates}; "
+              f"{len(lost)} losses, {sum(i.run in kept for _, i in lost)} of "
+              f"{len(kept)} healthy runs; {len(kept) - len(dead)} healthy leases live")
+        assert [item for _, item in lost if item.run in kept] == []
+        assert invalid == set()
+        # Every healthy run's lease is live, as a fresh client reads it.
+        assert dead == []
+        assert max(rates.values()) < RATE, rates
+        # The failed node's runs: lost, each only once its bound passed (the last
+        # confirmation came at most a period before the fault).
+        bound = (NODE_TTL - keeper.margin - keeper.renew_every) / 1000
+        deadline = began + NODE_TTL / 1000 + 2 * keeper.renew_every / 1000
+        while len(lost) < len(doomed) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        print(f"the failed node's runs lost {min(at for at, _ in lost) - began:.2f}-"
+              f"{max(at for at, _ in lost) - began:.2f} s after the fault" if lost else "")
+        assert sorted(item.run for _, item in lost) == sorted(doomed)
+        assert all(item.reason == DEADLINE and at >= began + bound - 0.05
+                   for at, item in lost), [(at - began, item) for at, item in lost]
+        assert not any(keeper.valid(run) for run in doomed)
+        assert all(keeper.valid(run) for run in kept)
+        # A release answers per partition too: the healthy runs are freed.
+        with pytest.raises(Unavailable) as caught:
+            keeper.release([doomed[0], *kept[:2]])
+        assert caught.value.done == kept[:2] and caught.value.unanswered == doomed[:1]
+        assert [fresh.get(run).holder for run in kept[:2]] == [Free(), Free()]
+        fresh.close()
+    finally:
+        if stopped:
+            os.kill(victim.process.pid, signal.SIGCONT)  # type: ignore[union-attr]
+        if keeper is not None:
+            if loop is not None:
+                loop.run(keeper.aclose())
+            else:
+                keeper.close()
+        if loop is not None:
+            loop.stop()
+        for server in servers:
+            server.kill()

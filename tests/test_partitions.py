@@ -354,18 +354,56 @@ def test_a_partial_renew_or_release_is_of_unknown_outcome() -> None:
         store.insert(run, b"r", Claim("w", LONG))
     broken = partition_of("r0", 3)
     client.hset(Keyspace(ns, broken).meta, "layout", 99)  # a newer library's layout
+    only = [run for run in runs if partition_of(run, 3) == broken]
     for call in (lambda: store.renew("w", runs, LONG), lambda: store.release("w", runs)):
         with pytest.raises(Unavailable) as caught:
             call()
         assert caught.value.outcome == "unknown"
         assert isinstance(caught.value.__cause__, Misconfigured)
+        # What the other partitions did, and which runs were not answered for.
+        assert caught.value.unanswered == only
+        assert caught.value.done == [run for run in runs if run not in only]
     client.hset(Keyspace(ns, broken).meta, "layout", 4)
     freed = [run for run in runs if partition_of(run, 3) != broken]
     assert all(store.get(run).holder == Free() for run in freed)  # the others applied it
-    only = [run for run in runs if partition_of(run, 3) == broken]
     client.hset(Keyspace(ns, broken).meta, "layout", 99)
     with pytest.raises(Misconfigured):  # nothing applied anywhere: the answer itself
         store.release("w", only)
+
+
+def test_a_renew_or_release_with_a_partition_unreachable_says_what_the_others_did() -> None:
+    """Per-partition answers: the runs the answering partitions renewed (or released) in
+    ``done``, the unreachable one's in ``unanswered``; a run they answered without is in
+    neither. Nothing answered: the partition's own error, every run unanswered."""
+    from redisstore.protocol import Settled
+
+    ops = PartitionedOps("n", None, 1, partitions=3)
+    ops.counted = True
+    runs = [f"r{i}" for i in range(12)]
+    down = partition_of("r0", 3)
+    gone = "r1" if partition_of("r1", 3) != down else "r2"
+
+    def answer(op: Any) -> Settled[Any]:
+        call = next(op)
+        if call.keys[0].startswith(f"{{n#{down}}}"):
+            return Settled(error=Unavailable("Connection refused", outcome="not_applied"))
+        names = [run for run in runs if f"{{n#{partition_of(run, 3)}}}" == call.keys[0][:5]]
+        return Settled([run for run in names if run != gone])
+
+    for make in (lambda names: ops.renew("me", names, LONG),
+                 lambda names: ops.release("me", names)):
+        with pytest.raises(Unavailable) as caught:
+            _drive(make(runs), answer)
+        assert caught.value.outcome == "unknown"  # the others applied it
+        assert caught.value.unanswered == [r for r in runs if partition_of(r, 3) == down]
+        assert caught.value.done == [r for r in runs
+                                     if partition_of(r, 3) != down and r != gone]
+        only = [r for r in runs if partition_of(r, 3) == down]
+        with pytest.raises(Unavailable) as caught:
+            _drive(make(only), answer)
+        assert caught.value.outcome == "not_applied"
+        assert caught.value.done == [] and caught.value.unanswered == only
+    assert Unavailable("x").done is None and Unavailable("x").unanswered is None
 
 
 def _drive(spread: Any, answer: Any) -> Any:
@@ -384,7 +422,7 @@ def test_a_claim_whose_partition_may_have_run_is_of_unknown_outcome() -> None:
     from redisstore.protocol import Settled
 
     ops = PartitionedOps("n", None, 1, partitions=3)
-    ops.counted = True
+    ops.counted, ops.checks = True, {"eviction"}  # the checks passed
 
     def answer(op: Any) -> Settled[Any]:
         call = next(op)
@@ -420,7 +458,7 @@ def test_a_claim_without_an_unreachable_partition_warns_once_a_minute(
     from redisstore.protocol import Settled
 
     ops = PartitionedOps("n", None, 1, partitions=2)
-    ops.counted = True
+    ops.counted, ops.checks = True, {"eviction"}  # the checks passed
 
     def answer(op: Any) -> Settled[Any]:
         call = next(op)

@@ -57,6 +57,14 @@ def test_scripts_are_shipped_in_the_wheel(tmp_path: Path) -> None:
     metadata = next(n for n in names if n.endswith(".dist-info/METADATA"))
     text = zipfile.ZipFile(wheel).read(metadata).decode()
     assert "Classifier: Typing :: Typed" in text and "License" in text
+    # The package index's description: no link into a checkout, no install from one.
+    description = text.split("\n\n", 1)[1]
+    assert "redisstore[embedded]" in description
+    assert "](docs/" not in description and "'.[" not in description
+    # A published extra pins nothing (the project's own pins are its dev group).
+    pins = [line for line in text.splitlines()
+            if line.startswith("Requires-Dist:") and "==" in line.split(";")[0]]
+    assert pins == []
     assert any(n.endswith(".dist-info/licenses/LICENSE") or n.endswith("/LICENSE")
                for n in names)
 
