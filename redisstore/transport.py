@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 
 from . import telemetry
 from .outcomes import Exchange, Lost, Reply
-from .pipeline import Spreading, Suspects, patience, straggled
+from .pipeline import MIN_PATIENCE, Spreading, Suspects, patience, straggled
 from .protocol import Batch, Driver, Durability, Machine, Operation, PerNode, Spread
 from .wakeups import Nodes
 from .wire import (
@@ -158,12 +158,18 @@ class Cut:
     :class:`~redisstore.protocol.Fan`) that the caller stopped waiting for: the thread that
     sends the group holds it (:data:`_SENDING`); :meth:`fire` shuts the socket of its
     exchange in flight (through the watchdog) and any later exchange of the group is not
-    sent. Either way the exchange ends as one whose deadline passed, with ``reason``."""
+    sent. Either way the exchange ends as one whose deadline passed, with ``reason``.
 
-    def __init__(self) -> None:
+    The watchdog cannot end a connect (the socket is not the connection's until it is up):
+    a new connection of the group connects within ``connect_within`` s, so a node whose
+    connects hang (SYNs dropped: a full accept queue, a link that drops packets) holds its
+    group no longer than that."""
+
+    def __init__(self, connect_within: float | None = None) -> None:
         self._lock = threading.Lock()
         self._tokens: list[int] = []
         self.reason: str | None = None
+        self.connect_within = connect_within
 
     def watch(self, token: int) -> bool:
         """Fire ``token`` with the cut; False when the cut has fired already."""
@@ -366,20 +372,28 @@ class Transport:
 
     def run_all(self, groups: Sequence[Machine], deadline: float,
                 graces: Sequence[float] | None = None) -> list[bool]:
-        """Send ``groups`` (one per node) at once, each on a thread of the shared executor,
-        and wait for every one. With ``graces`` (a patient fan's): once one group is over,
+        """Send ``groups`` (one per node) at once, each on a thread of the shared executor
+        (the first on this one, unless some may be cut), and wait for every one. With
+        ``graces`` (a patient fan's): once one group is over,
         each other gets its grace (s) more, then is cut (:class:`Cut`): its calls end as
         reads whose deadline passed, ``not_applied``. Which groups were cut."""
-        cuts = [Cut() for _ in groups]
+        cuts = [Cut(None if graces is None else graces[i] + MIN_PATIENCE)
+                for i in range(len(groups))]
         cut = [False] * len(groups)
+        # Without graces nothing is cut: the first group goes out on this thread.
+        inline = groups[0] if graces is None else None
         futures: list[Future[None]] = []
         for group, one in zip(groups, cuts, strict=True):
+            if group is inline:
+                continue
             try:
                 futures.append(_fans().submit(self._run_cut, group, deadline, one))
             except RuntimeError:  # no new threads at interpreter shutdown: on this one
                 self.run(group, deadline)
                 futures.append(Future())
                 futures[-1].set_result(None)
+        if inline is not None:
+            self.run(inline, deadline)
         if graces is not None and len(groups) > 1:
             done, waiting = futures_wait(futures, max(0.0, deadline - time.monotonic()),
                                          FIRST_COMPLETED)
@@ -462,7 +476,8 @@ class Transport:
             if cut is not None and not cut.watch(token):
                 raise _Deadline("cut")
             if fresh:
-                _cap_connect_timeout(conn, remaining)
+                _cap_connect_timeout(conn, remaining if cut is None or cut.connect_within
+                                     is None else min(remaining, cut.connect_within))
                 conn.connect()
             data = pack(conn, batch.commands)
             sent = True

@@ -457,3 +457,62 @@ def test_a_node_a_patient_fan_cut_is_left_out_for_a_while_then_probed() -> None:
     suspects.heard(sent, [True, True, True], 200.0)
     sent, _ = groups()
     assert suspects.plan(sent, 0.5, 200.1) == (sent, [0.5, 0.5, 0.5])
+
+
+def test_a_forked_child_makes_fan_threads_of_its_own() -> None:
+    """The parent's fan threads are not in a forked child: work queued on its executor
+    would wait for nobody."""
+    import os
+
+    from redisstore import transport
+
+    parent = transport._fans()
+    assert parent.submit(lambda: 1).result(timeout=5) == 1
+    pid = os.fork()
+    if pid == 0:  # the child
+        ok = False
+        try:
+            fresh = transport._FANS is None and transport._fans() is not parent
+            ok = fresh and transport._fans().submit(lambda: 2).result(timeout=5) == 2
+        finally:
+            os._exit(0 if ok else 1)
+    assert os.waitpid(pid, 0)[1] == 0
+
+
+def test_a_cut_ends_a_group_whose_connect_hangs() -> None:
+    """A node whose connects hang (its accept queue full: SYNs dropped, as a node hung long
+    enough has) holds a patient fan's group only its grace, not the call's deadline: the
+    watchdog cannot end a connect, so a cut caps it."""
+    import socket
+    from concurrent.futures import ThreadPoolExecutor
+
+    from redisstore.protocol import Batch
+    from redisstore.transport import _SENDING, Cut, Transport
+
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(0)
+        port = server.getsockname()[1]
+        with socket.create_connection(("127.0.0.1", port)):  # the queue is full now
+            io = Transport(redis.Redis(port=port), timeout=3000)
+            assert io._pool is not None
+            pool = io._pool
+            cut = Cut(connect_within=0.3)
+
+            def send() -> Any:
+                _SENDING.cut = cut
+                try:
+                    return io.exchange(pool, Batch(((b"PING",),), False), time.monotonic() + 3)
+                finally:
+                    _SENDING.cut = None
+
+            with ThreadPoolExecutor(1) as threads:
+                since = time.monotonic()
+                sending = threads.submit(send)
+                time.sleep(0.1)
+                cut.fire("cut: no answer in time")
+                got = sending.result(timeout=10)
+                took = time.monotonic() - since
+    assert got.lost is not None and got.lost.timed_out and not got.lost.sent
+    assert got.lost.reason == "cut: no answer in time"
+    assert took < 2, took  # the deadline was 3 s
