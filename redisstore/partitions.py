@@ -457,6 +457,7 @@ class PartitionedOps(Counted):
         acks: dict[int, list[tuple[str, int]]] = {}
         heads = yield from fan(part.heads(index, limit) for part in self.parts)
         deliveries: list[tuple[int, str, int, str, int]] = []
+        foreign: list[tuple[int, str]] = []
         for d, got in enumerate(heads):
             if got.error is not None:
                 continue
@@ -464,10 +465,17 @@ class PartitionedOps(Counted):
                 where, _, dependency = entry.partition("|")
                 if version < 0:
                     acks.setdefault(d, []).append((entry, 0))  # no version: removed
-                elif where.isdigit() and int(where) < self.n and dependency:
+                    foreign.append((d, entry))
+                elif where.isdigit() and int(where) < self.n and _is_run(dependency):
                     deliveries.append((d, entry, int(where), dependency, version))
                 else:  # not one of ours (a foreign write): removed, never a wall
                     acks.setdefault(d, []).append((entry, version))
+                    foreign.append((d, entry))
+        if foreign:
+            d, entry = foreign[0]
+            log.warning("redisstore: a claim removes %d outbox entries that name no run of "
+                        "this store (a foreign write), the first in partition %d: %r%s",
+                        len(foreign), d, entry[:120], "..." if len(entry) > 120 else "")
         if not deliveries:
             return heads, acks
         notified = yield from fan(self.parts[w].notify(dependency, version)
@@ -506,6 +514,16 @@ class PartitionedOps(Counted):
         steps = [got.unwrap() for got in answers]
         return (sum(s[0] for s in steps), all(s[1] for s in steps),
                 sum(s[2] for s in steps), sum(s[3] for s in steps))
+
+
+def _is_run(name: str) -> bool:
+    """Whether ``name`` passes the run-id checks (an outbox entry's dependency that fails
+    them can never be a run of ours: removed as foreign, never sent to a script)."""
+    try:
+        check_run(name)
+    except (TypeError, ValueError):
+        return False
+    return True
 
 
 def _soonest(waits: list[int]) -> int:
