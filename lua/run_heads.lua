@@ -6,7 +6,7 @@
 -- KEYS[4]  P.."fanout"
 -- ARGV[1]  key prefix           ARGV[2] index: "ready" or "leases"
 -- ARGV[3]  limit (at most MAX_CLAIM)
--- Reply    {OK, {run, score, ...}, pending, wait, {entry, version, ...}}
+-- Reply    {OK, {run, score, ...}, pending, wait, {entry, version, ...}, outbox size}
 --          | {TOO_NEW, layout} | {CORRUPT, what}
 --          up to limit entries due now (score <= the server's time) of the layout 3 key and
 --          up to limit of the buckets, each source in its order (the caller merges them);
@@ -14,7 +14,8 @@
 --          index's claims finish that); wait: 0 when a source has more due entries than it
 --          answered, else ms until its first entry not yet due, -1 when none; then up to
 --          100 outbox entries ("<partition>|<run>", version) to deliver (from a bigger
---          outbox, 100 at random).
+--          outbox, 100 at random), and how many entries the outbox holds (a claim that
+--          delivered some and left more leaves a wake-up token for the rest).
 -- Entries are not checked against their runs: a stale one makes the partition's share too
 -- big, and its claim then hands out fewer. Reads at most 8 empty buckets.
 -- Also reads, undeclared (same hash tag): from layout 4 the index's directory and buckets
@@ -84,14 +85,15 @@ end
 local pending = 0
 if ix == READY_IX and redis.call('ZCARD', FANOUT) > 0 then pending = 1 end
 -- The outbox's first entries: the claim delivers them (a damaged outbox delivers nothing).
-local outbox = {}
+local outbox, size = {}, 0
 if PARTITION and of_type(OUTBOX, 'zset') then
   -- Up to 100 entries; from a bigger outbox, 100 at random: entries that cannot be
   -- delivered yet (their partition is down) never hide the others from every claim.
-  if redis.call('ZCARD', OUTBOX) <= 100 then
+  size = redis.call('ZCARD', OUTBOX)
+  if size <= 100 then
     outbox = redis.call('ZRANGE', OUTBOX, 0, 99, 'WITHSCORES')
   else
     outbox = redis.call('ZRANDMEMBER', OUTBOX, 100, 'WITHSCORES')
   end
 end
-return {OK, out, pending, wait, outbox}
+return {OK, out, pending, wait, outbox, size}

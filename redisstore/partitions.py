@@ -60,6 +60,8 @@ log = logging.getLogger(__name__)
 
 #: The most partitions one store spreads over: a claim reads every partition's head.
 MAX_PARTITIONS = int(Cap.MAX_PARTITIONS)
+#: The wake-up token of an outbox with entries left to deliver (as the scripts' announce).
+OUTBOX_TOKEN = "~outbox"
 #: A claim that goes on without an unreachable partition warns at most this often (s).
 WARN_EVERY = 60.0
 
@@ -367,7 +369,7 @@ class PartitionedOps(Counted):
         claimer was faster, a stale entry) leaves the call short."""
         if limit == 0:
             return [], -1
-        heads, acks = yield from self._heads_delivered(index, limit)
+        heads, acks, more = yield from self._heads_delivered(index, limit)
         entries: list[tuple[int, bytes, int, str]] = []
         waits: list[int] = []
         pending: list[int] = []
@@ -376,7 +378,7 @@ class PartitionedOps(Counted):
             if got.error is not None:
                 errors.append(got.error)
                 continue
-            due, busy, wait, _ = got.unwrap()
+            due, busy, wait = got.unwrap()[:3]
             entries.extend((score, run.encode("utf-8", "surrogateescape"), p, run)
                            for score, run in due)
             waits.append(wait)
@@ -408,6 +410,8 @@ class PartitionedOps(Counted):
                                     for p in order),
                                   *(self.parts[p].give_back_wakeup(index, run)
                                     for p, run in left.items()),
+                                  *(self.parts[d].give_back_wakeup("ready", OUTBOX_TOKEN)
+                                    for d in more),
                                   *(self.parts[d].delivered(done) for d, done in acks.items())])
         answers = answers[:len(order)]
         rank = {(p, run): i for i, (_, _, p, run) in enumerate(chosen)}
@@ -448,14 +452,21 @@ class PartitionedOps(Counted):
         return True
 
     def _heads_delivered(self, index: str, limit: int
-                         ) -> Steps[tuple[list[Settled[Heads]], dict[int, list[tuple[str, int]]]]]:
+                         ) -> Steps[tuple[list[Settled[Heads]], dict[int, list[tuple[str, int]]],
+                                          list[int]]]:
         """Every partition's head, after delivering what their outboxes hold (dependencies
         across partitions): each entry is notified to its partition first, so the waiters
         it makes claimable are in the heads this claim reads; the entries to remove from
         each outbox (in the claim's round trip: one whose notify failed stays, and is
-        delivered again by a later claim; a notify is idempotent)."""
+        delivered again by a later claim; a notify is idempotent); and the partitions whose
+        outbox held more than this claim read while it delivered some (or removed foreign
+        ones): the claim leaves a wake-up token there, so that a blocked claim goes on
+        delivering at once rather than at its re-arm. An outbox none of whose deliveries
+        succeeded (the waiters' node is down) gets none: no claim loops on it."""
         acks: dict[int, list[tuple[str, int]]] = {}
         heads = yield from fan(part.heads(index, limit) for part in self.parts)
+        unread = {d for d, got in enumerate(heads)
+                  if got.error is None and _outbox_size(got.unwrap()) > len(got.unwrap()[3])}
         deliveries: list[tuple[int, str, int, str, int]] = []
         foreign: list[tuple[int, str]] = []
         for d, got in enumerate(heads):
@@ -477,7 +488,7 @@ class PartitionedOps(Counted):
                         "this store (a foreign write), the first in partition %d: %r%s",
                         len(foreign), d, entry[:120], "..." if len(entry) > 120 else "")
         if not deliveries:
-            return heads, acks
+            return heads, acks, [d for d in unread if d in acks]
         notified = yield from fan(self.parts[w].notify(dependency, version)
                                   for _, _, w, dependency, version in deliveries)
         for (d, entry, _, _, version), got in zip(deliveries, notified, strict=True):
@@ -487,7 +498,7 @@ class PartitionedOps(Counted):
                 log.warning("redisstore: a dependency's write could not be delivered to its "
                             "waiters' partition yet (%s); a later claim delivers it", got.error)
         heads = yield from fan(part.heads(index, limit) for part in self.parts)
-        return heads, acks
+        return heads, acks, [d for d in unread if d in acks]
 
     def quarantined(self, limit: int = 1000) -> Spread[list[Quarantined]]:
         """See :meth:`RunOps.quarantined`: every partition's, merged."""
@@ -514,6 +525,11 @@ class PartitionedOps(Counted):
         steps = [got.unwrap() for got in answers]
         return (sum(s[0] for s in steps), all(s[1] for s in steps),
                 sum(s[2] for s in steps), sum(s[3] for s in steps))
+
+
+def _outbox_size(heads: Heads) -> int:
+    """How many entries the outbox of a head read holds (0 where not told)."""
+    return heads[4] if len(heads) > 4 else 0
 
 
 def _is_run(name: str) -> bool:

@@ -247,7 +247,7 @@ def _one(op: Operation[T] | Spread[T]) -> Operation[T]:
 
 
 #: What a partition's head read answers (:meth:`RunOps.heads`).
-Heads: TypeAlias = tuple[list[tuple[int, str]], bool, int, list[tuple[str, int]]]
+Heads: TypeAlias = tuple[list[tuple[int, str]], bool, int, list[tuple[str, int]], int]
 
 #: The highest integer a Lua number holds exactly (lua/_common.lua's MAX_INT).
 MAX_INT = 2**53 - 1
@@ -501,13 +501,14 @@ class RunOps:
         """The first due entries of ``index`` (``"ready"`` or ``"leases"``), up to
         ``limit``, as (score, run) earliest first; whether a dependency's waiters are still
         being re-indexed; the ms until the next entry is due (0: more are due, -1: none);
-        the outbox's first entries (partition, dependency, version) to deliver."""
+        the outbox's first entries (partition, dependency, version) to deliver, and how
+        many entries it holds."""
         k = self.keys
-        flat, pending, wait, outbox = yield from ask(Call(
+        flat, pending, wait, outbox, size = yield from ask(Call(
             scripts.RUN_HEADS, (k.ready, k.leases, k.meta, k.fanout),
             (k.prefix, index, limit),
             lambda reply: (self._answer()(reply), *reply[2:4], reply[4] if len(reply) > 4
-                           else []), write=False))
+                           else [], reply[5] if len(reply) > 5 else 0), write=False))
         # Ties go by the ids' bytes, as the scripts and the memory reference order them.
         entries = sorted(((int(flat[i + 1]), text(flat[i])) for i in range(0, len(flat) - 1, 2)),
                          key=lambda e: (e[0], e[1].encode("utf-8", "surrogateescape")))
@@ -518,7 +519,7 @@ class RunOps:
             good = score.is_integer() and 0 <= score <= MAX_INT
             deliveries.append((text(outbox[i]), int(score) if good else -1))
         return (entries[:limit], bool(pending), int(wait) if int(wait) >= -1 else -1,
-                deliveries)
+                deliveries, int(size) if type(size) is int else 0)
 
     def next_wakeup(self, kinds: Iterable[str], seconds: float
                     ) -> Operation[tuple[str, str] | None]:
