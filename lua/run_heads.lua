@@ -6,7 +6,8 @@
 -- KEYS[4]  P.."fanout"
 -- ARGV[1]  key prefix           ARGV[2] index: "ready" or "leases"
 -- ARGV[3]  limit (at most MAX_CLAIM)
--- Reply    {OK, {run, score, ...}, pending, wait, {entry, version, ...}, outbox size}
+-- Reply    {OK, {run, score, ...}, pending, wait, {entry, version, ...}, outbox size,
+--          {watch, ...}, {unwatch entry, watch, ...}}
 --          | {TOO_NEW, layout} | {CORRUPT, what}
 --          up to limit entries due now (score <= the server's time) of the layout 3 key and
 --          up to limit of the buckets, each source in its order (the caller merges them);
@@ -15,14 +16,18 @@
 --          answered, else ms until its first entry not yet due, -1 when none; then up to
 --          100 outbox entries ("<partition>|<run>", version) to deliver (from a bigger
 --          outbox, 100 at random), and how many entries the outbox holds (a claim that
---          delivered some and left more leaves a wake-up token for the rest).
+--          delivered some and left more leaves a wake-up token for the rest); for each
+--          outbox entry "<w>|<run>" w's watch number of run here (0: none), which its
+--          notify carries; up to 100 entries of the unwatch queue ("<partition>|<run>",
+--          watch number) to send (the same way).
 -- Entries are not checked against their runs: a stale one makes the partition's share too
 -- big, and its claim then hands out fewer. Reads at most 8 empty buckets.
 -- Also reads, undeclared (same hash tag): from layout 4 the index's directory and buckets
--- (P.."L/", P.."L|".., P.."Q/", P.."Q|"..), and a partition's P.."outbox".
+-- (P.."L/", P.."L|".., P.."Q/", P.."Q|"..), and a partition's P.."outbox", P.."unwatch"
+-- and the P.."watch:"..run of its outbox entries.
 --- @include CORRUPT, MAX_CLAIM, OK, arg_int, FANOUT, META, PARTITION, OUTBOX, NS, OLD_IX
 --- @include now_ms, of_type, LEASES_IX, READY_IX, card_of, buckets, index_intact
---- @include check_layout
+--- @include check_layout, P, decimal, MAX_INT, TYPES, UNWATCH_Q
 local ix
 if ARGV[2] == 'ready' then
   ix = READY_IX
@@ -96,4 +101,27 @@ if PARTITION and of_type(OUTBOX, 'zset') then
     outbox = redis.call('ZRANDMEMBER', OUTBOX, 100, 'WITHSCORES')
   end
 end
-return {OK, out, pending, wait, outbox, size}
+-- Each entry's watch number: a notify that finds no waiter unwatches it.
+local seqs = {}
+for i = 1, #outbox, 2 do
+  local e = outbox[i]
+  local bar = string.find(e, '|', 1, true)
+  local seq = 0
+  if bar then
+    local key = P .. 'watch:' .. string.sub(e, bar + 1)
+    local field = string.sub(e, 1, bar - 1)
+    if of_type(key, 'hash') and TYPES[key] ~= 'none' and redis.call('HSTRLEN', key, field) <= 16 then
+      seq = decimal(redis.call('HGET', key, field) or '', 0, MAX_INT) or 0
+    end
+  end
+  seqs[#seqs + 1] = seq
+end
+local unwatches = {}
+if PARTITION and of_type(UNWATCH_Q, 'zset') then
+  if redis.call('ZCARD', UNWATCH_Q) <= 100 then
+    unwatches = redis.call('ZRANGE', UNWATCH_Q, 0, 99, 'WITHSCORES')
+  else
+    unwatches = redis.call('ZRANDMEMBER', UNWATCH_Q, 100, 'WITHSCORES')
+  end
+end
+return {OK, out, pending, wait, outbox, size, seqs, unwatches}

@@ -58,6 +58,10 @@ from .runs import (
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 
+#: What a claim removes from its partitions' queues once sent: (partition, "outbox" or
+#: "unwatch") -> [(entry, version or watch number)].
+Acks = dict[tuple[int, str], list[tuple[str, int]]]
+
 #: The most partitions one store spreads over: a claim reads every partition's head.
 MAX_PARTITIONS = int(Cap.MAX_PARTITIONS)
 #: The wake-up token of an outbox with entries left to deliver (as the scripts' announce).
@@ -208,9 +212,11 @@ class PartitionedOps(Counted):
         for part in self.parts:
             part.watcher = self._watch
 
-    def _watch(self, dependency: str, watcher: int) -> Operation[int]:
-        """The watch of ``dependency`` by a run of partition ``watcher``, in its partition."""
-        return self.parts[self.place(dependency)].watch(dependency, watcher)
+    def _watch(self, dependency: str, watcher: int, floor: int = 0
+               ) -> Operation[tuple[int, int, int]]:
+        """The watch of ``dependency`` by a run of partition ``watcher``, in its partition
+        (a number above ``floor``): its version, the watch's number, its partition."""
+        return self.parts[self.place(dependency)].watch(dependency, watcher, floor)
 
     @property
     def checks(self) -> set[str]:
@@ -412,7 +418,8 @@ class PartitionedOps(Counted):
                                     for p, run in left.items()),
                                   *(self.parts[d].give_back_wakeup("ready", OUTBOX_TOKEN)
                                     for d in more),
-                                  *(self.parts[d].delivered(done) for d, done in acks.items())])
+                                  *(self.parts[d].delivered(done, queue)
+                                    for (d, queue), done in acks.items())])
         answers = answers[:len(order)]
         rank = {(p, run): i for i, (_, _, p, run) in enumerate(chosen)}
         claimed: list[tuple[int, Any]] = []
@@ -452,53 +459,65 @@ class PartitionedOps(Counted):
         return True
 
     def _heads_delivered(self, index: str, limit: int
-                         ) -> Steps[tuple[list[Settled[Heads]], dict[int, list[tuple[str, int]]],
-                                          list[int]]]:
+                         ) -> Steps[tuple[list[Settled[Heads]], Acks, list[int]]]:
         """Every partition's head, after delivering what their outboxes hold (dependencies
         across partitions): each entry is notified to its partition first, so the waiters
-        it makes claimable are in the heads this claim reads; the entries to remove from
-        each outbox (in the claim's round trip: one whose notify failed stays, and is
-        delivered again by a later claim; a notify is idempotent); and the partitions whose
-        outbox held more than this claim read while it delivered some (or removed foreign
-        ones): the claim leaves a wake-up token there, so that a blocked claim goes on
-        delivering at once rather than at its re-arm. An outbox none of whose deliveries
-        succeeded (the waiters' node is down) gets none: no claim loops on it."""
-        acks: dict[int, list[tuple[str, int]]] = {}
+        it makes claimable are in the heads this claim reads; with them, the unwatches each
+        partition queued are sent to the dependency's partition. Answers the heads; the
+        entries to remove from each partition's outbox and unwatch queue (in the claim's
+        round trip: one whose notify or unwatch failed stays, and is sent again by a later
+        claim; both are idempotent); and the partitions whose outbox held more than this
+        claim read while it delivered some (or removed foreign ones): the claim leaves a
+        wake-up token there, so that a blocked claim goes on delivering at once rather than
+        at its re-arm. An outbox none of whose deliveries succeeded (the waiters' node is
+        down) gets none: no claim loops on it."""
+        acks: Acks = {}
         heads = yield from fan(part.heads(index, limit) for part in self.parts)
         unread = {d for d, got in enumerate(heads)
                   if got.error is None and _outbox_size(got.unwrap()) > len(got.unwrap()[3])}
-        deliveries: list[tuple[int, str, int, str, int]] = []
+        # (queue's partition, queue, entry, score, target partition, dependency, watch)
+        sends: list[tuple[int, str, str, int, int, str, int]] = []
         foreign: list[tuple[int, str]] = []
         for d, got in enumerate(heads):
             if got.error is not None:
                 continue
-            for entry, version in got.unwrap()[3]:
+            found = got.unwrap()
+            queued = [("outbox", *e) for e in found[3]]
+            queued += [("unwatch", entry, seq, seq) for entry, seq in _unwatches(found)]
+            for queue, entry, score, seq in queued:
                 where, _, dependency = entry.partition("|")
-                if version < 0:
-                    acks.setdefault(d, []).append((entry, 0))  # no version: removed
+                if score < 0:
+                    acks.setdefault((d, queue), []).append((entry, 0))  # no score: removed
                     foreign.append((d, entry))
-                elif where.isdigit() and int(where) < self.n and _is_run(dependency):
-                    deliveries.append((d, entry, int(where), dependency, version))
+                elif where.isdigit() and int(where) < self.n and _is_run(dependency) \
+                        and (queue == "outbox" or (score > 0 and int(where) != d)):
+                    sends.append((d, queue, entry, score, int(where), dependency, seq))
                 else:  # not one of ours (a foreign write): removed, never a wall
-                    acks.setdefault(d, []).append((entry, version))
+                    acks.setdefault((d, queue), []).append((entry, score))
                     foreign.append((d, entry))
         if foreign:
             d, entry = foreign[0]
-            log.warning("redisstore: a claim removes %d outbox entries that name no run of "
-                        "this store (a foreign write), the first in partition %d: %r%s",
-                        len(foreign), d, entry[:120], "..." if len(entry) > 120 else "")
-        if not deliveries:
-            return heads, acks, [d for d in unread if d in acks]
-        notified = yield from fan(self.parts[w].notify(dependency, version)
-                                  for _, _, w, dependency, version in deliveries)
-        for (d, entry, _, _, version), got in zip(deliveries, notified, strict=True):
+            log.warning("redisstore: a claim removes %d outbox or unwatch entries that name "
+                        "no run of this store (a foreign write), the first in partition %d: "
+                        "%r%s", len(foreign), d, entry[:120], "..." if len(entry) > 120 else "")
+        if not sends:
+            return heads, acks, [d for d in unread if (d, "outbox") in acks]
+        sent = yield from fan(
+            self.parts[w].notify(dependency, score, d, seq) if queue == "outbox"
+            else self.parts[w].unwatch(dependency, d, seq)
+            for d, queue, _, score, w, dependency, seq in sends)
+        delivered = False
+        for (d, queue, entry, score, _, _, _), got in zip(sends, sent, strict=True):
             if got.error is None:
-                acks.setdefault(d, []).append((entry, version))
+                acks.setdefault((d, queue), []).append((entry, score))
+                delivered = delivered or queue == "outbox"
             else:
-                log.warning("redisstore: a dependency's write could not be delivered to its "
-                            "waiters' partition yet (%s); a later claim delivers it", got.error)
-        heads = yield from fan(part.heads(index, limit) for part in self.parts)
-        return heads, acks, [d for d in unread if d in acks]
+                log.warning("redisstore: a dependency's %s could not reach its partition yet "
+                            "(%s); a later claim sends it again",
+                            "write" if queue == "outbox" else "unwatch", got.error)
+        if delivered:  # waiters may be claimable now: read the heads again
+            heads = yield from fan(part.heads(index, limit) for part in self.parts)
+        return heads, acks, [d for d in unread if (d, "outbox") in acks]
 
     def quarantined(self, limit: int = 1000) -> Spread[list[Quarantined]]:
         """See :meth:`RunOps.quarantined`: every partition's, merged."""
@@ -530,6 +549,11 @@ class PartitionedOps(Counted):
 def _outbox_size(heads: Heads) -> int:
     """How many entries the outbox of a head read holds (0 where not told)."""
     return heads[4] if len(heads) > 4 else 0
+
+
+def _unwatches(heads: Heads) -> list[tuple[str, int]]:
+    """The unwatch queue entries of a head read (none where not told)."""
+    return heads[5] if len(heads) > 5 else []
 
 
 def _is_run(name: str) -> bool:

@@ -155,13 +155,14 @@ def test_a_dependency_across_partitions_is_watched_announced_delivered_and_ackno
     store.insert("dep", rec(None), Release())
     store.insert("run", rec({"changed": "dep", "seen": 1}), Release())
     d, w = Keyspace(ns, partition_of("dep", 6)), Keyspace(ns, partition_of("run", 6))
-    assert client.smembers(d.prefix + "watch:dep") == {str(w.partition).encode()}
-    assert client.hget(w.prefix + "depv", "dep") == b"2"  # revision 1, as its watch read
+    assert set(client.hkeys(d.prefix + "watch:dep")) == {str(w.partition).encode()}
+    # revision 1, as its watch read (version|watch number|dependency's partition)
+    assert client.hget(w.prefix + "depv", "dep") == f"2|1|{d.partition}".encode()
     store.compare_and_set("dep", 1, rec(None), Release())
     assert outbox(client, ns, "dep") == [(f"{w.partition}|dep".encode(), 4.0)]
     assert store.claim_ready("a", LONG, 10) == ["run"]  # delivered, then claimed
     assert outbox(client, ns, "dep") == []
-    assert client.hget(w.prefix + "depv", "dep") == b"4"
+    assert client.hget(w.prefix + "depv", "dep") == f"4|1|{d.partition}".encode()
 
 
 def test_a_crash_between_watch_and_write_leaves_a_watch_that_costs_nothing() -> None:
@@ -172,7 +173,7 @@ def test_a_crash_between_watch_and_write_leaves_a_watch_that_costs_nothing() -> 
     ops = store._ops
     assert isinstance(ops, PartitionedOps)
     # The watch of "run" ran; its write never did (the node died between the two).
-    assert store._io.drive(ops._watch("dep", partition_of("run", 6))) == 2
+    assert store._io.drive(ops._watch("dep", partition_of("run", 6)))[0] == 2
     store.compare_and_set("dep", 1, rec(None), Release())
     assert store.claim_ready("a", LONG, 10) == []  # delivered to no waiter
     assert outbox(client, ns, "dep") == []
@@ -195,7 +196,7 @@ def test_a_crash_between_delivery_and_acknowledgement_delivers_again_harmlessly(
     store.compare_and_set("dep", 1, rec(None), Release())
     real = RunOps.delivered
 
-    def lost(self: RunOps, entries: list[tuple[str, int]]) -> Any:
+    def lost(self: RunOps, entries: list[tuple[str, int]], queue: str = "outbox") -> Any:
         yield from ask(Call(None, (self.keys.meta,), ("NO-SUCH-COMMAND",), lambda r: r))
         return 0
 

@@ -171,3 +171,131 @@ def test_a_claim_leaves_a_token_for_an_outbox_it_could_not_read_whole(
     tokens = {t.decode() for t in client.zrange(home.wake("ready"), 0, -1)}
     assert ("~outbox" in tokens) is deliverable
     assert client.zcard(home.prefix + "outbox") == (50 if deliverable else 150)
+
+
+# ---------------------------------------------------------------- watches go with waiters
+
+
+def finished_pairs(store: Any, pairs: int) -> list[str]:
+    """``pairs`` waiter/dependency pairs across partitions, each run to its end: the
+    waiter watches, its dependency is written, a claim delivers and hands the waiter out,
+    both are deleted, and claims go on until nothing is left to send. The dependencies."""
+    n = store._ops.n
+    deps = [f"dep-{i}" for i in range(pairs)]
+    waiters = [next(f"w{i}-{j}" for j in range(100)
+                    if partition_of(f"w{i}-{j}", n) != partition_of(deps[i], n))
+               for i in range(pairs)]
+    for dep, waiter in zip(deps, waiters, strict=True):
+        store.insert(dep, rec(None), Release())
+        store.insert(waiter, rec({"changed": dep, "seen": 1}), Release())
+        store.compare_and_set(dep, 1, rec(None), Release())
+    claimed: list[str] = []
+    for _ in range(pairs):
+        got = store.claim_ready("a", LONG, 100)
+        claimed += got
+        if not got and len(claimed) == pairs:
+            break
+    assert sorted(claimed) == sorted(waiters)
+    for i in range(0, pairs, 200):
+        store.release("a", waiters[i:i + 200])
+    for dep, waiter in zip(deps, waiters, strict=True):
+        store.delete(waiter, 1, Release())
+        store.delete(dep, 2, Release())
+    for _ in range(pairs // 50 + 5):
+        store.claim_ready("a", LONG, 100)
+    return deps
+
+
+def per_dependency_keys(client: Any, ns: str, n: int) -> dict[str, int]:
+    """The keys the dependencies across partitions left, by kind (counted per member for
+    the queues and mirrors): what finished pairs must not leave behind."""
+    left: dict[str, int] = {}
+    for p in range(n):
+        k = Keyspace(ns, p)
+        watches = list(client.scan_iter(match=k.prefix.replace("{", "[{]") + "watch:*"))
+        if watches:
+            left["watch"] = left.get("watch", 0) + len(watches)
+        for name, size in (("depv", client.hlen), ("outbox", client.zcard),
+                           ("unwatch", client.zcard)):
+            if client.exists(k.prefix + name):
+                left[name] = left.get(name, 0) + size(k.prefix + name)
+    return left
+
+
+def test_watches_and_mirror_entries_go_with_their_last_waiter() -> None:
+    """Finished pairs leave no watch, mirror entry, outbox or unwatch entry (they left one
+    watch and one mirror entry per dependency, forever); a later write of a once-watched
+    id announces nothing."""
+    client = fakeredis.FakeRedis()
+    ns = unique_namespace()
+    store = RedisRunStore(client, namespace=ns, discover=json_wait, partitions=3)
+    deps = finished_pairs(store, 300)
+    assert per_dependency_keys(client, ns, 3) == {}
+    store.insert(deps[0], rec(None), Release())
+    store.compare_and_set(deps[0], 3, rec(None), Release())
+    assert per_dependency_keys(client, ns, 3) == {}
+
+
+def test_a_waiter_that_moves_to_another_dependency_unwatches_the_first() -> None:
+    client = fakeredis.FakeRedis()
+    ns = unique_namespace()
+    store = RedisRunStore(client, namespace=ns, discover=json_wait, partitions=3)
+    a, b = in_partition("a", 0, 3), in_partition("b", 2, 3)
+    waiter = in_partition("w", 1, 3)
+    store.insert(a, rec(None), Release())
+    store.insert(b, rec(None), Release())
+    store.insert(waiter, rec({"changed": a, "seen": 1}), Release())
+    store.compare_and_set(waiter, 1, rec({"changed": b, "seen": 1}), Release())
+    store.claim_ready("x", LONG, 10)  # sends the unwatch of a
+    assert not client.exists(Keyspace(ns, 0).prefix + f"watch:{a}")
+    assert client.exists(Keyspace(ns, 2).prefix + f"watch:{b}")
+    store.compare_and_set(a, 1, rec(None), Release())
+    assert client.zcard(Keyspace(ns, 0).prefix + "outbox") == 0  # a announces nothing
+    store.compare_and_set(b, 1, rec(None), Release())
+    assert store.claim_ready("x", LONG, 10) == [waiter]
+
+
+def test_a_waiter_between_its_watch_and_its_write_survives_an_unwatch() -> None:
+    """The race an unwatch must survive: a new waiter has watched (in the dependency's
+    partition) but not yet written (in its own) while its partition, with no waiter left,
+    unwatches, and the dependency is written meanwhile, its delivery dropped for want of a
+    waiter. The waiter's write then carries a stale version over a removed watch: it is
+    answered REWATCH, watches again and reads the new version (claimable at once), and the
+    dependency's later writes reach it."""
+    from redisstore.partitions import PartitionedOps
+
+    client = fakeredis.FakeRedis()
+    ns = unique_namespace()
+    store = RedisRunStore(client, namespace=ns, discover=json_wait, partitions=3)
+    other = RedisRunStore(client, namespace=ns, discover=json_wait, partitions=3)
+    dep = in_partition("dep", 0, 3)
+    first, late = in_partition("y", 1, 3), in_partition("x", 1, 3)
+    store.insert(dep, rec(None), Release())
+    store.insert(first, rec({"changed": dep, "seen": 1}), Release())
+    store.delete(first, 1, Release())  # no waiter left: the unwatch begins
+    ops = store._ops
+    assert isinstance(ops, PartitionedOps)
+    real = ops.parts[1].watcher
+    assert real is not None
+    watches: list[tuple[int, int, int]] = []
+
+    def raced(dependency: str, watcher: int, floor: int) -> Any:
+        got = yield from real(dependency, watcher, floor)
+        watches.append(got)
+        if len(watches) == 1:  # between the watch and the write
+            other.compare_and_set(dep, 1, rec(None), Release())
+            for _ in range(2):  # delivered to nobody, unwatched; the unwatch sent
+                assert other.claim_ready("o", LONG, 10) == []
+            assert not client.exists(Keyspace(ns, 0).prefix + f"watch:{dep}")
+        return got
+
+    ops.parts[1].watcher = raced
+    store.insert(late, rec({"changed": dep, "seen": 1}), Release())
+    assert [w[0] for w in watches] == [2, 4]  # watched again: the new version
+    assert watches[1][1] > watches[0][1]
+    assert store.claim_ready("a", LONG, 10) == [late]
+    store.compare_and_set(late, store.get(late).revision, rec({"changed": dep, "seen": 2}),
+                          Release())
+    assert store.claim_ready("a", LONG, 10) == []
+    store.compare_and_set(dep, 2, rec(None), Release())
+    assert store.claim_ready("a", LONG, 10) == [late]

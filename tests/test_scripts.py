@@ -472,7 +472,7 @@ FIRST_KEY = frozenset({
     "HMGET", "HSET", "HDEL", "HEXISTS", "HSCAN", "HSTRLEN", "HLEN", "HGETALL", "HSETNX",
     "HINCRBY", "ZADD", "ZREM", "ZSCORE", "ZRANGE", "ZRANGEBYSCORE", "ZCARD", "ZCOUNT", "ZRANK",
     "ZMSCORE", "ZRANGEBYLEX", "ZREVRANGEBYLEX", "ZREMRANGEBYRANK", "SADD", "SREM", "SSCAN",
-    "SISMEMBER", "SCARD", "SMEMBERS", "SRANDMEMBER", "RPUSH",
+    "SISMEMBER", "SCARD", "SMEMBERS", "SRANDMEMBER", "RPUSH", "HKEYS", "ZRANDMEMBER",
     # A sharded channel is routed as a key: it must be in the script's slot, as keys are.
     "SPUBLISH",
 })
@@ -768,6 +768,8 @@ def partitioned_scenario(client: Any) -> list[str]:
     store.claim_ready("a", LONG, 10)
     store.compare_and_set(waiter, 1, f"dep:{dep}".encode(), Release())
     store.delete(dep, 2, Release())
+    store.claim_ready("a", LONG, 10)
+    store.delete(waiter, 2, Release())  # its last waiter gone: the watch goes (run_unwatch)
     store.claim_ready("a", LONG, 10)
     repo = RedisRepository(client, namespace=store.namespace, partitions=2)
     repo.register_group("g")  # (repository_scenario runs each script of a partition alike)
