@@ -988,6 +988,25 @@ local function deleted_rev()
   return decimal(redis.call('HGET', META, 'deleted-rev') or '0', 0, MAX_INT - 2)
 end
 
+-- Whether key (of a type whose members cannot be sized before they are read: a hash's
+-- fields, a sorted set's members) takes at most limit bytes, by MEMORY USAGE (sampled, so
+-- O(1)). A server without the command (or a user denied it) skips the guard.
+local function within(key, limit)
+  local n = redis.pcall('MEMORY', 'USAGE', key)
+  return type(n) ~= 'number' or n <= limit
+end
+
+-- A key of the dependencies across partitions found damaged (of another type, or over its
+-- bound): queued to be renamed aside to P.."damaged:"..name..":"..time (a fresh one takes
+-- its place; a time of its own, so no rename overwrites, and so deletes, a big key) and
+-- listed in the quarantine as "damaged|"..name (store.quarantined() names it).
+local function set_aside(name, reason)
+  local key = P .. name
+  later('RENAME', key, P .. 'damaged:' .. name .. ':' .. int(now_ms()))
+  later('HSET', QUARANTINE, 'damaged|' .. name, reason)
+  TYPES[key] = 'none'
+end
+
 -- Dependency -> its mirror entry as this script knows it ({v, s, d}; false: none).
 local MIRROR = {}
 
@@ -1013,7 +1032,7 @@ local function mirror_of(dep)
   local m = MIRROR[dep]
   if m == nil then
     m = false
-    if of_type(DEPV, 'hash') then
+    if of_type(DEPV, 'hash') and TYPES[DEPV] ~= 'none' then
       local n = redis.call('HSTRLEN', DEPV, dep)
       if n > 0 and n <= 40 then m = parse_mirror(redis.call('HGET', DEPV, dep)) or false end
     end
@@ -1031,7 +1050,8 @@ end
 -- Raise the mirror's version of dep to v (queued), noting watch s of it (0: none) and its
 -- partition d (false: unknown); true when the version rose.
 local function raise_mirror(dep, v, s, d)
-  if not of_type(DEPV, 'hash') then return false end
+  -- A mirror of another type (it read as empty) is set aside, and this write starts anew.
+  if not of_type(DEPV, 'hash') then set_aside('depv', 'type') end
   local cur = mirror_of(dep)
   local m = {v = v, s = s or 0, d = d or false}
   if cur then
@@ -1066,31 +1086,44 @@ local function version_of(run)
 end
 
 -- The partitions watching run here: its watch key is a hash partition -> watch number (of
--- at most MAX_PARTITIONS fields); the fields that name a partition, or nil when the key is
--- of another type or too big (damaged).
+-- at most MAX_PARTITIONS fields, a few bytes each; "*": every partition, left where a
+-- damaged key was); nil when the key is of another type, over its bounds or holds a field
+-- that is not ours (damaged: see announce).
 local function watchers(run)
   local key = P .. 'watch:' .. run
   if not of_type(key, 'hash') then return nil end
   if TYPES[key] == 'none' then return {} end
-  if redis.call('HLEN', key) > MAX_PARTITIONS then return nil end
+  if redis.call('HLEN', key) > MAX_PARTITIONS or not within(key, 65536) then return nil end
   local out = {}
   for _, w in ipairs(redis.call('HKEYS', key)) do
-    if decimal(w, 0, MAX_PARTITIONS - 1) then out[#out + 1] = w end
+    if w ~= '*' and not decimal(w, 0, MAX_PARTITIONS - 1) then return nil end
+    out[#out + 1] = w
   end
   return out
 end
 
+-- run's watch key, found damaged: set aside, and replaced by "every partition watches"
+-- (a claim delivering "*|"..run turns it into a watch of each partition, which the unwatch
+-- protocol then prunes). The watchers to announce to: every partition.
+local function rewatch_all(run)
+  set_aside('watch:' .. run, 'damaged')
+  later('HSET', P .. 'watch:' .. run, '*', '0')
+  return {'*'}
+end
+
 -- A write of run (version v) that other partitions' runs wait on: queue an outbox entry
 -- for each (a claim delivers them) and a wake-up token (a blocked claimer claims, and
--- delivers). At most MAX_PARTITIONS watchers; a damaged watch key is left alone.
+-- delivers). A damaged watch key announces to every partition ("*|"..run: see
+-- rewatch_all); an outbox of another type is set aside and this entry starts a new one.
 local function announce(run, v)
   if not PARTITION then return end
-  local ws = watchers(run)
-  if not ws or #ws == 0 or not of_type(OUTBOX, 'zset') then return end
+  local ws = watchers(run) or rewatch_all(run)
+  if #ws == 0 then return end
+  if not of_type(OUTBOX, 'zset') then set_aside('outbox', 'type') end
   local any = false
   for _, w in ipairs(ws) do
     local member = w .. '|' .. run
-    local old = tonumber(redis.call('ZSCORE', OUTBOX, member))
+    local old = TYPES[OUTBOX] ~= 'none' and tonumber(redis.call('ZSCORE', OUTBOX, member))
     if not old or old < v then
       later('ZADD', OUTBOX, v, member)
       any = true
@@ -1137,9 +1170,10 @@ end
 -- watch not above unwatched[d]: it watches again (REWATCH). Nothing is done while the keys
 -- it needs are damaged (the watch stays: writes of dep are still announced here).
 local function unwatch(dep, d, seq)
-  if not d or not of_type(UNWATCH_Q, 'zset') or not of_type(DEPV, 'hash') then return end
+  if not d or not of_type(DEPV, 'hash') then return end
   local u = unwatched_of(d)
   if u == nil then return end
+  if not of_type(UNWATCH_Q, 'zset') then set_aside('unwatch', 'type') end
   if mirror_of(dep) then
     later('HDEL', DEPV, dep)
     MIRROR[dep] = false
@@ -1147,7 +1181,7 @@ local function unwatch(dep, d, seq)
   if seq == 0 then return end
   if seq > u then later('HSET', UNWATCHED, int(d), int(seq)) end
   local member = int(d) .. '|' .. dep
-  local old = tonumber(redis.call('ZSCORE', UNWATCH_Q, member))
+  local old = TYPES[UNWATCH_Q] ~= 'none' and tonumber(redis.call('ZSCORE', UNWATCH_Q, member))
   if not old or old < seq then later('ZADD', UNWATCH_Q, seq, member) end
 end
 

@@ -6,17 +6,34 @@
 -- ARGV[1]  key prefix (a partition's, {ns#p}:)   ARGV[2] which queue: "outbox" or "unwatch"
 -- ARGV[3..] pairs: entry ("<partition>|<run>"), the version delivered or the watch number
 --          acknowledged (at most 100 pairs)
+-- ARGV[2] "outbox!" or "unwatch!" (no pairs): set that queue aside if it is damaged (of
+--          another type, or more bytes than its entries can take: see run_heads)
 -- Reply    {OK, entries removed}
--- Also touches, undeclared (same hash tag): P.."unwatch".
---- @include OK, P, arg_int, MAX_INT, of_type
+-- Also touches, undeclared (same hash tag): P.."unwatch", P.."quarantine",
+-- P.."damaged:".. (a queue set aside).
+--- @include OK, P, arg_int, MAX_INT, of_type, within, MAX_TEXT, QUARANTINE, int, now_ms
 if (#ARGV - 2) % 2 ~= 0 or #ARGV - 2 > 200 then
   error('BADARG ARGV[3..] must be at most 100 pairs of entry and version')
 end
 if KEYS[1] ~= P .. 'outbox' then error('BADARG KEYS[1] must be the outbox of ARGV[1]') end
-if ARGV[2] ~= 'outbox' and ARGV[2] ~= 'unwatch' then
-  error('BADARG ARGV[2] must be outbox or unwatch')
+local name, aside = ARGV[2], false
+if name == 'outbox!' or name == 'unwatch!' then
+  name, aside = string.sub(name, 1, -2), true
 end
-local key = P .. ARGV[2]
+if name ~= 'outbox' and name ~= 'unwatch' then
+  error('BADARG ARGV[2] must be outbox or unwatch, with a ! to set it aside')
+end
+local key = P .. name
+if aside then
+  -- The claim's heads found the queue damaged: if it still is, renamed aside (a name of
+  -- its own: no rename deletes a big key) and listed in the quarantine; announcements
+  -- start a fresh one.
+  local n = of_type(key, 'zset') and redis.call('ZCARD', key)
+  if n and (n == 0 or within(key, 65536 + n * (MAX_TEXT + 64))) then return {OK, 0, 0, -1} end
+  redis.call('HSET', QUARANTINE, 'damaged|' .. name, n and 'size' or 'type')
+  redis.call('RENAME', key, P .. 'damaged:' .. name .. ':' .. int(now_ms()))
+  return {OK, 0, 0, -1}
+end
 -- (The outbox routes the call; its type is asked either way.)
 if not of_type(KEYS[1], 'zset') and key == KEYS[1] then return {OK, 0, 0, -1} end
 if not of_type(key, 'zset') then return {OK, 0, 0, -1} end

@@ -7,7 +7,7 @@
 -- ARGV[1]  key prefix           ARGV[2] index: "ready" or "leases"
 -- ARGV[3]  limit (at most MAX_CLAIM)
 -- Reply    {OK, {run, score, ...}, pending, wait, {entry, version, ...}, outbox size,
---          {watch, ...}, {unwatch entry, watch, ...}}
+--          {watch, ...}, {unwatch entry, watch, ...}, unwatch queue size}
 --          | {TOO_NEW, layout} | {CORRUPT, what}
 --          up to limit entries due now (score <= the server's time) of the layout 3 key and
 --          up to limit of the buckets, each source in its order (the caller merges them);
@@ -19,7 +19,8 @@
 --          delivered some and left more leaves a wake-up token for the rest); for each
 --          outbox entry "<w>|<run>" w's watch number of run here (0: none), which its
 --          notify carries; up to 100 entries of the unwatch queue ("<partition>|<run>",
---          watch number) to send (the same way).
+--          watch number) to send (the same way), and its size. A size -1: that queue is
+--          damaged (another type, or more bytes than its entries can take), none of it read.
 -- Entries are not checked against their runs: a stale one makes the partition's share too
 -- big, and its claim then hands out fewer. Reads at most 8 empty buckets.
 -- Also reads, undeclared (same hash tag): from layout 4 the index's directory and buckets
@@ -27,7 +28,7 @@
 -- and the P.."watch:"..run of its outbox entries.
 --- @include CORRUPT, MAX_CLAIM, OK, arg_int, FANOUT, META, PARTITION, OUTBOX, NS, OLD_IX
 --- @include now_ms, of_type, LEASES_IX, READY_IX, card_of, buckets, index_intact
---- @include check_layout, P, decimal, MAX_INT, TYPES, UNWATCH_Q
+--- @include check_layout, P, decimal, MAX_INT, TYPES, UNWATCH_Q, within, MAX_TEXT
 local ix
 if ARGV[2] == 'ready' then
   ix = READY_IX
@@ -90,17 +91,22 @@ end
 local pending = 0
 if ix == READY_IX and redis.call('ZCARD', FANOUT) > 0 then pending = 1 end
 -- The outbox's first entries: the claim delivers them (a damaged outbox delivers nothing).
-local outbox, size = {}, 0
-if PARTITION and of_type(OUTBOX, 'zset') then
-  -- Up to 100 entries; from a bigger outbox, 100 at random: entries that cannot be
-  -- delivered yet (their partition is down) never hide the others from every claim.
-  size = redis.call('ZCARD', OUTBOX)
-  if size <= 100 then
-    outbox = redis.call('ZRANGE', OUTBOX, 0, 99, 'WITHSCORES')
-  else
-    outbox = redis.call('ZRANDMEMBER', OUTBOX, 100, 'WITHSCORES')
-  end
+-- Up to 100 entries of a queue (the outbox, the unwatch queue); from a bigger one, 100 at
+-- random: entries that cannot be delivered yet (their partition is down) never hide the
+-- others from every claim. Its size, or -1 when it is of another type or bigger than its
+-- entries can be (MEMORY USAGE: a member over the longest an entry has, planted): nothing
+-- of it is read, and the claim sets it aside (run_delivered).
+local function queue(key)
+  if not of_type(key, 'zset') then return {}, -1 end
+  local n = redis.call('ZCARD', key)
+  if n == 0 then return {}, 0 end
+  if not within(key, 65536 + n * (MAX_TEXT + 64)) then return {}, -1 end
+  if n <= 100 then return redis.call('ZRANGE', key, 0, 99, 'WITHSCORES'), n end
+  return redis.call('ZRANDMEMBER', key, 100, 'WITHSCORES'), n
 end
+
+local outbox, size = {}, 0
+if PARTITION then outbox, size = queue(OUTBOX) end
 -- Each entry's watch number: a notify that finds no waiter unwatches it.
 local seqs = {}
 for i = 1, #outbox, 2 do
@@ -116,12 +122,6 @@ for i = 1, #outbox, 2 do
   end
   seqs[#seqs + 1] = seq
 end
-local unwatches = {}
-if PARTITION and of_type(UNWATCH_Q, 'zset') then
-  if redis.call('ZCARD', UNWATCH_Q) <= 100 then
-    unwatches = redis.call('ZRANGE', UNWATCH_Q, 0, 99, 'WITHSCORES')
-  else
-    unwatches = redis.call('ZRANDMEMBER', UNWATCH_Q, 100, 'WITHSCORES')
-  end
-end
-return {OK, out, pending, wait, outbox, size, seqs, unwatches}
+local unwatches, queued = {}, 0
+if PARTITION then unwatches, queued = queue(UNWATCH_Q) end
+return {OK, out, pending, wait, outbox, size, seqs, unwatches, queued}

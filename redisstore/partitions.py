@@ -34,7 +34,7 @@ from .protocol import (
     fanned,
     preceded,
 )
-from .runops import Heads, RunOps, answer, next_wakeup
+from .runops import Heads, RunOps, answer, next_wakeup, warn_once
 from .runs import (
     MAX_CLAIM_BYTES,
     Cap,
@@ -475,23 +475,40 @@ class PartitionedOps(Counted):
         heads = yield from fan(part.heads(index, limit) for part in self.parts)
         unread = {d for d, got in enumerate(heads)
                   if got.error is None and _outbox_size(got.unwrap()) > len(got.unwrap()[3])}
-        # (queue's partition, queue, entry, score, target partition, dependency, watch)
-        sends: list[tuple[int, str, str, int, int, str, int]] = []
+        # (queue's partition, queue, entry, score, target partition, dependency, watch,
+        # group: the sends of one entry, acknowledged once they all succeeded)
+        sends: list[tuple[int, str, str, int, int, str, int, int]] = []
         foreign: list[tuple[int, str]] = []
         for d, got in enumerate(heads):
             if got.error is not None:
                 continue
             found = got.unwrap()
+            for queue, size in (("outbox", _outbox_size(found)),
+                                ("unwatch", found[6] if len(found) > 6 else 0)):
+                if size < 0:  # damaged: set aside in the claim's round trip
+                    acks[(d, queue + "!")] = []
+                    warn_once(f"damaged:{self.parts[d].keys.prefix}{queue}",
+                              "redisstore: partition %d's %s is damaged (of another type, or "
+                              "bigger than its entries can be): set aside as %s (listed by "
+                              "store.quarantined())", d, self.parts[d].keys.prefix + queue,
+                              self.parts[d].keys.prefix + "damaged:" + queue + ":<time>")
             queued = [("outbox", *e) for e in found[3]]
             queued += [("unwatch", entry, seq, seq) for entry, seq in _unwatches(found)]
             for queue, entry, score, seq in queued:
                 where, _, dependency = entry.partition("|")
+                group = len(sends)
                 if score < 0:
                     acks.setdefault((d, queue), []).append((entry, 0))  # no score: removed
                     foreign.append((d, entry))
+                elif where == "*" and queue == "outbox" and _is_run(dependency):
+                    # A damaged watch's "every partition": delivered to each, and the watch
+                    # made one of each partition (then pruned as any other).
+                    sends.append((d, "watch", entry, score, d, dependency, 0, group))
+                    sends.extend((d, queue, entry, score, w, dependency, 0, group)
+                                 for w in range(self.n) if w != d)
                 elif where.isdigit() and int(where) < self.n and _is_run(dependency) \
                         and (queue == "outbox" or (score > 0 and int(where) != d)):
-                    sends.append((d, queue, entry, score, int(where), dependency, seq))
+                    sends.append((d, queue, entry, score, int(where), dependency, seq, group))
                 else:  # not one of ours (a foreign write): removed, never a wall
                     acks.setdefault((d, queue), []).append((entry, score))
                     foreign.append((d, entry))
@@ -504,17 +521,23 @@ class PartitionedOps(Counted):
             return heads, acks, [d for d in unread if (d, "outbox") in acks]
         sent = yield from fan(
             self.parts[w].notify(dependency, score, d, seq) if queue == "outbox"
+            else self.parts[w].watch_all(dependency, self.n) if queue == "watch"
             else self.parts[w].unwatch(dependency, d, seq)
-            for d, queue, _, score, w, dependency, seq in sends)
+            for d, queue, _, score, w, dependency, seq, _ in sends)
         delivered = False
-        for (d, queue, entry, score, _, _, _), got in zip(sends, sent, strict=True):
-            if got.error is None:
-                acks.setdefault((d, queue), []).append((entry, score))
-                delivered = delivered or queue == "outbox"
-            else:
+        failed = {group for (*_, group), got in zip(sends, sent, strict=True)
+                  if got.error is not None}
+        done: set[int] = set()
+        for (d, queue, entry, score, _, _, _, group), got in zip(sends, sent, strict=True):
+            if got.error is not None:
                 log.warning("redisstore: a dependency's %s could not reach its partition yet "
                             "(%s); a later claim sends it again",
-                            "write" if queue == "outbox" else "unwatch", got.error)
+                            "unwatch" if queue == "unwatch" else "write", got.error)
+            elif group not in failed and group not in done:
+                done.add(group)
+                queue = "unwatch" if queue == "unwatch" else "outbox"
+                acks.setdefault((d, queue), []).append((entry, score))
+                delivered = delivered or queue == "outbox"
         if delivered:  # waiters may be claimable now: read the heads again
             heads = yield from fan(part.heads(index, limit) for part in self.parts)
         return heads, acks, [d for d in unread if (d, "outbox") in acks]

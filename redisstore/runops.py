@@ -247,10 +247,10 @@ def _one(op: Operation[T] | Spread[T]) -> Operation[T]:
 
 
 #: What a partition's head read answers (:meth:`RunOps.heads`): due entries, pending,
-#: wait, outbox entries (entry, version, watch number), the outbox's size, and unwatch
-#: queue entries (entry, watch number).
+#: wait, outbox entries (entry, version, watch number), the outbox's size, unwatch queue
+#: entries (entry, watch number) and the queue's size (a size -1: that queue is damaged).
 Heads: TypeAlias = tuple[list[tuple[int, str]], bool, int, list[tuple[str, int, int]], int,
-                         list[tuple[str, int]]]
+                         list[tuple[str, int]], int]
 
 class Rewatch:
     """A write's answer when its dependency's watch may have been undone meanwhile
@@ -363,6 +363,13 @@ class RunOps:
                                   (k.prefix, run, watcher, *((floor,) if floor else ())),
                                   self._answer(run), write=False))
         return int(got[0]), int(got[1]), k.partition
+
+    def watch_all(self, run: str, partitions: int) -> Operation[None]:
+        """Turn the "every partition watches" a damaged watch key of ``run`` left into a
+        watch of each partition of ``partitions`` (each pruned by the unwatch protocol)."""
+        k = self.keys
+        yield from ask(Call(scripts.RUN_WATCH, (k.meta,), (k.prefix, run, "*", "", partitions),
+                            self._answer(run), write=False))
 
     def notify(self, dependency: str, version: int, source: int | None = None,
                seq: int = 0) -> Operation[bool]:
@@ -572,13 +579,14 @@ class RunOps:
         the outbox's first entries (partition, dependency, version) to deliver, and how
         many entries it holds."""
         k = self.keys
-        flat, pending, wait, outbox, size, seqs, queued = yield from ask(Call(
+        flat, pending, wait, outbox, size, seqs, queued, queue_size = yield from ask(Call(
             scripts.RUN_HEADS, (k.ready, k.leases, k.meta, k.fanout),
             (k.prefix, index, limit),
             lambda reply: (self._answer()(reply), *reply[2:4], reply[4] if len(reply) > 4
                            else [], reply[5] if len(reply) > 5 else 0,
                            reply[6] if len(reply) > 6 else [],
-                           reply[7] if len(reply) > 7 else []), write=False))
+                           reply[7] if len(reply) > 7 else [],
+                           reply[8] if len(reply) > 8 else 0), write=False))
         # Ties go by the ids' bytes, as the scripts and the memory reference order them.
         entries = sorted(((int(flat[i + 1]), text(flat[i])) for i in range(0, len(flat) - 1, 2)),
                          key=lambda e: (e[0], e[1].encode("utf-8", "surrogateescape")))
@@ -590,7 +598,8 @@ class RunOps:
         unwatches = [(text(queued[i]), _version(queued[i + 1]))
                      for i in range(0, len(queued) - 1, 2)]
         return (entries[:limit], bool(pending), int(wait) if int(wait) >= -1 else -1,
-                deliveries, int(size) if type(size) is int else 0, unwatches)
+                deliveries, int(size) if type(size) is int else 0, unwatches,
+                int(queue_size) if type(queue_size) is int else 0)
 
     def next_wakeup(self, kinds: Iterable[str], seconds: float
                     ) -> Operation[tuple[str, str] | None]:

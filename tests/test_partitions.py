@@ -230,11 +230,13 @@ def test_foreign_data_in_the_outbox_watch_and_mirror_is_never_a_wall() -> None:
         got += store.claim_ready("a", LONG, 10)
     assert got == ["run"]
     assert outbox(client, ns, "dep") == []
-    # A watch set of another type: the write of its run goes on, announcing nothing.
+    # A watch key of another type: set aside (quarantined), and the write announced to
+    # every partition (tests/test_partitions_deps.py follows it further).
     client.delete(d.prefix + "watch:dep")
     client.set(d.prefix + "watch:dep", "x")
     store.compare_and_set("dep", 2, rec(None), Release())
-    assert outbox(client, ns, "dep") == []
+    assert outbox(client, ns, "dep") == [(b"*|dep", 6.0)]
+    assert ("damaged", "watch:dep") in {(q.index, q.run) for q in store.quarantined()}
 
 
 def test_a_pipeline_of_partitions_takes_one_run_calls_and_refuses_the_others() -> None:

@@ -299,3 +299,51 @@ def test_a_waiter_between_its_watch_and_its_write_survives_an_unwatch() -> None:
     assert store.claim_ready("a", LONG, 10) == []
     store.compare_and_set(dep, 2, rec(None), Release())
     assert store.claim_ready("a", LONG, 10) == [late]
+
+
+# ---------------------------------------------------------------- damage
+
+
+@pytest.mark.parametrize("damage", ["watch of another type", "watch field not ours",
+                                    "outbox of another type", "mirror of another type"])
+def test_damage_to_a_dependency_key_is_quarantined_and_loses_no_announcement(
+        damage: str) -> None:
+    """A damaged watch key, outbox or mirror hash lost the dependency's write silently (the
+    write acknowledged, nothing announced, logged or quarantined). Now the key is set aside
+    and listed by quarantined(), and the waiter is claimable after the write; a damaged
+    watch is replaced by "every partition watches", which the next write prunes to the
+    partitions that wait."""
+    client = fakeredis.FakeRedis()
+    ns = unique_namespace()
+    store = RedisRunStore(client, namespace=ns, discover=json_wait, partitions=3)
+    dep, waiter = in_partition("dep", 0, 3), in_partition("w", 1, 3)
+    d, w = Keyspace(ns, 0), Keyspace(ns, 1)
+    store.insert(dep, rec(None), Release())
+    store.insert(waiter, rec({"changed": dep, "seen": 1}), Release())
+    key, name = {
+        "watch of another type": (d.prefix + f"watch:{dep}", f"watch:{dep}"),
+        "watch field not ours": (d.prefix + f"watch:{dep}", f"watch:{dep}"),
+        "outbox of another type": (d.prefix + "outbox", "outbox"),
+        "mirror of another type": (w.prefix + "depv", "depv")}[damage]
+    if damage == "watch field not ours":
+        client.hset(key, "junk", "1")
+    else:
+        client.delete(key)
+        client.set(key, "x")
+    store.compare_and_set(dep, 1, rec(None), Release())
+    got: list[str] = []
+    for _ in range(3):
+        got += store.claim_ready("a", LONG, 10)
+    assert got == [waiter]
+    assert ("damaged", name) in {(q.index, q.run) for q in store.quarantined()}
+    assert client.type(key) in (b"none", b"hash", b"zset")
+    store.release("a", [waiter])
+    store.compare_and_set(waiter, 1, rec({"changed": dep, "seen": 2}), Release())
+    store.compare_and_set(dep, 2, rec(None), Release())
+    got = []
+    for _ in range(3):
+        got += store.claim_ready("a", LONG, 10)
+    assert got == [waiter]  # the next write too
+    if damage.startswith("watch"):
+        # "Every partition" became a watch of each; partition 2, with no waiter, unwatched.
+        assert set(client.hkeys(key)) == {b"1"}
