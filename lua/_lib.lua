@@ -1010,6 +1010,9 @@ end
 -- Dependency -> its mirror entry as this script knows it ({v, s, d}; false: none).
 local MIRROR = {}
 
+-- Whether this script met a mirror entry too big to overwrite (see mirror_of).
+local BIG_MIRROR = false
+
 -- A mirror entry's text: "v|s|d" (d '' when unknown), or a bare version (written before
 -- watches were numbered: s 0, d unknown). {v, s, d}, or nil when damaged.
 local function parse_mirror(raw)
@@ -1035,6 +1038,9 @@ local function mirror_of(dep)
     if of_type(DEPV, 'hash') and TYPES[DEPV] ~= 'none' then
       local n = redis.call('HSTRLEN', DEPV, dep)
       if n > 0 and n <= 40 then m = parse_mirror(redis.call('HGET', DEPV, dep)) or false end
+      -- A big field (planted) is never overwritten, which would free it in this script:
+      -- the next write of the mirror sets the whole hash aside instead (a rename).
+      if n > 65536 then BIG_MIRROR = true end
     end
     MIRROR[dep] = m
   end
@@ -1053,6 +1059,10 @@ local function raise_mirror(dep, v, s, d)
   -- A mirror of another type (it read as empty) is set aside, and this write starts anew.
   if not of_type(DEPV, 'hash') then set_aside('depv', 'type') end
   local cur = mirror_of(dep)
+  if BIG_MIRROR then
+    set_aside('depv', 'size')
+    BIG_MIRROR, MIRROR, cur = false, {}, false
+  end
   local m = {v = v, s = s or 0, d = d or false}
   if cur then
     if cur.v > m.v then m.v = cur.v end
@@ -1173,6 +1183,10 @@ local function unwatch(dep, d, seq)
   if not d or not of_type(DEPV, 'hash') then return end
   local u = unwatched_of(d)
   if u == nil then return end
+  if mirror_of(dep) and BIG_MIRROR then
+    set_aside('depv', 'size')
+    BIG_MIRROR, MIRROR = false, {}
+  end
   if not of_type(UNWATCH_Q, 'zset') then set_aside('unwatch', 'type') end
   if mirror_of(dep) then
     later('HDEL', DEPV, dep)
