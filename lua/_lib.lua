@@ -1203,10 +1203,16 @@ end
 -- entry covers and that an unwatch begun here may have undone: the reply that refuses it
 -- (REWATCH, payload the unwatched watch: nothing written; the store watches again, above
 -- it, and sends the write again), or nil.
+-- A damaged unwatched key (another type, a field not a number) answers REWATCH with -1
+-- to a first try: unwatch begins nothing while it is damaged, so a watch made after that
+-- answer (w.again) is newer than every unwatch begun here and goes through.
 local function rewatch(w)
   if not w.watched or not w.ws or mirror_of(w.wa) then return nil end
   local u = unwatched_of(w.wd)
-  if u == nil then return {CORRUPT, 'unwatched', 0, -1} end
+  if u == nil then
+    if w.again then return nil end
+    return {REWATCH, -1, 0, -1}
+  end
   if w.ws <= u then return {REWATCH, u, 0, -1} end
   return nil
 end
@@ -1494,6 +1500,8 @@ local function arg_wait(A)
     error('BADARG ARGV[' .. (A + 5) .. '] must be empty or, for a dependency of a partition, '
       .. 'its watched version')
   end
+  -- ARGV[A + 8]: '1' when the store watched again after a REWATCH (see rewatch).
+  w.again = arg_flag(A + 8) == 1
   w.ws = opt_decimal(ARGV[A + 6] or '', 1, MAX_INT)
   w.wd = opt_decimal(ARGV[A + 7] or '', 0, MAX_PARTITIONS - 1)
   if w.ws == nil or w.wd == nil or (w.ws and not w.watched) or ((w.ws == false) ~= (w.wd == false)) then

@@ -320,12 +320,14 @@ class RunOps:
     def _watched(self, foreign: str | None, floor: int = 0) -> Operation[tuple[Arg, ...]]:
         """For a dependency in another partition, its watch there (the first half of a
         dependency across partitions): the version, watch number and partition the write
-        then carries (a number above ``floor``, after a REWATCH)."""
+        then carries (a number above ``floor``, after a REWATCH; a floor -1: again after a
+        REWATCH of a damaged unwatched key)."""
         if foreign is None or self.watcher is None:
             return ()
         assert self.keys.partition is not None
-        version, seq, where = yield from self.watcher(foreign, self.keys.partition, floor)
-        return (version, seq, where)
+        version, seq, where = yield from self.watcher(foreign, self.keys.partition,
+                                                      max(floor, 0))
+        return (version, seq, where, *(("1",) if floor else ()))
 
     def _rewatching(self, foreign: str | None, send: Callable[[tuple[Arg, ...]], Call[T]]
                     ) -> Operation[T]:
@@ -338,7 +340,12 @@ class RunOps:
             got = yield from ask(send(watched))
             if not isinstance(got, Rewatch):
                 return got
-            floor = got.floor
+            if got.floor < 0:
+                warn_once(f"unwatched:{self.keys.prefix}",
+                          "redisstore: %sunwatched is damaged (another type, or a field that "
+                          "is not a number): each write waiting on a run of another partition "
+                          "watches twice until it is deleted", self.keys.prefix)
+            floor = got.floor if got.floor > 0 else -1
         raise Unavailable(f"a write waiting on {foreign!r} gave up: its watch was undone "
                           f"{MAX_REWATCH} times in a row (nothing was written)",
                           outcome=NOT_APPLIED)

@@ -388,3 +388,25 @@ def test_a_big_value_planted_in_a_dependency_key_is_not_read_whole(
     if case != "mirror entry":
         assert any(q.index == "damaged" for q in store.quarantined())
     store.close()
+
+
+def test_a_damaged_unwatched_key_costs_a_second_watch_and_never_a_wall(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The unwatched key of a waiter's partition of another type: its writes watch twice
+    (the second watch is newer than any unwatch begun there) and go through, warned once;
+    nothing is unwatched meanwhile, so no watch is lost."""
+    client = fakeredis.FakeRedis()
+    ns = unique_namespace()
+    store = RedisRunStore(client, namespace=ns, discover=json_wait, partitions=3)
+    dep, waiters = in_partition("dep", 0, 3), [in_partition("w", 1, 3, i) for i in range(2)]
+    store.insert(dep, rec(None), Release())
+    client.set(Keyspace(ns, 1).prefix + "unwatched", "x")
+    with caplog.at_level(logging.WARNING, logger="redisstore"):
+        for waiter in waiters:
+            store.insert(waiter, rec({"changed": dep, "seen": 1}), Release())
+            # No unwatch begins: the watch stays.
+            store.delete(waiter, store.get(waiter).revision, Release())
+        store.insert(waiters[0], rec({"changed": dep, "seen": 1}), Release())
+    assert len([r for r in caplog.records if "unwatched" in r.getMessage()]) == 1
+    store.compare_and_set(dep, 1, rec(None), Release())
+    assert store.claim_ready("a", LONG, 10) == [waiters[0]]
