@@ -140,11 +140,11 @@ def test_a_blocked_claim_finds_a_waiter_behind_a_big_outbox_at_once(
             io.call("insert", dep, rec(None), Release())
             io.call("insert", waiter, rec({"changed": dep, "seen": 1}), Release())
             assert io.call("claim_ready", "me", LONG, 10) == []
+            blocked = Blocked(lambda: io.call("claim_ready", "me", LONG, 1, block=5000))
+            time.sleep(0.5)  # the claim is blocked
             # Deliveries that make nothing claimable: their dependencies have no waiter.
             io.raw.zadd(home.prefix + "outbox",
                         {f"1|ghost-{round_}-{i}": 2 for i in range(2000)})
-            blocked = Blocked(lambda: io.call("claim_ready", "me", LONG, 1, block=5000))
-            time.sleep(0.5)  # the claim is blocked
             since = time.monotonic()
             io.call("compare_and_set", dep, 1, rec(None), Release())
             assert blocked.get() == [waiter]
