@@ -508,3 +508,19 @@ def test_histories_raced_between_watch_and_write_answer_as_the_memory_reference(
         _write(store, op, _record_for(store, op))
         pending.clear()
         _write(reference, op, later)
+
+
+@pytest.mark.server
+def test_an_outbox_of_entries_of_the_longest_ids_is_not_taken_for_damage(
+        backends: dict[str, list[Server]]) -> None:
+    """The byte bound of an outbox leaves room for entries of the longest run ids (2,052
+    bytes each, about 2,660 bytes of memory in a skiplist): 1,000 of them are read."""
+    c = redis.Redis(port=backends["server"][0].port)
+    ns = unique_namespace("deps-long")
+    store = RedisRunStore(c, namespace=ns, discover=json_wait, partitions=3)
+    store.insert("seed", rec(None), Release())
+    home = Keyspace(ns, 0)
+    c.zadd(home.prefix + "outbox", {f"1|{i:06d}{'x' * 2042}": 2 for i in range(1000)})
+    heads = store._io.drive(store._ops.parts[0].heads("ready", 10))
+    assert heads[4] == 1000 and len(heads[3]) == 100
+    store.close()
