@@ -87,15 +87,26 @@ local WAKE_LEASES = P .. 'wake-leases'
 -- namespace names). Its dependencies in other partitions are known by a mirror, and its
 -- runs that others' runs wait on announce their writes (redisstore.partitions,
 -- docs/design/partitions.md "Dependencies across partitions"):
--- P.."depv" (hash): dependency in another partition -> its version as last delivered here
--- (2 * revision, plus 1 once deleted: each write of it has a higher one);
--- P.."watch:"..run (set): the partitions with a run waiting on run;
+-- P.."depv" (hash): dependency in another partition -> its mirror entry "v|s|d": v its
+-- version as last delivered here (2 * revision, plus 1 once deleted: each write of it has a
+-- higher one), s the highest watch of it this entry covers, d its partition;
+-- P.."unwatched" (hash): partition d -> the highest watch an unwatch begun here toward d
+-- covered (a waiter's write whose watch is not above it, with no mirror entry, watches
+-- again: REWATCH);
+-- P.."unwatch" (sorted set): "<partition>|<run>" -> the watch to remove there (claims send
+-- them: run_unwatch);
+-- P.."watch:"..run (hash): partition with a run waiting on run -> its latest watch;
+-- P.."watch-seq" (string): the last watch number given here (run_watch);
 -- P.."outbox" (sorted set): "<partition>|<run>" -> the version of run to deliver there.
 local PARTITION = string.find(P, '#', 1, true) ~= nil
 
 local DEPV = P .. 'depv'
 
 local OUTBOX = P .. 'outbox'
+
+local UNWATCHED = P .. 'unwatched'
+
+local UNWATCH_Q = P .. 'unwatch'
 
 -- The newest layout this library reads and writes; a namespace with a newer one is refused.
 local LAYOUT = 4
@@ -1012,31 +1023,91 @@ local function deleted_rev()
   return decimal(redis.call('HGET', META, 'deleted-rev') or '0', 0, MAX_INT - 2)
 end
 
--- Dependency -> its version as this script knows it from the mirror (false: none).
-local MIRROR = {}
-
--- The mirror's version of dep (false: none, not a partition, or a damaged entry, which
--- then reads as absent: at worst a waiter becomes claimable early, never lost).
-local function mirrored(dep)
-  if not PARTITION then return false end
-  local v = MIRROR[dep]
-  if v == nil then
-    v = false
-    if of_type(DEPV, 'hash') then
-      v = decimal(redis.call('HGET', DEPV, dep) or '', 0, MAX_INT) or false
-    end
-    MIRROR[dep] = v
-  end
-  return v
+-- Whether key (of a type whose members cannot be sized before they are read: a hash's
+-- fields, a sorted set's members) takes at most limit bytes, by MEMORY USAGE (sampled, so
+-- O(1)). A server without the command (or a user denied it) skips the guard.
+local function within(key, limit)
+  local n = redis.pcall('MEMORY', 'USAGE', key)
+  return type(n) ~= 'number' or n <= limit
 end
 
--- Raise the mirror's version of dep to v (queued); true when it rose.
-local function raise_mirror(dep, v)
-  local cur = mirrored(dep)
-  if (cur and cur >= v) or not of_type(DEPV, 'hash') then return false end
-  MIRROR[dep] = v
-  later('HSET', DEPV, dep, int(v))
-  return true
+-- A key of the dependencies across partitions found damaged (of another type, or over its
+-- bound): queued to be renamed aside to P.."damaged:"..name..":"..time (a fresh one takes
+-- its place; a time of its own, so no rename overwrites, and so deletes, a big key) and
+-- listed in the quarantine as "damaged|"..name (store.quarantined() names it).
+local function set_aside(name, reason)
+  local key = P .. name
+  later('RENAME', key, P .. 'damaged:' .. name .. ':' .. int(now_ms()))
+  later('HSET', QUARANTINE, 'damaged|' .. name, reason)
+  TYPES[key] = 'none'
+end
+
+-- Dependency -> its mirror entry as this script knows it ({v, s, d}; false: none).
+local MIRROR = {}
+
+-- Whether this script met a mirror entry too big to overwrite (see mirror_of).
+local BIG_MIRROR = false
+
+-- A mirror entry's text: "v|s|d" (d '' when unknown), or a bare version (written before
+-- watches were numbered: s 0, d unknown). {v, s, d}, or nil when damaged.
+local function parse_mirror(raw)
+  local v = decimal(raw, 0, MAX_INT)
+  if v then return {v = v, s = 0, d = false} end
+  local a, b, c = string.match(raw, '^(%d+)|(%d+)|(%d*)$')
+  if not a then return nil end
+  v, b = decimal(a, 0, MAX_INT), decimal(b, 0, MAX_INT)
+  local d = false
+  if c ~= '' then d = decimal(c, 0, MAX_PARTITIONS - 1) end
+  if not v or not b or d == nil then return nil end
+  return {v = v, s = b, d = d}
+end
+
+-- The mirror entry of dep (false: none, not a partition, or a damaged entry, which then
+-- reads as absent: at worst a waiter becomes claimable early, never lost). An entry is
+-- sized (HSTRLEN) before it is read.
+local function mirror_of(dep)
+  if not PARTITION then return false end
+  local m = MIRROR[dep]
+  if m == nil then
+    m = false
+    if of_type(DEPV, 'hash') and TYPES[DEPV] ~= 'none' then
+      local n = redis.call('HSTRLEN', DEPV, dep)
+      if n > 0 and n <= 40 then m = parse_mirror(redis.call('HGET', DEPV, dep)) or false end
+      -- A big field (planted) is never overwritten, which would free it in this script:
+      -- the next write of the mirror sets the whole hash aside instead (a rename).
+      if n > 65536 then BIG_MIRROR = true end
+    end
+    MIRROR[dep] = m
+  end
+  return m
+end
+
+-- The mirror's version of dep (false: none).
+local function mirrored(dep)
+  local m = mirror_of(dep)
+  return m and m.v
+end
+
+-- Raise the mirror's version of dep to v (queued), noting watch s of it (0: none) and its
+-- partition d (false: unknown); true when the version rose.
+local function raise_mirror(dep, v, s, d)
+  -- A mirror of another type (it read as empty) is set aside, and this write starts anew.
+  if not of_type(DEPV, 'hash') then set_aside('depv', 'type') end
+  local cur = mirror_of(dep)
+  if BIG_MIRROR then
+    set_aside('depv', 'size')
+    BIG_MIRROR, MIRROR, cur = false, {}, false
+  end
+  local m = {v = v, s = s or 0, d = d or false}
+  if cur then
+    if cur.v > m.v then m.v = cur.v end
+    if cur.s > m.s then m.s = cur.s end
+    if not m.d then m.d = cur.d end
+    if m.v == cur.v and m.s == cur.s and m.d == cur.d then return false end
+  end
+  MIRROR[dep] = m
+  later('HSET', DEPV, dep, int(m.v) .. '|' .. int(m.s) .. '|' .. (m.d and int(m.d) or ''))
+  return not cur or cur.v < v
 end
 
 -- The revision a waiter reads of its dependency: the run's own when it is here; else, for
@@ -1059,26 +1130,126 @@ local function version_of(run)
   return 2 * (deleted_rev() or 0) + 1
 end
 
+-- The partitions watching run here: its watch key is a hash partition -> watch number (of
+-- at most MAX_PARTITIONS fields, a few bytes each; "*": every partition, left where a
+-- damaged key was); nil when the key is of another type, over its bounds or holds a field
+-- that is not ours (damaged: see announce).
+local function watchers(run)
+  local key = P .. 'watch:' .. run
+  if not of_type(key, 'hash') then return nil end
+  if TYPES[key] == 'none' then return {} end
+  if redis.call('HLEN', key) > MAX_PARTITIONS or not within(key, 65536) then return nil end
+  local out = {}
+  for _, w in ipairs(redis.call('HKEYS', key)) do
+    if w ~= '*' and not decimal(w, 0, MAX_PARTITIONS - 1) then return nil end
+    out[#out + 1] = w
+  end
+  return out
+end
+
+-- run's watch key, found damaged: set aside, and replaced by "every partition watches"
+-- (a claim delivering "*|"..run turns it into a watch of each partition, which the unwatch
+-- protocol then prunes). The watchers to announce to: every partition.
+local function rewatch_all(run)
+  set_aside('watch:' .. run, 'damaged')
+  later('HSET', P .. 'watch:' .. run, '*', '0')
+  return {'*'}
+end
+
 -- A write of run (version v) that other partitions' runs wait on: queue an outbox entry
 -- for each (a claim delivers them) and a wake-up token (a blocked claimer claims, and
--- delivers). At most MAX_PARTITIONS watchers; a damaged watch set is left alone.
+-- delivers). A damaged watch key announces to every partition ("*|"..run: see
+-- rewatch_all); an outbox of another type is set aside and this entry starts a new one.
 local function announce(run, v)
   if not PARTITION then return end
-  local key = P .. 'watch:' .. run
-  if not of_type(key, 'set') or TYPES[key] == 'none' then return end
-  if redis.call('SCARD', key) > MAX_PARTITIONS or not of_type(OUTBOX, 'zset') then return end
+  local ws = watchers(run) or rewatch_all(run)
+  if #ws == 0 then return end
+  if not of_type(OUTBOX, 'zset') then set_aside('outbox', 'type') end
   local any = false
-  for _, w in ipairs(redis.call('SMEMBERS', key)) do
-    if decimal(w, 0, MAX_PARTITIONS - 1) then
-      local member = w .. '|' .. run
-      local old = tonumber(redis.call('ZSCORE', OUTBOX, member))
-      if not old or old < v then
-        later('ZADD', OUTBOX, v, member)
-        any = true
-      end
+  for _, w in ipairs(ws) do
+    local member = w .. '|' .. run
+    local old = TYPES[OUTBOX] ~= 'none' and tonumber(redis.call('ZSCORE', OUTBOX, member))
+    if not old or old < v then
+      later('ZADD', OUTBOX, v, member)
+      any = true
     end
   end
   if any then queue_token(SIGNALS, WAKE_READY, '~outbox') end
+end
+
+-- The highest watch toward partition d that an unwatch begun here covered (0: none), or
+-- nil when the unwatched key or its field is damaged.
+local function unwatched_of(d)
+  if not of_type(UNWATCHED, 'hash') then return nil end
+  local n = redis.call('HSTRLEN', UNWATCHED, int(d))
+  if n == 0 then return 0 end
+  if n > 16 then return nil end
+  return decimal(redis.call('HGET', UNWATCHED, int(d)), 0, MAX_INT)
+end
+
+-- Whether no run here waits on dep once this script's changes are made, leaving: a run
+-- this script takes out of dep's waiters (nil: none). Exact for an index of one bucket;
+-- one of more (over BUCKET_MAX waiters once) counts as waited on until it shrinks back.
+local function idle(dep, leaving)
+  local ix = deps_ix(dep)
+  if NS < 4 or OLD_IX then
+    if not of_type(ix.old, 'set') then return false end
+    local n = redis.call('SCARD', ix.old)
+    if n > 1 or (n == 1 and not (leaving and redis.call('SISMEMBER', ix.old, leaving) == 1)) then
+      return false
+    end
+  end
+  if NS >= 4 then
+    if not of_type(ix.dir, 'zset') or TYPES[ix.dir] ~= 'none' then return false end
+    local n = card_of(ix.pre)
+    if n == false or n > 1 then return false end
+    if n == 1 and not (leaving and redis.call('ZSCORE', ix.pre, leaving)) then return false end
+  end
+  return true
+end
+
+-- dep, of partition d, has no waiters here any more: its mirror entry goes, unwatched[d]
+-- rises to seq (the latest watch of dep known here) and the unwatch of seq is queued for a
+-- claim to send to d (run_unwatch removes the watch there only if it is still seq: a newer
+-- watcher's stays). A waiter that watched before, and writes after, finds no entry and a
+-- watch not above unwatched[d]: it watches again (REWATCH). Nothing is done while the keys
+-- it needs are damaged (the watch stays: writes of dep are still announced here).
+local function unwatch(dep, d, seq)
+  if not d or not of_type(DEPV, 'hash') then return end
+  local u = unwatched_of(d)
+  if u == nil then return end
+  if mirror_of(dep) and BIG_MIRROR then
+    set_aside('depv', 'size')
+    BIG_MIRROR, MIRROR = false, {}
+  end
+  if not of_type(UNWATCH_Q, 'zset') then set_aside('unwatch', 'type') end
+  if mirror_of(dep) then
+    later('HDEL', DEPV, dep)
+    MIRROR[dep] = false
+  end
+  if seq == 0 then return end
+  if seq > u then later('HSET', UNWATCHED, int(d), int(seq)) end
+  local member = int(d) .. '|' .. dep
+  local old = TYPES[UNWATCH_Q] ~= 'none' and tonumber(redis.call('ZSCORE', UNWATCH_Q, member))
+  if not old or old < seq then later('ZADD', UNWATCH_Q, seq, member) end
+end
+
+-- A waiter's write whose wait w carries a watch (w.ws in partition w.wd) that no mirror
+-- entry covers and that an unwatch begun here may have undone: the reply that refuses it
+-- (REWATCH, payload the unwatched watch: nothing written; the store watches again, above
+-- it, and sends the write again), or nil.
+-- A damaged unwatched key (another type, a field not a number) answers REWATCH with -1
+-- to a first try: unwatch begins nothing while it is damaged, so a watch made after that
+-- answer (w.again) is newer than every unwatch begun here and goes through.
+local function rewatch(w)
+  if not w.watched or not w.ws or mirror_of(w.wa) then return nil end
+  local u = unwatched_of(w.wd)
+  if u == nil then
+    if w.again then return nil end
+    return {REWATCH, -1, 0, -1}
+  end
+  if w.ws <= u then return {REWATCH, u, 0, -1} end
+  return nil
 end
 
 -- The run at revision expected, or nil and the reply that refuses the call.
@@ -1357,11 +1528,20 @@ local function arg_wait(A)
     w.wdl = opt_decimal(ARGV[A + 3], 0, MAX_INT)
     if w.wdl == nil then error('BADARG ARGV[' .. (A + 3) .. '] is not a valid deadline') end
   end
-  -- ARGV[A + 5]: for a dependency in another partition, the version its watch read.
+  -- ARGV[A + 5..A + 7]: for a dependency in another partition, the version its watch read,
+  -- that watch's number and the dependency's partition (the last two absent: unnumbered).
   w.watched = opt_decimal(ARGV[A + 5] or '', 0, MAX_INT)
   if w.watched == nil or (w.watched and (wk ~= 'c' or not PARTITION)) then
     error('BADARG ARGV[' .. (A + 5) .. '] must be empty or, for a dependency of a partition, '
       .. 'its watched version')
+  end
+  -- ARGV[A + 8]: '1' when the store watched again after a REWATCH (see rewatch).
+  w.again = arg_flag(A + 8) == 1
+  w.ws = opt_decimal(ARGV[A + 6] or '', 1, MAX_INT)
+  w.wd = opt_decimal(ARGV[A + 7] or '', 0, MAX_PARTITIONS - 1)
+  if w.ws == nil or w.wd == nil or (w.ws and not w.watched) or ((w.ws == false) ~= (w.wd == false)) then
+    error('BADARG ARGV[' .. (A + 6) .. '..' .. (A + 7) .. '] must be empty or a watch number '
+      .. 'and the partition of the watched dependency')
   end
   return w, arg_int(A + 4, 0, 2147483648)
 end
@@ -1473,9 +1653,14 @@ end
 -- time survives while the key stays the same.
 local function apply_wait(run, s, w, pv)
   -- A dependency in another partition: the version its watch read, before any decision.
-  local rose = w.watched and raise_mirror(w.wa, w.watched)
+  local rose = w.watched and raise_mirror(w.wa, w.watched, w.ws, w.wd)
   local was_dep = s.wk == 'c' and s.wa
-  if was_dep and (w.wk ~= 'c' or was_dep ~= w.wa) then ix_rem(deps_ix(was_dep), run, 0) end
+  if was_dep and (w.wk ~= 'c' or was_dep ~= w.wa) then
+    -- Its last waiter here leaving: the dependency's watch goes too (unwatch).
+    local m = mirror_of(was_dep)
+    if m and m.d and idle(was_dep, run) then unwatch(was_dep, m.d, m.s) end
+    ix_rem(deps_ix(was_dep), run, 0)
+  end
   if w.wk == '' then
     s.wk, s.wa, s.wn, s.wdl, s.pk, s.pt = false, false, false, false, false, false
   else

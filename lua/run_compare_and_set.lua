@@ -9,7 +9,8 @@
 -- ARGV[6]  owner ('' for Release)                          ARGV[7] ttl ms ('0' without one)
 -- ARGV[8..11] wait: kind ('' none, 'c', 'p', 'a'), dependency/key, seen/interval/due, deadline
 -- ARGV[12] projection version
--- Reply    {OK} | {NOT_FOUND} | {CONFLICT, current} | {REFUSED, {owner|false, live 0|1}}
+-- Reply    {REWATCH, unwatched} (its dependency's watch may be undone: watch again, above
+--          unwatched, and send again; nothing written) | {OK} | {NOT_FOUND} | {CONFLICT, current} | {REFUSED, {owner|false, live 0|1}}
 --          | {CORRUPT, field} | {TOO_NEW, layout}; nothing written but on OK
 -- Also touches, undeclared (same hash tag): P.."r:"..dep (its dependency's revision),
 -- P.."d:"..dep (the waiters of its old and new dependency), P.."d:"..run and the P.."r:" of
@@ -21,6 +22,7 @@
 -- (P.."L|".., P.."L/", P.."Q|".., P.."Q/", P.."D"..#dep..":"..dep.."|".. and "/").
 --- @include CORRUPT, OK, MAX_RECORD_CEILING, MAX_INT, arg_int, arg_text, commit
 --- @include check_layout, load_at, lease_refusal, arg_wait, arg_lease, write
+--- @include rewatch
 local run = arg_text(2)
 local expected = arg_int(3, 0, MAX_INT - 2)
 local record = ARGV[4]
@@ -34,6 +36,8 @@ if not s then return refusal end
 if s.rev >= MAX_INT - 1 then return {CORRUPT, 'rev', 0, -1} end
 refusal = lease_refusal(s, kind, owner)
 if refusal then return refusal end
+local again = rewatch(w)
+if again then return again end
 write(run, s, s.rev + 1, record, kind, owner, ttl, w, pv)
 local bad_write = commit()
 if bad_write then return {CORRUPT, bad_write, 0, -1} end

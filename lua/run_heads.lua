@@ -6,7 +6,8 @@
 -- KEYS[4]  P.."fanout"
 -- ARGV[1]  key prefix           ARGV[2] index: "ready" or "leases"
 -- ARGV[3]  limit (at most MAX_CLAIM)
--- Reply    {OK, {run, score, ...}, pending, wait, {entry, version, ...}}
+-- Reply    {OK, {run, score, ...}, pending, wait, {entry, version, ...}, outbox size,
+--          {watch, ...}, {unwatch entry, watch, ...}, unwatch queue size}
 --          | {TOO_NEW, layout} | {CORRUPT, what}
 --          up to limit entries due now (score <= the server's time) of the layout 3 key and
 --          up to limit of the buckets, each source in its order (the caller merges them);
@@ -14,14 +15,20 @@
 --          index's claims finish that); wait: 0 when a source has more due entries than it
 --          answered, else ms until its first entry not yet due, -1 when none; then up to
 --          100 outbox entries ("<partition>|<run>", version) to deliver (from a bigger
---          outbox, 100 at random).
+--          outbox, 100 at random), and how many entries the outbox holds (a claim that
+--          delivered some and left more leaves a wake-up token for the rest); for each
+--          outbox entry "<w>|<run>" w's watch number of run here (0: none), which its
+--          notify carries; up to 100 entries of the unwatch queue ("<partition>|<run>",
+--          watch number) to send (the same way), and its size. A size -1: that queue is
+--          damaged (another type, or more bytes than its entries can take), none of it read.
 -- Entries are not checked against their runs: a stale one makes the partition's share too
 -- big, and its claim then hands out fewer. Reads at most 8 empty buckets.
 -- Also reads, undeclared (same hash tag): from layout 4 the index's directory and buckets
--- (P.."L/", P.."L|".., P.."Q/", P.."Q|"..), and a partition's P.."outbox".
+-- (P.."L/", P.."L|".., P.."Q/", P.."Q|"..), and a partition's P.."outbox", P.."unwatch"
+-- and the P.."watch:"..run of its outbox entries.
 --- @include CORRUPT, MAX_CLAIM, OK, arg_int, FANOUT, META, PARTITION, OUTBOX, NS, OLD_IX
 --- @include now_ms, of_type, LEASES_IX, READY_IX, card_of, buckets, index_intact
---- @include check_layout
+--- @include check_layout, P, decimal, MAX_INT, TYPES, UNWATCH_Q, within, MAX_TEXT
 local ix
 if ARGV[2] == 'ready' then
   ix = READY_IX
@@ -84,14 +91,37 @@ end
 local pending = 0
 if ix == READY_IX and redis.call('ZCARD', FANOUT) > 0 then pending = 1 end
 -- The outbox's first entries: the claim delivers them (a damaged outbox delivers nothing).
-local outbox = {}
-if PARTITION and of_type(OUTBOX, 'zset') then
-  -- Up to 100 entries; from a bigger outbox, 100 at random: entries that cannot be
-  -- delivered yet (their partition is down) never hide the others from every claim.
-  if redis.call('ZCARD', OUTBOX) <= 100 then
-    outbox = redis.call('ZRANGE', OUTBOX, 0, 99, 'WITHSCORES')
-  else
-    outbox = redis.call('ZRANDMEMBER', OUTBOX, 100, 'WITHSCORES')
-  end
+-- Up to 100 entries of a queue (the outbox, the unwatch queue); from a bigger one, 100 at
+-- random: entries that cannot be delivered yet (their partition is down) never hide the
+-- others from every claim. Its size, or -1 when it is of another type or bigger than its
+-- entries can be (MEMORY USAGE: a member over the longest an entry has, planted): nothing
+-- of it is read, and the claim sets it aside (run_delivered).
+local function queue(key)
+  if not of_type(key, 'zset') then return {}, -1 end
+  local n = redis.call('ZCARD', key)
+  if n == 0 then return {}, 0 end
+  if not within(key, 65536 + n * 2 * (MAX_TEXT + 64)) then return {}, -1 end
+  if n <= 100 then return redis.call('ZRANGE', key, 0, 99, 'WITHSCORES'), n end
+  return redis.call('ZRANDMEMBER', key, 100, 'WITHSCORES'), n
 end
-return {OK, out, pending, wait, outbox}
+
+local outbox, size = {}, 0
+if PARTITION then outbox, size = queue(OUTBOX) end
+-- Each entry's watch number: a notify that finds no waiter unwatches it.
+local seqs = {}
+for i = 1, #outbox, 2 do
+  local e = outbox[i]
+  local bar = string.find(e, '|', 1, true)
+  local seq = 0
+  if bar then
+    local key = P .. 'watch:' .. string.sub(e, bar + 1)
+    local field = string.sub(e, 1, bar - 1)
+    if of_type(key, 'hash') and TYPES[key] ~= 'none' and redis.call('HSTRLEN', key, field) <= 16 then
+      seq = decimal(redis.call('HGET', key, field) or '', 0, MAX_INT) or 0
+    end
+  end
+  seqs[#seqs + 1] = seq
+end
+local unwatches, queued = {}, 0
+if PARTITION then unwatches, queued = queue(UNWATCH_Q) end
+return {OK, out, pending, wait, outbox, size, seqs, unwatches, queued}

@@ -9,7 +9,8 @@
 -- ARGV[5]  owner ('' for Release)                          ARGV[6] ttl ms ('0' without one)
 -- ARGV[7..10] wait: kind ('' none, 'c', 'p', 'a'), dependency/key, seen/interval/due, deadline
 -- ARGV[11] projection version
--- Reply    {OK, revision} | {EXISTS} | {CORRUPT, field} | {TOO_NEW, layout}; nothing written
+-- Reply    {REWATCH, unwatched} (its dependency's watch may be undone: watch again, above
+--          unwatched, and send again; nothing written) | {OK, revision} | {EXISTS} | {CORRUPT, field} | {TOO_NEW, layout}; nothing written
 --          but on OK
 -- Also touches, undeclared (same hash tag): P.."r:"..dep (its dependency's revision),
 -- P.."d:"..dep (the waiters of its dependency), P.."d:"..run and the P.."r:" of those
@@ -21,6 +22,7 @@
 -- (P.."L|".., P.."L/", P.."Q|".., P.."Q/", P.."D"..#dep..":"..dep.."|".. and "/").
 --- @include CORRUPT, EXISTS, OK, MAX_RECORD_CEILING, arg_text, commit, check_layout, load
 --- @include arg_wait, arg_lease, write, deleted_rev
+--- @include rewatch
 local run, record = arg_text(2), ARGV[3]
 if #record > MAX_RECORD_CEILING then error('BADARG the record is over ' .. MAX_RECORD_CEILING .. ' bytes') end
 local kind, owner, ttl = arg_lease(4)
@@ -32,6 +34,8 @@ local s = load(run)
 if s ~= nil then return {EXISTS, false, 0, -1} end
 local floor = deleted_rev()
 if not floor then return {CORRUPT, 'meta.deleted-rev', 0, -1} end
+local again = rewatch(w)
+if again then return again end
 write(run, {own = false, exp = false}, floor + 1, record, kind, owner, ttl, w, pv)
 local bad_write = commit()
 if bad_write then return {CORRUPT, bad_write, 0, -1} end

@@ -6,7 +6,8 @@
 -- ARGV[1]  key prefix           ARGV[2] run               ARGV[3] expected revision
 -- ARGV[4..7] wait: kind ('' none, 'c', 'p', 'a'), dependency/key, seen/interval/due, deadline
 -- ARGV[8]  projection version
--- Reply    {OK, indexed 0|1} | {NOT_FOUND} | {CONFLICT, current} (the record moved on)
+-- Reply    {REWATCH, unwatched} (its dependency's watch may be undone: watch again, above
+--          unwatched, and send again; nothing written) | {OK, indexed 0|1} | {NOT_FOUND} | {CONFLICT, current} (the record moved on)
 --          | {CORRUPT, field} | {TOO_NEW, layout}
 -- Also touches, undeclared (same hash tag): P.."leases" and P.."fanout" (their types
 -- checked), P.."d:"..dep (the waiters of its old and new dependency), P.."r:"..dep,
@@ -17,6 +18,7 @@
 -- (P.."L|".., P.."L/", P.."Q|".., P.."Q/", P.."D"..#dep..":"..dep.."|".. and "/").
 --- @include CORRUPT, OK, MAX_INT, arg_int, arg_text, commit, check_layout, save, load_at
 --- @include place, arg_wait, apply_wait
+--- @include rewatch
 local run = arg_text(2)
 local expected = arg_int(3, 0, MAX_INT)
 local w, pv = arg_wait(4)
@@ -24,6 +26,8 @@ local bad_layout = check_layout()
 if bad_layout then return bad_layout end
 local s, refusal = load_at(run, expected)
 if not s then return refusal end
+local again = rewatch(w)
+if again then return again end
 apply_wait(run, s, w, pv)
 place(run, s, pv, false)
 save(run, s)

@@ -35,7 +35,7 @@ from .protocol import (
     fanned,
     preceded,
 )
-from .runops import Heads, RunOps, Uncounted, answer, next_wakeup
+from .runops import Heads, RunOps, Uncounted, answer, next_wakeup, warn_once
 from .runs import (
     MAX_CLAIM_BYTES,
     Cap,
@@ -60,8 +60,14 @@ T = TypeVar("T")
 C = TypeVar("C", bound="Counted")
 log = logging.getLogger(__name__)
 
+#: What a claim removes from its partitions' queues once sent: (partition, "outbox" or
+#: "unwatch") -> [(entry, version or watch number)].
+Acks = dict[tuple[int, str], list[tuple[str, int]]]
+
 #: The most partitions one store spreads over: a claim reads every partition's head.
 MAX_PARTITIONS = int(Cap.MAX_PARTITIONS)
+#: The wake-up token of an outbox with entries left to deliver (as the scripts' announce).
+OUTBOX_TOKEN = "~outbox"
 #: A claim that goes on without an unreachable partition warns at most this often (s).
 WARN_EVERY = 60.0
 
@@ -268,10 +274,12 @@ class PartitionedOps(Counted):
             part.opened = self.n
         self._tail(str(self.n))
 
-    def _watch(self, dependency: str, watcher: int) -> Operation[int]:
-        """The watch of ``dependency`` by a run of partition ``watcher``, in its partition."""
+    def _watch(self, dependency: str, watcher: int, floor: int = 0
+               ) -> Operation[tuple[int, int, int]]:
+        """The watch of ``dependency`` by a run of partition ``watcher``, in its partition
+        (a number above ``floor``): its version, the watch's number, its partition."""
         part = self.parts[self.place(dependency)]
-        return self._counted(lambda: part.watch(dependency, watcher))
+        return self._counted(lambda: part.watch(dependency, watcher, floor))
 
     @property
     def checks(self) -> set[str]:
@@ -468,7 +476,7 @@ class PartitionedOps(Counted):
         not answer them in time is left out, so the claims still have time."""
         if limit == 0:
             return [], -1
-        heads, acks = yield from self._heads_delivered(index, limit)
+        heads, acks, more = yield from self._heads_delivered(index, limit)
         entries: list[tuple[int, bytes, int, str]] = []
         waits: list[int] = []
         pending: list[int] = []
@@ -477,7 +485,7 @@ class PartitionedOps(Counted):
             if got.error is not None:
                 errors.append(got.error)
                 continue
-            due, busy, wait, _ = got.unwrap()
+            due, busy, wait = got.unwrap()[:3]
             entries.extend((score, run.encode("utf-8", "surrogateescape"), p, run)
                            for score, run in due)
             waits.append(wait)
@@ -510,7 +518,10 @@ class PartitionedOps(Counted):
                                     for p in order),
                                   *(self.parts[p].give_back_wakeup(index, run)
                                     for p, run in left.items()),
-                                  *(self.parts[d].delivered(done) for d, done in acks.items())])
+                                  *(self.parts[d].give_back_wakeup("ready", OUTBOX_TOKEN)
+                                    for d in more),
+                                  *(self.parts[d].delivered(done, queue)
+                                    for (d, queue), done in acks.items())])
         answers = answers[:len(order)]
         rank = {(p, run): i for i, (_, _, p, run) in enumerate(chosen)}
         claimed: list[tuple[int, Any]] = []
@@ -550,42 +561,91 @@ class PartitionedOps(Counted):
         return True
 
     def _heads_delivered(self, index: str, limit: int
-                         ) -> Steps[tuple[list[Settled[Heads]], dict[int, list[tuple[str, int]]]]]:
+                         ) -> Steps[tuple[list[Settled[Heads]], Acks, list[int]]]:
         """Every partition's head, after delivering what their outboxes hold (dependencies
         across partitions): each entry is notified to its partition first, so the waiters
-        it makes claimable are in the heads this claim reads; the entries to remove from
-        each outbox (in the claim's round trip: one whose notify failed stays, and is
-        delivered again by a later claim; a notify is idempotent)."""
-        acks: dict[int, list[tuple[str, int]]] = {}
+        it makes claimable are in the heads this claim reads; with them, the unwatches each
+        partition queued are sent to the dependency's partition. Answers the heads; the
+        entries to remove from each partition's outbox and unwatch queue (in the claim's
+        round trip: one whose notify or unwatch failed stays, and is sent again by a later
+        claim; both are idempotent); and the partitions whose outbox held more than this
+        claim read while it delivered some (or removed foreign ones): the claim leaves a
+        wake-up token there, so that a blocked claim goes on delivering at once rather than
+        at its re-arm. An outbox none of whose deliveries succeeded (the waiters' node is
+        down) gets none: no claim loops on it."""
+        acks: Acks = {}
         heads = yield from self._fan([(deferred(RunOps.heads, part, index, limit), None)
                                       for part in self.parts], patient=True)
-        deliveries: list[tuple[int, str, int, str, int]] = []
+        unread = {d for d, got in enumerate(heads)
+                  if got.error is None and _outbox_size(got.unwrap()) > len(got.unwrap()[3])}
+        # (queue's partition, queue, entry, score, target partition, dependency, watch,
+        # group: the sends of one entry, acknowledged once they all succeeded)
+        sends: list[tuple[int, str, str, int, int, str, int, int]] = []
+        foreign: list[tuple[int, str]] = []
         for d, got in enumerate(heads):
             if got.error is not None:
                 continue
-            for entry, version in got.unwrap()[3]:
+            found = got.unwrap()
+            for queue, size in (("outbox", _outbox_size(found)),
+                                ("unwatch", found[6] if len(found) > 6 else 0)):
+                if size < 0:  # damaged: set aside in the claim's round trip
+                    acks[(d, queue + "!")] = []
+                    warn_once(f"damaged:{self.parts[d].keys.prefix}{queue}",
+                              "redisstore: partition %d's %s is damaged (of another type, or "
+                              "bigger than its entries can be): set aside as %s (listed by "
+                              "store.quarantined())", d, self.parts[d].keys.prefix + queue,
+                              self.parts[d].keys.prefix + "damaged:" + queue + ":<time>")
+            queued = [("outbox", *e) for e in found[3]]
+            queued += [("unwatch", entry, seq, seq) for entry, seq in _unwatches(found)]
+            for queue, entry, score, seq in queued:
                 where, _, dependency = entry.partition("|")
-                if version < 0:
-                    acks.setdefault(d, []).append((entry, 0))  # no version: removed
-                elif where.isdigit() and int(where) < self.n and dependency:
-                    deliveries.append((d, entry, int(where), dependency, version))
+                group = len(sends)
+                if score < 0:
+                    acks.setdefault((d, queue), []).append((entry, 0))  # no score: removed
+                    foreign.append((d, entry))
+                elif where == "*" and queue == "outbox" and _is_run(dependency):
+                    # A damaged watch's "every partition": delivered to each, and the watch
+                    # made one of each partition (then pruned as any other).
+                    sends.append((d, "watch", entry, score, d, dependency, 0, group))
+                    sends.extend((d, queue, entry, score, w, dependency, 0, group)
+                                 for w in range(self.n) if w != d)
+                elif where.isdigit() and int(where) < self.n and _is_run(dependency) \
+                        and (queue == "outbox" or (score > 0 and int(where) != d)):
+                    sends.append((d, queue, entry, score, int(where), dependency, seq, group))
                 else:  # not one of ours (a foreign write): removed, never a wall
-                    acks.setdefault(d, []).append((entry, version))
-        if not deliveries:
-            return heads, acks
-        notified = yield from fan((self._checked(deferred(RunOps.notify, self.parts[w],
-                                                        dependency, version), self.parts[w])
-                                   for _, _, w, dependency, version in deliveries),
-                                  patient=True)
-        for (d, entry, _, _, version), got in zip(deliveries, notified, strict=True):
-            if got.error is None:
-                acks.setdefault(d, []).append((entry, version))
-            else:
-                log.warning("redisstore: a dependency's write could not be delivered to its "
-                            "waiters' partition yet (%s); a later claim delivers it", got.error)
-        heads = yield from fan((part.heads(index, limit) for part in self.parts),
-                               patient=True)
-        return heads, acks  # counted by now where the first heads needed it
+                    acks.setdefault((d, queue), []).append((entry, score))
+                    foreign.append((d, entry))
+        if foreign:
+            d, entry = foreign[0]
+            log.warning("redisstore: a claim removes %d outbox or unwatch entries that name "
+                        "no run of this store (a foreign write), the first in partition %d: "
+                        "%r%s", len(foreign), d, entry[:120], "..." if len(entry) > 120 else "")
+        if not sends:
+            return heads, acks, [d for d in unread if (d, "outbox") in acks]
+        sent = yield from fan((self._checked(
+            deferred(RunOps.notify, self.parts[w], dependency, score, d, seq)
+            if queue == "outbox" else deferred(RunOps.watch_all, self.parts[w], dependency,
+                                               self.n) if queue == "watch"
+            else deferred(RunOps.unwatch, self.parts[w], dependency, d, seq), self.parts[w])
+            for d, queue, _, score, w, dependency, seq, _ in sends), patient=True)
+        delivered = False
+        failed = {group for (*_, group), got in zip(sends, sent, strict=True)
+                  if got.error is not None}
+        done: set[int] = set()
+        for (d, queue, entry, score, _, _, _, group), got in zip(sends, sent, strict=True):
+            if got.error is not None:
+                log.warning("redisstore: a dependency's %s could not reach its partition yet "
+                            "(%s); a later claim sends it again",
+                            "unwatch" if queue == "unwatch" else "write", got.error)
+            elif group not in failed and group not in done:
+                done.add(group)
+                queue = "unwatch" if queue == "unwatch" else "outbox"
+                acks.setdefault((d, queue), []).append((entry, score))
+                delivered = delivered or queue == "outbox"
+        if delivered:  # waiters may be claimable now: read the heads again
+            heads = yield from fan((part.heads(index, limit) for part in self.parts),
+                                   patient=True)  # counted by now where the first needed it
+        return heads, acks, [d for d in unread if (d, "outbox") in acks]
 
     def quarantined(self, limit: int = 1000) -> Spread[list[Quarantined]]:
         """See :meth:`RunOps.quarantined`: every partition's, merged."""
@@ -618,6 +678,26 @@ class PartitionedOps(Counted):
 def deferred(call: Callable[..., Operation[T]], *args: Any) -> Callable[[], Operation[T]]:
     """``call(*args)``, made when called (each time: a call sent again is made again)."""
     return lambda: call(*args)
+
+
+def _outbox_size(heads: Heads) -> int:
+    """How many entries the outbox of a head read holds (0 where not told)."""
+    return heads[4] if len(heads) > 4 else 0
+
+
+def _unwatches(heads: Heads) -> list[tuple[str, int]]:
+    """The unwatch queue entries of a head read (none where not told)."""
+    return heads[5] if len(heads) > 5 else []
+
+
+def _is_run(name: str) -> bool:
+    """Whether ``name`` passes the run-id checks (an outbox entry's dependency that fails
+    them can never be a run of ours: removed as foreign, never sent to a script)."""
+    try:
+        check_run(name)
+    except (TypeError, ValueError):
+        return False
+    return True
 
 
 def _soonest(waits: list[int]) -> int:

@@ -191,8 +191,10 @@ def _raise_floor(client: Any, keys: Keyspace, revision: int, floors: dict[str, i
 
 
 def _clear_dependencies(client: Any, keys: Keyspace) -> None:
-    """Drop a partition's mirrors, outbox and watches: the moves rebuild them."""
-    client.delete(keys.prefix + "depv", keys.prefix + "outbox")
+    """Drop a partition's mirrors, outbox and watches (with their numbers, and the unwatches
+    begun there): the moves rebuild them."""
+    client.delete(*(keys.prefix + name for name in ("depv", "outbox", "unwatched", "unwatch",
+                                                    "watch-seq")))
     watches = list(_scan(client, keys.meta, glob_escape(keys.prefix) + "watch:*"))
     for start in range(0, len(watches), 500):
         client.delete(*watches[start:start + 500])

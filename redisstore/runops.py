@@ -277,11 +277,33 @@ def _one(op: Operation[T] | Spread[T]) -> Operation[T]:
     return op
 
 
-#: What a partition's head read answers (:meth:`RunOps.heads`).
-Heads: TypeAlias = tuple[list[tuple[int, str]], bool, int, list[tuple[str, int]]]
+#: What a partition's head read answers (:meth:`RunOps.heads`): due entries, pending,
+#: wait, outbox entries (entry, version, watch number), the outbox's size, unwatch queue
+#: entries (entry, watch number) and the queue's size (a size -1: that queue is damaged).
+Heads: TypeAlias = tuple[list[tuple[int, str]], bool, int, list[tuple[str, int, int]], int,
+                         list[tuple[str, int]], int]
+
+class Rewatch:
+    """A write's answer when its dependency's watch may have been undone meanwhile
+    (REWATCH): nothing was written; the operation watches again, above ``floor`` (the
+    unwatched watch number), and sends the write again."""
+
+    def __init__(self, floor: int) -> None:
+        self.floor = floor
+
+
+#: How often a write watches again before it gives up (each time, an unwatch raced it).
+MAX_REWATCH = 16
 
 #: The highest integer a Lua number holds exactly (lua/_common.lua's MAX_INT).
 MAX_INT = 2**53 - 1
+
+
+def _version(score: Any) -> int:
+    """A queue entry's score as a version or watch number; -1 for a score none has (a
+    foreign write: the claim removes it, run_delivered)."""
+    value = float(score)
+    return int(value) if value.is_integer() and 0 <= value <= MAX_INT else -1
 
 
 class RunOps:
@@ -298,9 +320,10 @@ class RunOps:
         self.keys = Keyspace(namespace, partition)
         #: Which partition a run id is in (None: a store of one partition).
         self.place = place
-        #: ``watcher(dependency, partition)``: the watch of a dependency in another
-        #: partition, in that partition (a store of partitions sets it).
-        self.watcher: Callable[[str, int], Operation[int]] | None = None
+        #: ``watcher(dependency, partition, floor)``: the watch of a dependency in another
+        #: partition, in that partition (a store of partitions sets it): its version, the
+        #: watch's number (above ``floor``) and the dependency's partition.
+        self.watcher: Callable[[str, int, int], Operation[tuple[int, int, int]]] | None = None
         if discover is not None and not callable(discover):
             raise TypeError("discover must be a callable taking record bytes, or None")
         self.discover = discover
@@ -330,37 +353,97 @@ class RunOps:
             foreign = wait.dependency
         return (*wait_args(wait), self.projection_version), foreign
 
-    def _watched(self, foreign: str | None) -> Operation[tuple[Arg, ...]]:
+    def _watched(self, foreign: str | None, floor: int = 0) -> Operation[tuple[Arg, ...]]:
         """For a dependency in another partition, its watch there (the first half of a
-        dependency across partitions): the version the write then carries."""
+        dependency across partitions): the version, watch number and partition the write
+        then carries (a number above ``floor``, after a REWATCH; a floor -1: again after a
+        REWATCH of a damaged unwatched key)."""
         if foreign is None or self.watcher is None:
             return ()
         assert self.keys.partition is not None
-        version = yield from self.watcher(foreign, self.keys.partition)
-        return (version,)
+        version, seq, where = yield from self.watcher(foreign, self.keys.partition,
+                                                      max(floor, 0))
+        return (version, seq, where, *(("1",) if floor else ()))
 
-    def watch(self, run: str, watcher: int) -> Operation[int]:
-        """Note ``watcher`` (a partition) as waiting on ``run``; run's version here."""
+    def _rewatching(self, foreign: str | None, send: Callable[[tuple[Arg, ...]], Call[T]]
+                    ) -> Operation[T]:
+        """A write that carries its dependency's watch (``send(watched)``): sent again
+        behind a new watch while it answers REWATCH (an unwatch of that dependency raced
+        it; nothing was written)."""
+        floor = 0
+        for _ in range(MAX_REWATCH):
+            watched = (yield from self._watched(foreign, floor)) if foreign is not None else ()
+            got = yield from ask(send(watched))
+            if not isinstance(got, Rewatch):
+                return got
+            if got.floor < 0:
+                warn_once(f"unwatched:{self.keys.prefix}",
+                          "redisstore: %sunwatched is damaged (another type, or a field that "
+                          "is not a number): each write waiting on a run of another partition "
+                          "watches twice until it is deleted", self.keys.prefix)
+            floor = got.floor if got.floor > 0 else -1
+        raise Unavailable(f"a write waiting on {foreign!r} gave up: its watch was undone "
+                          f"{MAX_REWATCH} times in a row (nothing was written)",
+                          outcome=NOT_APPLIED)
+
+    def _answer_write(self, run: str) -> Callable[[Any], Any]:
+        """A write's parser: a :class:`Rewatch` for REWATCH, else the contract's answer."""
+        parse = self._answer(run)
+
+        def parsed(reply: Any) -> Any:
+            code, payload = reply_parts(reply)
+            if code == Code.REWATCH:
+                return Rewatch(int(payload))
+            return parse(reply)
+        return parsed
+
+    def watch(self, run: str, watcher: int, floor: int = 0) -> Operation[tuple[int, int, int]]:
+        """Note ``watcher`` (a partition) as waiting on ``run``, with a new watch number
+        (above ``floor``): run's version here, that number and this partition."""
         k = self.keys
-        version = yield from ask(Call(scripts.RUN_WATCH, (k.meta,), (self.arg1, run, watcher),
-                                      self._answer(run), write=False))
-        return int(version)
+        assert k.partition is not None
+        got = yield from ask(Call(scripts.RUN_WATCH, (k.meta,),
+                                  (self.arg1, run, watcher, *((floor,) if floor else ())),
+                                  self._answer(run), write=False))
+        return int(got[0]), int(got[1]), k.partition
 
-    def notify(self, dependency: str, version: int) -> Operation[bool]:
-        """Deliver ``dependency``'s version (from its partition's outbox); idempotent."""
+    def watch_all(self, run: str, partitions: int) -> Operation[None]:
+        """Turn the "every partition watches" a damaged watch key of ``run`` left into a
+        watch of each partition of ``partitions`` (each pruned by the unwatch protocol)."""
+        k = self.keys
+        yield from ask(Call(scripts.RUN_WATCH, (k.meta,), (self.arg1, run, "*", "", partitions),
+                            self._answer(run), write=False))
+
+    def notify(self, dependency: str, version: int, source: int | None = None,
+               seq: int = 0) -> Operation[bool]:
+        """Deliver ``dependency``'s version (from the outbox of partition ``source``, whose
+        watch of it by this partition is ``seq``); idempotent. With no waiter of it here,
+        its watch is unwatched instead."""
         k = self.keys
         rose = yield from ask(Call(scripts.RUN_NOTIFY, (k.meta, k.fanout),
-                                   (self.arg1, dependency, version, self.projection_version),
+                                   (self.arg1, dependency, version, self.projection_version,
+                                    *(() if source is None else (source, seq))),
                                    self._answer(), write=False))
         return bool(rose)
 
-    def delivered(self, entries: list[tuple[str, int]]) -> Operation[int]:
+    def unwatch(self, dependency: str, watcher: int, seq: int) -> Operation[bool]:
+        """Remove partition ``watcher``'s watch of ``dependency`` here if it is still watch
+        ``seq`` (and its outbox entry); idempotent."""
+        k = self.keys
+        gone = yield from ask(Call(scripts.RUN_UNWATCH, (k.meta,),
+                                   (self.arg1, dependency, watcher, seq), self._answer(),
+                                   write=False))
+        return bool(gone)
+
+    def delivered(self, entries: list[tuple[str, int]], queue: str = "outbox"
+                  ) -> Operation[int]:
         """Remove outbox entries (entry, version) once delivered, unless a newer version
-        was announced since."""
+        was announced since; or, with ``queue="unwatch"``, unwatch queue entries (entry,
+        watch number) once acknowledged."""
         k = self.keys
         flat = tuple(x for entry, version in entries for x in (entry, version))
         gone = yield from ask(Call(scripts.RUN_DELIVERED, (k.prefix + "outbox",),
-                                   (self.arg1, *flat), self._answer(), write=False))
+                                   (self.arg1, queue, *flat), self._answer(), write=False))
         return int(gone)
 
     def _answer(self, run: str = "") -> Callable[[Any], Any]:
@@ -439,11 +522,10 @@ class RunOps:
         run, lease = check_run(run), check_lease(lease)
         record = check_record(record, self.max_record_bytes)
         wait, foreign = self._wait(record)
-        watched = (yield from self._watched(foreign)) if foreign is not None else ()
-        args = (self.arg1, run, record, *lease_args(lease), *wait, *watched)
-        revision = yield from ask(Call(scripts.RUN_INSERT,
-                                       (self.keys.run(run), *self._write_keys), args,
-                                       self._answer(run)))
+        revision = yield from self._rewatching(foreign, lambda watched: Call(
+            scripts.RUN_INSERT, (self.keys.run(run), *self._write_keys),
+            (self.arg1, run, record, *lease_args(lease), *wait, *watched),
+            self._answer_write(run)))
         return int(revision)
 
     def compare_and_set(self, run: str, expected: int, record: bytes,
@@ -452,10 +534,10 @@ class RunOps:
         run, expected, lease = check_run(run), check_revision(expected), check_lease(lease)
         record = check_record(record, self.max_record_bytes)
         wait, foreign = self._wait(record)
-        watched = (yield from self._watched(foreign)) if foreign is not None else ()
-        args = (self.arg1, run, expected, record, *lease_args(lease), *wait, *watched)
-        yield from ask(Call(scripts.RUN_COMPARE_AND_SET, (self.keys.run(run), *self._write_keys),
-                            args, self._answer(run)))
+        yield from self._rewatching(foreign, lambda watched: Call(
+            scripts.RUN_COMPARE_AND_SET, (self.keys.run(run), *self._write_keys),
+            (self.arg1, run, expected, record, *lease_args(lease), *wait, *watched),
+            self._answer_write(run)))
 
     def renew(self, owner: str, runs: Iterable[str], ttl: int) -> Operation[list[str]]:
         """Extend owner's live leases among runs to ttl from now."""
@@ -537,24 +619,30 @@ class RunOps:
         """The first due entries of ``index`` (``"ready"`` or ``"leases"``), up to
         ``limit``, as (score, run) earliest first; whether a dependency's waiters are still
         being re-indexed; the ms until the next entry is due (0: more are due, -1: none);
-        the outbox's first entries (partition, dependency, version) to deliver."""
+        the outbox's first entries (partition, dependency, version) to deliver, and how
+        many entries it holds."""
         k = self.keys
-        flat, pending, wait, outbox = yield from ask(Call(
+        flat, pending, wait, outbox, size, seqs, queued, queue_size = yield from ask(Call(
             scripts.RUN_HEADS, (k.ready, k.leases, k.meta, k.fanout),
             (self.arg1, index, limit),
             lambda reply: (self._answer()(reply), *reply[2:4], reply[4] if len(reply) > 4
-                           else []), write=False))
+                           else [], reply[5] if len(reply) > 5 else 0,
+                           reply[6] if len(reply) > 6 else [],
+                           reply[7] if len(reply) > 7 else [],
+                           reply[8] if len(reply) > 8 else 0), write=False))
         # Ties go by the ids' bytes, as the scripts and the memory reference order them.
         entries = sorted(((int(flat[i + 1]), text(flat[i])) for i in range(0, len(flat) - 1, 2)),
                          key=lambda e: (e[0], e[1].encode("utf-8", "surrogateescape")))
         deliveries = []
         for i in range(0, len(outbox) - 1, 2):
-            score = float(outbox[i + 1])
-            # A score no version has: -1, for the claim to remove it (run_delivered).
-            good = score.is_integer() and 0 <= score <= MAX_INT
-            deliveries.append((text(outbox[i]), int(score) if good else -1))
+            seq = seqs[i // 2] if i // 2 < len(seqs) else 0
+            deliveries.append((text(outbox[i]), _version(outbox[i + 1]),
+                               seq if type(seq) is int and seq >= 0 else 0))
+        unwatches = [(text(queued[i]), _version(queued[i + 1]))
+                     for i in range(0, len(queued) - 1, 2)]
         return (entries[:limit], bool(pending), int(wait) if int(wait) >= -1 else -1,
-                deliveries)
+                deliveries, int(size) if type(size) is int else 0, unwatches,
+                int(queue_size) if type(queue_size) is int else 0)
 
     def next_wakeup(self, kinds: Iterable[str], seconds: float
                     ) -> Operation[tuple[str, str] | None]:
@@ -608,17 +696,21 @@ class RunOps:
         for _ in range(16):
             current = yield from self.get(run)
             wait, foreign = self._wait(current.record)
-            watched = (yield from self._watched(foreign)) if foreign is not None else ()
-            args = (self.arg1, run, current.revision, *wait, *watched)
             try:
-                indexed = yield from ask(Call(
-                    scripts.RUN_REFRESH, (self.keys.run(run), self.keys.ready, self.keys.meta),
-                    args, self._answer(run)))
+                indexed = yield from self._rewatching(
+                    foreign, self._refresh_call(run, current.revision, wait))
             except Conflict:
                 continue
             return bool(indexed)
         raise Unavailable(f"refresh of {run!r} gave up: the run kept changing under it",
                           outcome=NOT_APPLIED)
+
+    def _refresh_call(self, run: str, revision: int, wait: tuple[Arg, ...]
+                      ) -> Callable[[tuple[Arg, ...]], Call[Any]]:
+        """The refresh of ``run`` at ``revision`` with ``wait``, given its watch's arguments."""
+        return lambda watched: Call(
+            scripts.RUN_REFRESH, (self.keys.run(run), self.keys.ready, self.keys.meta),
+            (self.arg1, run, revision, *wait, *watched), self._answer_write(run))
 
     def migrate_step(self, count: int) -> Operation[tuple[int, bool, int, int]]:
         """One bounded step of moving the namespace to the current layout: (runs moved,

@@ -90,6 +90,7 @@ class Code(IntEnum):
     TOO_OLD = 9
     PARTITIONED = 10
     UNCOUNTED = 11
+    REWATCH = 12
 
 
 #: The Lua definitions the build writes into each lib, from Python: each enum becomes one
@@ -642,7 +643,7 @@ def load_all(specs: Iterable[tuple[str, str]],
 RUN_NAMES = ("run_now", "run_get", "run_insert", "run_compare_and_set", "run_renew",
              "run_release", "run_delete", "run_claim_expired", "run_claim_ready", "run_refresh",
              "run_quarantined", "run_migrate", "run_heads", "run_partitions", "run_watch",
-             "run_notify", "run_delivered")
+             "run_notify", "run_delivered", "run_unwatch")
 REPO_NAMES = ("repo_save", "repo_load", "repo_delete", "repo_list_in_flight",
               "repo_register_group", "repo_group_exists", "repo_migrate", "repo_partitions")
 
@@ -665,13 +666,15 @@ RUN_PARTITIONS = _BUILT["run_partitions"]
 RUN_WATCH = _BUILT["run_watch"]
 RUN_NOTIFY = _BUILT["run_notify"]
 RUN_DELIVERED = _BUILT["run_delivered"]
+RUN_UNWATCH = _BUILT["run_unwatch"]
 
 #: The scripts only a store spread over partitions sends (a partition's prefix, {ns#p}:).
-PARTITION_SCRIPTS = (RUN_WATCH, RUN_NOTIFY, RUN_DELIVERED)
+PARTITION_SCRIPTS = (RUN_WATCH, RUN_NOTIFY, RUN_DELIVERED, RUN_UNWATCH)
 
 RUN_SCRIPTS = (RUN_NOW, RUN_GET, RUN_INSERT, RUN_COMPARE_AND_SET, RUN_RENEW, RUN_RELEASE,
                RUN_DELETE, RUN_CLAIM_EXPIRED, RUN_CLAIM_READY, RUN_REFRESH, RUN_QUARANTINED,
-               RUN_MIGRATE, RUN_HEADS, RUN_PARTITIONS, RUN_WATCH, RUN_NOTIFY, RUN_DELIVERED)
+               RUN_MIGRATE, RUN_HEADS, RUN_PARTITIONS, RUN_WATCH, RUN_NOTIFY, RUN_DELIVERED,
+               RUN_UNWATCH)
 
 # The instance repository's scripts, with their own fragments (lua/_repo_lib.lua).
 REPO_SAVE = _BUILT["repo_save"]

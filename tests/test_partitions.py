@@ -155,13 +155,14 @@ def test_a_dependency_across_partitions_is_watched_announced_delivered_and_ackno
     store.insert("dep", rec(None), Release())
     store.insert("run", rec({"changed": "dep", "seen": 1}), Release())
     d, w = Keyspace(ns, partition_of("dep", 6)), Keyspace(ns, partition_of("run", 6))
-    assert client.smembers(d.prefix + "watch:dep") == {str(w.partition).encode()}
-    assert client.hget(w.prefix + "depv", "dep") == b"2"  # revision 1, as its watch read
+    assert set(client.hkeys(d.prefix + "watch:dep")) == {str(w.partition).encode()}
+    # revision 1, as its watch read (version|watch number|dependency's partition)
+    assert client.hget(w.prefix + "depv", "dep") == f"2|1|{d.partition}".encode()
     store.compare_and_set("dep", 1, rec(None), Release())
     assert outbox(client, ns, "dep") == [(f"{w.partition}|dep".encode(), 4.0)]
     assert store.claim_ready("a", LONG, 10) == ["run"]  # delivered, then claimed
     assert outbox(client, ns, "dep") == []
-    assert client.hget(w.prefix + "depv", "dep") == b"4"
+    assert client.hget(w.prefix + "depv", "dep") == f"4|1|{d.partition}".encode()
 
 
 def test_a_crash_between_watch_and_write_leaves_a_watch_that_costs_nothing() -> None:
@@ -172,7 +173,7 @@ def test_a_crash_between_watch_and_write_leaves_a_watch_that_costs_nothing() -> 
     ops = store._ops
     assert isinstance(ops, PartitionedOps)
     # The watch of "run" ran; its write never did (the node died between the two).
-    assert store._io.drive(ops._watch("dep", partition_of("run", 6))) == 2
+    assert store._io.drive(ops._watch("dep", partition_of("run", 6)))[0] == 2
     store.compare_and_set("dep", 1, rec(None), Release())
     assert store.claim_ready("a", LONG, 10) == []  # delivered to no waiter
     assert outbox(client, ns, "dep") == []
@@ -195,7 +196,7 @@ def test_a_crash_between_delivery_and_acknowledgement_delivers_again_harmlessly(
     store.compare_and_set("dep", 1, rec(None), Release())
     real = RunOps.delivered
 
-    def lost(self: RunOps, entries: list[tuple[str, int]]) -> Any:
+    def lost(self: RunOps, entries: list[tuple[str, int]], queue: str = "outbox") -> Any:
         yield from ask(Call(None, (self.keys.meta,), ("NO-SUCH-COMMAND",), lambda r: r))
         return 0
 
@@ -229,11 +230,13 @@ def test_foreign_data_in_the_outbox_watch_and_mirror_is_never_a_wall() -> None:
         got += store.claim_ready("a", LONG, 10)
     assert got == ["run"]
     assert outbox(client, ns, "dep") == []
-    # A watch set of another type: the write of its run goes on, announcing nothing.
+    # A watch key of another type: set aside (quarantined), and the write announced to
+    # every partition (tests/test_partitions_deps.py follows it further).
     client.delete(d.prefix + "watch:dep")
     client.set(d.prefix + "watch:dep", "x")
     store.compare_and_set("dep", 2, rec(None), Release())
-    assert outbox(client, ns, "dep") == []
+    assert outbox(client, ns, "dep") == [(b"*|dep", 6.0)]
+    assert ("damaged", "watch:dep") in {(q.index, q.run) for q in store.quarantined()}
 
 
 def test_a_pipeline_of_partitions_takes_one_run_calls_and_refuses_the_others() -> None:

@@ -477,15 +477,17 @@ FIRST_KEY = frozenset({
     "HMGET", "HSET", "HDEL", "HEXISTS", "HSCAN", "HSTRLEN", "HLEN", "HGETALL", "HSETNX",
     "HINCRBY", "ZADD", "ZREM", "ZSCORE", "ZRANGE", "ZRANGEBYSCORE", "ZCARD", "ZCOUNT", "ZRANK",
     "ZMSCORE", "ZRANGEBYLEX", "ZREVRANGEBYLEX", "ZREMRANGEBYRANK", "SADD", "SREM", "SSCAN",
-    "SISMEMBER", "SCARD", "SMEMBERS", "SRANDMEMBER", "RPUSH",
+    "SISMEMBER", "SCARD", "SMEMBERS", "SRANDMEMBER", "RPUSH", "HKEYS", "ZRANDMEMBER",
     # A sharded channel is routed as a key: it must be in the script's slot, as keys are.
     "SPUBLISH",
 })
-ALL_KEYS = frozenset({"DEL", "EXISTS", "UNLINK", "TOUCH", "MGET"})
+ALL_KEYS = frozenset({"DEL", "EXISTS", "UNLINK", "TOUCH", "MGET", "RENAME"})
+#: Commands whose key follows a subcommand (MEMORY USAGE key).
+SECOND_KEY = frozenset({"MEMORY"})
 NO_KEYS = frozenset({"TIME", "SCAN", "PING"})
 WRITES = frozenset({
     "SET", "SETRANGE", "INCR", "INCRBY", "APPEND", "HSET", "HDEL", "HSETNX", "HINCRBY", "ZADD",
-    "ZREM", "ZREMRANGEBYRANK", "SADD", "SREM", "DEL", "UNLINK", "RPUSH",
+    "ZREM", "ZREMRANGEBYRANK", "SADD", "SREM", "DEL", "UNLINK", "RPUSH", "RENAME",
 })
 
 TRACE = "__trace"
@@ -587,9 +589,10 @@ def runs_of(client: Any, prefix: str) -> list[Run]:
 def touched(command: list[str]) -> tuple[list[str], bool]:
     """The keys a command names and whether it writes."""
     name = command[0].upper()
-    assert name in FIRST_KEY | ALL_KEYS | NO_KEYS, (
+    assert name in FIRST_KEY | ALL_KEYS | NO_KEYS | SECOND_KEY, (
         f"{name}: add it to the key table of tests/test_scripts.py")
-    keys = (command[1:2] if name in FIRST_KEY else command[1:] if name in ALL_KEYS else [])
+    keys = (command[1:2] if name in FIRST_KEY else command[1:] if name in ALL_KEYS
+            else command[2:3] if name in SECOND_KEY else [])
     return keys, name in WRITES
 
 
@@ -776,6 +779,8 @@ def partitioned_scenario(client: Any) -> list[str]:
     store.claim_ready("a", LONG, 10)
     store.compare_and_set(waiter, 1, f"dep:{dep}".encode(), Release())
     store.delete(dep, 2, Release())
+    store.claim_ready("a", LONG, 10)
+    store.delete(waiter, 2, Release())  # its last waiter gone: the watch goes (run_unwatch)
     store.claim_ready("a", LONG, 10)
     repo = RedisRepository(client, namespace=store.namespace, partitions=2)
     repo.register_group("g")  # (repository_scenario runs each script of a partition alike)

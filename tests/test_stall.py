@@ -20,7 +20,6 @@ measured call passed the threshold and its own time did not: the machine's load,
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import importlib
 import os
@@ -89,9 +88,8 @@ def problems(figures: list[Any], busy: int) -> list[str]:
 
 
 def run(b: ModuleType, server: Server, capsys: pytest.CaptureFixture[str], title: str,
-        work: Any, show: bool = True) -> Any:
-    """``work(bench)`` with the busy probe running; print the figures (unless ``show`` is
-    False: an expected failure's OVER rows are left out of the log); then the bound."""
+        work: Any) -> Any:
+    """``work(bench)`` with the busy probe running; print the figures; then the bound."""
     bench = b.Bench(server.port, REPEATS, log=lambda line: None)
     before = b.busy_replies(bench.admin)
     prober = b.Prober(server.port)
@@ -106,7 +104,7 @@ def run(b: ModuleType, server: Server, capsys: pytest.CaptureFixture[str], title
     worst = max(figures, key=lambda f: max(own_us(f)))
     over = [f for f in figures if f.over]
     loaded = [f for f in figures if f.worst >= BUSY_US]
-    with capsys.disabled() if show else contextlib.nullcontext():
+    with capsys.disabled():
         print(f"\n{title}: {len(figures)} scenarios in {time.monotonic() - started:.0f} s, "
               f"load average {os.getloadavg()[0]:.2f}; worst stall {max(own_us(worst)):,} µs "
               f"of its own, {worst.worst:,} µs SLOWLOG ({worst.script}: {worst.scenario}); "
@@ -194,19 +192,8 @@ def test_migrate_steps_at_their_caps_stay_below_the_busy_threshold(
     assert [f.script for f in bench.figures].count("run_migrate") == 3
 
 
-#: The planted values whose fix is on another branch: strict, so the merge that fixes one
-#: fails here until its mark goes.
-PENDING: dict[str, str] = {
-    "watch-set": "a watch set is read whole (SMEMBERS) before it is checked",
-    "outbox": "heads reads the outbox's entries whole",
-    "mirror": "a mirror entry is read whole (HGET) before it is checked",
-}
-
-
-@pytest.mark.parametrize("kind", [
-    pytest.param(kind, marks=pytest.mark.xfail(reason=PENDING[kind], strict=True))
-    if kind in PENDING else kind
-    for kind in ("watch-set", "watch-hash", "outbox", "mirror", "meta", "repo")])
+@pytest.mark.parametrize("kind", ["watch-set", "watch-hash", "outbox", "mirror", "meta",
+                                  "repo"])
 def test_a_big_value_planted_in_a_key_a_script_reads_costs_no_more_than_its_refusal(
         stall_server: Server, capsys: pytest.CaptureFixture[str], kind: str) -> None:
     """Values of 8 and 32 MB planted in the keys of partitions (watch, outbox, mirror),
@@ -219,6 +206,6 @@ def test_a_big_value_planted_in_a_key_a_script_reads_costs_no_more_than_its_refu
         b.planted(bench, stall_server.client(db=5), kinds=[kind])
 
     try:
-        run(b, stall_server, capsys, f"planted values ({kind})", work, show=kind not in PENDING)
+        run(b, stall_server, capsys, f"planted values ({kind})", work)
     finally:
         stall_server.client(db=5).flushdb()
