@@ -25,6 +25,7 @@ from redisstore import AsyncRedisRunStore, RedisRunStore, Release
 from redisstore.discovery import json_wait
 from redisstore.keys import Keyspace
 from redisstore.partitions import partition_of
+from redisstore.runs import MAX_RENEW
 
 LONG = 600_000
 
@@ -198,8 +199,8 @@ def finished_pairs(store: Any, pairs: int) -> list[str]:
         if not got and len(claimed) == pairs:
             break
     assert sorted(claimed) == sorted(waiters)
-    for i in range(0, pairs, 200):
-        store.release("a", waiters[i:i + 200])
+    for i in range(0, pairs, MAX_RENEW):
+        store.release("a", waiters[i:i + MAX_RENEW])
     for dep, waiter in zip(deps, waiters, strict=True):
         store.delete(waiter, 1, Release())
         store.delete(dep, 2, Release())
