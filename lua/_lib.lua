@@ -1024,10 +1024,17 @@ local function deleted_rev()
 end
 
 -- Whether key (of a type whose members cannot be sized before they are read: a hash's
--- fields, a sorted set's members) takes at most limit bytes, by MEMORY USAGE (sampled, so
--- O(1)). A server without the command (or a user denied it) skips the guard.
-local function within(key, limit)
-  local n = redis.pcall('MEMORY', 'USAGE', key)
+-- fields, a sorted set's members), holding count elements, takes at most limit bytes, by
+-- MEMORY USAGE: every element counted when there are at most MAX_PARTITIONS (one big
+-- member hides from a sample of 5), else sampled (O(1); a big member among many may pass).
+-- A server without the command (or a user denied it) skips the guard.
+local function within(key, limit, count)
+  local n
+  if count <= MAX_PARTITIONS then
+    n = redis.pcall('MEMORY', 'USAGE', key, 'SAMPLES', 0)
+  else
+    n = redis.pcall('MEMORY', 'USAGE', key)
+  end
   return type(n) ~= 'number' or n <= limit
 end
 
@@ -1138,7 +1145,8 @@ local function watchers(run)
   local key = P .. 'watch:' .. run
   if not of_type(key, 'hash') then return nil end
   if TYPES[key] == 'none' then return {} end
-  if redis.call('HLEN', key) > MAX_PARTITIONS or not within(key, 65536) then return nil end
+  local fields = redis.call('HLEN', key)
+  if fields > MAX_PARTITIONS or not within(key, 65536, fields) then return nil end
   local out = {}
   for _, w in ipairs(redis.call('HKEYS', key)) do
     if w ~= '*' and not decimal(w, 0, MAX_PARTITIONS - 1) then return nil end

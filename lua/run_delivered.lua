@@ -29,7 +29,7 @@ if aside then
   -- its own: no rename deletes a big key) and listed in the quarantine; announcements
   -- start a fresh one.
   local n = of_type(key, 'zset') and redis.call('ZCARD', key)
-  if n and (n == 0 or within(key, 65536 + n * 2 * (MAX_TEXT + 64))) then return {OK, 0, 0, -1} end
+  if n and (n == 0 or within(key, 65536 + n * 2 * (MAX_TEXT + 64), n)) then return {OK, 0, 0, -1} end
   redis.call('HSET', QUARANTINE, 'damaged|' .. name, n and 'size' or 'type')
   redis.call('RENAME', key, P .. 'damaged:' .. name .. ':' .. int(now_ms()))
   return {OK, 0, 0, -1}

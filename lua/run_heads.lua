@@ -100,7 +100,7 @@ local function queue(key)
   if not of_type(key, 'zset') then return {}, -1 end
   local n = redis.call('ZCARD', key)
   if n == 0 then return {}, 0 end
-  if not within(key, 65536 + n * 2 * (MAX_TEXT + 64)) then return {}, -1 end
+  if not within(key, 65536 + n * 2 * (MAX_TEXT + 64), n) then return {}, -1 end
   if n <= 100 then return redis.call('ZRANGE', key, 0, 99, 'WITHSCORES'), n end
   return redis.call('ZRANDMEMBER', key, 100, 'WITHSCORES'), n
 end

@@ -43,7 +43,8 @@ elseif TYPES[counter] ~= 'none' then
 end
 local function numbered(w)
   local seq = math.max(last, floor) + 1
-  if TYPES[key] ~= 'none' and redis.call('HSTRLEN', key, int(w)) > 0 then
+  local size = TYPES[key] ~= 'none' and redis.call('HSTRLEN', key, int(w)) or 0
+  if size > 0 and size <= 16 then  -- a longer value is no number of ours: not read
     -- Numbers only rise: one at or below this watcher's last (a counter a foreign write set
     -- back) moves above it.
     local prev = decimal(redis.call('HGET', key, int(w)) or '', 0, MAX_INT - 1)

@@ -68,6 +68,10 @@ Acks = dict[tuple[int, str], list[tuple[str, int]]]
 MAX_PARTITIONS = int(Cap.MAX_PARTITIONS)
 #: The wake-up token of an outbox with entries left to deliver (as the scripts' announce).
 OUTBOX_TOKEN = "~outbox"
+#: A claim that left out a partition it could not reach says its next claim is due in this
+#: many ms (the breaker's suspect period: pipeline.SUSPECT_FOR), so a blocked claimer comes
+#: back for that partition's runs then.
+LEFT_OUT_RETRY = 1000
 #: A claim that goes on without an unreachable partition warns at most this often (s).
 WARN_EVERY = 60.0
 
@@ -484,6 +488,10 @@ class PartitionedOps(Counted):
         for p, got in enumerate(heads):
             if got.error is not None:
                 errors.append(got.error)
+                if isinstance(got.error, Unavailable):
+                    # Left out of this claim (down, cut, a suspect): its runs may be due,
+                    # so a blocked claim tries again soon rather than at its re-arm.
+                    waits.append(LEFT_OUT_RETRY)
                 continue
             due, busy, wait = got.unwrap()[:3]
             entries.extend((score, run.encode("utf-8", "surrogateescape"), p, run)
@@ -529,6 +537,8 @@ class PartitionedOps(Counted):
         for p, claim_answer in zip(order, answers, strict=True):
             if claim_answer.error is not None:
                 failed.append(claim_answer.error)
+                if isinstance(claim_answer.error, Unavailable):
+                    waits.append(LEFT_OUT_RETRY)  # its due runs: see the heads above
                 continue
             runs, wait = claim_answer.unwrap()
             waits.append(wait)

@@ -353,7 +353,8 @@ def test_damage_to_a_dependency_key_is_quarantined_and_loses_no_announcement(
 
 
 @pytest.mark.server
-@pytest.mark.parametrize("case", ["watch set", "watch hash", "outbox", "mirror entry"])
+@pytest.mark.parametrize("case", ["watch set", "watch hash", "outbox", "mirror entry",
+                                  "outbox, one big member", "watch hash, one big field"])
 def test_a_big_value_planted_in_a_dependency_key_is_not_read_whole(
         backends: dict[str, list[Server]], case: str) -> None:
     """8 MB planted in a watch key, an outbox or a mirror entry was read whole by the
@@ -376,12 +377,20 @@ def test_a_big_value_planted_in_a_dependency_key_is_not_read_whole(
                mapping={b"%d" % i + b"x" * (size // 200): 1 for i in range(200)})
     elif case == "outbox":
         c.zadd(d.prefix + "outbox", {b"1|%d" % i + b"y" * (size // 100): 2 for i in range(100)})
+    elif case == "outbox, one big member":
+        # A sample of 5 members (MEMORY USAGE's default) would miss it among 40 small ones.
+        c.zadd(d.prefix + "outbox", {b"1|small-%d" % i + b"z" * 80: 1 for i in range(40)})
+        c.zadd(d.prefix + "outbox", {b"1|" + b"y" * size: 2})
+    elif case == "watch hash, one big field":
+        c.hset(d.prefix + f"watch:{dep}", mapping={b"%d" % i: 1 for i in range(3)})
+        c.hset(d.prefix + f"watch:{dep}", b"x" * size, 1)
+        c.hset(d.prefix + f"watch:{dep}", mapping={b"p%d" % i + b"q" * 80: 1 for i in range(40)})
     else:
         c.hset(w.prefix + "depv", dep, b"9" * size)
     c.slowlog_reset()
     if case == "mirror entry":
         store.insert(waiter, rec({"changed": dep, "seen": 1}), Release())
-    elif case == "outbox":
+    elif case.startswith("outbox"):
         store.claim_ready("a", LONG, 10)
     else:
         store.compare_and_set(dep, 1, rec(None), Release())
