@@ -208,12 +208,24 @@ local READY_IX = index(READY, 'zset', 'ready', 'ready', P .. 'Q')
 
 local DEPS_IX = {}
 
--- The index of the runs waiting for dep to change (scores all 0: ordered by run id). The
--- length of dep in its keys' names keeps every dependency's keys apart.
+-- The name every key of dep's waiters index starts with (layout 4): the length of dep in
+-- it keeps every dependency's keys apart.
+local function deps_base(dep)
+  return P .. 'D' .. #dep .. ':' .. dep
+end
+
+-- Whether any run may wait for run to change (layout 4, no migration under way): its
+-- waiters index has a first bucket or a directory.
+local function waited_on(run)
+  local base = deps_base(run)
+  return redis.call('EXISTS', base .. '|', base .. '/') > 0
+end
+
+-- The index of the runs waiting for dep to change (scores all 0: ordered by run id).
 local function deps_ix(dep)
   local ix = DEPS_IX[dep]
   if not ix then
-    ix = index(P .. 'd:' .. dep, 'set', 'd', 'd:' .. dep, P .. 'D' .. #dep .. ':' .. dep)
+    ix = index(P .. 'd:' .. dep, 'set', 'd', 'd:' .. dep, deps_base(dep))
     DEPS_IX[dep] = ix
   end
   return ix
@@ -664,6 +676,12 @@ local function coalesced()
   return out
 end
 
+-- Send the queued writes as they are: a fast path's, whose keys it read (their types are
+-- known) and whose first write grows memory (an OOM refuses it before anything is written).
+local function flush()
+  for i = 1, #WRITES do redis.call(unpack(WRITES[i])) end
+end
+
 -- Send the queued writes, or answer the field of a key of the wrong type (nothing sent).
 -- The caller returns {CORRUPT, field} for the latter.
 local function commit()
@@ -685,14 +703,14 @@ local function commit()
   return nil
 end
 
--- Refuse a namespace laid out by a newer library; a damaged meta key is corrupt. In a
+-- read_layout: refuse a namespace laid out by a newer library; a damaged meta key is corrupt. In a
 -- partition, compare the count the caller was opened with (ARGV[1] after P) with the one the
 -- partition records (meta partitions): another is PARTITIONED (0 while a repartition is
 -- under way, 1 once the namespace went back to one partition); none, for a caller that has
 -- not checked the namespace's own count, is UNCOUNTED (it checks, then calls again), and
 -- for one that has ('6+') a write records it (queued: a script that writes nothing records
 -- nothing). Each field is bounded before it is read whole.
-local function check_layout()
+local function read_layout()
   local size = redis.pcall('HSTRLEN', META, 'layout')
   if type(size) == 'table' then
     wrong_type(size)  -- not a type error (a key the ACL denies...): raised, not corrupt
@@ -738,6 +756,14 @@ local function check_layout()
   if got[2] and got[2] ~= '1' then return {CORRUPT, 'meta.old-ix', 0, -1} end
   NS, OLD_IX = n, n >= 4 and got[2] == '1'
   return nil
+end
+
+-- The layout check's answer, once per script (a fast path's, the slow path's again).
+local LAYOUT_CHECKED = false
+
+local function check_layout()
+  if not LAYOUT_CHECKED then LAYOUT_CHECKED = {read_layout()} end
+  return LAYOUT_CHECKED[1]
 end
 
 local function run_key(run)
@@ -1657,22 +1683,12 @@ local function notify_dependents(run, pv)
   end
 end
 
--- Save the discovered wait w as derived from s.rev at version pv. A poll key's saved claim
--- time survives while the key stays the same.
-local function apply_wait(run, s, w, pv)
-  -- A dependency in another partition: the version its watch read, before any decision.
-  local rose = w.watched and raise_mirror(w.wa, w.watched, w.ws, w.wd)
-  local was_dep = s.wk == 'c' and s.wa
-  if was_dep and (w.wk ~= 'c' or was_dep ~= w.wa) then
-    -- Its last waiter here leaving: the dependency's watch goes too (unwatch).
-    local m = mirror_of(was_dep)
-    if m and m.d and idle(was_dep, run) then unwatch(was_dep, m.d, m.s) end
-    ix_rem(deps_ix(was_dep), run, 0)
-  end
+-- The fields of the discovered wait w, derived from s.rev at version pv, set in s. A poll
+-- key's saved claim time survives while the key stays the same.
+local function wait_fields(s, w, pv)
   if w.wk == '' then
     s.wk, s.wa, s.wn, s.wdl, s.pk, s.pt = false, false, false, false, false, false
   else
-    if w.wk == 'c' and was_dep ~= w.wa then ix_add(deps_ix(w.wa), run, 0) end
     if w.wk ~= 'p' then
       s.pk, s.pt = false, false
     elseif s.pk ~= w.wa then
@@ -1683,6 +1699,30 @@ local function apply_wait(run, s, w, pv)
     s.wk, s.wa, s.wn, s.wdl = w.wk, wa, w.wn, w.wdl
   end
   s.wrev, s.wpv = s.rev, pv
+end
+
+-- Whether a new wait w leaves the run's dependency index as it is: no dependency before
+-- and none now, or the same one (apply_wait changes no index then).
+local function same_dependency(s, w)
+  local was_dep = s.wk == 'c' and s.wa
+  if w.wk == 'c' then return was_dep == w.wa end
+  return not was_dep
+end
+
+-- Save the discovered wait w as derived from s.rev at version pv, in s and in the
+-- dependency index.
+local function apply_wait(run, s, w, pv)
+  -- A dependency in another partition: the version its watch read, before any decision.
+  local rose = w.watched and raise_mirror(w.wa, w.watched, w.ws, w.wd)
+  local was_dep = s.wk == 'c' and s.wa
+  if was_dep and (w.wk ~= 'c' or was_dep ~= w.wa) then
+    -- Its last waiter here leaving: the dependency's watch goes too (unwatch).
+    local m = mirror_of(was_dep)
+    if m and m.d and idle(was_dep, run) then unwatch(was_dep, m.d, m.s) end
+    ix_rem(deps_ix(was_dep), run, 0)
+  end
+  if w.wk == 'c' and was_dep ~= w.wa then ix_add(deps_ix(w.wa), run, 0) end
+  wait_fields(s, w, pv)
   -- The mirror rose: the other waiters of that dependency here read the new version too,
   -- re-indexed as a delivery would (which, finding the mirror up to date, does nothing).
   if rose then notify_dependents(w.wa, pv) end

@@ -20,9 +20,39 @@
 -- and P.."outbox" (its writes announced to the partitions waiting on it).
 -- From layout 4 also the buckets and directories of the indexes it reads or changes
 -- (P.."L|".., P.."L/", P.."Q|".., P.."Q/", P.."D"..#dep..":"..dep.."|".. and "/").
+-- Fast path: a Hold write by the holder in a namespace of one partition at layout 4, whose
+-- wait keeps its dependency and whose run nothing waits on, is a read of the run and one
+-- write (write's effects, worked out here); every other call takes the slow path.
 --- @include CORRUPT, OK, MAX_RECORD_CEILING, MAX_INT, arg_int, arg_text, commit
 --- @include check_layout, load_at, lease_refusal, arg_wait, arg_lease, write
---- @include rewatch
+--- @include rewatch, PARTITION, NS, OLD_IX, same_dependency, waited_on, wait_fields
+--- @include save, flush
+local run = arg_text(2)
+local expected = arg_int(3, 0, MAX_INT - 2)
+local record = ARGV[4]
+if #record > MAX_RECORD_CEILING then error('BADARG the record is over ' .. MAX_RECORD_CEILING .. ' bytes') end
+local kind, owner = arg_lease(5)
+local w, pv = arg_wait(8)
+local bad_layout = check_layout()
+if bad_layout then return bad_layout end
+if kind ~= 'h' or PARTITION or NS < 4 or OLD_IX then return SLOW() end
+local s, refusal = load_at(run, expected)
+if not s then return refusal end
+if s.rev >= MAX_INT - 1 then return {CORRUPT, 'rev', 0, -1} end
+refusal = lease_refusal(s, kind, owner)
+if refusal then return refusal end
+-- Held by owner: not in the ready index (rt), so write's place() changes nothing; not
+-- poison (put_back); the same dependency (apply_wait changes no index); no waiters to
+-- notify. Anything else is the slow path's.
+if s.v ~= 2 or s.rt or s.px or not same_dependency(s, w) or waited_on(run) then
+  return SLOW()
+end
+s.rev, s.tk = s.rev + 1, 0
+wait_fields(s, w, pv)
+save(run, s, record)
+flush()
+return {OK, false, 0, -1}
+--- @slow
 local run = arg_text(2)
 local expected = arg_int(3, 0, MAX_INT - 2)
 local record = ARGV[4]

@@ -466,8 +466,10 @@ def check(name: str, text: str, lib: Lib) -> list[str]:
         if n in lib.defines:
             problems.append(f"{file}:{ln}: declares {n}, a name {libfile} defines: rename this "
                             "local (the header cannot tell the two apart)")
+    known = {SLOW} if split_slow(text)[1] is not None else set()
     for n, ln in sorted(scan.used.items(), key=lambda kv: kv[1]):
-        if n not in lib.defines and n not in LUA_GLOBALS and n not in scan.declared:
+        if (n not in lib.defines and n not in LUA_GLOBALS and n not in scan.declared
+                and n not in known):
             problems.append(f"{file}:{ln}: uses {n}, which neither {libfile} nor Lua defines"
                             f"{_suggest(n, lib.defines)}")
     for n, ln in sorted(uses.items(), key=lambda kv: kv[1]):
@@ -564,7 +566,9 @@ def _hoisted(frags: list[Fragment], lib: Lib) -> list[tuple[str, str, int]]:
     """
     if not frags:
         return []
-    captures = upvalue_captures(frags, lib)
+    # A slow path's fragments also use the fast path's, declared outside: not walked here.
+    own = {n for f in frags for n in f.names}
+    captures = [n for n in upvalue_captures(frags, lib) if n in own]
     count: dict[str, int] = {}
     first: dict[str, int] = {}
     for i, n in enumerate(captures):
@@ -584,12 +588,64 @@ def _hoisted(frags: list[Fragment], lib: Lib) -> list[tuple[str, str, int]]:
     return parts
 
 
+#: The line that splits a script's body into its fast path (above) and its slow path
+#: (below); see :func:`compose`.
+SLOW_MARK = "--- @slow"
+
+#: The function a fast path calls (``return SLOW()``) to hand the call to the slow path.
+SLOW = "SLOW"
+
+
+def split_slow(text: str) -> tuple[str, str | None, int]:
+    """``text`` cut at its ``--- @slow`` line: the part above, the part below (None without
+    the line) and the line the part below starts at."""
+    lines = text.split("\n")
+    for i, line in enumerate(lines):
+        if line.rstrip() == SLOW_MARK:
+            return "\n".join(lines[:i]) + "\n", "\n".join(lines[i + 1:]), i + 2
+    return text, None, 1
+
+
+def paths(text: str, lib: Lib, wanted: Iterable[str]) -> tuple[list[Fragment], list[Fragment]]:
+    """The fragments of script ``text`` that ``wanted`` needs, as the script defines them:
+    those its fast path uses, at the top, and those only its slow path uses, inside
+    ``SLOW`` (none without a ``--- @slow`` line)."""
+    wanted = set(wanted)
+    fast, slow, _ = split_slow(text)
+    if slow is None:
+        return lib.closure(wanted), []
+    eager = lib.closure(set(names(fast).used) & wanted)
+    chosen = {id(f) for f in eager}
+    return eager, [f for f in lib.closure(wanted) if id(f) not in chosen]
+
+
 def compose(name: str, text: str, lib: Lib, wanted: Iterable[str]) -> Script:
     """Script ``name``: the prelude, the fragments of ``lib`` that ``wanted`` needs (as
-    :func:`_hoisted` writes them), then ``text``; with the line map."""
+    :func:`_hoisted` writes them), then ``text``; with the line map.
+
+    A script with a ``--- @slow`` line has two paths. The fast one, above the line, handles
+    the common case with the few fragments it uses; it hands any other case, before it has
+    written anything, to the slow one (``return SLOW()``), the general code below the line.
+    The fragments only the slow path uses are defined inside ``SLOW``, so a call that stays
+    on the fast path never makes them: Lua makes every function a script defines again on
+    each call, about 1,000 server instructions each, which is what most calls paid for code
+    they never ran. Both paths share the fast path's fragments and their state (a run
+    loaded, the layout checked), so the slow path repeats no read.
+    """
+    file = f"{name}.lua"
     parts: list[tuple[str, str, int]] = [(PRELUDE, "<prelude>", 1)]
-    parts += _hoisted(lib.closure(wanted), lib)
-    parts.append((text if text.endswith("\n") else text + "\n", f"{name}.lua", 1))
+    eager, lazy = paths(text, lib, wanted)
+    fast, slow, slow_line = split_slow(text)
+    if slow is None:
+        parts += _hoisted(eager, lib)
+        parts.append((text if text.endswith("\n") else text + "\n", file, 1))
+    else:
+        parts += _hoisted(eager, lib)
+        parts.append((f"local function {SLOW}()\n", "<slow path>", 1))
+        parts += _hoisted(lazy, lib)
+        parts.append((slow if slow.endswith("\n") else slow + "\n", file, slow_line))
+        parts.append(("end\n", "<slow path>", 2))
+        parts.append((fast, file, 1))
     lines: list[tuple[str, int]] = []
     for source, file, first in parts:
         lines += [(file, first + i) for i in range(source.count("\n"))]
