@@ -237,9 +237,7 @@ def test_bench_on_a_server_leaves_nothing_behind(monkeypatch: pytest.MonkeyPatch
     assert set(redis7.client().scan_iter(match="{bench-*")) == before
 
 
-# "redis" in the server tier, where conftest's name matching used to put it; it needs none.
-@pytest.mark.parametrize("user, password", [
-    ("app", "s3cr3t"), pytest.param("redis", "ed", marks=pytest.mark.server)])
+@pytest.mark.parametrize("user, password", [("app", "s3cr3t"), ("redis", "ed")])
 def test_credentials_are_hidden_as_tokens_and_words_stay_whole(user: str, password: str) -> None:
     url = f"redis://{user}:{password}@127.0.0.1:1/0"
     message = (f"nothing was applied: the ACL user {user} lacks a command the store needs "

@@ -172,13 +172,6 @@ class TestFakeRedisAsyncRepository(AsyncRepositorySuite):
     def _backend(self, loop_thread: LoopThread) -> Iterator[None]:
         yield from self.connect(loop_thread, fakeredis.FakeAsyncRedis)
 
-    # In the server tier, where conftest's name matching used to put it (its parameter
-    # ``tenant`` is named like test_fuzz's server fixture); it needs no server.
-    @pytest.mark.server
-    @pytest.mark.parametrize("tenant", ["", "tenant-42", "ünï cödé", "a:b {c}"])
-    def test_tenant_round_trips(self, tenant: str) -> None:
-        super().test_tenant_round_trips(tenant)
-
 
 @pytest.mark.server
 class TestRedis7AsyncRepository(AsyncRepositorySuite):

@@ -15,20 +15,10 @@ from servers import Server, unique_namespace
 from redisstore import MemoryRepository, RedisRepository, Repository
 from redisstore.conformance import RepositoryConformance
 
-#: RepositoryConformance.test_tenant_round_trips's tenants.
-TENANTS = ["", "tenant-42", "ünï cödé", "a:b {c}"]
-
 
 class TestMemoryRepository(RepositoryConformance):
     def make_repository(self, *, max_terminal: int = 1024, logger: Any = None) -> Repository:
         return MemoryRepository(max_terminal=max_terminal, logger=logger)
-
-    # In the server tier, where conftest's name matching used to put it (its parameter
-    # ``tenant`` is named like test_fuzz's server fixture); it needs no server.
-    @pytest.mark.server
-    @pytest.mark.parametrize("tenant", TENANTS)
-    def test_tenant_round_trips(self, tenant: str) -> None:
-        super().test_tenant_round_trips(tenant)
 
 
 class TestFakeRedisRepository(RepositoryConformance):
@@ -43,13 +33,6 @@ class TestFakeRedisRepository(RepositoryConformance):
         return RedisRepository(self.client, namespace=unique_namespace(),
                                max_terminal=max_terminal, logger=logger,
                                partitions=self.partitions)
-
-    # In the server tier, where conftest's name matching used to put it (its parameter
-    # ``tenant`` is named like test_fuzz's server fixture); it needs no server.
-    @pytest.mark.server
-    @pytest.mark.parametrize("tenant", TENANTS)
-    def test_tenant_round_trips(self, tenant: str) -> None:
-        super().test_tenant_round_trips(tenant)
 
 
 class TestFakeRedisRepositoryPartitioned(TestFakeRedisRepository):
