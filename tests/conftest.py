@@ -28,37 +28,74 @@ from redisstore.conformance import RunStoreConformance
 from redisstore.pytest_plugin import Clock
 from redisstore.runs import Discover
 
-#: Fixtures that start or reach a real server, and the parameter values that name one
-#: (``client``, ``backend``, ``server``... take them): a test that uses one is marked
-#: ``server`` at collection, so ``-m "not server"`` starts none. servers.allowed() fails a
-#: test that reaches a server without the marker.
+# Tiers are marked where each test is written: ``pytestmark = pytest.mark.serial`` (or
+# ``server``, ``slow``) at the top of a file, ``@pytest.mark.server`` on a test or class,
+# ``pytest.param(..., marks=pytest.mark.server)`` on a parameter value that names a server
+# (as ``client`` below does). Nothing here sets a marker: collection only checks that every
+# test using a server is marked ``server``, so ``-m "not server"`` starts none and a
+# forgotten marker fails collection instead of moving the test to another tier; and
+# servers.allowed() fails a test that reaches a server without the marker.
+
+#: Fixtures that start or reach a real server: a test that requests one, itself or through
+#: another fixture, must be marked ``server``.
 SERVER_FIXTURES = frozenset({
     "redis7", "redis62", "redis62_noreplicate", "valkey8", "shared_redis", "namespaces",
     "cluster", "cluster_client", "tenant", "own_redis7", "own_valkey8",
     "stall_server", "server_store"})
+#: Values of a fixture's params that select a real server (``client``, ``backend``,
+#: ``server``... take them): a test given one must be marked ``server``. A value of the
+#: test's own ``parametrize`` counts when it is a server fixture's name (the test fetches
+#: that fixture by it).
 SERVER_PARAMS = frozenset({"redis7", "redis62", "redis62_noreplicate", "valkey8", "redis",
                            "valkey", "own_redis7", "own_valkey8", "cluster"})
 
 
-#: Files whose tests measure time (deadlines, wake-up latency, stalls, lease renewal) or
-#: load the machine on purpose: `-m serial` runs them alone, after the rest has run on
-#: pytest-xdist workers (`-m "not serial" -n auto`), so no other test competes for the CPU.
-SERIAL_FILES = frozenset({
-    "test_async.py", "test_concurrency_runs.py", "test_connections.py",
-    "test_crash_failover.py", "test_faultproxy.py", "test_faults.py", "test_fuzz.py",
-    "test_keeper.py", "test_outcomes.py", "test_shared_client.py", "test_stall.py",
-    "test_torture.py", "test_wakeups.py",
-})
+def _direct_args(item: pytest.Item) -> set[str]:
+    """The names ``item``'s own ``parametrize`` marks give values to (not through a fixture)."""
+    names: set[str] = set()
+    for mark in item.iter_markers("parametrize"):
+        argnames = mark.args[0] if mark.args else mark.kwargs["argnames"]
+        if isinstance(argnames, str):
+            argnames = [name.strip() for name in argnames.split(",") if name.strip()]
+        indirect = mark.kwargs.get("indirect", False)
+        names |= {name for name in argnames
+                  if not (indirect is True or (isinstance(indirect, (list, tuple))
+                                               and name in indirect))}
+    return names
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        if item.path.name in SERIAL_FILES:
-            item.add_marker(pytest.mark.serial)
-        params = getattr(getattr(item, "callspec", None), "params", {})
-        if (SERVER_FIXTURES & set(getattr(item, "fixturenames", ()))
-                or any(isinstance(v, str) and v in SERVER_PARAMS for v in params.values())):
-            item.add_marker(pytest.mark.server)
+def server_use(item: pytest.Item) -> str | None:
+    """What makes ``item`` use a real server (a fixture, or a parameter value), or None."""
+    direct = _direct_args(item)
+    fixtures = sorted(SERVER_FIXTURES & (set(getattr(item, "fixturenames", ())) - direct))
+    if fixtures:
+        return f"fixture {fixtures[0]!r}"
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    for name, value in params.items():
+        if isinstance(value, str) and value in (SERVER_FIXTURES if name in direct
+                                                else SERVER_PARAMS):
+            return f"parameter {name}={value!r}"
+    return None
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector) -> Iterator[pytest.CollectReport]:
+    """Fail the collection of a module or class that holds a test using a server unmarked:
+    a collection error (under xdist too), naming each such test and what it uses."""
+    report: pytest.CollectReport = yield
+    if report.passed:
+        unmarked = [f"  {item.nodeid}: {use}" for item in report.result
+                    if isinstance(item, pytest.Function)
+                    and not item.get_closest_marker("server") and (use := server_use(item))]
+        if unmarked:
+            report.outcome = "failed"
+            report.result = []
+            report.longrepr = (
+                "these tests use a real server but are not marked server: mark the test or "
+                "class @pytest.mark.server, the file pytestmark = pytest.mark.server, or the "
+                "parameter value pytest.param(..., marks=pytest.mark.server) "
+                "(docs/testing.md)\n" + "\n".join(unmarked))
+    return report
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
@@ -86,7 +123,9 @@ def fake_client() -> fakeredis.FakeRedis:
     return fakeredis.FakeRedis()
 
 
-@pytest.fixture(params=["fakeredis", "redis7", "redis62", "valkey8"])
+@pytest.fixture(params=["fakeredis", pytest.param("redis7", marks=pytest.mark.server),
+                        pytest.param("redis62", marks=pytest.mark.server),
+                        pytest.param("valkey8", marks=pytest.mark.server)])
 def client(request: pytest.FixtureRequest) -> redis.Redis:
     """A client of each kind of backend: fakeredis, Redis 7.0, Redis 6.2, Valkey 8.1."""
     if request.param == "fakeredis":

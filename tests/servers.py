@@ -112,7 +112,8 @@ def allowed() -> None:
     """Fail a test that uses a real server without the ``server`` marker."""
     if FORBIDDEN is not None:
         raise RuntimeError(f"{FORBIDDEN} uses a real server but is not marked server (mark "
-                           "it, or name its server fixture in conftest.SERVER_FIXTURES)")
+                           "it where it is written, and name its server fixture in "
+                           "conftest.SERVER_FIXTURES so collection checks it)")
 
 
 @dataclass

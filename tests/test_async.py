@@ -36,6 +36,9 @@ from redisstore import (
 )
 from redisstore.aio import AsyncTransport
 
+# serial: timeouts and cancellations timed in flight
+pytestmark = pytest.mark.serial
+
 LONG = 600_000
 
 
@@ -43,7 +46,8 @@ def _async_client(server: Server, **options: Any) -> redis.asyncio.Redis:
     return redis.asyncio.Redis(host="127.0.0.1", port=server.port, **options)
 
 
-@pytest.fixture(params=["fakeredis", "redis7", "valkey8"])
+@pytest.fixture(params=["fakeredis", pytest.param("redis7", marks=pytest.mark.server),
+                        pytest.param("valkey8", marks=pytest.mark.server)])
 def backend(request: pytest.FixtureRequest) -> Any:
     """A factory of async clients of one server (fakeredis: one shared fake server)."""
     if request.param == "fakeredis":

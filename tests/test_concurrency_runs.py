@@ -15,7 +15,8 @@ from servers import Server, unique_namespace
 from redisstore import Claim, Held, RedisRunStore, Release
 from redisstore.discovery import json_wait
 
-pytestmark = [pytest.mark.server, pytest.mark.slow]
+# serial: processes racing claims load the machine
+pytestmark = [pytest.mark.server, pytest.mark.serial, pytest.mark.slow]
 
 RUNS = 10_000
 WORKERS = 8

@@ -33,7 +33,8 @@ from redisstore import (
 )
 from redisstore.transport import pool_for
 
-pytestmark = pytest.mark.server
+# serial: waits for the server's count of connections to settle
+pytestmark = [pytest.mark.server, pytest.mark.serial]
 
 
 @pytest.fixture(params=["redis7", "valkey8"])

@@ -15,7 +15,8 @@ import redis.retry
 from faultproxy import FaultProxy
 from servers import Server, free_port
 
-pytestmark = pytest.mark.server
+# serial: the proxy's cuts and delays are timed
+pytestmark = [pytest.mark.server, pytest.mark.serial]
 
 
 def _client(port: int, timeout: float = 2.0) -> redis.Redis:

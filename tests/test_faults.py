@@ -52,7 +52,8 @@ from redisstore import (
 )
 from redisstore.discovery import json_wait
 
-pytestmark = pytest.mark.server
+# serial: cuts, lost replies and timeouts at their deadlines
+pytestmark = [pytest.mark.server, pytest.mark.serial]
 LONG = 600_000
 SHORT = 800  # ms: a claim whose reply is lost stays held this long
 

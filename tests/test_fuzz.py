@@ -34,6 +34,9 @@ from redisstore import (
 )
 from redisstore.keys import Keyspace
 
+# serial: a script's time is bounded
+pytestmark = pytest.mark.serial
+
 
 class Sneaky(enum.IntEnum):
     ONE = 1

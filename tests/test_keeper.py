@@ -37,6 +37,9 @@ from redisstore.keeper import DEADLINE, NOT_RENEWED, STOPPED
 from redisstore.runs import MAX_RENEW
 from redisstore.transport import pool_for
 
+# serial: renewals on a timer, under faults
+pytestmark = pytest.mark.serial
+
 TTL = 600
 
 

@@ -30,6 +30,9 @@ from redisstore.outcomes import ErrorReply, Exchange, Lost, Reply, error_outcome
 from redisstore.protocol import MAX_RELOADS, Driver
 from redisstore.runops import RunOps
 
+# serial: deadlines measured
+pytestmark = pytest.mark.serial
+
 OK = Reply([0, False, 0, -1])
 
 

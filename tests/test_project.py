@@ -82,6 +82,7 @@ def test_scripts_load_from_the_checkout_or_the_package() -> None:
     assert Path(redisstore.__file__).parent.parent == ROOT or "site-packages" in str(folder)
 
 
+@pytest.mark.server
 def test_scripts_parse_on_a_real_server(redis7: Server) -> None:
     client: redis.Redis = redis7.client()
     for script in scripts.RUN_SCRIPTS:

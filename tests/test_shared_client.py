@@ -51,6 +51,9 @@ from redisstore import (
 )
 from redisstore.discovery import json_wait
 
+# serial: 16 threads or tasks on one client load the machine
+pytestmark = pytest.mark.serial
+
 WORKERS = 16
 #: Seconds of load per client kind (each kind also spends ~1 s on setup and checks).
 SECONDS = float(os.environ.get("REDISSTORE_SHARED_SECONDS", "4"))

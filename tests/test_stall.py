@@ -36,7 +36,8 @@ from servers import EPHEMERAL, Server, missing, redis_binary, start
 from redisstore import scripts
 from redisstore.protocol import Call, Operation
 
-pytestmark = [pytest.mark.server, pytest.mark.slow]
+# serial: scripts' time measured on the server
+pytestmark = [pytest.mark.server, pytest.mark.serial, pytest.mark.slow]
 
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 BUSY_US = 100_000  # the server's busy-reply-threshold (100 ms), in SLOWLOG's µs

@@ -51,7 +51,8 @@ from redisstore import (
 from redisstore.discovery import json_wait
 from redisstore.keys import Keyspace
 
-pytestmark = [pytest.mark.server, pytest.mark.slow]
+# serial: processes under faults load the machine
+pytestmark = [pytest.mark.server, pytest.mark.serial, pytest.mark.slow]
 
 SECONDS = float(os.environ.get("REDISSTORE_TORTURE_SECONDS", "20"))
 WORKERS = int(os.environ.get("REDISSTORE_TORTURE_WORKERS", "6"))

@@ -31,6 +31,9 @@ from redisstore.conformance.wakeups import SLACK, Blocked
 from redisstore.discovery import json_wait
 from redisstore.keys import Keyspace
 
+# serial: wake-up latency measured
+pytestmark = pytest.mark.serial
+
 LONG = 600_000
 
 
