@@ -424,7 +424,7 @@ class Driver(Generic[T]):
             self._call, self._batch, self._error = None, None, error
             return
         self._call, self._reloads, self._retries = call, 0, 0
-        if telemetry.enabled():  # nothing to record otherwise: no work per call
+        if telemetry.recording():  # nothing to record otherwise: no work per call
             self._name(call)
         self._batch, self._loading = self._batch_of(call), False
 

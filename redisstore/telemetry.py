@@ -51,6 +51,8 @@ class _Instruments:
     """The tracer and instruments, from the global providers (or the ones given)."""
 
     def __init__(self, tracer_provider: Any = None, meter_provider: Any = None) -> None:
+        #: Whether providers were given (they record whatever the global ones are).
+        self.given = tracer_provider is not None or meter_provider is not None
         meter = (meter_provider.get_meter(_SCOPE) if meter_provider is not None
                  else _metrics.get_meter(_SCOPE))
         self.tracer = (tracer_provider.get_tracer(_SCOPE) if tracer_provider is not None
@@ -81,6 +83,28 @@ def _instruments() -> _Instruments | None:
 def enabled() -> bool:
     """Whether OpenTelemetry's API is installed (calls are then recorded)."""
     return _HAVE
+
+
+#: Set once a global tracer or meter provider is (OpenTelemetry sets each at most once).
+_LIVE = False
+
+
+def recording() -> bool:
+    """Whether a store call is recorded now: OpenTelemetry's API is installed and a tracer
+    or meter provider is set (globally, or given to the instruments). Until one is, the
+    API's proxies would record nothing, and a call costs no telemetry work at all."""
+    global _LIVE
+    if _LIVE:
+        return True
+    if not _HAVE:
+        return False
+    if _INSTRUMENTS is not None and _INSTRUMENTS.given:
+        return True
+    if isinstance(_trace.get_tracer_provider(), _trace.ProxyTracerProvider) \
+            and type(_metrics.get_meter_provider()).__name__ == "_ProxyMeterProvider":
+        return False
+    _LIVE = True
+    return True
 
 
 @contextmanager

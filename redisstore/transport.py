@@ -28,7 +28,7 @@ from concurrent.futures import wait as futures_wait
 from typing import Any, TypeVar
 
 from . import telemetry
-from .outcomes import Exchange, Lost, Reply
+from .outcomes import ErrorReply, Exchange, Lost, Reply, split_error
 from .pipeline import MIN_PATIENCE, Spreading, Suspects, patience, straggled
 from .protocol import Batch, Driver, Durability, Machine, Operation, PerNode, Spread
 from .wakeups import Nodes
@@ -51,7 +51,115 @@ from .wire import (
     subscribe_failed,
 )
 
+try:
+    from hiredis import Reader as _Reader
+    from hiredis import ReplyError as _ReplyError
+    from hiredis import pack_command as _hiredis_pack
+except ImportError:  # pragma: no cover - hiredis comes with redis[hiredis]
+    _Reader = _ReplyError = _hiredis_pack = None  # type: ignore[assignment,misc]
+try:
+    from hiredis import PushNotification as _Push
+except ImportError:  # pragma: no cover - hiredis < 3.2: RESP3 takes the full path
+    _Push = None  # type: ignore[assignment,misc]
+
 T = TypeVar("T")
+_monotonic = time.monotonic
+#: Bytes asked of the socket per read on the lean path.
+_CHUNK = 65536
+#: A look at an idle socket that never blocks (whatever its timeout) and consumes nothing.
+_PEEK = socket.MSG_PEEK | getattr(socket, "MSG_DONTWAIT", 0)
+#: How much later than the deadline a read may end on the lean path rather than set the
+#: socket's timeout once more (a syscall): the watchdog's own granularity.
+_SLACK = 0.001
+#: What a lean reader answers while a reply is incomplete (False and None are replies).
+_MORE = object()
+
+
+def _pack_one(command: tuple[bytes | int, ...]) -> bytes:
+    """One command as RESP, packed in C. Text that is not UTF-8 (a name that came back from
+    the server as such bytes: see protocol.text) goes as the same bytes."""
+    try:
+        return _hiredis_pack(command)  # type: ignore[arg-type,no-any-return]
+    except UnicodeEncodeError:
+        return _hiredis_pack(tuple(a.encode("utf-8", "surrogateescape")  # type: ignore[arg-type,no-any-return]
+                                   if isinstance(a, str) else a for a in command))
+
+
+def lean_error(text: str) -> ErrorReply:
+    """An error reply read by a ``hiredis.Reader`` as the :class:`ErrorReply` the client's
+    parser gives (see :func:`~redisstore.wire.error_reply`): the generic ``ERR`` prefix
+    stripped, a wrapped code (Redis 6.2, the scripts' BADARG / ABORTED) read out of it."""
+    code, _, rest = text.partition(" ")
+    if code == "ERR":
+        reply = split_error(rest)
+        return reply if reply.code else ErrorReply("ERR", rest)
+    reply = split_error(text)
+    return reply if reply.code else ErrorReply("ERR", text)
+
+
+class Lean:
+    """What the lean path of :meth:`Transport.exchange` keeps of a connection: its plain
+    socket (kept non-blocking while the connection is idle, so the look for a stale one
+    never blocks), a ``hiredis.Reader`` of its own, and the socket's own timeout (the
+    client's ``socket_timeout``), which the connection's own methods get back before they
+    use it. Only plain TCP / Unix sockets speaking RESP2 take the lean path; TLS and RESP3
+    connections (push messages) keep the connection's own methods."""
+
+    __slots__ = ("own", "reader", "sock")
+
+    def __init__(self, sock: socket.socket, own: float | None) -> None:
+        self.sock = sock
+        self.reader = _Reader(notEnoughData=_MORE)
+        self.own = own
+
+    @staticmethod
+    def of(conn: Any) -> Lean | None:
+        """The lean state for a connection just connected, or None when it cannot have
+        one (no hiredis, TLS, RESP3 without hiredis' push type, no non-blocking peek on
+        this platform)."""
+        sock = getattr(conn, "_sock", None)
+        if _Reader is None or type(sock) is not socket.socket or _PEEK == socket.MSG_PEEK \
+                or (_Push is None and str(getattr(conn, "protocol", 2) or 2) != "2"):
+            return None
+        return Lean(sock, sock.gettimeout())
+
+    @staticmethod
+    def drop(conn: Any) -> None:
+        """The connection leaves the lean path (its own parser handled a push message,
+        which may have changed its socket's timeout): its socket gets back the timeout the
+        connection has now, and its calls go the full way."""
+        lean: Lean | None = getattr(conn, "_redisstore_lean", None)
+        if lean is not None:
+            del conn._redisstore_lean
+            lean.sock.settimeout(getattr(conn, "socket_timeout", lean.own))
+
+    def usable(self, conn: Any) -> bool:
+        """Whether the idle ``conn`` can take a call: its socket is still this one and has
+        nothing waiting (data: a stray reply; EOF: the server closed it), so a connection
+        the server dropped costs a reconnect, not a write of unknown outcome."""
+        if conn._sock is not self.sock:
+            return False
+        try:
+            self.sock.recv(1, _PEEK)
+        except BlockingIOError:
+            return True  # nothing to read: the connection is clean
+        except OSError:
+            return False
+        return False
+
+    @staticmethod
+    def restore(conn: Any) -> None:
+        """Give the socket its own timeout back before the connection's own methods use it."""
+        lean: Lean | None = getattr(conn, "_redisstore_lean", None)
+        if lean is not None:
+            lean.sock.settimeout(lean.own)
+
+    @staticmethod
+    def park(conn: Any) -> None:
+        """Make the socket non-blocking again as the connection goes back idle."""
+        lean: Lean | None = getattr(conn, "_redisstore_lean", None)
+        if lean is not None:
+            lean.sock.settimeout(0.0)
 
 
 class _Deadline(Exception):
@@ -226,6 +334,42 @@ class Pool(Connections):
     def __init__(self, source: Any) -> None:
         super().__init__(source, _NoRetry())
         self._cond = threading.Condition()
+        #: Whether its connections take the lean path (None: none connected yet; the
+        #: connections of a pool are all made alike).
+        self.lean: bool | None = None
+
+    def take_lean(self) -> Any:
+        """An idle connection of the lean path, checked (see :meth:`Lean.usable`), or None:
+        none idle, or the idle one is not lean (the caller goes the full way)."""
+        while True:
+            with self._cond:
+                if not self._idle or self._pid != os.getpid():
+                    return None
+                conn = self._idle[-1]
+                lean: Lean | None = getattr(conn, "_redisstore_lean", None)
+                if lean is None:
+                    return None
+                self._idle.pop()
+            if lean.usable(conn):
+                return conn
+            self.discard(conn)
+
+    def made(self, conn: Any) -> None:
+        """A new connection served its first call cleanly: from now on it takes the lean
+        path, when it can (see :class:`Lean`)."""
+        lean = Lean.of(conn)
+        if lean is None:
+            self.lean = False
+            return
+        if _stale(conn):
+            return  # something waits in it already: the next call drops it
+        try:
+            conn._redisstore_lean = lean
+        except AttributeError:  # a connection class with __slots__: the full path
+            self.lean = False
+            return
+        lean.sock.settimeout(0.0)
+        self.lean = True
 
     def acquire(self, deadline: float) -> tuple[Any, bool]:
         """A connection and whether it is new (not connected yet)."""
@@ -348,6 +492,9 @@ class Transport:
         if isinstance(op, Spread):
             return self._spread(op)
         driver = Driver(op, self.durability)
+        if not telemetry.recording():
+            self.run(driver)
+            return driver.result()
         with telemetry.operation(driver.telemetry) as call:
             self.run(driver)
             call.result = driver.result()
@@ -456,11 +603,90 @@ class Transport:
 
     def exchange(self, pool: Pool, batch: Batch, deadline: float) -> Exchange:
         """Send one batch once, read a reply per command; report what happened."""
+        cut: Cut | None = getattr(_SENDING, "cut", None)
+        if cut is None and pool.lean is not False:
+            conn = pool.take_lean()
+            if conn is not None:
+                return self._lean_exchange(pool, conn, batch, deadline)
+        return self._exchange(pool, batch, deadline, cut)
+
+    def _lean_exchange(self, pool: Pool, conn: Any, batch: Batch, deadline: float
+                       ) -> Exchange:
+        """:meth:`exchange` on a connected plain socket (see :class:`Lean`): the batch
+        packed by hiredis, written with one ``sendall``, the replies parsed by the
+        connection's own ``hiredis.Reader``. Every blocking step is bounded by what is left
+        of the deadline (the socket's timeout, set again before a read whenever it would
+        reach more than _SLACK past it), so no watchdog is armed: a hung or trickling
+        server ends the call at its deadline all the same."""
+        lean: Lean = conn._redisstore_lean
+        sock, reader, own = lean.sock, lean.reader, lean.own
+        replies: list[Reply | ErrorReply] = []
+        sent = False
+        by_deadline = True  # whether the socket's timeout is the deadline's
+        pushed = False
+        try:
+            commands = batch.commands
+            data = _pack_one(commands[0]) if len(commands) == 1 else \
+                b"".join([_pack_one(command) for command in commands])
+            timeout = deadline - _monotonic()
+            if timeout <= 0:
+                raise _Deadline("the deadline passed before sending")
+            if own is not None and own < timeout:
+                timeout, by_deadline = own, False  # the client's socket_timeout is shorter
+            sock.settimeout(timeout)
+            sent = True
+            sock.sendall(data)
+            for _ in commands:
+                while (reply := reader.gets()) is _MORE or type(reply) is _Push:
+                    if reply is not _MORE:
+                        # RESP3 push (a maintenance notification): the connection's own
+                        # parser handles it, as it would have.
+                        handle = getattr(getattr(conn, "_parser", None),
+                                         "handle_push_response", None)
+                        if handle is not None:
+                            handle(reply)
+                        pushed = True
+                        continue
+                    left = deadline - _monotonic()
+                    if left <= 0:
+                        raise _Deadline("the deadline passed while reading")
+                    if timeout > left + _SLACK:
+                        # A read with the timeout set would end past the deadline.
+                        timeout, by_deadline = left, True
+                        sock.settimeout(timeout)
+                    chunk = sock.recv(_CHUNK)
+                    if not chunk:
+                        raise ConnectionError("Connection closed by server.")
+                    reader.feed(chunk)
+                replies.append(lean_error(str(reply)) if type(reply) is _ReplyError
+                               else Reply(reply))
+        except BaseException as exc:
+            pool.discard(conn)
+            if not isinstance(exc, Exception):
+                raise  # KeyboardInterrupt and the like: the caller's, not ours
+            timed_out = isinstance(exc, _Deadline) or (by_deadline
+                                                       and isinstance(exc, TimeoutError))
+            reason = f"deadline of {self.timeout} ms exceeded" if timed_out else describe(exc)
+            return Exchange(tuple(replies), Lost(sent, reason, timed_out))
+        if reader.has_data():
+            pool.discard(conn)  # more than the replies came: a stray reply, never reused
+            return Exchange(tuple(replies))
+        if pushed:
+            Lean.drop(conn)
+        else:
+            sock.settimeout(0.0)
+        pool.release(conn)
+        return Exchange(tuple(replies))
+
+    def _exchange(self, pool: Pool, batch: Batch, deadline: float, cut: Cut | None
+                  ) -> Exchange:
+        """:meth:`exchange` through the connection's own methods, the watchdog armed: a new
+        connection (connect, handshake), TLS, RESP3, a fan's group that may be cut."""
         replies: list[Any] = []
         sent = False
         conn: Any = None
         token = 0
-        cut: Cut | None = getattr(_SENDING, "cut", None)
+        fresh = False
         try:
             if cut is not None and cut.reason is not None:
                 raise _Deadline("cut")  # a straggler's group: nothing more is sent
@@ -479,6 +705,8 @@ class Transport:
                 _cap_connect_timeout(conn, remaining if cut is None or cut.connect_within
                                      is None else min(remaining, cut.connect_within))
                 conn.connect()
+            else:
+                Lean.restore(conn)
             data = pack(conn, batch.commands)
             sent = True
             conn.send_packed_command(data)
@@ -506,6 +734,10 @@ class Transport:
             # is shut. The replies stand; the connection goes.
             pool.discard(conn)
         else:
+            if fresh:
+                pool.made(conn)
+            else:
+                Lean.park(conn)
             pool.release(conn)
         return Exchange(tuple(replies))
 
