@@ -17,6 +17,7 @@ The keeper's lateness is the histogram ``redisstore.keeper.lateness`` (ms).
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -31,6 +32,12 @@ try:  # optional: the library works the same without it
     _HAVE = True
 except ImportError:  # pragma: no cover - exercised where opentelemetry is not installed
     _HAVE = False
+
+try:  # where the API keeps its global providers (None until set): read once per call
+    import opentelemetry.metrics._internal as _metrics_state
+    _FAST = hasattr(_trace, "_TRACER_PROVIDER") and hasattr(_metrics_state, "_METER_PROVIDER")
+except ImportError:  # pragma: no cover
+    _FAST = False
 
 _SCOPE = "redisstore"
 _CLAIMS = ("run_claim_ready", "run_claim_expired")
@@ -100,11 +107,19 @@ def recording() -> bool:
         return False
     if _INSTRUMENTS is not None and _INSTRUMENTS.given:
         return True
+    if _FAST and _trace._TRACER_PROVIDER is None and _metrics_state._METER_PROVIDER is None \
+            and not _FROM_ENV:
+        return False
     if isinstance(_trace.get_tracer_provider(), _trace.ProxyTracerProvider) \
             and type(_metrics.get_meter_provider()).__name__ == "_ProxyMeterProvider":
         return False
     _LIVE = True
     return True
+
+
+#: Providers named by environment variables, which the API loads on first use.
+_FROM_ENV = any(name in os.environ for name in ("OTEL_PYTHON_TRACER_PROVIDER",
+                                                "OTEL_PYTHON_METER_PROVIDER"))
 
 
 @contextmanager
