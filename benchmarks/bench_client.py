@@ -184,6 +184,5 @@ def main(argv: list[str] | None = None) -> None:
     print("\n".join(line for line in lines[start:] if line))
 
 
-
 if __name__ == "__main__":
     main()
