@@ -12,6 +12,13 @@ TLS, credentials, protocol), one pool per client pool, so stores sharing a clien
 connections, and no connection is ever used by two threads at once. A call has one
 deadline (the store's ``timeout``) across the wait for a connection, connect, handshake,
 send and read: a watchdog shuts the socket of a call that passes it.
+
+An established plain connection takes the lean path (:class:`Lean`): the commands packed by
+hiredis are written on its socket and the replies parsed by a ``hiredis.Reader`` of its
+own, a plain reply sent straight back into the operation (:meth:`Transport._lean_drive`),
+and the kernel's socket timeouts keep the deadline instead of the watchdog. Anything else
+(an error reply, a lost exchange, a write to confirm, TLS, a new connection, a fan's group
+that may be cut) takes the full path above.
 """
 
 from __future__ import annotations
@@ -86,8 +93,9 @@ _PEEK = socket.MSG_PEEK | getattr(socket, "MSG_DONTWAIT", 0)
 #: The platforms whose struct timeval the lean path writes (SO_RCVTIMEO / SO_SNDTIMEO).
 _LEAN_OS = sys.platform.startswith(("linux", "darwin")) and _PEEK != socket.MSG_PEEK
 _TIMEVAL = struct.Struct("ll")
-#: How much later than the deadline a read may end on the lean path rather than set the
-#: socket's timeout once more (a syscall): the watchdog's own granularity.
+#: How far the kernel's timeouts of a lean socket may be from what is left of the deadline
+#: before they are set again (a syscall): at most this late (or early, and the read goes
+#: on); the watchdog's own granularity.
 _SLACK = 0.001
 #: What a lean reader answers while a reply is incomplete (False and None are replies).
 _MORE = object()
