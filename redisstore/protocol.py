@@ -57,6 +57,13 @@ class Call(Generic[T]):
         name = (b"EVAL", self.script.source) if source else (b"EVALSHA", self.script.sha.encode())
         return (*name, len(self.keys), *_encoded(self.keys), *_encoded(self.args))
 
+    def wire(self) -> tuple[Arg, ...]:
+        """:meth:`command` (EVALSHA) with its text not encoded yet: for a packer that
+        encodes text as UTF-8 itself (hiredis; see ``redisstore.transport._pack_one``)."""
+        if self.script is None:
+            return self.args
+        return (b"EVALSHA", self.script.sha, len(self.keys), *self.keys, *self.args)
+
 
 def _encoded(args: tuple[Arg, ...]) -> tuple[bytes | int, ...]:
     # surrogateescape: a name that came back from the server as bytes that are not UTF-8
@@ -348,6 +355,20 @@ class Driver(Generic[T]):
         self.telemetry = telemetry.Call()
         self._step(None)
 
+    @classmethod
+    def resumed(cls, op: Operation[T], call: Call[Any], durability: Durability | None = None
+                ) -> Driver[T]:
+        """A driver of ``op``, which a shell already stepped to ``call`` (its arguments
+        checked) and whose batch it sent: ``receive`` what that batch got back, go on as
+        usual. A shell's lean path takes the plain replies itself and hands the rest
+        (an error reply, a lost exchange, a durability confirmation) to such a driver."""
+        driver: Driver[T] = cls.__new__(cls)
+        driver._op, driver._durability = op, durability
+        driver._result, driver._error = None, None
+        driver.telemetry = telemetry.Call()
+        driver._took(call)
+        return driver
+
     def next_batch(self) -> Batch | None:
         """The batch to send now, or None when the operation is over."""
         return self._batch
@@ -423,8 +444,12 @@ class Driver(Generic[T]):
             # error, kept for result(), so a pipeline's other calls still get theirs.
             self._call, self._batch, self._error = None, None, error
             return
+        self._took(call)
+
+    def _took(self, call: Call[Any]) -> None:
+        """The operation yielded ``call``: it is the batch to send now."""
         self._call, self._reloads, self._retries = call, 0, 0
-        if telemetry.enabled():  # nothing to record otherwise: no work per call
+        if telemetry.recording():  # nothing to record otherwise: no work per call
             self._name(call)
         self._batch, self._loading = self._batch_of(call), False
 

@@ -17,6 +17,7 @@ The keeper's lateness is the histogram ``redisstore.keeper.lateness`` (ms).
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -31,6 +32,12 @@ try:  # optional: the library works the same without it
     _HAVE = True
 except ImportError:  # pragma: no cover - exercised where opentelemetry is not installed
     _HAVE = False
+
+try:  # where the API keeps its global providers (None until set): read once per call
+    import opentelemetry.metrics._internal as _metrics_state
+    _FAST = hasattr(_trace, "_TRACER_PROVIDER") and hasattr(_metrics_state, "_METER_PROVIDER")
+except ImportError:  # pragma: no cover
+    _FAST = False
 
 _SCOPE = "redisstore"
 _CLAIMS = ("run_claim_ready", "run_claim_expired")
@@ -51,6 +58,8 @@ class _Instruments:
     """The tracer and instruments, from the global providers (or the ones given)."""
 
     def __init__(self, tracer_provider: Any = None, meter_provider: Any = None) -> None:
+        #: Whether providers were given (they record whatever the global ones are).
+        self.given = tracer_provider is not None or meter_provider is not None
         meter = (meter_provider.get_meter(_SCOPE) if meter_provider is not None
                  else _metrics.get_meter(_SCOPE))
         self.tracer = (tracer_provider.get_tracer(_SCOPE) if tracer_provider is not None
@@ -81,6 +90,36 @@ def _instruments() -> _Instruments | None:
 def enabled() -> bool:
     """Whether OpenTelemetry's API is installed (calls are then recorded)."""
     return _HAVE
+
+
+#: Set once a global tracer or meter provider is (OpenTelemetry sets each at most once).
+_LIVE = False
+
+
+def recording() -> bool:
+    """Whether a store call is recorded now: OpenTelemetry's API is installed and a tracer
+    or meter provider is set (globally, or given to the instruments). Until one is, the
+    API's proxies would record nothing, and a call costs no telemetry work at all."""
+    global _LIVE
+    if _LIVE:
+        return True
+    if not _HAVE:
+        return False
+    if _INSTRUMENTS is not None and _INSTRUMENTS.given:
+        return True
+    if _FAST and _trace._TRACER_PROVIDER is None and _metrics_state._METER_PROVIDER is None \
+            and not _FROM_ENV:
+        return False
+    if isinstance(_trace.get_tracer_provider(), _trace.ProxyTracerProvider) \
+            and type(_metrics.get_meter_provider()).__name__ == "_ProxyMeterProvider":
+        return False
+    _LIVE = True
+    return True
+
+
+#: Providers named by environment variables, which the API loads on first use.
+_FROM_ENV = any(name in os.environ for name in ("OTEL_PYTHON_TRACER_PROVIDER",
+                                                "OTEL_PYTHON_METER_PROVIDER"))
 
 
 @contextmanager

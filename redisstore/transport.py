@@ -12,13 +12,23 @@ TLS, credentials, protocol), one pool per client pool, so stores sharing a clien
 connections, and no connection is ever used by two threads at once. A call has one
 deadline (the store's ``timeout``) across the wait for a connection, connect, handshake,
 send and read: a watchdog shuts the socket of a call that passes it.
+
+An established plain connection takes the lean path (:class:`Lean`): the commands packed by
+hiredis are written on its socket and the replies parsed by a ``hiredis.Reader`` of its
+own, a plain reply sent straight back into the operation (:meth:`Transport._lean_drive`),
+and the kernel's socket timeouts keep the deadline instead of the watchdog. Anything else
+(an error reply, a lost exchange, a write to confirm, TLS, a new connection, a fan's group
+that may be cut) takes the full path above.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import socket
+import struct
+import sys
 import threading
 import time
 import weakref
@@ -28,9 +38,20 @@ from concurrent.futures import wait as futures_wait
 from typing import Any, TypeVar
 
 from . import telemetry
-from .outcomes import Exchange, Lost, Reply
+from .errors import StoreError, Unavailable
+from .outcomes import ErrorReply, Exchange, Lost, Reply, split_error
 from .pipeline import MIN_PATIENCE, Spreading, Suspects, patience, straggled
-from .protocol import Batch, Driver, Durability, Machine, Operation, PerNode, Spread
+from .protocol import (
+    Batch,
+    Driver,
+    Durability,
+    Machine,
+    Operation,
+    PerNode,
+    Settled,
+    Spread,
+    settle,
+)
 from .wakeups import Nodes
 from .wire import (
     RELEARNING,
@@ -51,7 +72,147 @@ from .wire import (
     subscribe_failed,
 )
 
+try:
+    from hiredis import Reader as _Reader
+    from hiredis import ReplyError as _ReplyError
+    from hiredis import pack_command as _hiredis_pack
+except ImportError:  # pragma: no cover - hiredis comes with redis[hiredis]
+    _Reader = _ReplyError = _hiredis_pack = None  # type: ignore[assignment,misc]
+try:
+    from hiredis import PushNotification as _Push
+except ImportError:  # pragma: no cover - hiredis < 3.2: RESP3 takes the full path
+    _Push = None  # type: ignore[assignment,misc]
+
 T = TypeVar("T")
+log = logging.getLogger("redisstore.protocol")
+_monotonic = time.monotonic
+#: Bytes asked of the socket per read on the lean path.
+_CHUNK = 65536
+#: A look at an idle socket that never blocks and consumes nothing.
+_PEEK = socket.MSG_PEEK | getattr(socket, "MSG_DONTWAIT", 0)
+#: The platforms whose struct timeval the lean path writes (SO_RCVTIMEO / SO_SNDTIMEO).
+_LEAN_OS = sys.platform.startswith(("linux", "darwin")) and _PEEK != socket.MSG_PEEK
+_TIMEVAL = struct.Struct("ll")
+#: How far the kernel's timeouts of a lean socket may be from what is left of the deadline
+#: before they are set again (a syscall): at most this late (or early, and the read goes
+#: on); the watchdog's own granularity.
+_SLACK = 0.001
+#: What a lean reader answers while a reply is incomplete (False and None are replies).
+_MORE = object()
+
+
+def _pack_one(command: tuple[str | bytes | int, ...]) -> bytes:
+    """One command as RESP, packed in C. Text that is not UTF-8 (a name that came back from
+    the server as such bytes: see protocol.text) goes as the same bytes."""
+    try:
+        return _hiredis_pack(command)  # type: ignore[arg-type,no-any-return]
+    except UnicodeEncodeError:
+        return _hiredis_pack(tuple(a.encode("utf-8", "surrogateescape")  # type: ignore[arg-type,no-any-return]
+                                   if isinstance(a, str) else a for a in command))
+
+
+def lean_error(text: str) -> ErrorReply:
+    """An error reply read by a ``hiredis.Reader`` as the :class:`ErrorReply` the client's
+    parser gives (see :func:`~redisstore.wire.error_reply`): the generic ``ERR`` prefix
+    stripped, a wrapped code (Redis 6.2, the scripts' BADARG / ABORTED) read out of it."""
+    code, _, rest = text.partition(" ")
+    if code == "ERR":
+        reply = split_error(rest)
+        return reply if reply.code else ErrorReply("ERR", rest)
+    reply = split_error(text)
+    return reply if reply.code else ErrorReply("ERR", text)
+
+
+def _replies(got: list[Any]) -> tuple[Reply | ErrorReply, ...]:
+    """Replies read by a lean reader as neutral values."""
+    return tuple([lean_error(str(r)) if type(r) is _ReplyError else Reply(r) for r in got])
+
+
+class Lean:
+    """What the lean path of :meth:`Transport.exchange` keeps of a connection: its plain
+    socket, a ``hiredis.Reader`` of its own, and the socket's own timeout (the client's
+    ``socket_timeout``, which the connection's own methods get back before they use it).
+
+    On the lean path the socket is blocking, and the kernel bounds each send and receive
+    (``SO_SNDTIMEO`` / ``SO_RCVTIMEO``, set to what is left of the call's deadline only
+    when that moved by more than _SLACK since the last call set them): the steady state
+    costs no syscall beyond the send, the receive and the non-blocking look for a stale
+    connection. Only plain TCP / Unix sockets on Linux or macOS take it; TLS keeps the
+    connection's own methods."""
+
+    __slots__ = ("generation", "limit", "own", "reader", "sock")
+
+    def __init__(self, sock: socket.socket, own: float | None, generation: int | None
+                 ) -> None:
+        self.sock = sock
+        self.reader = _Reader(notEnoughData=_MORE)
+        self.own = own
+        #: The pool generation the connection was made in (see Connections._keep).
+        self.generation = generation
+        #: The kernel timeouts set on the socket, s (0: none, it blocks for good).
+        self.limit = 0.0
+
+    @staticmethod
+    def of(conn: Any, generation: int | None) -> Lean | None:
+        """The lean state for a connection just connected, or None when it cannot have
+        one (no hiredis, TLS, RESP3 without hiredis' push type, another platform)."""
+        sock = getattr(conn, "_sock", None)
+        if not _LEAN_OS or _Reader is None or type(sock) is not socket.socket \
+                or (_Push is None and str(getattr(conn, "protocol", 2) or 2) != "2"):
+            return None
+        return Lean(sock, sock.gettimeout(), generation)
+
+    def bound(self, limit: float) -> None:
+        """Have the kernel end each send and receive of the socket after ``limit`` s (0:
+        never)."""
+        whole = int(limit)
+        value = _TIMEVAL.pack(whole, max(1, int((limit - whole) * 1e6)) if limit else 0)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, value)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, value)
+        self.limit = limit
+
+    def usable(self, conn: Any) -> bool:
+        """Whether the idle ``conn`` can take a call: its socket is still this one and has
+        nothing waiting (data: a stray reply; EOF: the server closed it), so a connection
+        the server dropped costs a reconnect, not a write of unknown outcome."""
+        if conn._sock is not self.sock:
+            return False
+        try:
+            self.sock.recv(1, _PEEK)
+        except BlockingIOError:
+            return True  # nothing to read: the connection is clean
+        except OSError:
+            return False
+        return False
+
+    @staticmethod
+    def restore(conn: Any) -> None:
+        """Give the socket its own timeout back (and no kernel timeouts) before the
+        connection's own methods use it."""
+        lean: Lean | None = getattr(conn, "_redisstore_lean", None)
+        if lean is not None:
+            if lean.limit:
+                lean.bound(0.0)
+            lean.sock.settimeout(lean.own)
+
+    @staticmethod
+    def park(conn: Any) -> None:
+        """Make the socket blocking again as the connection goes back idle."""
+        lean: Lean | None = getattr(conn, "_redisstore_lean", None)
+        if lean is not None:
+            lean.sock.settimeout(None)
+
+    @staticmethod
+    def drop(conn: Any) -> None:
+        """The connection leaves the lean path (its own parser handled a push message,
+        which may have changed its socket's timeout): its socket gets back the timeout the
+        connection has now, and its calls go the full way."""
+        lean: Lean | None = getattr(conn, "_redisstore_lean", None)
+        if lean is not None:
+            del conn._redisstore_lean
+            if lean.limit:
+                lean.bound(0.0)
+            lean.sock.settimeout(getattr(conn, "socket_timeout", lean.own))
 
 
 class _Deadline(Exception):
@@ -206,9 +367,15 @@ def _fans() -> ThreadPoolExecutor:
 
 def _forget_fans() -> None:
     """In a forked child: the parent's fan threads are not there (its executor would queue
-    work for nobody); the child makes its own on first use."""
+    work for nobody); the child makes its own on first use. The pools' lean path sees the
+    new process id (without a getpid per call)."""
     global _FANS, _FANS_LOCK
     _FANS, _FANS_LOCK = None, threading.Lock()
+    _PID[0] = os.getpid()
+
+
+#: This process's id, kept up to date across forks (see _forget_fans).
+_PID = [os.getpid()]
 
 
 if hasattr(os, "register_at_fork"):
@@ -225,7 +392,55 @@ class Pool(Connections):
 
     def __init__(self, source: Any) -> None:
         super().__init__(source, _NoRetry())
-        self._cond = threading.Condition()
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self._waiting = 0  # callers waiting for a connection (none: no notify to make)
+        #: Whether its connections take the lean path (None: none connected yet; the
+        #: connections of a pool are all made alike).
+        self.lean: bool | None = None
+
+    def take_lean(self) -> Any:
+        """An idle connection of the lean path, checked (see :meth:`Lean.usable`), or None:
+        none idle, or the idle one is not lean (the caller goes the full way)."""
+        while True:
+            with self._lock:
+                if not self._idle or self._pid != _PID[0]:
+                    return None  # forked: _take forgets the parent's connections
+                conn = self._idle[-1]
+                lean: Lean | None = getattr(conn, "_redisstore_lean", None)
+                if lean is None:
+                    return None
+                self._idle.pop()
+            if lean.usable(conn):
+                return conn
+            self.discard(conn)
+
+    def release_lean(self, conn: Any, lean: Lean) -> None:
+        """:meth:`release` of a lean connection (its generation kept on it)."""
+        with self._lock:
+            if lean.generation == self._generation:
+                self._idle.append(conn)
+                if self._waiting:
+                    self._cond.notify()
+                return
+        self.discard(conn)
+
+    def made(self, conn: Any) -> None:
+        """A new connection served its first call cleanly: from now on it takes the lean
+        path, when it can (see :class:`Lean`)."""
+        lean = Lean.of(conn, self._made.get(conn))
+        if lean is None:
+            self.lean = False
+            return
+        if _stale(conn):
+            return  # something waits in it already: the next call drops it
+        try:
+            conn._redisstore_lean = lean
+        except AttributeError:  # a connection class with __slots__: the full path
+            self.lean = False
+            return
+        lean.sock.settimeout(None)
+        self.lean = True
 
     def acquire(self, deadline: float) -> tuple[Any, bool]:
         """A connection and whether it is new (not connected yet)."""
@@ -235,7 +450,11 @@ class Pool(Connections):
                 if remaining <= 0:
                     raise _Deadline(f"no free connection within the deadline ({self._max} "
                                     "in use)")
-                self._cond.wait(remaining)
+                self._waiting += 1
+                try:
+                    self._cond.wait(remaining)
+                finally:
+                    self._waiting -= 1
             return got
 
     def release(self, conn: Any) -> None:
@@ -245,7 +464,8 @@ class Pool(Connections):
             return
         with self._cond:
             self._idle.append(conn)
-            self._cond.notify()
+            if self._waiting:
+                self._cond.notify()
 
     def close(self) -> None:
         """Disconnect the idle connections now and the busy ones as their calls end. The
@@ -345,13 +565,66 @@ class Transport:
 
     def drive(self, op: Operation[T] | Spread[T]) -> T:
         """Run an operation to its end: send each batch it makes, report what came back."""
-        if isinstance(op, Spread):
+        if type(op) is Spread:
             return self._spread(op)
-        driver = Driver(op, self.durability)
+        pool = self._pool
+        if pool is not None and pool.lean and not telemetry.recording():
+            return self._lean_drive(pool, op)  # type: ignore[arg-type]
+        driver = Driver(op, self.durability)  # type: ignore[arg-type]
+        if not telemetry.recording():
+            self.run(driver)
+            return driver.result()
         with telemetry.operation(driver.telemetry) as call:
             self.run(driver)
             call.result = driver.result()
             return call.result  # type: ignore[no-any-return]
+
+    def _lean_drive(self, pool: Pool, op: Operation[T]) -> T:
+        """:meth:`drive` with few frames between the store's method and the socket: each
+        call the operation yields is packed by hiredis and sent on a lean connection
+        (:meth:`_lean_send`), and a plain reply is parsed and sent back into the operation
+        here, with no Driver, Batch or Exchange made. Anything else (an error reply such as
+        NOSCRIPT, a lost exchange, a write to confirm by ``durability``, no lean connection
+        idle) goes to a :class:`~redisstore.protocol.Driver` resumed at that call: what a
+        reply means is decided there, as on the full path."""
+        try:
+            call = next(op)  # the argument checks: a bad argument raises, nothing is sent
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+        deadline = _monotonic() + self.timeout / 1000
+        durability = self.durability
+        while True:
+            if call.write and durability is not None:
+                break
+            conn = pool.take_lean()
+            if conn is None:
+                break
+            got = self._lean_send(pool, conn, _pack_one(call.wire()), 1, deadline)
+            if type(got) is not list or type(got[0]) is _ReplyError:
+                driver = Driver.resumed(op, call, durability)
+                driver.receive(got if type(got) is Exchange
+                               else Exchange(_replies(got)))  # type: ignore[arg-type]
+                return self._finish(driver, deadline)
+            try:
+                settled: Settled[Any] = Settled(call.parse(got[0]))
+            except StoreError as answer:
+                settled = Settled(error=answer)
+            except (TypeError, ValueError, IndexError, KeyError, AttributeError):
+                # settle() says what a reply that does not parse means.
+                settled = settle(call, None, Exchange((Reply(got[0]),)))
+            try:
+                call = op.send(settled)
+            except StopIteration as stop:
+                return stop.value  # type: ignore[no-any-return]
+            except Unavailable as exc:
+                log.info("redisstore: %s (outcome %s, code %s)", exc.reason, exc.outcome,
+                         exc.code)
+                raise
+        return self._finish(Driver.resumed(op, call, durability), deadline)
+
+    def _finish(self, driver: Driver[T], deadline: float) -> T:
+        self.run(driver, deadline)
+        return driver.result()
 
     def _spread(self, spread: Spread[T]) -> T:
         """Run a call over partitions: each fan's operations grouped by node, the nodes at
@@ -456,11 +729,143 @@ class Transport:
 
     def exchange(self, pool: Pool, batch: Batch, deadline: float) -> Exchange:
         """Send one batch once, read a reply per command; report what happened."""
+        cut: Cut | None = getattr(_SENDING, "cut", None)
+        if cut is None and pool.lean is not False:
+            conn = pool.take_lean()
+            if conn is not None:
+                return self._lean_exchange(pool, conn, batch, deadline)
+        return self._exchange(pool, batch, deadline, cut)
+
+    def _lean_exchange(self, pool: Pool, conn: Any, batch: Batch, deadline: float
+                       ) -> Exchange:
+        """:meth:`exchange` on a connected plain socket (see :meth:`_lean_send`)."""
+        commands = batch.commands
+        got = self._lean_send(pool, conn, _pack_one(commands[0]) if len(commands) == 1 else
+                              b"".join([_pack_one(command) for command in commands]),
+                              len(commands), deadline)
+        if type(got) is Exchange:
+            return got
+        return Exchange(_replies(got))  # type: ignore[arg-type]
+
+    def _lean_send(self, pool: Pool, conn: Any, data: bytes, count: int, deadline: float
+                   ) -> list[Any] | Exchange:
+        """Send ``data`` (``count`` commands packed) on the lean connection ``conn`` (taken
+        from ``pool``; see :class:`Lean`) with one ``send`` (more only when the socket
+        takes part of it), and parse ``count`` replies with its own ``hiredis.Reader``: the
+        replies as the reader gives them (an error reply as a ``hiredis.ReplyError``), or
+        the :class:`Exchange` of a broken exchange. The connection goes back to ``pool`` or
+        is dropped.
+
+        Every send and receive is bounded by what is left of the deadline (the kernel's
+        timeouts, see :meth:`Lean.bound`, checked before each receive), so no watchdog is
+        armed: a hung or trickling server ends the call at its deadline all the same, and a
+        timeout that fires up to _SLACK early only makes the call read on until then."""
+        lean: Lean = conn._redisstore_lean
+        sock, reader, own = lean.sock, lean.reader, lean.own
+        replies: list[Any] = []
+        sent = False
+        by_deadline = True  # whether the kernel's timeout is the deadline's
+        pushed = False
+        try:
+            left = deadline - _monotonic()
+            if left <= 0:
+                raise _Deadline("the deadline passed before sending")
+            limit = lean.limit
+            if own is not None and own < left:
+                by_deadline = False  # the client's socket_timeout is shorter
+                if limit != own:
+                    lean.bound(own)
+            elif not left - _SLACK <= limit <= left + _SLACK:
+                lean.bound(left)
+            sent = True
+            try:
+                done = sock.send(data)
+            except BlockingIOError:  # the kernel's timeout, nothing taken
+                done = 0
+            if done < len(data):
+                self._send_rest(lean, memoryview(data)[done:], deadline, by_deadline)
+            while count:
+                reply = reader.gets()
+                if reply is _MORE:
+                    # Each receive ends by the deadline (a server that trickles its reply
+                    # gets no longer than one that is silent).
+                    left = deadline - _monotonic()
+                    if left <= 0:
+                        raise _Deadline("the deadline passed while reading")
+                    if lean.limit > left + _SLACK:
+                        lean.bound(left)
+                        by_deadline = True
+                    try:
+                        chunk = sock.recv(_CHUNK)
+                    except BlockingIOError:  # the kernel's timeout
+                        if not by_deadline:
+                            raise TimeoutError("Timeout reading from socket") from None
+                        # It may end up to _SLACK early: read on until the deadline.
+                        left = deadline - _monotonic()
+                        if left <= 0:
+                            raise _Deadline("the deadline passed while reading") from None
+                        lean.bound(left)
+                        continue
+                    if not chunk:
+                        raise ConnectionError("Connection closed by server.")
+                    reader.feed(chunk)
+                elif type(reply) is _Push:
+                    # RESP3 push (a maintenance notification): the connection's own parser
+                    # handles it, as it would have.
+                    handle = getattr(getattr(conn, "_parser", None), "handle_push_response",
+                                     None)
+                    if handle is not None:
+                        handle(reply)
+                    pushed = True
+                else:
+                    replies.append(reply)
+                    count -= 1
+        except BaseException as exc:
+            pool.discard(conn)
+            if not isinstance(exc, Exception):
+                raise  # KeyboardInterrupt and the like: the caller's, not ours
+            timed_out = isinstance(exc, _Deadline)
+            reason = f"deadline of {self.timeout} ms exceeded" if timed_out else describe(exc)
+            return Exchange(_replies(replies), Lost(sent, reason, timed_out))
+        if reader.has_data():
+            pool.discard(conn)  # more than the replies came: a stray reply, never reused
+        elif pushed:
+            Lean.drop(conn)
+            pool.release(conn)
+        else:
+            pool.release_lean(conn, lean)
+        return replies
+
+    @staticmethod
+    def _send_rest(lean: Lean, rest: memoryview, deadline: float, by_deadline: bool
+                   ) -> None:
+        """The rest of a batch the socket did not take at once, each send bounded by what
+        is left of the deadline (or by the client's shorter ``socket_timeout``)."""
+        while rest:
+            left = deadline - _monotonic()
+            if left <= 0:
+                raise _Deadline("the deadline passed while sending")
+            if lean.limit > left + _SLACK:
+                lean.bound(left)
+                by_deadline = True
+            try:
+                rest = rest[lean.sock.send(rest):]
+            except BlockingIOError:  # the kernel's timeout
+                if not by_deadline:
+                    raise TimeoutError("Timeout writing to socket") from None
+                left = deadline - _monotonic()
+                if left > 0:
+                    lean.bound(left)  # it may end up to _SLACK early: send on until then
+
+    def _exchange(self, pool: Pool, batch: Batch, deadline: float, cut: Cut | None
+                  ) -> Exchange:
+        """:meth:`exchange` through the connection's own methods, the watchdog armed: a new
+        connection (connect, handshake), TLS, RESP3, a fan's group that may be cut."""
         replies: list[Any] = []
         sent = False
         conn: Any = None
         token = 0
-        cut: Cut | None = getattr(_SENDING, "cut", None)
+        fresh = False
         try:
             if cut is not None and cut.reason is not None:
                 raise _Deadline("cut")  # a straggler's group: nothing more is sent
@@ -479,6 +884,8 @@ class Transport:
                 _cap_connect_timeout(conn, remaining if cut is None or cut.connect_within
                                      is None else min(remaining, cut.connect_within))
                 conn.connect()
+            else:
+                Lean.restore(conn)
             data = pack(conn, batch.commands)
             sent = True
             conn.send_packed_command(data)
@@ -506,6 +913,10 @@ class Transport:
             # is shut. The replies stand; the connection goes.
             pool.discard(conn)
         else:
+            if fresh:
+                pool.made(conn)
+            else:
+                Lean.park(conn)
             pool.release(conn)
         return Exchange(tuple(replies))
 

@@ -1,0 +1,188 @@
+"""What the store's Python costs beyond the socket: ``compare_and_set`` beside the same
+script sent over a raw socket, through redis-py, and the ``EVALSHA return 1`` floor.
+
+    python benchmarks/bench_client.py [--calls 3000] [--rounds 5] [--port N]
+
+Rows, each one call after the other on one thread (µs per call, wall time):
+
+- ``raw floor``: ``EVALSHA <sha of return 1> 0`` on a plain socket, the command packed
+  once, the reply parsed by a ``hiredis.Reader``;
+- ``raw compare_and_set``: the very command ``store.compare_and_set`` sends (its script,
+  keys and arguments, ``Hold``), packed per call by ``hiredis.pack_command``, on a plain
+  socket with a ``hiredis.Reader``: what the server and the kernel cost;
+- ``store.compare_and_set``: ``RedisRunStore.compare_and_set(run, rev, record,
+  Hold(owner))``, the next revision of one held run;
+- ``redis-py evalsha``: ``client.evalsha`` of the same command (no store).
+
+Rows are interleaved: every round runs each row for ``--calls`` calls, in a rotated order;
+the table gives the median over ``--rounds`` and the spread (min-max). ``beyond raw`` is a
+row's median minus the raw compare_and_set's: the client's own Python. A cProfile of
+``store.compare_and_set`` follows (functions by cumulative time, calls per call).
+
+The server is its own (``redis-server`` from PATH on a free loopback port, nothing on disk),
+or ``--port`` of a running loopback server (a fresh namespace, deleted at the end).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import cProfile
+import io
+import pstats
+import socket
+import statistics
+import time
+import uuid
+from collections.abc import Callable, Iterator
+
+import hiredis
+import redis
+from common import check_loopback, drop_namespace, own_server, server_binary
+
+from redisstore import Claim, Hold, RedisRunStore, scripts
+from redisstore.runops import RunOps
+
+RECORD = b"x" * 128
+OWNER = "bench-owner"
+
+
+class Raw:
+    """A plain socket and a hiredis.Reader: send bytes, read one reply."""
+
+    def __init__(self, port: int) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port))
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.reader = hiredis.Reader()
+
+    def call(self, data: bytes) -> object:
+        self.sock.sendall(data)
+        reader = self.reader
+        while (reply := reader.gets()) is False:
+            reader.feed(self.sock.recv(65536))
+        return reply
+
+
+def raw_cas_commands(namespace: str, run: str) -> Callable[[int], tuple[bytes | int, ...]]:
+    """The command compare_and_set of ``run`` at ``expected`` sends, as a function of it."""
+    ops = RunOps(namespace, None, 1)
+    template = next(ops.compare_and_set(run, 1, RECORD, Hold(OWNER))).command()
+    at = 3 + int(template[2]) + 2  # EVALSHA sha numkeys keys... prefix run expected
+    assert template[at] == 1
+    head, tail = template[:at], template[at + 1:]
+    return lambda expected: (*head, expected, *tail)
+
+
+def timed(calls: int, step: Callable[[], None]) -> tuple[float, float]:
+    """Wall and CPU (this process: Python and its syscalls) µs per call."""
+    start, cpu = time.perf_counter(), time.process_time()
+    for _ in range(calls):
+        step()
+    return ((time.perf_counter() - start) / calls * 1e6,
+            (time.process_time() - cpu) / calls * 1e6)
+
+
+@contextlib.contextmanager
+def server(port: int | None) -> Iterator[int]:
+    if port is not None:
+        check_loopback("127.0.0.1")
+        yield port
+        return
+    with own_server(server_binary()) as own:
+        yield own
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--calls", type=int, default=3000)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--port", type=int, default=None)
+    parser.add_argument("--profile-calls", type=int, default=3000)
+    args = parser.parse_args(argv)
+    namespace = f"bench-client-{uuid.uuid4().hex[:8]}"
+    with server(args.port) as port:
+        client = redis.Redis(host="127.0.0.1", port=port)
+        store = RedisRunStore(client, namespace=namespace)
+        hold = Hold(OWNER)
+        revs = {run: store.insert(run, RECORD, Claim(OWNER, 10**8))
+                for run in ("store", "raw", "redispy")}
+        floor_sha = client.script_load("return 1")
+        client.script_load(scripts.RUN_COMPARE_AND_SET.source)  # the raw rows send EVALSHA
+        raw = Raw(port)
+        floor_data = hiredis.pack_command(("EVALSHA", floor_sha, 0))
+        raw_cas = raw_cas_commands(namespace, "raw")
+        py_cas = raw_cas_commands(namespace, "redispy")
+
+        def store_step() -> None:
+            store.compare_and_set("store", revs["store"], RECORD, hold)
+            revs["store"] += 1
+
+        def raw_step() -> None:
+            reply = raw.call(hiredis.pack_command(raw_cas(revs["raw"])))  # type: ignore[arg-type]
+            assert isinstance(reply, list) and reply[0] == 0, reply
+            revs["raw"] += 1
+
+        def redispy_step() -> None:
+            command = py_cas(revs["redispy"])
+            reply = client.evalsha(*command[1:])  # type: ignore[arg-type]
+            assert reply[0] == 0, reply  # type: ignore[index]
+            revs["redispy"] += 1
+
+        def floor_step() -> None:
+            raw.call(floor_data)
+
+        rows: dict[str, Callable[[], None]] = {
+            "raw floor: EVALSHA return 1": floor_step,
+            "raw compare_and_set (hiredis)": raw_step,
+            "store.compare_and_set (Hold)": store_step,
+            "redis-py evalsha of the same": redispy_step,
+        }
+        for step in rows.values():  # warm up: scripts loaded, connections made
+            for _ in range(200):
+                step()
+        figures: dict[str, list[tuple[float, float]]] = {name: [] for name in rows}
+        names = list(rows)
+        for r in range(args.rounds):
+            for name in names[r % len(names):] + names[:r % len(names)]:
+                figures[name].append(timed(args.calls, rows[name]))
+
+        profile = cProfile.Profile()
+        profile.enable()
+        for _ in range(args.profile_calls):
+            store_step()
+        profile.disable()
+        if args.port is not None:
+            drop_namespace(client, namespace)
+        raw.sock.close()
+        store.close()
+        client.close()
+
+    raw_row = figures["raw compare_and_set (hiredis)"]
+    base = statistics.median(v[0] for v in raw_row)
+    base_cpu = statistics.median(v[1] for v in raw_row)
+    print(f"{'row':31} {'wall µs':>7} {'spread':>13} {'beyond raw':>10} {'CPU µs':>7} "
+          f"{'spread':>13} {'beyond raw':>10}")
+    for name, values in figures.items():
+        wall = [v[0] for v in values]
+        cpu = [v[1] for v in values]
+        median, median_cpu = statistics.median(wall), statistics.median(cpu)
+        beyond = f"{median - base:+10.1f}" if "floor" not in name else f"{'':10}"
+        beyond_cpu = f"{median_cpu - base_cpu:+10.1f}" if "floor" not in name else f"{'':10}"
+        print(f"{name:31} {median:7.1f} {min(wall):6.1f}-{max(wall):<6.1f} {beyond} "
+              f"{median_cpu:7.1f} {min(cpu):6.1f}-{max(cpu):<6.1f} {beyond_cpu}")
+    stats = pstats.Stats(profile, stream=(out := io.StringIO()))
+    total_calls = sum(v[1] for v in stats.stats.values())  # type: ignore[attr-defined]
+    functions = len(stats.stats)  # type: ignore[attr-defined]
+    modules = {key[0] for key in stats.stats if key[0].endswith(".py")}  # type: ignore[attr-defined]
+    print(f"\ncProfile of store.compare_and_set, {args.profile_calls} calls: "
+          f"{total_calls / args.profile_calls:.1f} function calls per call, {functions} "
+          f"functions in {len(modules)} Python files")
+    stats.sort_stats("cumulative").print_stats(18)
+    lines = out.getvalue().splitlines()
+    start = next(i for i, line in enumerate(lines) if "ncalls" in line)
+    print("\n".join(line for line in lines[start:] if line))
+
+
+if __name__ == "__main__":
+    main()
