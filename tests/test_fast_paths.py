@@ -13,6 +13,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from typing import Any
 
 import fakeredis
@@ -101,7 +102,7 @@ def history(rng: random.Random, store: RedisRunStore, clock: Clock) -> Iterator[
         call: Callable[[], Any]
         if op < 0.15:
             lease = rng.choice([Claim(owner, 1_000), Release(), Hold(owner)])
-            call = lambda: store.insert(run, record, lease)  # noqa: E731
+            call = partial(store.insert, run, record, lease)
         elif op < 0.75:
             try:
                 current = store.get(run)
@@ -112,11 +113,11 @@ def history(rng: random.Random, store: RedisRunStore, clock: Clock) -> Iterator[
             lease = rng.choice([Hold(holder)] * 6 + [Hold(owner), Claim(owner, 1_000),
                                                      Seize(owner, 1_000), Release()])
             expected = current.revision - (rng.random() < 0.1)
-            call = lambda: store.compare_and_set(run, expected, record, lease)  # noqa: E731
+            call = partial(store.compare_and_set, run, expected, record, lease)
         elif op < 0.85:
-            call = lambda: store.claim_expired(owner, 1_000, 2, max_takeovers=1)  # noqa: E731
+            call = partial(store.claim_expired, owner, 1_000, 2, max_takeovers=1)
         elif op < 0.95:
-            call = lambda: store.claim_ready(owner, 1_000, 2)  # noqa: E731
+            call = partial(store.claim_ready, owner, 1_000, 2)
         else:
             clock.advance(rng.choice([10, 600, 1_500]))
             continue
@@ -132,13 +133,13 @@ def contents(client: Any, namespace: str) -> dict[str, Any]:
     for key in client.scan_iter(match=f"{{{namespace}}}:*", count=1000):
         name = key.decode().split(":", 1)[1]
         kind = client.type(key).decode()
-        value: Any = {
-            "string": lambda: client.get(key),
-            "hash": lambda: client.hgetall(key),
-            "zset": lambda: client.zrange(key, 0, -1, withscores=True),
-            "set": lambda: sorted(client.smembers(key)),
-        }[kind]()
-        out[name] = (kind, value)
+        read: dict[str, Callable[[Any], Any]] = {
+            "string": client.get,
+            "hash": client.hgetall,
+            "zset": partial(client.zrange, start=0, end=-1, withscores=True),
+            "set": lambda k: sorted(client.smembers(k)),
+        }
+        out[name] = (kind, read[kind](key))
     return out
 
 
