@@ -3,7 +3,7 @@
 A Redis script runs alone: while it runs, every other client of the server waits (after
 ``busy-reply-threshold`` they get ``BUSY``). The library's promise is that no script of
 the run store blocks the server more than 10 ms on this machine; the caps of
-``lua/_lib.lua`` (claim ``limit``, index entries visited, runs per ``renew``, waiters
+``lua/_lib/`` (claim ``limit``, index entries visited, runs per ``renew``, waiters
 re-indexed per write, record size, migration step) are what keep that promise. This script
 drives every script at those caps and reports what the server measured.
 
@@ -59,7 +59,7 @@ how many items one call could take within 10 ms of CPU. Nothing is asserted
     .venv/bin/python benchmarks/bench_stall.py --valkey --layouts 4 --repeats 3
     .venv/bin/python benchmarks/bench_stall.py --quick          # 30k runs: a smoke run
 
-The caps are read from ``lua/_lib.lua``, so the script follows them when they change; where
+The caps are read from ``lua/_lib/``, so the script follows them when they change; where
 the Python side's cap is lower than the script's, the calls are still built by ``RunOps``
 with its check lifted to the script's cap, as anyone with EVALSHA could send them.
 """
@@ -107,7 +107,7 @@ SENTINEL = "\x00run\x00"  # the run id a template is built with, then replaced
 
 def lua_caps() -> dict[str, int]:
     """The caps the scripts enforce (``MAX_CLAIM`` ...): ``redisstore.runs.Cap``, which the
-    build writes into ``lua/_lib.lua``."""
+    build writes into ``lua/_lib/``."""
     return {name: int(value) for name, value in runs.Cap.__members__.items()}
 
 

@@ -1,7 +1,7 @@
 """Key names of a namespace. Every key shares the hash tag ``{namespace}``, so every script
 runs in one cluster slot; a store spread over partitions (``partitions=N``) has one hash tag
 per partition, ``{namespace#p}`` (and ``{namespace}`` holds only the count). The Lua
-scripts build the same names from the prefix (see ``lua/_lib.lua``); keep the two in step."""
+scripts build the same names from the prefix (see ``lua/_lib/keys.lua``); keep the two in step."""
 
 from __future__ import annotations
 

@@ -270,7 +270,7 @@ READ_RETRIES = 1
 def script_error(call: Call[Any], error: ErrorReply, *, write: bool,
                  doing: str = "") -> Unavailable:
     """The Unavailable of an error reply to ``call``: a position in the script's source
-    (``user_script:104``) is shown as the file and line it came from (``_lib.lua:142``),
+    (``user_script:104``) is shown as the file and line it came from (``_lib/codec.lua:42``),
     after the script's name."""
     if call.script is not None:
         shown = call.script.map_error(str(error))

@@ -1,7 +1,7 @@
 """The run store's operations as pure generators of calls (sans-I/O), and what their
 scripts' replies mean. The sync and async stores drive the same generators.
 
-Every script answers ``{code, payload, dropped, next_due}`` (see lua/_lib.lua); the codes are
+Every script answers ``{code, payload, dropped, next_due}`` (see lua/_lib/keys.lua); the codes are
 named once, in :class:`redisstore.scripts.Code` (re-exported here as :class:`Code`), from
 which the build writes them into the scripts.
 """
@@ -74,10 +74,10 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 #: The newest layout of the run store's keys that this library reads and writes
-#: (lua/_lib.lua's LAYOUT); a namespace stays at layout 1 until ``migrate()`` moves it.
+#: (lua/_lib/keys.lua's LAYOUT); a namespace stays at layout 1 until ``migrate()`` moves it.
 LAYOUT = 4
 
-#: The layout ``delete`` and ``max_takeovers`` need (lua/_lib.lua's needs_layout_3).
+#: The layout ``delete`` and ``max_takeovers`` need (lua/_lib/write.lua's needs_layout_3).
 DELETE_LAYOUT = 3
 
 

@@ -21,7 +21,7 @@ MAX_REVISION = 2**53 - 1
 
 class Cap(IntEnum):
     """The caps that keep every run script short, named here only: the build writes them
-    into the scripts (``lua/_lib.lua``), which check them for anyone with EVALSHA, and the
+    into the scripts (``lua/_lib/``), which check them for anyone with EVALSHA, and the
     stores check them first. docs/runs.md gives each one's measured per-item cost."""
 
     #: Most runs one claim_ready / claim_expired hands out.

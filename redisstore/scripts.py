@@ -6,7 +6,7 @@ NOSCRIPT.
 
 **The build.** A script file (``run_insert.lua``) is a header and a body. What the server gets
 is, in this order: ``if redis.replicate_commands then ... end``; the fragments of its lib
-(``_lib.lua`` for the run store, ``_repo_lib.lua`` for the repository) that it includes,
+(``lua/_lib/``'s files for the run store, ``_repo_lib.lua`` for the repository) that it includes,
 together with the fragments those use, in the lib's order; then the whole file. A *fragment*
 is one top-level ``local`` definition of the lib (``local function now_ms``, ``local P =``,
 ``local A, B = ...`` defines both), with the comment lines right above it, up to the next
@@ -56,7 +56,7 @@ one Lua ``local`` line (:data:`GENERATED`); no lib defines them.
 
 **Line mapping.** :attr:`Script.lines` maps each line of the source sent to the file and line
 it came from; :meth:`Script.map_error` rewrites a server's ``user_script:104`` (Redis,
-Valkey, 6.2's wrapped form) or fakeredis' ``[string "..."]:104`` as ``_lib.lua:142``, which
+Valkey, 6.2's wrapped form) or fakeredis' ``[string "..."]:104`` as ``_lib/codec.lua:42``, which
 the driver does in the error a caller sees.
 """
 
@@ -141,7 +141,7 @@ class Script:
     def map_error(self, text: str) -> str:
         """An error text with each position in the source sent (``user_script:104``,
         ``@user_script: 104``, fakeredis' ``[string "<python>"]:104``) written as the file
-        and line it came from (``_lib.lua:142``)."""
+        and line it came from (``_lib/codec.lua:42``)."""
         return _POSITION.sub(lambda m: self.where(int(m.group(1) or m.group(2))), text)
 
 
@@ -658,13 +658,34 @@ def compose(name: str, text: str, lib: Lib, wanted: Iterable[str]) -> Script:
 COMMON = "_common"
 
 
+#: The libs kept as a folder of files, one a concept (``lua/_lib/keys.lua``...), in the
+#: order the build reads them: a file's fragments may use those of the files before it.
+LIBS: dict[str, tuple[str, ...]] = {
+    "_lib": ("keys", "args", "index", "buckets", "signals", "commit", "layout", "codec",
+             "runs", "partitions", "claims", "leases", "fanout", "write"),
+}
+
+
 def read_lib(folder: Traversable, lib: str) -> Lib:
-    """The lib ``lua/<lib>.lua`` of ``folder`` on top of ``lua/_common.lua``, parsed, with
-    its generated fragments."""
+    """The lib ``lua/<lib>.lua`` of ``folder`` (or the files of the folder ``lua/<lib>/``
+    that :data:`LIBS` lists, in its order) on top of ``lua/_common.lua``, parsed, with its
+    generated fragments."""
     common = folder / f"{COMMON}.lua"
     base = parse_lib(COMMON, common.read_text(encoding="utf-8")) if common.is_file() else None
-    return parse_lib(lib, (folder / f"{lib}.lua").read_text(encoding="utf-8"),
-                     GENERATED.get(lib, ()), base)
+    if lib not in LIBS or (folder / f"{lib}.lua").is_file():
+        return parse_lib(lib, (folder / f"{lib}.lua").read_text(encoding="utf-8"),
+                         GENERATED.get(lib, ()), base)
+    files = LIBS[lib]
+    found = sorted(p.name for p in (folder / lib).iterdir() if p.name.endswith(".lua"))
+    stray = [f"{lib}/{name}: a lib file redisstore.scripts.LIBS does not list: add it "
+             "there, in its place" for name in found if name.removesuffix(".lua") not in files]
+    generated = GENERATED.get(lib, ())
+    for name in files:
+        base = parse_lib(f"{lib}/{name}", (folder / lib / f"{name}.lua").read_text(
+            encoding="utf-8"), generated, base)
+        generated = ()
+    assert base is not None
+    return Lib(lib, base.fragments, base.defines, (*base.problems, *stray))
 
 
 def load(name: str, lib: str = "_lib", folder: Traversable | None = None) -> Script:

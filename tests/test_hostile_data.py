@@ -626,7 +626,7 @@ def test_one_damaged_key_never_breaks_the_contract(backend: Callable[[], redis.R
 
 
 # ---------------------------------------------------------------------------- known defects
-# Minimal reproductions of what the tier found in the run scripts (lua/_lib.lua,
+# Minimal reproductions of what the tier found in the run scripts (lua/_lib/,
 # lua/run_*.lua), which are being rewritten elsewhere: strict, so each fails once fixed.
 
 

@@ -521,4 +521,4 @@ def test_the_library_names_the_layout_its_scripts_write() -> None:
     """The refusal a node gives names its own newest layout: the scripts' LAYOUT."""
     from redisstore.runops import LAYOUT
 
-    assert f"local LAYOUT = {LAYOUT}\n" in (scripts.lua_dir() / "_lib.lua").read_text()
+    assert f"local LAYOUT = {LAYOUT}\n" in (scripts.lua_dir() / "_lib" / "keys.lua").read_text()
