@@ -13,6 +13,8 @@ on a free loopback port three times, each preparing the same data through the pu
 ``--calls`` calls: through the API (the real script), or by EVALSHA of the minimal script
 with the same keys and arguments, or none. (Instructions of a run with calls - of the run
 with none) / calls is what one call costs the server: reading it, the script, the reply.
+These servers run at ``hz 1`` (their timer ticks once a second), so that the run with calls
+and the one without count nearly the same ticks.
 Three rows more, EVALSHA with compare_and_set's arguments: ``return 1`` (the floor),
 compare_and_set's lib fragments then ``return 1`` (what a script pays before its body:
 defining its fragments, on every call), and compare_and_set (Hold) itself.
@@ -26,15 +28,18 @@ Operations: ``get``, ``insert`` (with a lease), ``compare_and_set`` (Hold and Re
 (``FLUSHALL``: the server is this script's) for the real and then the minimal script (the
 other way round in odd rounds), and reads ``INFO commandstats`` ``cmdstat_evalsha`` usec
 before and after the calls: µs per call (per run claimed for the claims). The table gives
-medians over rounds and the spread (min-max).
+medians over rounds and the spread (min-max), and the commands the scripts called per call
+(every command's calls in ``INFO commandstats`` but EVALSHA's and INFO's), real / minimal.
 
 Nothing is asserted; the figures are printed (``--json`` for a machine)::
 
     .venv/bin/python benchmarks/bench_instructions.py [--calls 300] [--rounds 5] [--json]
     .venv/bin/python benchmarks/bench_instructions.py --only get,claim-ready   # a subset
     .venv/bin/python benchmarks/bench_instructions.py --check   # minimal scripts' data
+    .venv/bin/python benchmarks/bench_instructions.py --no-instructions   # µs only
+    .venv/bin/python benchmarks/bench_instructions.py --partitions 6   # real rows only
 
-About 6 minutes at 300 calls (valgrind runs the server about 50 times slower).
+About 4 minutes at 200 calls (valgrind runs the server about 50 times slower).
 """
 
 from __future__ import annotations
@@ -171,16 +176,18 @@ def minimal_source(op: Op) -> str:
 
 
 def prepare(client: redis.Redis, op: Op, calls: int, namespace: str = NS,
-            seed: int = 1) -> Prepared:
+            partitions: int = 1) -> Prepared:
     """The data every variant of ``op`` starts from: a layout 4 store, every real script
     called once (loaded and warm), the minimal script loaded, and ``calls`` runs (ids from
     a seeded generator) held by ``n``: for an hour, or 1 ms for claim_expired (then
-    expired), or made ready (a Release write whose wait is At(0)) for claim_ready."""
-    store = RedisRunStore(client, namespace=namespace,
+    expired), or made ready (a Release write whose wait is At(0)) for claim_ready. With
+    ``partitions`` the store spreads over that many (on the one server): only the real
+    operation's calls then apply (the minimal scripts name one partition's keys)."""
+    store = RedisRunStore(client, namespace=namespace, partitions=partitions,
                           discover=lambda r: At(0) if r == b"ready" else None)
     store.migrate()
     sha = client.script_load(minimal_source(op))
-    rng = random.Random(seed)
+    rng = random.Random(1)
     ids = [f"{rng.getrandbits(128):032x}" for _ in range(calls)]
     store.insert("w", RECORD, Claim("n", LONG))
     store.compare_and_set("w", 1, RECORD, Hold("n"))
@@ -223,9 +230,9 @@ def instructions(work: Workload) -> tuple[int, int]:
     raise SystemExit("callgrind wrote no totals")
 
 
-def op_work(op: Op, calls: int, variant: str) -> Workload:
+def op_work(op: Op, calls: int, variant: str, partitions: int = 1) -> Workload:
     def work(client: redis.Redis) -> int:
-        p = prepare(client, op, calls)
+        p = prepare(client, op, calls, partitions=partitions)
         if variant == "none":
             return 0
         return op.real(p) if variant == "real" else op.minimal(p)
@@ -257,10 +264,13 @@ def per_call(make: Callable[[int], Workload], calls: int) -> float:
     return (with_calls - without) / units
 
 
-def op_instructions(op: Op, calls: int) -> tuple[float, float]:
-    """(real, minimal) instructions per unit of ``op``, against one run without calls."""
-    base, _ = instructions(op_work(op, calls, "none"))
-    real, units = instructions(op_work(op, calls, "real"))
+def op_instructions(op: Op, calls: int, partitions: int = 1) -> tuple[float, float]:
+    """(real, minimal) instructions per unit of ``op``, against one run without calls
+    (minimal: nan over partitions)."""
+    base, _ = instructions(op_work(op, calls, "none", partitions))
+    real, units = instructions(op_work(op, calls, "real", partitions))
+    if partitions > 1:
+        return (real - base) / units, float("nan")
     minimal, units_min = instructions(op_work(op, calls, "minimal"))
     return (real - base) / units, (minimal - base) / units_min
 
@@ -269,20 +279,24 @@ def op_instructions(op: Op, calls: int) -> tuple[float, float]:
 
 
 def evalsha_usec(client: redis.Redis) -> tuple[int, int]:
-    """(calls, usec) of EVALSHA so far (INFO commandstats)."""
-    stats = client.info("commandstats").get("cmdstat_evalsha", {"calls": 0, "usec": 0})
-    return int(stats["calls"]), int(stats["usec"])
+    """(usec of EVALSHA, calls of every other command but INFO) so far (INFO
+    commandstats): the commands a script calls are counted there too."""
+    stats = client.info("commandstats")
+    evalsha = stats.get("cmdstat_evalsha", {"usec": 0})
+    inner = sum(int(v["calls"]) for k, v in stats.items()
+                if k not in ("cmdstat_evalsha", "cmdstat_info"))
+    return int(evalsha["usec"]), inner
 
 
-def op_usec(client: redis.Redis, op: Op, calls: int, variant: str) -> float:
-    """Server µs per unit (EVALSHA usec / units) of ``calls`` calls of ``op``'s variant,
-    on data prepared afresh."""
+def op_usec(client: redis.Redis, op: Op, calls: int, variant: str) -> tuple[float, float]:
+    """(Server µs per unit (EVALSHA usec / units), commands its scripts called per unit) of
+    ``calls`` calls of ``op``'s variant, on data prepared afresh."""
     client.flushall()
     p = prepare(client, op, calls)
-    _, before = evalsha_usec(client)
+    before, inner = evalsha_usec(client)
     units = op.real(p) if variant == "real" else op.minimal(p)
-    _, after = evalsha_usec(client)
-    return (after - before) / units
+    after, inner_after = evalsha_usec(client)
+    return (after - before) / units, (inner_after - inner) / units
 
 
 # ---------------------------------------------------------------------------- check
@@ -390,6 +404,9 @@ def main() -> None:
     parser.add_argument("--stat-calls", type=int, default=1000,
                         help="calls per µs row and round (a multiple of 100; default 1000)")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--partitions", type=int, default=1,
+                        help="the real operations' store spreads over this many partitions "
+                             "(on the one server); the minimal scripts are then left out")
     parser.add_argument("--only", default="",
                         help="comma-separated rows: a row's key (get, insert, cas-hold, "
                              "cas-release, renew, release, claim-expired, claim-ready, "
@@ -433,35 +450,44 @@ def main() -> None:
         if ops and not args.json:
             print(f"\n{'instructions per call':44} {'real':>10} {'minimal':>10} {'ratio':>7}")
         for op in ops:
-            real, minimal = op_instructions(op, args.calls)
+            real, minimal = op_instructions(op, args.calls, args.partitions)
             figures["ops"][op.name] = {"instructions": {"real": real, "minimal": minimal}}
             if not args.json:
-                print(f"{op.name:44} {real:>10,.0f} {minimal:>10,.0f} {real / minimal:>6.2f}x",
-                      flush=True)
-    if ops:
+                if minimal != minimal:  # nan: over partitions, no minimal script
+                    print(f"{op.name:44} {real:>10,.0f} {'-':>10}", flush=True)
+                else:
+                    print(f"{op.name:44} {real:>10,.0f} {minimal:>10,.0f} "
+                          f"{real / minimal:>6.2f}x", flush=True)
+    if ops and args.partitions == 1:
         usec: dict[str, dict[str, list[float]]] = {op.name: {"real": [], "minimal": []}
                                                    for op in ops}
+        commands: dict[str, dict[str, float]] = {op.name: {} for op in ops}
         with own_server(server_binary()) as port:
             client = redis.Redis(host="127.0.0.1", port=port)
             for r in range(args.rounds):
                 for op in ops:
                     order = ("real", "minimal") if r % 2 == 0 else ("minimal", "real")
                     for variant in order:
-                        usec[op.name][variant].append(
-                            op_usec(client, op, args.stat_calls, variant))
+                        us, inner = op_usec(client, op, args.stat_calls, variant)
+                        usec[op.name][variant].append(us)
+                        commands[op.name][variant] = inner
             client.close()
         if not args.json:
             print(f"\n{'INFO commandstats µs per call':44} {'real':>7} {'(spread)':>13} "
-                  f"{'minimal':>8} {'(spread)':>11} {'ratio':>7}")
+                  f"{'minimal':>8} {'(spread)':>11} {'ratio':>7} {'commands':>9}")
         for op in ops:
             real, minimal = usec[op.name]["real"], usec[op.name]["minimal"]
             figures["ops"].setdefault(op.name, {})["usec"] = {
                 "real": real, "minimal": minimal,
                 "ratio": statistics.median(real) / statistics.median(minimal)}
+            figures["ops"][op.name]["commands"] = commands[op.name]
             if not args.json:
+                inner = (f"{commands[op.name]['real']:.1f} / "
+                         f"{commands[op.name]['minimal']:.1f}")
                 print(f"{op.name:44} {statistics.median(real):>7.1f} {spread(real):>13} "
                       f"{statistics.median(minimal):>8.1f} {spread(minimal):>11} "
-                      f"{statistics.median(real) / statistics.median(minimal):>6.2f}x")
+                      f"{statistics.median(real) / statistics.median(minimal):>6.2f}x "
+                      f"{inner:>13}")
     if args.json:
         print(json.dumps(figures))
 
