@@ -85,19 +85,18 @@ class Prepared:
     @property
     def keys(self) -> tuple[str, str, str, str]:
         """leases, ready, meta, fanout"""
-        return tuple(self.P + k for k in ("leases", "ready", "meta", "fanout"))  # type: ignore
+        return (self.P + "leases", self.P + "ready", self.P + "meta", self.P + "fanout")
 
 
 @dataclass
 class Op:
-    """One operation: its key for ``--only``, its row name, its minimal script, runs per
-    call, and its calls through the API and through the minimal script (each returns the
-    units done: calls, or runs claimed)."""
+    """One operation: its key for ``--only``, its row name, its minimal script, and its
+    calls through the API and through the minimal script (each returns the units done:
+    calls, or runs claimed)."""
 
     key: str
     name: str
     script: str
-    per: int
     real: Callable[[Prepared], int]
     minimal: Callable[[Prepared], int]
     expired: bool = False  # its runs' leases are left to expire
@@ -134,36 +133,36 @@ def write_args(p: Prepared, run: str, *rest: Any) -> tuple[Any, ...]:
 
 
 OPS: list[Op] = [
-    Op("get", "get", "get", 1,
+    Op("get", "get", "get",
        lambda p: each(p, p.store.get),
        lambda p: each(p, lambda r: ok(p.client.evalsha(p.sha, 2, p.key(r), p.keys[2], p.P,
                                                       r)))),
-    Op("insert", "insert (with a lease)", "insert", 1,
+    Op("insert", "insert (with a lease)", "insert",
        lambda p: each(p, lambda r: p.store.insert("new" + r, RECORD, Claim("n", LONG))),
        lambda p: each(p, lambda r: ok(p.client.evalsha(
            p.sha, *write_args(p, "new" + r, RECORD, "c", "n", LONG))))),
-    Op("cas-hold", "compare_and_set (Hold)", "compare_and_set_hold", 1,
+    Op("cas-hold", "compare_and_set (Hold)", "compare_and_set_hold",
        lambda p: each(p, lambda r: p.store.compare_and_set(r, 1, RECORD, Hold("n"))),
        lambda p: each(p, lambda r: ok(p.client.evalsha(
            p.sha, *write_args(p, r, 1, RECORD, "h", "n", 0))))),
-    Op("cas-release", "compare_and_set (Release)", "compare_and_set_release", 1,
+    Op("cas-release", "compare_and_set (Release)", "compare_and_set_release",
        lambda p: each(p, lambda r: p.store.compare_and_set(r, 1, RECORD, Release())),
        lambda p: each(p, lambda r: ok(p.client.evalsha(
            p.sha, *write_args(p, r, 1, RECORD, "r", "", 0))))),
-    Op("renew", "renew (one run)", "renew", 1,
+    Op("renew", "renew (one run)", "renew",
        lambda p: each(p, lambda r: p.store.renew("n", [r], LONG)),
        lambda p: each(p, lambda r: ok(p.client.evalsha(p.sha, 2, p.keys[0], p.keys[2], p.P,
                                                       "n", LONG, r)))),
-    Op("release", "release (one run)", "release", 1,
+    Op("release", "release (one run)", "release",
        lambda p: each(p, lambda r: p.store.release("n", [r])),
        lambda p: each(p, lambda r: ok(p.client.evalsha(p.sha, 3, *p.keys[:3], p.P, "n", 0,
                                                       r)))),
-    Op("claim-expired", "claim_expired(100), per run", "claim_expired", 100,
+    Op("claim-expired", "claim_expired(100), per run", "claim_expired",
        lambda p: claims(p, lambda: len(p.store.claim_expired("m", 60_000, 100))),
        lambda p: claims(p, lambda: minimal_claimed(p, 2, p.keys[0], p.keys[2], p.P, "m",
                                                    60_000, 100, 0, "")),
        expired=True),
-    Op("claim-ready", "claim_ready(100), per run", "claim_ready", 100,
+    Op("claim-ready", "claim_ready(100), per run", "claim_ready",
        lambda p: claims(p, lambda: len(p.store.claim_ready("m", 60_000, 100))),
        lambda p: claims(p, lambda: minimal_claimed(p, 4, p.keys[1], p.keys[0], p.keys[2],
                                                    p.keys[3], p.P, "m", 60_000, 100, 0, 0)),
