@@ -1,7 +1,8 @@
 """Throughput side by side: the run store's work unit beside BullMQ's job cycle, the Python
 EVALSHA floors and a Postgres lease table, in one run on servers it starts itself.
 
-    python benchmarks/bench_throughput.py [--jobs N] [--rounds R] [--no-peers] [--json]
+    python benchmarks/bench_throughput.py [--jobs N] [--rounds 5] [--seconds S] [--no-peers]
+        [--json]
 
 A **work unit** is what a worker does per run: take it with its record, work (nothing
 here), write its final record and release it. Rows (each drains its own ``--jobs`` ready
@@ -21,24 +22,33 @@ runs, untimed to fill, timed to drain; units/s = jobs / drain time):
 
 Floors and single operations (timed for ``--seconds``):
 
-- ``EVALSHA floor, sequential``: ``evalsha`` of ``return 1`` in a loop (sync client);
+- ``EVALSHA floor, raw socket + hiredis, sequential``: ``EVALSHA`` of ``return 1`` written
+  to a plain socket and its reply parsed by ``hiredis.Reader``, one call at a time: the
+  round trip with no client library around it;
+- ``EVALSHA floor, sequential``: ``evalsha`` of ``return 1`` in a loop (sync redis-py);
 - ``EVALSHA floor, 50 tasks`` / ``64 tasks``: the same from that many asyncio tasks on a
   default ``redis.asyncio.Redis()`` (and on coredis, which multiplexes by design, when it
   is installed);
 - ``async compare_and_set, 64 tasks``: each task writes the next revision of its own run;
-- ``compare_and_set, sync`` and ``claim_expired(100)`` (leases/s), on Redis with AOF off
-  and with ``appendfsync always``, beside a private Postgres 15 cluster's lease table
-  (``UPDATE ... WHERE rev = $3``; ``FOR UPDATE SKIP LOCKED`` batches of 100, from 1 and 4
-  connections) with ``synchronous_commit`` on and fsync on, and both off.
+- ``compare_and_set, sync`` and ``claim_expired(100)`` (leases/s), on Redis with AOF off,
+  with ``appendfsync everysec`` and with ``appendfsync always``, beside a private Postgres
+  15 cluster's lease table (``UPDATE ... WHERE rev = $3``; ``FOR UPDATE SKIP LOCKED``
+  batches of 100, from 1 and 4 connections) with ``synchronous_commit`` and fsync on,
+  with ``synchronous_commit`` off (fsync on: a commit may lose its last 200 ms on a crash,
+  as ``everysec`` may lose its last second), and with both off.
 
-Rows are interleaved: every round runs each row once, and the table gives the median over
-rounds with the spread (min-max). ``server µs`` is the server's CPU time per unit (``INFO
-commandstats`` usec of the commands sent, EVALSHA and the like, over the row / units: the
-commands a script calls are inside its time); ``client µs`` is wall time per unit
-divided by nothing (concurrency 1 rows) — for the concurrent rows it is the time per unit
-of the whole, not of one task. The servers are its own (``redis-server`` from PATH, on free
-loopback ports, nothing kept on disk but the ``appendfsync always`` one's AOF in a temporary
-folder), stopped at the end.
+Rows are interleaved: every round (``--rounds``, default 5) runs each row once, and the
+table gives the median over rounds with the spread (min-max). ``server µs`` is the server's
+time per unit in the commands sent (``INFO commandstats`` usec of EVALSHA and the like, over
+the row / units: the commands a script calls are inside its time); ``CPU µs`` is the server
+process's CPU per unit (``INFO cpu`` used_cpu_sys + used_cpu_user before and after the row:
+every thread, the event loop and I/O too), for BullMQ read by its script from the Redis
+its Worker drains, over the timed drain; ``client µs`` is wall time per unit (for the
+concurrent rows the time per unit of the whole, not of one task). The ratios table divides
+medians (throughput, or CPU per unit for the CPU rows) and gives the spread of the same
+ratio taken round by round (the two rows of a round ran a minute apart at most). The
+servers are its own (``redis-server`` from PATH, on free loopback ports, nothing kept on
+disk but the AOF servers' files in temporary folders), stopped at the end.
 """
 
 from __future__ import annotations
@@ -48,6 +58,7 @@ import asyncio
 import json
 import os
 import platform
+import socket
 import statistics
 import sys
 import time
@@ -85,7 +96,16 @@ class Row:
     rates: list[float] = field(default_factory=list)
     server_us: list[float] = field(default_factory=list)
     client_us: list[float] = field(default_factory=list)
+    cpu_us: list[float] = field(default_factory=list)
     note: str = ""
+
+    def add(self, rate: float, server: float = float("nan"), client: float = float("nan"),
+            cpu: float = float("nan")) -> None:
+        self.rates.append(rate)
+        for values, value in ((self.server_us, server), (self.client_us, client),
+                              (self.cpu_us, cpu)):
+            if value == value:  # not nan
+                values.append(value)
 
     def median(self) -> float:
         return statistics.median(self.rates) if self.rates else float("nan")
@@ -101,6 +121,13 @@ def server_usec(client: redis.Redis) -> int:
     return sum(int(v["usec"]) for k, v in client.info("commandstats").items()
                if k.startswith("cmdstat_")
                and k.removeprefix("cmdstat_").split("|")[0] in TOP_LEVEL)
+
+
+def server_cpu(client: redis.Redis) -> float:
+    """The server process's CPU seconds so far (INFO cpu: used_cpu_sys + used_cpu_user,
+    every thread of it)."""
+    cpu = client.info("cpu")
+    return float(cpu["used_cpu_sys"]) + float(cpu["used_cpu_user"])
 
 
 def fill(client: redis.Redis, namespace: str, jobs: int) -> RedisRunStore:
@@ -168,16 +195,17 @@ async def drain_async(port: int, namespace: str, tasks: int) -> int:
     return done
 
 
-def timed(admin: redis.Redis, work: Callable[[], int]) -> tuple[float, float, float]:
-    """(units/s, server µs per unit, client µs per unit) of ``work``, which returns units."""
-    before = server_usec(admin)
+def timed(admin: redis.Redis, work: Callable[[], int]) -> tuple[float, float, float, float]:
+    """(units/s, server µs per unit in commands, client µs per unit, server process CPU µs
+    per unit) of ``work``, which returns units."""
+    before, cpu = server_usec(admin), server_cpu(admin)
     started = time.perf_counter()
     units = work()
     wall = time.perf_counter() - started
-    server = server_usec(admin) - before
+    server, cpu = server_usec(admin) - before, server_cpu(admin) - cpu
     if units == 0:
-        return 0.0, float("nan"), float("nan")
-    return units / wall, server / units, wall * 1e6 / units
+        return 0.0, float("nan"), float("nan"), float("nan")
+    return units / wall, server / units, wall * 1e6 / units, cpu * 1e6 / units
 
 
 def for_seconds(seconds: float, step: Callable[[], int]) -> int:
@@ -206,6 +234,34 @@ def evalsha_floor(port: int, seconds: float) -> Callable[[], int]:
     client = redis.Redis(host="127.0.0.1", port=port)
     sha = client.script_load("return 1")
     return lambda: for_seconds(seconds, lambda: client.evalsha(sha, 0) and 1)
+
+
+def raw_floor(port: int, seconds: float) -> Callable[[], int]:
+    """EVALSHA of ``return 1`` over a raw socket, parsed by ``hiredis.Reader``, one call at a
+    time: the round trip with no client library around it (the floor under every client)."""
+    import hiredis
+
+    def command(*parts: bytes) -> bytes:
+        out = [b"*%d\r\n" % len(parts)]
+        for part in parts:
+            out.append(b"$%d\r\n%s\r\n" % (len(part), part))
+        return b"".join(out)
+
+    def run() -> int:
+        with socket.create_connection(("127.0.0.1", port)) as sock:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            reader = hiredis.Reader()
+
+            def call(packed: bytes) -> Any:
+                sock.sendall(packed)
+                while (reply := reader.gets()) is False:
+                    reader.feed(sock.recv(65536))
+                return reply
+
+            sha = call(command(b"SCRIPT", b"LOAD", b"return 1"))
+            packed = command(b"EVALSHA", sha, b"0")
+            return for_seconds(seconds, lambda: call(packed))
+    return run
 
 
 def async_floor(port: int, seconds: float, tasks: int) -> Callable[[], int]:
@@ -299,25 +355,95 @@ def claim_expired(client: redis.Redis, namespace: str, leases: int) -> Callable[
     return run
 
 
+def med(values: list[float]) -> str:
+    return f"{statistics.median(values):,.1f}" if values else ""
+
+
 def table(rows: list[Row]) -> str:
-    lines = [f"{'row':<52} {'median':>10} {'spread':>19} {'server µs':>10} {'client µs':>10}",
-             "-" * 105]
+    lines = [f"{'row':<58} {'median':>10} {'spread':>17} {'server µs':>9} {'CPU µs':>8} "
+             f"{'client µs':>9}", "-" * 116]
     for row in rows:
         if not row.rates:
-            lines.append(f"{row.name:<52} {'-':>10}   {row.note}")
+            lines.append(f"{row.name:<58} {'-':>10}   {row.note}")
             continue
         spread = f"{min(row.rates):,.0f}-{max(row.rates):,.0f}"
-        server = (f"{statistics.median(row.server_us):,.1f}" if row.server_us else "")
-        client = (f"{statistics.median(row.client_us):,.1f}" if row.client_us else "")
-        lines.append(f"{row.name:<52} {row.median():>10,.0f} {spread:>19} {server:>10} "
-                     f"{client:>10}  {row.unit}")
+        lines.append(f"{row.name:<58} {row.median():>10,.0f} {spread:>17} "
+                     f"{med(row.server_us):>9} {med(row.cpu_us):>8} {med(row.client_us):>9}"
+                     f"  {row.unit}")
     return "\n".join(lines)
 
 
-def ratio(rows: dict[str, Row], a: str, b: str) -> str:
-    if a not in rows or b not in rows or not rows[a].rates or not rows[b].rates:
-        return "n/a"
-    return f"{rows[a].median() / rows[b].median():.2f}x"
+@dataclass
+class Ratio:
+    label: str
+    a: str
+    b: str
+    target: str = ""
+    cpu: bool = False  # server CPU per unit (a / b), else throughput (a / b)
+
+    def values(self, rows: dict[str, Row]) -> tuple[float, list[float]] | None:
+        """(ratio of the medians, the per-round ratios), or None when a row is missing."""
+        if self.a not in rows or self.b not in rows:
+            return None
+        a, b = rows[self.a], rows[self.b]
+        va, vb = (a.cpu_us, b.cpu_us) if self.cpu else (a.rates, b.rates)
+        if not va or not vb:
+            return None
+        rounds = [x / y for x, y in zip(va, vb, strict=False) if y] if len(va) == len(vb) \
+            else []
+        return statistics.median(va) / statistics.median(vb), rounds
+
+
+RATIOS = [
+    Ratio("compare_and_set sync (AOF off) / raw-socket EVALSHA floor",
+          "compare_and_set, sync, AOF off", "EVALSHA floor, raw socket + hiredis, sequential"),
+    Ratio("compare_and_set / Postgres CAS: everysec vs sync commit off",
+          "compare_and_set, sync, appendfsync everysec",
+          "Postgres CAS, 1 connection, sync commit off (fsync on)", ">= 3x"),
+    Ratio("compare_and_set / Postgres CAS: AOF off vs both off",
+          "compare_and_set, sync, AOF off", "Postgres CAS, 1 connection, both off", ">= 3x"),
+    Ratio("compare_and_set / Postgres CAS: always vs fsync on",
+          "compare_and_set, sync, appendfsync always",
+          "Postgres CAS, 1 connection, sync commit + fsync on", ">= 3x"),
+    Ratio("work unit c=1 / BullMQ c=1", "unit, concurrency 1 (records + pipeline)",
+          "BullMQ job cycle, concurrency 1", ">= 1.5x"),
+    Ratio("work unit c=1 / sequential EVALSHA floor (redis-py)",
+          "unit, concurrency 1 (records + pipeline)", "EVALSHA floor, sequential", ">= 0.8x"),
+    Ratio("work unit 50 tasks / BullMQ c=50", "unit, concurrency 50 (asyncio, default client)",
+          "BullMQ job cycle, concurrency 50", ">= 1.0x"),
+    Ratio("server CPU per unit c=1 / BullMQ per job c=1",
+          "unit, concurrency 1 (records + pipeline)", "BullMQ job cycle, concurrency 1",
+          cpu=True),
+    Ratio("server CPU per unit 50 tasks / BullMQ per job c=50",
+          "unit, concurrency 50 (asyncio, default client)", "BullMQ job cycle, concurrency 50",
+          cpu=True),
+    Ratio("claim_expired(100) / Postgres SKIP LOCKED 1 conn: AOF off vs both off",
+          "claim_expired(100), AOF off", "Postgres SKIP LOCKED claim 100, 1 conn, both off",
+          ">= 5x"),
+    Ratio("claim_expired(100) / Postgres SKIP LOCKED 1 conn: everysec vs sync commit off",
+          "claim_expired(100), appendfsync everysec",
+          "Postgres SKIP LOCKED claim 100, 1 conn, sync commit off (fsync on)", ">= 5x"),
+    Ratio("async compare_and_set 64 tasks / 64-task redis.asyncio floor",
+          "async compare_and_set, 64 tasks", "EVALSHA floor, 64 tasks", ">= 0.8x"),
+    Ratio("unit c=1: records + pipeline / 3 round trips",
+          "unit, concurrency 1 (records + pipeline)", "unit, 3 round trips (claim, get, cas)"),
+]
+
+
+def ratio_table(rows: dict[str, Row]) -> tuple[str, dict[str, Any]]:
+    lines = [f"{'ratio (CPU rows: server CPU per unit, a / b)':<78} {'median':>7} "
+             f"{'rounds':>12} {'target':>8}", "-" * 108]
+    out: dict[str, Any] = {}
+    for r in RATIOS:
+        got = r.values(rows)
+        if got is None:
+            lines.append(f"{r.label:<78} {'n/a':>7}")
+            continue
+        value, rounds = got
+        spread = f"{min(rounds):.2f}-{max(rounds):.2f}" if rounds else ""
+        lines.append(f"{r.label:<78} {value:>6.2f}x {spread:>12} {r.target:>8}")
+        out[r.label] = {"median": value, "rounds": rounds, "target": r.target}
+    return "\n".join(lines), out
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -325,7 +451,7 @@ def main(argv: list[str] | None = None) -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--jobs", type=int, default=3000, help="runs (jobs) per drain row")
     parser.add_argument("--seconds", type=float, default=2.0, help="per timed row")
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--no-peers", action="store_true", help="skip BullMQ and Postgres")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
@@ -341,87 +467,87 @@ def main(argv: list[str] | None = None) -> None:
 
     binary = server_binary(False)
     with own_server(binary) as port, \
+            own_server(binary, args=("--appendonly", "yes", "--appendfsync", "everysec")) \
+            as everysec_port, \
             own_server(binary, args=("--appendonly", "yes", "--appendfsync", "always")) \
             as aof_port:
         admin = redis.Redis(host="127.0.0.1", port=port)
+        everysec = redis.Redis(host="127.0.0.1", port=everysec_port)
         aof = redis.Redis(host="127.0.0.1", port=aof_port)
         version = admin.info("server")["redis_version"]
         bullmq = "--no-peers" if args.no_peers else peers.bullmq_available()
         pg = "--no-peers" if args.no_peers else peers.postgres_available()
-        print(f"Redis {version} on 127.0.0.1:{port} (and {aof_port}: appendfsync always); "
-              f"{os.cpu_count()} CPUs; load {os.getloadavg()[0]:.2f}; "
-              f"redis-py {redis.__version__}; Python {platform.python_version()}")
+        print(f"Redis {version} on 127.0.0.1:{port} (and {everysec_port}: appendfsync "
+              f"everysec, {aof_port}: appendfsync always); {os.cpu_count()} CPUs; "
+              f"load {os.getloadavg()[0]:.2f}; redis-py {redis.__version__}; "
+              f"Python {platform.python_version()}")
+        if bullmq is None:
+            print(f"BullMQ: {peers.bullmq_versions()}")
         for r in range(args.rounds):
             print(f"round {r + 1} of {args.rounds}", flush=True)
             tag = f"r{r}-{time.monotonic_ns()}"
 
             def drain(name: str, how: Callable[[RedisRunStore], int], tag: str = tag) -> None:
                 store = fill(admin, f"tp-{name[:8]}-{tag}", args.jobs)
-                rate, server, client = timed(admin, lambda: how(store))
-                x = row(name, "units/s")
-                x.rates.append(rate)
-                x.server_us.append(server)
-                x.client_us.append(client)
+                row(name, "units/s").add(*timed(admin, lambda: how(store)))
 
             drain("unit, 3 round trips (claim, get, cas)", drain_three)
             drain("unit, concurrency 1 (records + pipeline)", drain_one)
             namespace = f"tp-async-{tag}"
             fill(admin, namespace, args.jobs)
-            rate, server, client = timed(
-                admin, lambda ns=namespace: asyncio.run(drain_async(port, ns, 50)))
-            x = row("unit, concurrency 50 (asyncio, default client)", "units/s")
-            x.rates.append(rate)
-            x.server_us.append(server)
-            x.client_us.append(client)
+            row("unit, concurrency 50 (asyncio, default client)", "units/s").add(*timed(
+                admin, lambda ns=namespace: asyncio.run(drain_async(port, ns, 50))))
             drain("batched 100 (claim 100 + pipeline of 100)", drain_batched)
 
             extra = coredis_floor(port, args.seconds, 64)
             if extra is not None:
-                rate, server, client = timed(admin, extra)
-                x = row("EVALSHA floor, 64 tasks, coredis", "calls/s")
-                x.rates.append(rate)
-                x.server_us.append(server)
-                x.client_us.append(client)
-            for name, work, unit in [
-                ("EVALSHA floor, sequential", evalsha_floor(port, args.seconds), "calls/s"),
-                ("EVALSHA floor, 50 tasks", async_floor(port, args.seconds, 50), "calls/s"),
-                ("EVALSHA floor, 64 tasks", async_floor(port, args.seconds, 64), "calls/s"),
-                ("async compare_and_set, 64 tasks",
+                row("EVALSHA floor, 64 tasks, coredis", "calls/s").add(*timed(admin, extra))
+            for name, target, work, unit in [
+                ("EVALSHA floor, raw socket + hiredis, sequential", admin,
+                 raw_floor(port, args.seconds), "calls/s"),
+                ("EVALSHA floor, sequential", admin, evalsha_floor(port, args.seconds),
+                 "calls/s"),
+                ("EVALSHA floor, 50 tasks", admin, async_floor(port, args.seconds, 50),
+                 "calls/s"),
+                ("EVALSHA floor, 64 tasks", admin, async_floor(port, args.seconds, 64),
+                 "calls/s"),
+                ("async compare_and_set, 64 tasks", admin,
                  async_cas(port, args.seconds, 64, f"tp-acas-{tag}"), "ops/s"),
-                ("compare_and_set, sync, AOF off",
+                ("compare_and_set, sync, AOF off", admin,
                  sync_cas(admin, f"tp-cas-{tag}", args.seconds), "ops/s"),
-                ("compare_and_set, sync, appendfsync always",
+                ("compare_and_set, sync, appendfsync everysec", everysec,
+                 sync_cas(everysec, f"tp-cas-{tag}", args.seconds), "ops/s"),
+                ("compare_and_set, sync, appendfsync always", aof,
                  sync_cas(aof, f"tp-cas-{tag}", args.seconds), "ops/s"),
-                ("claim_expired(100), AOF off", claim_expired(admin, f"tp-ce-{tag}", 20_000),
-                 "leases/s"),
-                ("claim_expired(100), appendfsync always",
+                ("claim_expired(100), AOF off", admin,
+                 claim_expired(admin, f"tp-ce-{tag}", 20_000), "leases/s"),
+                ("claim_expired(100), appendfsync everysec", everysec,
+                 claim_expired(everysec, f"tp-ce-{tag}", 20_000), "leases/s"),
+                ("claim_expired(100), appendfsync always", aof,
                  claim_expired(aof, f"tp-ce-{tag}", 20_000), "leases/s"),
             ]:
-                target = aof if "always" in name else admin
-                rate, server, client = timed(target, work)
-                x = row(name, unit)
-                x.rates.append(rate)
-                x.server_us.append(server)
-                x.client_us.append(client)
+                row(name, unit).add(*timed(target, work))
 
             if bullmq is None:
                 for concurrency in (1, 50):
                     started = time.perf_counter()
-                    result = peers.bullmq_cycle(port, concurrency, args.jobs)
+                    result = peers.bullmq_run(port, concurrency, args.jobs)
                     x = row(f"BullMQ job cycle, concurrency {concurrency}", "jobs/s")
-                    x.rates.append(result)
+                    x.add(float(result["jobs_per_s"]),
+                          cpu=float(result["server_cpu_s"]) * 1e6 / args.jobs)
                     x.note = f"{time.perf_counter() - started:.1f} s with npm"
             if pg is None:
-                for fsync in (True, False):
-                    label = "sync commit + fsync on" if fsync else "both off"
-                    with peers.own_postgres(fsync) as info:
-                        x = row(f"Postgres CAS, 1 connection, {label}", "ops/s")
-                        x.rates.append(peers.pg_cas(info, args.seconds))
-                        for conns in (1, 4):
-                            x = row(f"Postgres SKIP LOCKED claim 100, {conns} conn, {label}",
-                                    "leases/s")
-                            x.rates.append(peers.pg_claim_expired(info, 100, args.seconds,
-                                                                  conns))
+                for fsync, sync_commit, label, conns_list in (
+                        (True, True, "sync commit + fsync on", (1, 4)),
+                        (True, False, "sync commit off (fsync on)", (1,)),
+                        (False, False, "both off", (1, 4))):
+                    with peers.own_postgres(fsync, sync_commit) as info:
+                        row(f"Postgres CAS, 1 connection, {label}", "ops/s").add(
+                            peers.pg_cas(info, args.seconds))
+                        for conns in conns_list:
+                            row(f"Postgres SKIP LOCKED claim 100, {conns} conn, {label}",
+                                "leases/s").add(peers.pg_claim_expired(
+                                    info, 100, args.seconds, conns))
         if bullmq is not None:
             row("BullMQ job cycle", "").note = f"not run: {bullmq}"
         if pg is not None:
@@ -430,34 +556,14 @@ def main(argv: list[str] | None = None) -> None:
     print()
     print(table(list(rows.values())))
     print()
-    targets = [
-        ("work unit c=1 vs BullMQ c=1 (target >= 1.5x)",
-         "unit, concurrency 1 (records + pipeline)", "BullMQ job cycle, concurrency 1"),
-        ("work unit c=1 vs sequential EVALSHA floor (target >= 0.8x)",
-         "unit, concurrency 1 (records + pipeline)", "EVALSHA floor, sequential"),
-        ("work unit c=50 vs BullMQ c=50 (target >= 1.0x)",
-         "unit, concurrency 50 (asyncio, default client)", "BullMQ job cycle, concurrency 50"),
-        ("async CAS 64 tasks vs 64-task floor (target >= 0.8x)",
-         "async compare_and_set, 64 tasks", "EVALSHA floor, 64 tasks"),
-        ("claim_expired(100) vs Postgres SKIP LOCKED 1 conn (target >= 5x)",
-         "claim_expired(100), AOF off", "Postgres SKIP LOCKED claim 100, 1 conn, both off"),
-        ("claim_expired(100) vs Postgres, fsync always vs on (target >= 5x)",
-         "claim_expired(100), appendfsync always",
-         "Postgres SKIP LOCKED claim 100, 1 conn, sync commit + fsync on"),
-        ("CAS vs Postgres CAS, AOF/fsync off (target >= 3x)",
-         "compare_and_set, sync, AOF off", "Postgres CAS, 1 connection, both off"),
-        ("CAS vs Postgres CAS, fsync always vs on (target >= 3x)",
-         "compare_and_set, sync, appendfsync always",
-         "Postgres CAS, 1 connection, sync commit + fsync on"),
-        ("unit c=1: records + pipeline vs 3 round trips",
-         "unit, concurrency 1 (records + pipeline)", "unit, 3 round trips (claim, get, cas)"),
-    ]
-    for label, a, b in targets:
-        print(f"{label:<70} {ratio(rows, a, b):>8}")
+    text, ratios = ratio_table(rows)
+    print(text)
     if args.json:
-        print(json.dumps({name: {"unit": r.unit, "rates": r.rates, "server_us": r.server_us,
-                                 "client_us": r.client_us, "note": r.note}
-                          for name, r in rows.items()}))
+        print(json.dumps({"rows": {name: {"unit": r.unit, "rates": r.rates,
+                                          "server_us": r.server_us, "cpu_us": r.cpu_us,
+                                          "client_us": r.client_us, "note": r.note}
+                                   for name, r in rows.items()},
+                          "ratios": ratios}))
 
 
 if __name__ == "__main__":

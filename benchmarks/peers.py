@@ -124,6 +124,14 @@ def bullmq_cycle(port: int, concurrency: int, jobs: int) -> float:
     """Jobs per second of one BullMQ Worker of ``concurrency`` draining ``jobs`` no-op jobs
     from a fresh queue on the Redis at 127.0.0.1:``port`` (see the module's docstring for
     what is timed and every option set). The queue is obliterated afterwards."""
+    return float(bullmq_run(port, concurrency, jobs)["jobs_per_s"])
+
+
+def bullmq_run(port: int, concurrency: int, jobs: int) -> dict[str, Any]:
+    """:func:`bullmq_cycle`'s whole result: ``jobs_per_s``, and ``server_cpu_s``, the Redis
+    process's CPU time (``INFO cpu`` used_cpu_sys + used_cpu_user, read by the script over
+    the Queue's connection just before the Worker starts and right after its last job) over
+    the timed drain, among the rest peers_bullmq.mjs prints."""
     if concurrency <= 0 or jobs <= 0:
         raise ValueError("concurrency and jobs must be positive")
     probe = redis.Redis(host="127.0.0.1", port=port, socket_timeout=5)
@@ -140,7 +148,7 @@ def bullmq_cycle(port: int, concurrency: int, jobs: int) -> float:
         timeout=timeout + 60)
     if result.get("failed"):
         raise RuntimeError(f"{result['failed']} BullMQ no-op jobs failed: {result}")
-    return float(result["jobs_per_s"])
+    return result
 
 
 # ---------------------------------------------------------------------------- PostgreSQL
@@ -192,14 +200,19 @@ def _pg_run(command: list[str], folder: Path, timeout: float = 120) -> None:
 
 
 @contextmanager
-def own_postgres(fsync: bool) -> Iterator[str]:
+def own_postgres(fsync: bool, synchronous_commit: bool | None = None) -> Iterator[str]:
     """Run a private PostgreSQL 15 cluster on a free loopback port in a temporary folder;
     yield its conninfo; stop it (``-m immediate``) and delete the folder afterwards.
 
     ``fsync=True`` is ``fsync=on, synchronous_commit=on``: a commit returns once its WAL is
     on disk, the durability of Redis with ``appendfsync always``. ``fsync=False`` is both
-    off: commits may be lost on a crash, as with ``appendfsync everysec`` or ``no``.
+    off: commits may be lost on a crash, as with ``appendfsync no``. ``fsync=True,
+    synchronous_commit=False``: a commit returns before its WAL is flushed, which the WAL
+    writer does within 200 ms (``wal_writer_delay``): the last moments may be lost on a
+    crash, never the database's consistency, as with Redis's ``appendfsync everysec``.
     Compare figures only at equal durability."""
+    if synchronous_commit is None:
+        synchronous_commit = fsync
     reason = postgres_available()
     if reason is not None:
         raise RuntimeError(f"PostgreSQL cannot run: {reason}")
@@ -218,13 +231,12 @@ def own_postgres(fsync: bool) -> Iterator[str]:
             port = free_port()
         _pg_run([initdb, "-D", str(data), "-U", PG_ROLE, "--auth=trust", "-E", "UTF8",
                  "--locale=C", "--no-sync", "--no-instructions"], folder)
-        switch = "on" if fsync else "off"
         settings = {
             "listen_addresses": "'127.0.0.1'",
             "port": str(port),
             "unix_socket_directories": f"'{folder}'",
-            "fsync": switch,
-            "synchronous_commit": switch,
+            "fsync": "on" if fsync else "off",
+            "synchronous_commit": "on" if synchronous_commit else "off",
         }
         # Appending keeps the file's owner; the last setting of a name wins.
         with open(data / "postgresql.conf", "a") as conf:

@@ -8,8 +8,10 @@
 // always 127.0.0.1:N. The script adds J no-op jobs to a fresh queue with addBulk
 // (untimed), then times one Worker of concurrency C from its start until its J-th
 // 'completed' (or 'failed') event, and prints one JSON line on stdout:
-//   {"jobs_per_s", "jobs", "concurrency", "seconds", "failed", "queue",
+//   {"jobs_per_s", "jobs", "concurrency", "seconds", "server_cpu_s", "failed", "queue",
 //    "bullmq", "ioredis", "node"}
+// server_cpu_s: the Redis process's CPU seconds (INFO cpu used_cpu_sys + used_cpu_user,
+// read over the Queue's connection) from just before the Worker starts to its last job.
 // Whatever happens, the queue is obliterated afterwards. Errors go to stderr, exit 1.
 
 import { randomUUID } from "node:crypto";
@@ -103,6 +105,14 @@ async function cycle({ Queue, Worker }, args) {
     worker.on("failed", () => { failed += 1; end(); });
     worker.on("error", (err) => { process.stderr.write(`worker error: ${err}\n`); });
     await worker.waitUntilReady();
+    // The Redis process's CPU seconds (INFO cpu: sys + user), over the Queue's connection.
+    const redis = await queue.client;
+    const cpu = async () => {
+      const text = await redis.info("cpu");
+      const field = (name) => Number((text.match(new RegExp(`^${name}:([0-9.]+)`, "m")) || [])[1]);
+      return field("used_cpu_sys") + field("used_cpu_user");
+    };
+    const cpuBefore = await cpu();
 
     const started = performance.now();
     const running = worker.run();
@@ -114,6 +124,7 @@ async function cycle({ Queue, Worker }, args) {
     });
     const ended = await Promise.race([finished, timeout]);
     clearTimeout(timer);
+    const serverCpu = (await cpu()) - cpuBefore;
     const seconds = (ended - started) / 1000;
     await worker.close();
     await running;
@@ -123,6 +134,7 @@ async function cycle({ Queue, Worker }, args) {
       jobs: args.jobs,
       concurrency: args.concurrency,
       seconds,
+      server_cpu_s: serverCpu,
       failed,
       queue: name,
     };
