@@ -859,7 +859,8 @@ def test_the_walk_model_counts_what_lua_walks() -> None:
 def test_a_lib_file_the_order_does_not_list_does_not_build(tmp_path: Path) -> None:
     shutil.copytree(LUA, tmp_path / "lua")
     (tmp_path / "lua" / "_lib" / "extra.lua").write_text("-- extra.lua: unlisted.\n")
-    with pytest.raises(scripts.BuildError, match=r"_lib/extra.lua: a lib file redisstore.scripts.LIBS does not list"):
+    with pytest.raises(scripts.BuildError,
+                       match=r"_lib/extra.lua: a lib file redisstore.scripts.LIBS does not"):
         scripts.load_all([("run_get", "_lib")], folder=tmp_path / "lua")
 
 
