@@ -35,7 +35,7 @@ local function before(a, b)
   return #a < #b
 end
 
--- Split bucket pre..b when it holds more than 128 entries, as lua/_lib.lua's split.
+-- Split bucket pre..b when it holds more than 128 entries, as lua/_lib/buckets.lua's split.
 local function split(b, n)
   if n <= 128 then return end
   local all = redis.call('ZRANGE', pre .. b, 0, -1, 'WITHSCORES')

@@ -29,7 +29,7 @@ local b = redis.call('ZREVRANGEBYLEX', dir, '[' .. c, '-', 'LIMIT', 0, 1)[1] or 
 redis.call('ZADD', pre .. b, score, run)
 local n = redis.call('ZCARD', pre .. b)
 if n > 128 then
-  -- Split as lua/_lib.lua's split: the first 64 stay, the rest go to new buckets of 64 (the
+  -- Split as lua/_lib/buckets.lua's split: the first 64 stay, the rest go to new buckets of 64 (the
   -- last takes what is left), each bound the composite of its first entry.
   local all = redis.call('ZRANGE', pre .. b, 0, -1, 'WITHSCORES')
   local parts = math.floor(n / 64)

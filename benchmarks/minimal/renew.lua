@@ -29,7 +29,7 @@ local function le(a, b)
   return #a < #b
 end
 
--- Split bucket pre..b when it holds more than 128 entries, as lua/_lib.lua's split: the
+-- Split bucket pre..b when it holds more than 128 entries, as lua/_lib/buckets.lua's split: the
 -- first 64 stay, the rest go to new buckets of 64 (the last takes what is left), each
 -- bound the composite of its first entry (16 digits of score, then the run id).
 local function split(pre, dir, b, n)
