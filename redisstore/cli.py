@@ -302,8 +302,8 @@ def _inspect(url: str | None, namespace: str, run: str | None, as_json: bool, ou
             "namespace": namespace, "partitions": len(spaces),
             "repository_partitions": repository_partitions(client, namespace),
             "server_time_ms": now,
-            # A partition with no layout recorded is at 4 (partitions began there).
-            "layout": int(layout) if layout else (1 if len(spaces) == 1 else 4),
+            # A namespace with no layout recorded was never written: it starts at 4.
+            "layout": int(layout) if layout else 4,
             "runs": runs, f"runs_counted_only_up_to_{scan_limit}": truncated,
             "held": held, "held_expired": held_expired,
             "waiting": waiting, "ready_now": ready_now,
@@ -486,8 +486,8 @@ def _doctor(url: str | None, namespace: str, as_json: bool, out: Any) -> int:
                       f"grant the user acl_rule(namespace, partitions={len(spaces)})"))
     else:
         got = client.hget(spaces[0].meta, "layout")
-        # A partition with no layout recorded is at 4 (partitions began there).
-        layout = int(got) if got else (1 if len(spaces) == 1 else 4)
+        # A namespace with no layout recorded was never written: it starts at 4.
+        layout = int(got) if got else 4
         spread = f" over {len(spaces)} partitions" if len(spaces) > 1 else ""
         found.append(("ok" if layout >= 3 else "info", f"namespace {namespace!r}{spread}: "
                       f"the store runs; run layout {layout}", "" if layout >= 3 else

@@ -48,7 +48,8 @@ class Keyspace:
 
     @property
     def meta(self) -> str:
-        """Hash: the namespace's run layout version (``layout``; absent: 1)."""
+        """Hash: the namespace's run layout version (``layout``; absent: a namespace never
+        written, which starts at 4)."""
         return self.prefix + "meta"
 
     @property

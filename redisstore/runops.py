@@ -74,7 +74,8 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 #: The newest layout of the run store's keys that this library reads and writes
-#: (lua/_lib/keys.lua's LAYOUT); a namespace stays at layout 1 until ``migrate()`` moves it.
+#: (lua/_lib/keys.lua's LAYOUT). A new namespace starts at layout 4; one an older library
+#: started at an older layout stays there until ``migrate()`` moves it.
 LAYOUT = 4
 
 #: The layout ``delete`` and ``max_takeovers`` need (lua/_lib/write.lua's needs_layout_3).

@@ -306,11 +306,12 @@ class RedisRunStore(_Closes, Shell[RunOps | PartitionedOps]):
     def migrate(self, *, count: int = MIGRATE_COUNT) -> Migrated:
         """Move the namespace to the newest run layout this library knows, in bounded steps.
 
-        Layout 2 stores each run as one string (about half the memory of layout 1's hash);
-        a namespace stays at layout 1 until this is called. Call it once every node runs a
-        version that knows layout 2: from the first step on, a library that knows only
-        layout 1 refuses the namespace (``Misconfigured``) instead of misreading it, while
-        this one reads both and rewrites each run on its next write. Each step is one
+        A new namespace starts at the newest layout (4): this is needed only for one an
+        older library started at layout 1, 2 or 3, and on a new one it is one step that
+        finds nothing to do. Call it once every node runs a version that knows layout 4:
+        from the first step on, a library that knows only an older layout refuses the
+        namespace (``Misconfigured``) instead of misreading it, while this one reads both
+        and rewrites each run on its next write. Each step is one
         script that visits at most ``count`` keys of the server (SCAN, at most 200) and
         rewrites at most 512 KiB of records (at least one run); steps go on until a whole
         pass is done. Safe to run from several nodes at once, to stop and resume (the

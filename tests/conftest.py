@@ -14,6 +14,7 @@ import servers
 from servers import (
     EPHEMERAL,
     Server,
+    at_layout,
     drop_namespace,
     missing,
     redis62_binary,
@@ -208,7 +209,7 @@ def namespaces(shared_redis: redis.Redis) -> Iterator[list[str]]:
 
 class RedisSuite(RunStoreConformance):
     """The suite on a redis-py client of some server, in a namespace of run layout
-    ``layout`` (1: as every namespace starts; 3: after ``migrate()``)."""
+    ``layout`` (1: as an older library started it; 3: the newest, after ``migrate()``)."""
 
     client: Any
     layout = 3
@@ -216,7 +217,10 @@ class RedisSuite(RunStoreConformance):
     partitions = 1
 
     def make_store(self, *, discover: Discover | None = None) -> RunStore:
-        store = RedisRunStore(self.client, namespace=unique_namespace(), discover=discover,
+        namespace = unique_namespace()
+        if self.layout == 1:
+            at_layout(self.client, namespace, 1)
+        store = RedisRunStore(self.client, namespace=namespace, discover=discover,
                               partitions=self.partitions)
         if self.layout != 1:
             store.migrate()

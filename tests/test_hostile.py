@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 import redis
-from servers import unique_namespace
+from servers import at_layout, unique_namespace
 
 from redisstore import (
     At,
@@ -33,7 +33,8 @@ def dump(client: redis.Redis, namespace: str) -> dict[bytes, Any]:
 
 
 def ready_store(client: redis.Redis) -> RedisRunStore:
-    return RedisRunStore(client, namespace=unique_namespace(), discover=lambda r: At(0))
+    return RedisRunStore(client, namespace=at_layout(client, unique_namespace(), 1),
+                         discover=lambda r: At(0))
 
 
 def evalsha(client: redis.Redis, script: scripts.Script, keys: tuple[str, ...],
@@ -94,7 +95,7 @@ def test_a_raw_claim_over_the_cap_is_refused(client: redis.Redis) -> None:
 
 
 def test_a_run_of_the_wrong_type_never_blocks_claim_expired(client: redis.Redis) -> None:
-    store = RedisRunStore(client, namespace=unique_namespace())
+    store = RedisRunStore(client, namespace=at_layout(client, unique_namespace(), 1))
     keys = Keyspace(store.namespace)
     for i in range(20):
         store.insert(f"r{i:02}", b"x", Claim("dead", 1))
@@ -139,7 +140,7 @@ def test_every_operation_on_a_corrupt_run_raises_and_changes_nothing(
 
 
 def test_a_damaged_index_key_refuses_writes_before_writing(client: redis.Redis) -> None:
-    store = RedisRunStore(client, namespace=unique_namespace())
+    store = RedisRunStore(client, namespace=at_layout(client, unique_namespace(), 1))
     keys = Keyspace(store.namespace)
     client.set(keys.leases, "not a sorted set")
     with pytest.raises(Corrupt):

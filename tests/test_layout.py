@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 import redis
-from servers import redis_binary, start, unique_namespace
+from servers import at_layout, redis_binary, start, unique_namespace
 
 from redisstore import (
     At,
@@ -49,7 +49,7 @@ def kinds(client: redis.Redis, namespace: str) -> set[bytes]:
 
 def populated(client: redis.Redis, runs: int = 12) -> RedisRunStore:
     """A layout 1 namespace with runs in every state: held, free, ready, waiting."""
-    store = RedisRunStore(client, namespace=unique_namespace(),
+    store = RedisRunStore(client, namespace=at_layout(client, unique_namespace(), 1),
                           discover=lambda r: At(0) if r.startswith(b"ready") else None)
     for i in range(runs):
         if i % 3 == 0:
@@ -61,7 +61,25 @@ def populated(client: redis.Redis, runs: int = 12) -> RedisRunStore:
     return store
 
 
+def test_a_new_namespace_starts_at_the_newest_layout(client: redis.Redis) -> None:
+    """No migrate() call: the first write records layout 4, runs are strings, indexes are
+    buckets, and delete and max_takeovers work at once."""
+    store = RedisRunStore(client, namespace=unique_namespace(),
+                          discover=lambda r: At(0) if r.startswith(b"ready") else None)
+    keys = Keyspace(store.namespace)
+    store.insert("held", b"held", Claim("node-a", LONG))
+    store.insert("ready", b"ready", Release())
+    assert client.hget(keys.meta, "layout") == b"4"
+    assert kinds(client, store.namespace) == {b"string"}
+    assert client.exists(keys.leases, keys.ready) == 0  # layout 1-3's index keys
+    store.delete("held", 1, Hold("node-a"))
+    assert store.claim_expired("node-b", LONG, 10, max_takeovers=3) == []
+    assert store.claim_ready("node-b", LONG, 10) == ["ready"]
+    assert store.migrate() == Migrated(0, 0, 1)  # nothing to do, in one step
+
+
 def test_a_namespace_stays_at_layout_1_until_migrated(client: redis.Redis) -> None:
+    """A namespace an older library started at layout 1 is read and written as it is."""
     store = populated(client)
     assert kinds(client, store.namespace) == {b"hash"}
     before = {f"r{i}": store.get(f"r{i}") for i in range(12)}
@@ -84,7 +102,7 @@ def test_migration_goes_in_bounded_steps(client: redis.Redis) -> None:
 
 def test_a_step_moves_at_most_512_kib_of_records_but_always_one_run(
         client: redis.Redis) -> None:
-    store = RedisRunStore(client, namespace=unique_namespace(),
+    store = RedisRunStore(client, namespace=at_layout(client, unique_namespace(), 1),
                           max_record_bytes=2 * 1024 * 1024)
     big = b"x" * (300 * 1024)
     for i in range(3):
@@ -159,8 +177,8 @@ def test_a_damaged_run_is_left_and_listed_and_the_others_move(client: redis.Redi
 def test_only_the_namespaces_own_keys_move_even_with_glob_characters(
         client: redis.Redis) -> None:
     base = unique_namespace()
-    tricky = RedisRunStore(client, namespace=base + "*[ab]?\\")
-    other = RedisRunStore(client, namespace=base + "Xa?\\")
+    tricky = RedisRunStore(client, namespace=at_layout(client, base + "*[ab]?\\", 1))
+    other = RedisRunStore(client, namespace=at_layout(client, base + "Xa?\\", 1))
     tricky.insert("r", b"mine", Release())
     other.insert("r", b"theirs", Release())
     assert tricky.migrate().moved == 1
@@ -361,7 +379,8 @@ def test_text_fields_of_any_bytes_read_back_in_both_layouts_and_through_migrate(
         kind, _, key = record.decode().partition("|")
         return Poll(key, 1000) if kind == "poll" else Changed(key, seen=5)
 
-    store = RedisRunStore(client, namespace=unique_namespace(), discover=discover)
+    store = RedisRunStore(client, namespace=at_layout(client, unique_namespace(), 1),
+                          discover=discover)
     store.insert("p", f"poll|{text}".encode(), Release())
     store.insert("c", f"dep|{text}".encode(), Claim(text, LONG))
     expected = {run: store.get(run) for run in ("p", "c")}
@@ -391,7 +410,7 @@ def test_a_resumed_migration_with_a_cursor_from_elsewhere_still_moves_every_run(
 
 def test_damaged_runs_are_counted_once_though_a_page_is_visited_again(
         client: redis.Redis) -> None:
-    store = RedisRunStore(client, namespace=unique_namespace())
+    store = RedisRunStore(client, namespace=at_layout(client, unique_namespace(), 1))
     keys = Keyspace(store.namespace)
     for i in range(4):
         store.insert(f"big{i}", b"x" * (300 * 1024), Release())

@@ -13,7 +13,7 @@ from typing import Any
 
 import fakeredis
 import pytest
-from servers import unique_namespace
+from servers import at_layout, unique_namespace
 
 from redisstore import (
     AsyncRedisRunStore,
@@ -725,13 +725,15 @@ def test_outbox_entries_that_stay_or_are_foreign_never_hide_a_delivery(kind: str
 
 
 def test_a_new_namespace_of_partitions_migrates_without_scanning_the_server() -> None:
-    """Partitions began at layout 4: a new one has nothing of an older layout to find, so
-    its migration is one step however many keys the server holds (a store of one
-    partition, by contrast, must SCAN for layout 1 runs)."""
+    """A new namespace starts at layout 4: it has nothing of an older layout to find, so
+    its migration is one step however many keys the server holds, with partitions or
+    without (a namespace an older library started at layout 1 must SCAN for its runs)."""
     client = fakeredis.FakeRedis()
     client.mset({f"foreign:{i}": b"x" for i in range(3000)})
     assert RedisRunStore(client, namespace=unique_namespace(), partitions=4).migrate().steps == 1
-    assert RedisRunStore(client, namespace=unique_namespace()).migrate().steps > 10
+    assert RedisRunStore(client, namespace=unique_namespace()).migrate().steps == 1
+    old = at_layout(client, unique_namespace(), 1)
+    assert RedisRunStore(client, namespace=old).migrate().steps > 10
 
 
 def test_a_migration_of_partitions_is_a_call_per_step_each_with_its_deadline() -> None:

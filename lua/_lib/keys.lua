@@ -116,11 +116,11 @@ local LAYOUT = 4
 
 -- The namespace's layout (check_layout reads it): 1, one hash per run; 2, one string per
 -- run; 3, layout 2 with deletes and poison runs (tk, px, deleted-rev); 4, layout 3 with
--- bucketed indexes (see index). A namespace stays at 1 until migrate() moves it. A
--- partition's keys ({ns#p}) began at layout 4: no older library wrote them, so one with no
--- layout recorded is at 4 (not LAYOUT: a later library must still see 4 there and migrate
--- it), and its migration is done without a SCAN of the server's keys.
-local NS = PARTITION and 4 or 1
+-- bucketed indexes (see index). Every write records it (commit), so a namespace with none
+-- recorded has never been written: it starts at 4, the newest (not LAYOUT: a later library
+-- must still see 4 there and migrate it), and its migration is done without a SCAN of the
+-- server's keys. Only a namespace that recorded an older layout needs migrate().
+local NS = 4
 
 -- Layout 4 whose migration has not yet emptied the layout 3 index keys (meta old-ix): an
 -- entry may still be there, so claims read both and every removal clears both.
