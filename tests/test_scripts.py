@@ -872,3 +872,30 @@ def test_no_lua_file_is_over_400_lines() -> None:
     long = {str(p.relative_to(LUA)): n for p in LUA.rglob("*.lua")
             if (n := p.read_text().count("\n")) > 400}
     assert long == {}
+
+
+def test_the_built_scripts_file_is_current() -> None:
+    """lua/_built.json is what the build makes of the Lua today: else run
+    ``python -m redisstore._build`` (a stale file is never used, but import is slower)."""
+    built = scripts.read_built()
+    assert built is not None, "lua/_built.json is stale: run python -m redisstore._build"
+    fresh = scripts.load_all(scripts.SPECS)
+    assert built == fresh
+    assert all(built[name].lines == fresh[name].lines for name in fresh)
+    assert scripts.RUN_COMPARE_AND_SET == fresh["run_compare_and_set"]
+
+
+def test_a_built_file_that_is_not_current_is_not_used(tmp_path: Path) -> None:
+    shutil.copytree(LUA, tmp_path / "lua")
+    folder = tmp_path / "lua"
+    scripts.write_built(folder)
+    assert scripts.read_built(folder) is not None
+    get = folder / "run_get.lua"
+    get.write_text(get.read_text() + "\n")
+    assert scripts.read_built(folder) is None  # a Lua file changed: built again
+    scripts.write_built(folder)
+    data = (folder / scripts.BUILT_FILE).read_text()
+    (folder / scripts.BUILT_FILE).write_text(data.replace("return", "return ", 1))
+    assert scripts.read_built(folder) is None  # a source that is not its SHA1
+    (folder / scripts.BUILT_FILE).write_text("{")
+    assert scripts.read_built(folder) is None
