@@ -20,12 +20,14 @@
 -- and P.."outbox" (its writes announced to the partitions waiting on it).
 -- From layout 4 also the buckets and directories of the indexes it reads or changes
 -- (P.."L|".., P.."L/", P.."Q|".., P.."Q/", P.."D"..#dep..":"..dep.."|".. and "/").
--- Fast path: a Hold write by the holder in a namespace of one partition at layout 4, whose
--- wait keeps its dependency and whose run nothing waits on, is a read of the run and one
--- write (write's effects, worked out here); every other call takes the slow path.
+-- Fast path: a Hold write by the holder in a namespace of one partition at layout 4 (as
+-- its meta records), whose wait keeps its dependency and whose run nothing waits on, is a
+-- read of the run and one write (write's effects, worked out here); every other call
+-- takes the slow path.
 --- @include CORRUPT, OK, MAX_RECORD_CEILING, MAX_INT, arg_int, arg_text, commit
 --- @include check_layout, load_at, lease_refusal, arg_wait, arg_lease, write
---- @include rewatch, PARTITION, NS, OLD_IX, same_dependency, waited_on, wait_fields
+--- @include rewatch, PARTITION, NS, OLD_IX, RECORDED, same_dependency, waited_on
+--- @include wait_fields
 --- @include save, flush
 local run = arg_text(2)
 local expected = arg_int(3, 0, MAX_INT - 2)
@@ -35,7 +37,7 @@ local kind, owner = arg_lease(5)
 local w, pv = arg_wait(8)
 local bad_layout = check_layout()
 if bad_layout then return bad_layout end
-if kind ~= 'h' or PARTITION or NS < 4 or OLD_IX then return SLOW() end
+if kind ~= 'h' or PARTITION or NS < 4 or OLD_IX or not RECORDED then return SLOW() end
 local s, refusal = load_at(run, expected)
 if not s then return refusal end
 if s.rev >= MAX_INT - 1 then return {CORRUPT, 'rev', 0, -1} end

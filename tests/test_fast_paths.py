@@ -94,12 +94,17 @@ RECORDS = [b"plain", b"dep:a", b"dep:b", b"poll:k", b"poll:j", b"at:0", b"at:500
 OWNERS = ["n1", "n2"]
 
 
-def history(rng: random.Random, store: RedisRunStore, clock: Clock) -> Iterator[Any]:
+def history(rng: random.Random, store: RedisRunStore, clock: Clock,
+            client: Any) -> Iterator[Any]:
     """One random history's calls, each yielding what it answered."""
     for _ in range(60):
         run, record, owner = rng.choice(RUNS), rng.choice(RECORDS), rng.choice(OWNERS)
         op = rng.random()
         call: Callable[[], Any]
+        if op < 0.02:
+            # An operator's hand: the meta key loses the layout (the next write records it).
+            client.hdel(f"{{{store.namespace}}}:meta", "layout")
+            continue
         if op < 0.15:
             lease = rng.choice([Claim(owner, 1_000), Release(), Hold(owner)])
             call = partial(store.insert, run, record, lease)
@@ -155,7 +160,7 @@ def one_history(seed: int, clock: Clock) -> int:
         store.migrate()
         with scripts_as(table):
             clock.ms = START
-            answers.append(list(history(random.Random(seed), store, clock)))
+            answers.append(list(history(random.Random(seed), store, clock, client)))
         spaces.append(namespace)
     assert answers[0] == answers[1], seed
     fast = int(client.get(f"{{{spaces[0]}}}:{COUNTER}") or 0)

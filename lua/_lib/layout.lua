@@ -7,6 +7,10 @@
 -- not checked the namespace's own count, is UNCOUNTED (it checks, then calls again), and
 -- for one that has ('6+') a write records it (queued: a script that writes nothing records
 -- nothing). Each field is bounded before it is read whole.
+-- Whether the meta key records the namespace's layout (read_layout): a write records it
+-- where it does not (commit), which a fast path, writing without commit, leaves to SLOW.
+local RECORDED = false
+
 local function read_layout()
   local size = redis.pcall('HSTRLEN', META, 'layout')
   if type(size) == 'table' then
@@ -51,7 +55,7 @@ local function read_layout()
   if n == nil then return {CORRUPT, 'meta.layout', 0, -1} end
   if n > LAYOUT then return {TOO_NEW, n, 0, -1} end
   if got[2] and got[2] ~= '1' then return {CORRUPT, 'meta.old-ix', 0, -1} end
-  NS, OLD_IX = n, n >= 4 and got[2] == '1'
+  NS, OLD_IX, RECORDED = n, n >= 4 and got[2] == '1', true
   return nil
 end
 
