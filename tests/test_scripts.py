@@ -882,7 +882,7 @@ def test_the_built_scripts_file_is_current() -> None:
     fresh = scripts.load_all(scripts.SPECS)
     assert built == fresh
     assert all(built[name].lines == fresh[name].lines for name in fresh)
-    assert scripts.RUN_COMPARE_AND_SET == fresh["run_compare_and_set"]
+    assert fresh["run_compare_and_set"] == scripts.RUN_COMPARE_AND_SET
 
 
 def test_a_built_file_that_is_not_current_is_not_used(tmp_path: Path) -> None:
