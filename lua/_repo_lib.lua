@@ -41,6 +41,9 @@
 -- Indexes: P.."inflight:"..group (zset id -> lease expiry µs, '-inf' without one; only
 -- records of class 'c'), P.."terminal" (zset id -> sequence of the transition to terminal,
 -- from the counter P.."terminal-seq"), P.."groups" (set).
+-- The key names are defined once, in redisstore/keys.py (REPOSITORY_KEYS, REPOSITORY_PARTS):
+-- the build writes each as a lib name ahead of this file's (GROUPS = P .. 'groups',
+-- INST_KEY = 'inst:'). Never define or spell one here: use its name.
 
 -- Caps (docs/repository.md gives the measured per-item costs; redisstore.repository has
 -- the same numbers and checks them first, these hold for anyone with EVALSHA).
@@ -68,11 +71,11 @@ local function now_us()
 end
 
 local function inst_key(id)
-  return P .. 'inst:' .. id
+  return P .. INST_KEY .. id
 end
 
 local function inflight_key(group)
-  return P .. 'inflight:' .. group
+  return P .. INFLIGHT_KEY .. group
 end
 
 -- a <= b for two canonical signed decimal texts, exact at any size: as numbers while both
@@ -212,18 +215,18 @@ local function spread()
     if count == '*' or count == '' then return nil end
     local want, record = string.match(count, '^([1-9]%d?%d?)(%+?)$')
     if not want then error("BADARG ARGV[1] must end with the repository's partition count") end
-    local n = stored_int(P .. 'repo-partitions', 0, MAX_PARTITIONS)
+    local n = stored_int(REPO_PARTITIONS, 0, MAX_PARTITIONS)
     if n == false then return reply(CORRUPT, 'repo-partitions') end
     if n == nil then
       if record == '' then return reply(UNCOUNTED, 0) end
-      later('SET', P .. 'repo-partitions', want, 'NX')
+      later('SET', REPO_PARTITIONS, want, 'NX')
       return nil
     end
     if int(n) ~= want then return reply(PARTITIONED, n) end
     return nil
   end
   if count ~= '' then error('BADARG ARGV[1] must be a key prefix {namespace}:') end
-  local n = stored_int(P .. 'repo-partitions', 2, MAX_PARTITIONS)
+  local n = stored_int(REPO_PARTITIONS, 2, MAX_PARTITIONS)
   if n == false then return reply(CORRUPT, 'repo-partitions') end
   if n then return reply(PARTITIONED, n) end
   return nil

@@ -8,11 +8,12 @@
 -- reads P.."repo-partitions" (spread: the repository's count).
 -- A damaged record is deleted too (delete is how an engine gets rid of one): whatever the
 -- key holds goes, with the entries its group names, if it names one.
---- @include CONFLICT, CORRUPT, OK, P, decimal, MAX_VERSION, later, inst_key, inflight_key
---- @include arg_text, arg_key, key_type, of_type, commit, reply, spread, load_record
+--- @include CONFLICT, CORRUPT, OK, TERMINAL, decimal, MAX_VERSION, later, inst_key
+--- @include inflight_key, arg_text, arg_key, key_type, of_type, commit, reply, spread
+--- @include load_record
 local id = arg_text(2)
 local k = arg_key(1, inst_key(id))
-local terminal = arg_key(2, P .. 'terminal')
+local terminal = arg_key(2, TERMINAL)
 local fence = false
 if ARGV[3] ~= '' then
   fence = decimal(ARGV[3], 1, MAX_VERSION)

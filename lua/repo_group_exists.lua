@@ -4,8 +4,8 @@
 -- Reply    {OK, 1|0} | {CORRUPT, 'index:groups'}
 -- Also reads, undeclared (same hash tag): P.."repo-partitions" (spread: the repository's
 -- count).
---- @include CORRUPT, OK, P, arg_text, arg_key, of_type, reply, spread
-local groups = arg_key(1, P .. 'groups')
+--- @include CORRUPT, OK, GROUPS, arg_text, arg_key, of_type, reply, spread
+local groups = arg_key(1, GROUPS)
 local group = arg_text(2)
 local refused = spread()
 if refused then return refused end

@@ -5,9 +5,9 @@
 --          | {CORRUPT, 'repo-layout'} (nothing written on either)
 -- Also reads, undeclared (same hash tag): P.."repo-partitions" (spread: the repository's
 -- count).
---- @include CORRUPT, OK, TOO_NEW, P, int, arg_int, arg_key, reply, stored_int
+--- @include CORRUPT, OK, TOO_NEW, REPO_LAYOUT, int, arg_int, arg_key, reply, stored_int
 --- @include spread
-local layout = arg_key(1, P .. 'repo-layout')
+local layout = arg_key(1, REPO_LAYOUT)
 local mine = arg_int(2, 1, 1000000)
 local refused = spread()
 if refused then return refused end

@@ -13,11 +13,12 @@
 --          0 while the records are moved to another count (nothing written); else this
 --          count, now recorded (every script of a repository of one partition then
 --          refuses the namespace: spread).
---- @include CORRUPT, MAX_PARTITIONS, OK, P, arg_int, arg_key, reply, stored_int
-local count_key = arg_key(1, P .. 'repo-partitions')
-local groups = arg_key(2, P .. 'groups')
-local layout = arg_key(3, P .. 'repo-layout')
-local moving = arg_key(4, P .. 'repo-repartition')
+--- @include CORRUPT, MAX_PARTITIONS, OK, P, REPO_PARTITIONS, GROUPS, REPO_LAYOUT
+--- @include REPO_REPARTITION, arg_int, arg_key, reply, stored_int
+local count_key = arg_key(1, REPO_PARTITIONS)
+local groups = arg_key(2, GROUPS)
+local layout = arg_key(3, REPO_LAYOUT)
+local moving = arg_key(4, REPO_REPARTITION)
 local n = arg_int(2, 1, MAX_PARTITIONS)
 -- A partition never holds a count: one recorded there would say nothing.
 if string.find(P, '#', 1, true) then error('BADARG ARGV[1] must be a namespace, not a partition') end

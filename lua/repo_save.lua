@@ -16,20 +16,21 @@
 -- leaves it, and the hashes of the terminal records it evicts; reads
 -- P.."repo-partitions" (spread: the repository's count). The class (which indexes
 -- hold the record) is derived from the status here, as record_class does in Python.
---- @include CONFLICT, CORRUPT, NOT_FOUND, OK, P, int, arg_int, MAX_EVICT, MAX_PAYLOAD
---- @include MAX_VERSION, MAX_US, MIN_US, later, inst_key, inflight_key, wrong_type
---- @include expiry_ok, offset_ok, incarnation_ok, class_of, arg_text, arg_any, arg_key
---- @include of_type, first, commit, reply, stored_int, spread, load_record
+--- @include CONFLICT, CORRUPT, NOT_FOUND, OK, GROUPS, TERMINAL, TERMINAL_SEQ, int, arg_int
+--- @include MAX_EVICT, MAX_PAYLOAD, MAX_VERSION, MAX_US, MIN_US, later, inst_key
+--- @include inflight_key, wrong_type, expiry_ok, offset_ok, incarnation_ok, class_of
+--- @include arg_text, arg_any, arg_key, of_type, first, commit, reply, stored_int, spread
+--- @include load_record
 local id = arg_text(2)
 local k = arg_key(1, inst_key(id))
 local expected = arg_int(3, 0, MAX_VERSION - 1)
 local payload = arg_any(4)
 if #payload > MAX_PAYLOAD then error('BADARG ARGV[4] is over ' .. int(MAX_PAYLOAD) .. ' bytes') end
 local group = arg_text(5)
-local groups = arg_key(2, P .. 'groups')
+local groups = arg_key(2, GROUPS)
 local index = arg_key(3, inflight_key(group))
-local terminal = arg_key(4, P .. 'terminal')
-local seq_key = arg_key(5, P .. 'terminal-seq')
+local terminal = arg_key(4, TERMINAL)
+local seq_key = arg_key(5, TERMINAL_SEQ)
 local tenant = arg_any(6)
 local expiry = arg_any(7)
 if not expiry_ok(expiry) then

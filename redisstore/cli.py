@@ -287,7 +287,7 @@ def _inspect(url: str | None, namespace: str, run: str | None, as_json: bool, ou
     else:
         runs = 0
         truncated = False
-        prefixes = tuple(keys.prefix.encode() + b"r:" for keys in spaces)
+        prefixes = tuple(keys.run("").encode() for keys in spaces)
         for key in namespace_keys(client, namespace):
             if key.startswith(prefixes):
                 runs += 1

@@ -129,9 +129,9 @@ def repartition(client: Any, namespace: str, to: int, *, discover: Discover | No
     arrived: set[str] = set()  # moved in earlier in this step: not written twice
     moved = rewritten = damaged = 0
     for source in old:
-        pattern = glob_escape(source.keys.prefix) + "r:*"
-        for key in list(_scan(client, source.keys.meta, pattern)):
-            run = key.decode("utf-8", "surrogateescape")[len(source.keys.prefix) + 2:]
+        stem = source.keys.run("")
+        for key in list(_scan(client, source.keys.meta, glob_escape(stem) + "*")):
+            run = key.decode("utf-8", "surrogateescape")[len(stem):]
             if run in arrived:
                 continue
             try:
@@ -193,9 +193,8 @@ def _raise_floor(client: Any, keys: Keyspace, revision: int, floors: dict[str, i
 def _clear_dependencies(client: Any, keys: Keyspace) -> None:
     """Drop a partition's mirrors, outbox and watches (with their numbers, and the unwatches
     begun there): the moves rebuild them."""
-    client.delete(*(keys.prefix + name for name in ("depv", "outbox", "unwatched", "unwatch",
-                                                    "watch-seq")))
-    watches = list(_scan(client, keys.meta, glob_escape(keys.prefix) + "watch:*"))
+    client.delete(keys.depv, keys.outbox, keys.unwatched, keys.unwatch, keys.watch_seq)
+    watches = list(_scan(client, keys.meta, glob_escape(keys.watch("")) + "*"))
     for start in range(0, len(watches), 500):
         client.delete(*watches[start:start + 500])
 
@@ -241,13 +240,13 @@ def _count(raw: bytes | str, lowest: int) -> int:
 def _ids(client: Any, source: RepositoryOps) -> Iterator[str]:
     """The ids of a partition's records: the terminal ones first, oldest first (they join
     their new partition's eviction order as they arrive), then the others."""
-    prefix = source.keys.prefix
+    stem = source.keys.instance("")
     first = [text(id) for id in client.zrange(source.keys.terminal, 0, -1)] \
         if client.type(source.keys.terminal) in (b"zset", "zset") else []
     yield from first
     seen = set(first)
-    for key in list(_scan(client, source.keys.groups, glob_escape(prefix) + "inst:*")):
-        id = text(key)[len(prefix) + 5:]
+    for key in list(_scan(client, source.keys.groups, glob_escape(stem) + "*")):
+        id = text(key)[len(stem):]
         if id not in seen:
             yield id
 

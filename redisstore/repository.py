@@ -449,7 +449,7 @@ class RepositoryOps:
         self.max_terminal = check_max_terminal(max_terminal)
         self.logger: Logger = logger if logger is not None else log
         # save is the hot path (one per engine checkpoint): name its fixed keys once.
-        self._prefix = self.keys.prefix
+        self._instances, self._inflight = self.keys.instance(""), self.keys.inflight("")
         #: ARGV[1] of its scripts: the key prefix, and in a repository of partitions its
         #: count (lua/_common.lua's COUNT_ARG); the count, which refusals name.
         self.arg1 = self.keys.prefix
@@ -475,13 +475,12 @@ class RepositoryOps:
         lease = rec.lease
         expiry = "" if lease.expiry is None else str(to_us(lease.expiry))
         offset = 0 if lease.expiry is None else offset_us(lease.expiry)
-        prefix = self._prefix
         groups, terminal, terminal_seq = self._save_keys
         args = (self.arg1, rec.id, 0 if placed else rec.rec_version, rec.payload, rec.group,
                 rec.tenant, expiry, offset, lease.owner, lease.incarnation, str(rec.status),
                 MAX_VERSION if placed else self.max_terminal, placed)
-        # The same names as Keyspace.instance / Keyspace.inflight, without the calls.
-        keys = (f"{prefix}inst:{rec.id}", groups, f"{prefix}inflight:{rec.group}", terminal,
+        # Keyspace.instance / Keyspace.inflight, without the calls.
+        keys = (self._instances + rec.id, groups, self._inflight + rec.group, terminal,
                 terminal_seq)
         ok = self._answer(rec.id, group=rec.group, stale=lambda stored: ConcurrentUpdate(
             rec.id, rec.rec_version, int(stored)))

@@ -443,7 +443,7 @@ class RunOps:
         watch number) once acknowledged."""
         k = self.keys
         flat = tuple(x for entry, version in entries for x in (entry, version))
-        gone = yield from ask(Call(scripts.RUN_DELIVERED, (k.prefix + "outbox",),
+        gone = yield from ask(Call(scripts.RUN_DELIVERED, (k.outbox,),
                                    (self.arg1, queue, *flat), self._answer(), write=False))
         return int(gone)
 

@@ -1,7 +1,7 @@
 """The Lua build (redisstore/scripts.py): headers name their includes and the loader holds
 them to what the bodies use; a server's line numbers are mapped back to the files; the reply
-codes come from one definition; scripts touch the KEYS they declare and nothing outside
-their slot; every header has its fields in order."""
+codes and the key names come from one definition each; scripts touch the KEYS they declare
+and nothing outside their slot; every header has its fields in order."""
 
 from __future__ import annotations
 
@@ -39,6 +39,7 @@ from redisstore import (
     runops,
     scripts,
 )
+from redisstore import keys as keys_module
 from redisstore.keys import Keyspace
 from redisstore.outcomes import ErrorReply
 from redisstore.partitions import partition_of
@@ -241,11 +242,148 @@ def test_the_scripts_see_the_codes_python_names(tmp_path: Path, lib: str) -> Non
     assert fakeredis.FakeRedis().eval(built.source, 0) == [c.value for c in scripts.Code]
 
 
+# ---------------------------------------------------------------------------- key schema
+
+#: Each name of the key schema (redisstore.keys) as the lib's Lua makes it, and as Keyspace
+#: does. A name the schema gains needs its line here.
+SCHEMA_NAMES: dict[str, dict[str, tuple[str, Callable[[Keyspace], str]]]] = {
+    "_lib": {
+        "LEASES": ("LEASES", lambda k: k.leases),
+        "READY": ("READY", lambda k: k.ready),
+        "QUARANTINE": ("QUARANTINE", lambda k: k.quarantine),
+        "FANOUT": ("FANOUT", lambda k: k.fanout),
+        "FANOUT_CURSOR": ("FANOUT_CURSOR", lambda k: k.fanout_cursor),
+        "META": ("META", lambda k: k.meta),
+        "WAKE_READY": ("WAKE_READY", lambda k: k.wake("ready")),
+        "WAKE_LEASES": ("WAKE_LEASES", lambda k: k.wake("leases")),
+        "DEPV": ("DEPV", lambda k: k.depv),
+        "OUTBOX": ("OUTBOX", lambda k: k.outbox),
+        "UNWATCHED": ("UNWATCHED", lambda k: k.unwatched),
+        "UNWATCH_Q": ("UNWATCH_Q", lambda k: k.unwatch),
+        "WATCH_SEQ": ("WATCH_SEQ", lambda k: k.watch_seq),
+        "run": ("run_key('a:b')", lambda k: k.run("a:b")),
+        "dependents": ("deps_ix('dé|p').old", lambda k: k.dependents("dé|p")),
+        "deps dir": ("deps_ix('dé|p').dir", lambda k: k.buckets("d:dé|p")[0]),
+        "deps bucket": ("deps_ix('dé|p').pre", lambda k: k.buckets("d:dé|p")[1]),
+        "leases dir": ("LEASES_IX.dir", lambda k: k.buckets("leases")[0]),
+        "leases bucket": ("LEASES_IX.pre", lambda k: k.buckets("leases")[1]),
+        "ready dir": ("READY_IX.dir", lambda k: k.buckets("ready")[0]),
+        "ready bucket": ("READY_IX.pre", lambda k: k.buckets("ready")[1]),
+        # partitions.lua's watchers and rewatch_all, runs.lua's set_aside, inline.
+        "watch": ("P .. WATCH_KEY .. 'a'", lambda k: k.watch("a")),
+        "damaged": ("P .. DAMAGED_KEY .. 'outbox'", lambda k: k.damaged("outbox")),
+    },
+    "_repo_lib": {
+        "GROUPS": ("GROUPS", lambda k: k.groups),
+        "TERMINAL": ("TERMINAL", lambda k: k.terminal),
+        "TERMINAL_SEQ": ("TERMINAL_SEQ", lambda k: k.terminal_seq),
+        "REPO_LAYOUT": ("REPO_LAYOUT", lambda k: k.layout),
+        "REPO_PARTITIONS": ("REPO_PARTITIONS", lambda k: k.repo_partitions),
+        "REPO_REPARTITION": ("REPO_REPARTITION", lambda k: k.repo_repartition),
+        "instance": ("inst_key('i:1')", lambda k: k.instance("i:1")),
+        "inflight": ("inflight_key('g')", lambda k: k.inflight("g")),
+    },
+}
+
+
+def _copy_libs(tmp_path: Path) -> None:
+    for file in LUA.glob("_*.lua"):
+        (tmp_path / file.name).write_text(file.read_text())
+    shutil.copytree(LUA / "_lib", tmp_path / "_lib")
+
+
+@pytest.mark.parametrize("lib", ["_lib", "_repo_lib"])
+@pytest.mark.parametrize("keyspace", [Keyspace("n s"), Keyspace("ns", 3)], ids=str)
+def test_the_scripts_build_the_key_names_keyspace_does(tmp_path: Path, lib: str,
+                                                       keyspace: Keyspace) -> None:
+    """The key schema is written once (redisstore.keys): the names a script of the real lib
+    builds from its prefix are Keyspace's, run on fakeredis."""
+    _copy_libs(tmp_path)
+    exprs = SCHEMA_NAMES[lib]
+    fixed, parts = ((keys_module.RUN_STORE_KEYS, keys_module.RUN_STORE_PARTS) if lib == "_lib"
+                    else (keys_module.REPOSITORY_KEYS, keys_module.REPOSITORY_PARTS))
+    assert set(fixed) <= set(exprs), "give each key of the schema its line in SCHEMA_NAMES"
+    body = "return {" + ", ".join(lua for lua, _ in exprs.values()) + "}\n"
+    used = [n for n in scripts.names(body).used if n not in scripts.LUA_GLOBALS]
+    (tmp_path / "names.lua").write_text(
+        f"-- names: the key names.\n--- @include {', '.join(used)}\n{body}")
+    built = scripts.load_all([("names", lib)], folder=tmp_path)["names"]
+    # Every generated name is used, so the expressions above cover the whole schema.
+    declared = built.source.decode().split("\n")[1]
+    assert set(fixed) | set(parts) <= set(declared.removeprefix("local ").split(", "))
+    got = fakeredis.FakeRedis().eval(built.source, 1, keyspace.prefix + "x", keyspace.prefix)
+    assert dict(zip(exprs, [g.decode() for g in got], strict=True)) == {
+        name: python(keyspace) for name, (_, python) in exprs.items()}
+
+
+def test_the_run_store_and_the_repository_name_their_keys_apart() -> None:
+    """A run store and a repository can share a namespace."""
+    k = keys_module
+    run_store = [*k.RUN_STORE_KEYS.values(), *(k.RUN_STORE_PARTS[n] for n in (
+        "RUN_KEY", "DEPS_KEY", "LEASES_BUCKETS", "READY_BUCKETS", "DEPS_BUCKETS", "WATCH_KEY",
+        "DAMAGED_KEY"))]
+    repository = [*k.REPOSITORY_KEYS.values(), *k.REPOSITORY_PARTS.values()]
+    assert not [(a, b) for a in run_store for b in repository
+                if a.startswith(b) or b.startswith(a)]
+
+
+#: The run scripts that still spell a key (`P .. 'watch:'`): left while another branch
+#: reworks their bodies and includes; each is to use the schema's name (WATCH_KEY...).
+SPELLED_KEYS = {
+    "run_delivered.lua": ["'outbox'", "'damaged:'"],
+    "run_heads.lua": ["'watch:'"],
+    "run_partitions.lua": ["'meta'", "'leases'", "'L/'"],
+    "run_unwatch.lua": ["'watch:'"],
+    "run_watch.lua": ["'watch:'", "'watch-seq'"],
+}
+
+
+def test_no_lua_file_spells_a_key_name() -> None:
+    """The libs and scripts name their keys by the schema's generated names (LEASES, P ..
+    RUN_KEY .. run), never `P .. 'leases'`."""
+    found: dict[str, list[str]] = {}
+    for file in sorted([*LUA.glob("*.lua"), *(LUA / "_lib").glob("*.lua")]):
+        toks = list(scripts._tokens(file.read_text(), 1))
+        spelled = [toks[i + 2][1] for i, (_, tok, _) in enumerate(toks[:-2])
+                   if tok == "P" and toks[i + 1][1] == ".." and toks[i + 2][0] == "string"]
+        if spelled:
+            found[str(file.relative_to(LUA))] = spelled
+    assert found == SPELLED_KEYS
+
+
+def test_a_lib_that_names_a_key_itself_does_not_build(tmp_path: Path) -> None:
+    _copy_libs(tmp_path)
+    shutil.copy(LUA / "run_get.lua", tmp_path)
+    (tmp_path / "_lib" / "write.lua").write_text(
+        (LUA / "_lib" / "write.lua").read_text() + "\nlocal RUN_KEY = 'r:'\n")
+    with pytest.raises(scripts.BuildError, match=r"_lib/write\.lua:\d+: defines RUN_KEY, which "
+                       r"redisstore\.scripts generates from redisstore\.keys\.RUN_STORE: delete"):
+        scripts.load_all([("run_get", "_lib")], folder=tmp_path)
+
+
+def test_every_header_key_is_a_name_of_the_schema() -> None:
+    """The headers' key expressions (P.."leases", P.."r:"..run) are names the schema makes."""
+    k = keys_module
+    parts = k.RUN_STORE_PARTS
+    made = {*k.RUN_STORE_KEYS.values(), *k.REPOSITORY_KEYS.values(),
+            *k.REPOSITORY_PARTS.values(), parts["RUN_KEY"], parts["DEPS_KEY"],
+            parts["WATCH_KEY"],
+            *(parts[base] + parts[end] for base in ("LEASES_BUCKETS", "READY_BUCKETS")
+              for end in ("BUCKET_DIR", "BUCKET_AT"))}
+    for name in SCRIPT_NAMES:
+        for index, text in header(name).keys.items():
+            expr = _EXPR.match(text)
+            assert expr, (name, index)
+            literals = re.findall(r"""\.\.\s*(?:"([^"]*)"|'([^']*)')""", expr.group())
+            assert literals, (name, index, text)
+            assert literals[0][0] + literals[0][1] in made, (name, index, text)
+
+
 # ---------------------------------------------------------------------------- line mapping
 
 
 def test_every_line_sent_maps_to_the_line_it_came_from() -> None:
-    generated = {f"<{e.__name__}>": e for enums in scripts.GENERATED.values() for e in enums}
+    generated = {g.file: g for made in scripts.GENERATED.values() for g in made}
     for script_ in (*scripts.RUN_SCRIPTS, *scripts.REPO_SCRIPTS):
         sent = script_.source.decode().split("\n")
         assert len(script_.lines) == len(sent) - 1  # the source ends with a newline
@@ -259,7 +397,7 @@ def test_every_line_sent_maps_to_the_line_it_came_from() -> None:
             if file == "<prelude>":
                 origin = scripts.PRELUDE.split("\n")
             elif file in generated:
-                origin = scripts._generated(generated[file]).source.split("\n")
+                origin = generated[file].text.split("\n")
             else:
                 origin = (LUA / file).read_text().split("\n")
             # A fragment's definition line is sent as an assignment, the rest as written.

@@ -1,7 +1,7 @@
 -- codec.lua: a run's stored form: the header and trailer of layouts 2 to 4, the hash of layout 1.
 
 local function run_key(run)
-  return P .. 'r:' .. run
+  return P .. RUN_KEY .. run
 end
 
 local FIELDS = {'rev', 'own', 'exp', 'ck', 'cdr', 'cat', 'wk', 'wa', 'wn', 'wdl', 'wrev',

@@ -8,13 +8,15 @@ local WRITE_TYPES = {ZADD = 'zset', ZREM = 'zset', SADD = 'set', SREM = 'set', H
 -- each index key is asked once, and only when the script writes it. Run keys and META were
 -- read (and checked) before anything was queued.
 local function writes_ok()
-  local runs = P .. 'r:'
+  local runs = P .. RUN_KEY
   for i = 1, #WRITES do
     local command, k = WRITES[i][1], WRITES[i][2]
     local kind = WRITE_TYPES[command]
     local head = string.sub(k, 1, #runs)
     if kind and k ~= META and head ~= runs and not of_type(k, kind) then
-      if head == P .. 'd:' or string.sub(k, 1, #P + 1) == P .. 'D' then return 'index:d' end
+      if head == P .. DEPS_KEY or string.sub(k, 1, #P + #DEPS_BUCKETS) == P .. DEPS_BUCKETS then
+        return 'index:d'
+      end
       local names = {[LEASES] = 'index:leases', [READY] = 'index:ready',
         [LEASES_IX.dir] = 'index:leases', [READY_IX.dir] = 'index:ready',
         [FANOUT] = 'index:fanout', [FANOUT_CURSOR] = 'index:fanout-cursor',

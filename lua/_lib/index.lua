@@ -14,34 +14,34 @@ local BUCKET_HALF = 64
 -- bound but the first, ''; the bucket of bound b is pre .. b. name: the index in a CORRUPT
 -- reply ('index:' .. name); label: in the quarantine.
 local function index(old, kind, name, label, base)
-  return {old = old, kind = kind, name = name, label = label, dir = base .. '/',
-          pre = base .. '|', scored = kind == 'zset', unindex = kind == 'zset' and 'ZREM' or 'SREM'}
+  return {old = old, kind = kind, name = name, label = label, dir = base .. BUCKET_DIR,
+          pre = base .. BUCKET_AT, scored = kind == 'zset', unindex = kind == 'zset' and 'ZREM' or 'SREM'}
 end
 
-local LEASES_IX = index(LEASES, 'zset', 'leases', 'leases', P .. 'L')
+local LEASES_IX = index(LEASES, 'zset', 'leases', 'leases', P .. LEASES_BUCKETS)
 
-local READY_IX = index(READY, 'zset', 'ready', 'ready', P .. 'Q')
+local READY_IX = index(READY, 'zset', 'ready', 'ready', P .. READY_BUCKETS)
 
 local DEPS_IX = {}
 
 -- The name every key of dep's waiters index starts with (layout 4): the length of dep in
 -- it keeps every dependency's keys apart.
 local function deps_base(dep)
-  return P .. 'D' .. #dep .. ':' .. dep
+  return P .. DEPS_BUCKETS .. #dep .. DEPS_SEP .. dep
 end
 
 -- Whether any run may wait for run to change (layout 4, no migration under way): its
 -- waiters index has a first bucket or a directory.
 local function waited_on(run)
   local base = deps_base(run)
-  return redis.call('EXISTS', base .. '|', base .. '/') > 0
+  return redis.call('EXISTS', base .. BUCKET_AT, base .. BUCKET_DIR) > 0
 end
 
 -- The index of the runs waiting for dep to change (scores all 0: ordered by run id).
 local function deps_ix(dep)
   local ix = DEPS_IX[dep]
   if not ix then
-    ix = index(P .. 'd:' .. dep, 'set', 'd', 'd:' .. dep, deps_base(dep))
+    ix = index(P .. DEPS_KEY .. dep, 'set', 'd', 'd:' .. dep, deps_base(dep))
     DEPS_IX[dep] = ix
   end
   return ix

@@ -69,22 +69,11 @@
 -- re-arm period, as they do for writers of library versions that never signal.
 -- P.."meta" (hash): layout, the namespace's layout version (absent: 1); deleted-rev, the
 -- highest revision a deleted run had (absent: 0), above which insert starts.
-
-local LEASES = P .. 'leases'
-
-local READY = P .. 'ready'
-
-local QUARANTINE = P .. 'quarantine'
-
-local FANOUT = P .. 'fanout'
-
-local FANOUT_CURSOR = P .. 'fanout-cursor'
-
-local META = P .. 'meta'
-
-local WAKE_READY = P .. 'wake-ready'
-
-local WAKE_LEASES = P .. 'wake-leases'
+--
+-- The key names are defined once, in redisstore/keys.py (RUN_STORE_KEYS, RUN_STORE_PARTS):
+-- the build writes each as a lib name ahead of this file's, a key as LEASES = P ..
+-- 'leases', a part of the names built from a run, a dependency or a bound as RUN_KEY = 'r:'
+-- (P .. RUN_KEY .. run). Never define or spell one here: use its name.
 
 -- A partition of a store spread over partitions (its prefix is {ns#p}: '#' is reserved in
 -- namespace names). Its dependencies in other partitions are known by a mirror, and its
@@ -102,14 +91,6 @@ local WAKE_LEASES = P .. 'wake-leases'
 -- P.."watch-seq" (string): the last watch number given here (run_watch);
 -- P.."outbox" (sorted set): "<partition>|<run>" -> the version of run to deliver there.
 local PARTITION = string.find(P, '#', 1, true) ~= nil
-
-local DEPV = P .. 'depv'
-
-local OUTBOX = P .. 'outbox'
-
-local UNWATCHED = P .. 'unwatched'
-
-local UNWATCH_Q = P .. 'unwatch'
 
 -- The newest layout this library reads and writes; a namespace with a newer one is refused.
 local LAYOUT = 4

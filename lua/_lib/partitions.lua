@@ -93,7 +93,7 @@ end
 -- damaged key was); nil when the key is of another type, over its bounds or holds a field
 -- that is not ours (damaged: see announce).
 local function watchers(run)
-  local key = P .. 'watch:' .. run
+  local key = P .. WATCH_KEY .. run
   if not of_type(key, 'hash') then return nil end
   if TYPES[key] == 'none' then return {} end
   local fields = redis.call('HLEN', key)
@@ -110,8 +110,8 @@ end
 -- (a claim delivering "*|"..run turns it into a watch of each partition, which the unwatch
 -- protocol then prunes). The watchers to announce to: every partition.
 local function rewatch_all(run)
-  set_aside('watch:' .. run, 'damaged')
-  later('HSET', P .. 'watch:' .. run, '*', '0')
+  set_aside(WATCH_KEY .. run, 'damaged')
+  later('HSET', P .. WATCH_KEY .. run, '*', '0')
   return {'*'}
 end
 

@@ -170,7 +170,7 @@ end
 -- listed in the quarantine as "damaged|"..name (store.quarantined() names it).
 local function set_aside(name, reason)
   local key = P .. name
-  later('RENAME', key, P .. 'damaged:' .. name .. ':' .. int(now_ms()))
+  later('RENAME', key, P .. DAMAGED_KEY .. name .. ':' .. int(now_ms()))
   later('HSET', QUARANTINE, 'damaged|' .. name, reason)
   TYPES[key] = 'none'
 end
