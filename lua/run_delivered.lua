@@ -11,11 +11,12 @@
 -- Reply    {OK, entries removed}
 -- Also touches, undeclared (same hash tag): P.."unwatch", P.."quarantine",
 -- P.."damaged:".. (a queue set aside).
---- @include OK, P, arg_int, MAX_INT, of_type, within, MAX_TEXT, QUARANTINE, int, now_ms
+--- @include MAX_TEXT, OK, now_ms, P, QUARANTINE, OUTBOX, int, of_type, arg_int
+--- @include DAMAGED_KEY, MAX_INT, within
 if (#ARGV - 2) % 2 ~= 0 or #ARGV - 2 > 200 then
   error('BADARG ARGV[3..] must be at most 100 pairs of entry and version')
 end
-if KEYS[1] ~= P .. 'outbox' then error('BADARG KEYS[1] must be the outbox of ARGV[1]') end
+if KEYS[1] ~= OUTBOX then error('BADARG KEYS[1] must be the outbox of ARGV[1]') end
 local name, aside = ARGV[2], false
 if name == 'outbox!' or name == 'unwatch!' then
   name, aside = string.sub(name, 1, -2), true
@@ -31,7 +32,7 @@ if aside then
   local n = of_type(key, 'zset') and redis.call('ZCARD', key)
   if n and (n == 0 or within(key, 65536 + n * 2 * (MAX_TEXT + 64), n)) then return {OK, 0, 0, -1} end
   redis.call('HSET', QUARANTINE, 'damaged|' .. name, n and 'size' or 'type')
-  redis.call('RENAME', key, P .. 'damaged:' .. name .. ':' .. int(now_ms()))
+  redis.call('RENAME', key, P .. DAMAGED_KEY .. name .. ':' .. int(now_ms()))
   return {OK, 0, 0, -1}
 end
 -- (The outbox routes the call; its type is asked either way.)

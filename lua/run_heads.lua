@@ -26,9 +26,9 @@
 -- Also reads, undeclared (same hash tag): from layout 4 the index's directory and buckets
 -- (P.."L/", P.."L|".., P.."Q/", P.."Q|"..), and a partition's P.."outbox", P.."unwatch"
 -- and the P.."watch:"..run of its outbox entries.
---- @include CORRUPT, MAX_CLAIM, OK, arg_int, FANOUT, META, PARTITION, OUTBOX, NS, OLD_IX
---- @include now_ms, of_type, LEASES_IX, READY_IX, card_of, buckets, index_intact
---- @include check_layout, P, decimal, MAX_INT, TYPES, UNWATCH_Q, within, MAX_TEXT
+--- @include CORRUPT, MAX_CLAIM, MAX_TEXT, OK, now_ms, P, FANOUT, META, LEASES_IX, OUTBOX
+--- @include READY_IX, UNWATCH_Q, decimal, TYPES, of_type, WATCH_KEY, arg_int, check_layout
+--- @include PARTITION, NS, OLD_IX, MAX_INT, card_of, within, buckets, index_intact
 local ix
 if ARGV[2] == 'ready' then
   ix = READY_IX
@@ -114,7 +114,7 @@ for i = 1, #outbox, 2 do
   local bar = string.find(e, '|', 1, true)
   local seq = 0
   if bar then
-    local key = P .. 'watch:' .. string.sub(e, bar + 1)
+    local key = P .. WATCH_KEY .. string.sub(e, bar + 1)
     local field = string.sub(e, 1, bar - 1)
     if of_type(key, 'hash') and TYPES[key] ~= 'none' and redis.call('HSTRLEN', key, field) <= 16 then
       seq = decimal(redis.call('HGET', key, field) or '', 0, MAX_INT) or 0

@@ -11,11 +11,13 @@
 --          keys are there); else this store's count, now recorded (a store of one partition
 --          then refuses the namespace: every run script reads the count from meta); 0 while
 --          a repartition is under way.
---- @include CORRUPT, MAX_PARTITIONS, OK, P, decimal, arg_int, of_type
+--- @include CORRUPT, MAX_PARTITIONS, OK, LEASES, P, META, LEASES_BUCKETS, decimal, of_type
+--- @include BUCKET_DIR, arg_int
 local n = arg_int(2, 1, MAX_PARTITIONS)
 -- A partition's meta never holds a count: one recorded there would say nothing.
 if string.find(P, '#', 1, true) then error('BADARG ARGV[1] must be a namespace, not a partition') end
-if #KEYS ~= 3 or KEYS[1] ~= P .. 'meta' or KEYS[2] ~= P .. 'leases' or KEYS[3] ~= P .. 'L/' then
+if #KEYS ~= 3 or KEYS[1] ~= META or KEYS[2] ~= LEASES
+    or KEYS[3] ~= P .. LEASES_BUCKETS .. BUCKET_DIR then
   error('BADARG KEYS must be the namespace meta, leases and L/ keys')
 end
 if not of_type(KEYS[1], 'hash') then return {CORRUPT, 'meta', 0, -1} end

@@ -8,15 +8,15 @@
 -- Reply    {OK, 1 when the watch was removed else 0} | {TOO_NEW, layout}
 -- Also touches, undeclared (same hash tag): P.."watch:"..run, P.."outbox".
 -- Its writes only remove (HDEL, ZREM: never refused for memory), of keys it read first.
---- @include OK, MAX_PARTITIONS, MAX_INT, P, int, arg_int, PARTITION, arg_text
---- @include decimal, of_type, check_layout, OUTBOX
+--- @include MAX_PARTITIONS, OK, P, OUTBOX, arg_text, int, decimal, of_type, WATCH_KEY
+--- @include arg_int, check_layout, PARTITION, MAX_INT
 local run = arg_text(2)
 local w = arg_int(3, 0, MAX_PARTITIONS - 1)
 local seq = arg_int(4, 1, MAX_INT)
 if not PARTITION then error('BADARG ARGV[1] must be the prefix of a partition, {ns#p}:') end
 local bad_layout = check_layout()
 if bad_layout then return bad_layout end
-local key = P .. 'watch:' .. run
+local key = P .. WATCH_KEY .. run
 if not of_type(key, 'hash') or redis.call('HSTRLEN', key, int(w)) > 16 then
   return {OK, 0, 0, -1}
 end

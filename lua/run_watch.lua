@@ -13,9 +13,9 @@
 --          when it is absent (read as revision 0) | {CORRUPT, field} | {TOO_NEW, layout}
 -- Also touches, undeclared (same hash tag): P.."r:"..run (read), P.."watch:"..run,
 -- P.."watch-seq" (the last watch number given).
---- @include CORRUPT, MAX_PARTITIONS, OK, P, int, decimal, arg_int, later, PARTITION
---- @include MAX_INT, arg_text, TYPES, of_type, commit, check_layout, deleted_rev
---- @include version_of, watchers, rewatch_all, set_aside
+--- @include CORRUPT, MAX_PARTITIONS, OK, P, WATCH_SEQ, arg_text, int, decimal, TYPES
+--- @include of_type, WATCH_KEY, arg_int, commit, check_layout, later, PARTITION
+--- @include version_of, watchers, rewatch_all, MAX_INT, deleted_rev, set_aside
 local run = arg_text(2)
 local all = ARGV[3] == '*' and arg_int(5, 2, MAX_PARTITIONS)
 local watcher = all and 0 or arg_int(3, 0, MAX_PARTITIONS - 1)
@@ -25,10 +25,10 @@ if not PARTITION then error('BADARG ARGV[1] must be the prefix of a partition, {
 local bad_layout = check_layout()
 if bad_layout then return bad_layout end
 if not deleted_rev() then return {CORRUPT, 'meta.deleted-rev', 0, -1} end
-local key = P .. 'watch:' .. run
+local key = P .. WATCH_KEY .. run
 -- A damaged watch key is set aside: every partition watches (rewatch_all).
 local ws = watchers(run) or rewatch_all(run)
-local counter = P .. 'watch-seq'
+local counter = WATCH_SEQ
 local last = 0
 if not of_type(counter, 'string') then
   set_aside('watch-seq', 'type')

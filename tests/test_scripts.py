@@ -327,15 +327,6 @@ def test_the_run_store_and_the_repository_name_their_keys_apart() -> None:
                 if a.startswith(b) or b.startswith(a)]
 
 
-#: The run scripts that still spell a key (`P .. 'watch:'`): left while another branch
-#: reworks their bodies and includes; each is to use the schema's name (WATCH_KEY...).
-SPELLED_KEYS = {
-    "run_delivered.lua": ["'outbox'", "'damaged:'"],
-    "run_heads.lua": ["'watch:'"],
-    "run_partitions.lua": ["'meta'", "'leases'", "'L/'"],
-    "run_unwatch.lua": ["'watch:'"],
-    "run_watch.lua": ["'watch:'", "'watch-seq'"],
-}
 
 
 def test_no_lua_file_spells_a_key_name() -> None:
@@ -348,7 +339,7 @@ def test_no_lua_file_spells_a_key_name() -> None:
                    if tok == "P" and toks[i + 1][1] == ".." and toks[i + 2][0] == "string"]
         if spelled:
             found[str(file.relative_to(LUA))] = spelled
-    assert found == SPELLED_KEYS
+    assert found == {}
 
 
 def test_a_lib_that_names_a_key_itself_does_not_build(tmp_path: Path) -> None:
