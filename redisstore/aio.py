@@ -549,6 +549,9 @@ class Mux:
         self._timer_at = _INF
         #: Whether the pool's connections are read by the multiplexer (None: none made yet).
         self.lean: bool | None = None
+        #: The loop's callbacks to run before it polls again (asyncio's own loop keeps
+        #: them there; None for another loop, whose calls always wait for the next turn).
+        self._ready: collections.deque[Any] | None = getattr(self.loop, "_ready", None)
 
     # -------------------------------------------------------------- calls
 
@@ -560,8 +563,12 @@ class Mux:
         future = self.loop.create_future()
         self._queue.append(_Entry(data, count, confirm, deadline, timeout, future))
         if not self._scheduled:
-            self._scheduled = True
-            self.loop.call_soon(self._flush)
+            if self.lean and self._ready is not None and not self._ready:
+                # Nothing else runs before the loop polls: no call could join this one.
+                self._flush()
+            else:
+                self._scheduled = True
+                self.loop.call_soon(self._flush)
         if deadline < self._timer_at:
             self._arm(deadline)
         return future
@@ -650,8 +657,15 @@ class Mux:
                 and (not self._connecting or stuck) \
                 and (pool._idle or pool._open < pool._max):
             self._start(self._connect())
-        elif busy:
-            self._arm(min(busy) + KICK_AFTER)
+        else:
+            self._kick_later(busy, now)
+
+    def _kick_later(self, busy: list[float], now: float) -> None:
+        """Look again when the next of the ``busy`` (since when) would count as stuck; one
+        stuck already changes nothing until a line frees, goes or a deadline passes."""
+        kicks = [since + KICK_AFTER for since in busy if since + KICK_AFTER > now]
+        if kicks:
+            self._arm(min(kicks))
 
     def _start(self, work: Any) -> None:
         task = self.loop.create_task(work)
@@ -719,6 +733,9 @@ class Mux:
     # -------------------------------------------------------------- deadlines
 
     def _arm(self, when: float) -> None:
+        """Have the timer fire by ``when`` (it keeps an earlier time)."""
+        if when >= self._timer_at:
+            return
         if self._timer is not None:
             self._timer.cancel()
         self._timer_at = when
@@ -775,7 +792,11 @@ class Mux:
                 else:
                     due = min(due, kick)
         if waiting and self._connecting:
-            due = min(due, max(now, self._connect_started + KICK_AFTER))
+            kick = self._connect_started + KICK_AFTER
+            if kick <= now:
+                self._schedule()
+            else:
+                due = min(due, kick)
         return due
 
     # -------------------------------------------------------------- the fallback
@@ -790,8 +811,8 @@ class Mux:
             task = self.loop.create_task(self._flush_all())
             self._tasks.add(task)
             task.add_done_callback(self._ended)
-        elif busy:
-            self._arm(min(busy) + KICK_AFTER)
+        else:
+            self._kick_later(busy, now)
 
     def _ended(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
