@@ -700,8 +700,8 @@ class Mux:
                 self._lines.append(line)
             conn = None
         except BaseException as exc:
-            if conn is not None:
-                pool.forget(conn)
+            if conn is not None:  # closed now, not by a task the loop's end may never run
+                await pool.discard(conn)
             if isinstance(exc, TimeoutError):  # the latest deadline passed
                 self._expire(_monotonic())
             elif isinstance(exc, Exception):
