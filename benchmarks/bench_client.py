@@ -29,7 +29,9 @@ of 1 task, each calling in a loop, interleaved over the rounds the same way:
   Hold(owner))``, each task the next revision of a run of its own, on another client;
 
 and the ratio of the store's median to the floor's, for ``--tasks`` tasks and for 1.
-``--calls`` calls per row and round, shared by the tasks.
+``--calls`` calls per row and round, shared by the tasks. ``CPU µs`` is this process's CPU
+time per call (the client's cost), ``server µs`` the server's per EVALSHA (``INFO
+commandstats``): a row the server's CPU bounds gains nothing from a cheaper client.
 
 The server is its own (``redis-server`` from PATH on a free loopback port, nothing on disk),
 or ``--port`` of a running loopback server (a fresh namespace, deleted at the end).
@@ -227,11 +229,23 @@ async def async_main(port: int, calls: int, tasks: int, rounds: int, shared: boo
             await store.compare_and_set(run, revs[run], RECORD, hold)
             revs[run] += 1
 
-    async def rate(step: Callable[[int, int], Awaitable[None]], width: int) -> float:
+    admin = redis.Redis(host="127.0.0.1", port=port)
+
+    def evalsha() -> tuple[int, int]:
+        stats = admin.info("commandstats").get("cmdstat_evalsha", {})
+        return int(stats.get("calls", 0)), int(stats.get("usec", 0))
+
+    async def rate(step: Callable[[int, int], Awaitable[None]], width: int
+                   ) -> tuple[float, float, float]:
+        """calls/s, this process's CPU µs per call, the server's µs per EVALSHA."""
         each = max(1, calls // width)
-        start = time.perf_counter()
+        before = evalsha()
+        start, cpu = time.perf_counter(), time.process_time()
         await asyncio.gather(*(step(each, i) for i in range(width)))
-        return each * width / (time.perf_counter() - start)
+        wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+        after = evalsha()
+        server = (after[1] - before[1]) / max(1, after[0] - before[0])
+        return each * width / wall, cpu / (each * width) * 1e6, server
 
     rows: dict[str, tuple[Callable[[int, int], Awaitable[None]], int]] = {
         f"redis.asyncio EVALSHA return 1, {tasks} tasks": (floor_task, tasks),
@@ -241,26 +255,32 @@ async def async_main(port: int, calls: int, tasks: int, rounds: int, shared: boo
     }
     for step, width in rows.values():  # warm up: connections made, scripts loaded
         await rate(step, width)
-    figures: dict[str, list[float]] = {name: [] for name in rows}
+    figures: dict[str, list[tuple[float, float, float]]] = {name: [] for name in rows}
     names = list(rows)
     for r in range(rounds):
         for name in names[r % len(names):] + names[:r % len(names)]:
             step, width = rows[name]
             figures[name].append(await rate(step, width))
     if shared:
-        drop_namespace(redis.Redis(host="127.0.0.1", port=port), namespace)
+        drop_namespace(admin, namespace)
+    admin.close()
     await store.aclose()
     await floor_client.aclose()
     await store_client.aclose()
 
-    print(f"{'row':42} {'calls/s':>8} {'spread':>17}")
+    print(f"{'row':42} {'calls/s':>8} {'spread':>17} {'CPU µs':>7} {'server µs':>9}")
     for name, values in figures.items():
-        print(f"{name:42} {statistics.median(values):8,.0f} "
-              f"{min(values):8,.0f}-{max(values):<8,.0f}")
+        ops = [v[0] for v in values]
+        print(f"{name:42} {statistics.median(ops):8,.0f} "
+              f"{min(ops):8,.0f}-{max(ops):<8,.0f} "
+              f"{statistics.median(v[1] for v in values):7.1f} "
+              f"{statistics.median(v[2] for v in values):9.1f}")
     for width in (tasks, 1):
         label = f"{width} task{'s' if width > 1 else ''}"
-        ours = statistics.median(figures[f"async store.compare_and_set, {label}"])
-        floor = statistics.median(figures[f"redis.asyncio EVALSHA return 1, {label}"])
+        ours = statistics.median(v[0] for v in figures[
+            f"async store.compare_and_set, {label}"])
+        floor = statistics.median(v[0] for v in figures[
+            f"redis.asyncio EVALSHA return 1, {label}"])
         print(f"ratio, {label}: store / floor = {ours / floor:.2f}")
 
 
