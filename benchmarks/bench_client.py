@@ -2,6 +2,7 @@
 script sent over a raw socket, through redis-py, and the ``EVALSHA return 1`` floor.
 
     python benchmarks/bench_client.py [--calls 3000] [--rounds 5] [--port N]
+    python benchmarks/bench_client.py --async [--calls 20000] [--tasks 64] [--rounds 5]
 
 Rows, each one call after the other on one thread (µs per call, wall time):
 
@@ -19,6 +20,19 @@ the table gives the median over ``--rounds`` and the spread (min-max). ``beyond 
 row's median minus the raw compare_and_set's: the client's own Python. A cProfile of
 ``store.compare_and_set`` follows (functions by cumulative time, calls per call).
 
+With ``--async``, the asyncio shell instead: throughput (calls/s) of ``--tasks`` tasks and
+of 1 task, each calling in a loop, interleaved over the rounds the same way:
+
+- ``redis.asyncio EVALSHA return 1``: each task ``await client.evalsha(sha, 0)`` of
+  ``return 1`` on a ``redis.asyncio.Redis`` (its own pool: a connection per task): the floor;
+- ``async store.compare_and_set``: ``AsyncRedisRunStore.compare_and_set(run, rev, record,
+  Hold(owner))``, each task the next revision of a run of its own, on another client;
+
+and the ratio of the store's median to the floor's, for ``--tasks`` tasks and for 1.
+``--calls`` calls per row and round, shared by the tasks. ``CPU µs`` is this process's CPU
+time per call (the client's cost), ``server µs`` the server's per EVALSHA (``INFO
+commandstats``): a row the server's CPU bounds gains nothing from a cheaper client.
+
 The server is its own (``redis-server`` from PATH on a free loopback port, nothing on disk),
 or ``--port`` of a running loopback server (a fresh namespace, deleted at the end).
 """
@@ -26,6 +40,7 @@ or ``--port`` of a running loopback server (a fresh namespace, deleted at the en
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import cProfile
 import io
@@ -34,13 +49,14 @@ import socket
 import statistics
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 
 import hiredis
 import redis
+import redis.asyncio
 from common import check_loopback, drop_namespace, own_server, server_binary
 
-from redisstore import Claim, Hold, RedisRunStore, scripts
+from redisstore import AsyncRedisRunStore, Claim, Hold, RedisRunStore, scripts
 from redisstore.runops import RunOps
 
 RECORD = b"x" * 128
@@ -99,7 +115,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--port", type=int, default=None)
     parser.add_argument("--profile-calls", type=int, default=3000)
+    parser.add_argument("--async", dest="asyncio", action="store_true",
+                        help="the asyncio shell: throughput of many tasks and of one")
+    parser.add_argument("--tasks", type=int, default=64)
     args = parser.parse_args(argv)
+    if args.asyncio:
+        with server(args.port) as port:
+            asyncio.run(async_main(port, args.calls if args.calls != 3000 else 20000,
+                                   args.tasks, args.rounds, args.port is not None))
+        return
     namespace = f"bench-client-{uuid.uuid4().hex[:8]}"
     with server(args.port) as port:
         client = redis.Redis(host="127.0.0.1", port=port)
@@ -182,6 +206,82 @@ def main(argv: list[str] | None = None) -> None:
     lines = out.getvalue().splitlines()
     start = next(i for i, line in enumerate(lines) if "ncalls" in line)
     print("\n".join(line for line in lines[start:] if line))
+
+
+async def async_main(port: int, calls: int, tasks: int, rounds: int, shared: bool) -> None:
+    """The --async rows (see the module)."""
+    namespace = f"bench-client-{uuid.uuid4().hex[:8]}"
+    floor_client = redis.asyncio.Redis(host="127.0.0.1", port=port)
+    store_client = redis.asyncio.Redis(host="127.0.0.1", port=port)
+    store = AsyncRedisRunStore(store_client, namespace=namespace)
+    hold = Hold(OWNER)
+    sha = await floor_client.script_load("return 1")
+    revs = {f"run-{i}": await store.insert(f"run-{i}", RECORD, Claim(OWNER, 10**8))
+            for i in range(tasks)}
+
+    async def floor_task(n: int, _: int) -> None:
+        for _ in range(n):
+            await floor_client.evalsha(sha, 0)  # type: ignore[misc]
+
+    async def store_task(n: int, i: int) -> None:
+        run = f"run-{i}"
+        for _ in range(n):
+            await store.compare_and_set(run, revs[run], RECORD, hold)
+            revs[run] += 1
+
+    admin = redis.Redis(host="127.0.0.1", port=port)
+
+    def evalsha() -> tuple[int, int]:
+        stats = admin.info("commandstats").get("cmdstat_evalsha", {})
+        return int(stats.get("calls", 0)), int(stats.get("usec", 0))
+
+    async def rate(step: Callable[[int, int], Awaitable[None]], width: int
+                   ) -> tuple[float, float, float]:
+        """calls/s, this process's CPU µs per call, the server's µs per EVALSHA."""
+        each = max(1, calls // width)
+        before = evalsha()
+        start, cpu = time.perf_counter(), time.process_time()
+        await asyncio.gather(*(step(each, i) for i in range(width)))
+        wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+        after = evalsha()
+        server = (after[1] - before[1]) / max(1, after[0] - before[0])
+        return each * width / wall, cpu / (each * width) * 1e6, server
+
+    rows: dict[str, tuple[Callable[[int, int], Awaitable[None]], int]] = {
+        f"redis.asyncio EVALSHA return 1, {tasks} tasks": (floor_task, tasks),
+        f"async store.compare_and_set, {tasks} tasks": (store_task, tasks),
+        "redis.asyncio EVALSHA return 1, 1 task": (floor_task, 1),
+        "async store.compare_and_set, 1 task": (store_task, 1),
+    }
+    for step, width in rows.values():  # warm up: connections made, scripts loaded
+        await rate(step, width)
+    figures: dict[str, list[tuple[float, float, float]]] = {name: [] for name in rows}
+    names = list(rows)
+    for r in range(rounds):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            step, width = rows[name]
+            figures[name].append(await rate(step, width))
+    if shared:
+        drop_namespace(admin, namespace)
+    admin.close()
+    await store.aclose()
+    await floor_client.aclose()
+    await store_client.aclose()
+
+    print(f"{'row':42} {'calls/s':>8} {'spread':>17} {'CPU µs':>7} {'server µs':>9}")
+    for name, values in figures.items():
+        ops = [v[0] for v in values]
+        print(f"{name:42} {statistics.median(ops):8,.0f} "
+              f"{min(ops):8,.0f}-{max(ops):<8,.0f} "
+              f"{statistics.median(v[1] for v in values):7.1f} "
+              f"{statistics.median(v[2] for v in values):9.1f}")
+    for width in (tasks, 1):
+        label = f"{width} task{'s' if width > 1 else ''}"
+        ours = statistics.median(v[0] for v in figures[
+            f"async store.compare_and_set, {label}"])
+        floor = statistics.median(v[0] for v in figures[
+            f"redis.asyncio EVALSHA return 1, {label}"])
+        print(f"ratio, {label}: store / floor = {ours / floor:.2f}")
 
 
 if __name__ == "__main__":

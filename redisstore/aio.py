@@ -22,6 +22,7 @@ import asyncio
 import collections
 import contextlib
 import copy
+import logging
 import select
 import time
 import weakref
@@ -30,6 +31,7 @@ from datetime import datetime
 from typing import Any, Literal, TypeVar, overload
 
 from . import telemetry, wakeups
+from .errors import StoreError, Unavailable
 from .outcomes import ErrorReply, Exchange, Lost, Reply
 from .partitioned_repository import PartitionedRepositoryOps, repository_ops
 from .partitions import PartitionedOps, run_ops
@@ -40,7 +42,6 @@ from .pipeline import (
     Pipelined,
     Spreading,
     Suspects,
-    batch_size,
     patience,
     straggled,
 )
@@ -51,9 +52,11 @@ from .protocol import (
     Machine,
     Operation,
     PerNode,
+    Settled,
     Shell,
     Spread,
     check_io,
+    settle,
 )
 from .repository import MAX_PAGE, InFlightPage, InstanceRecord, Logger, RepositoryOps
 from .runops import RunOps
@@ -67,6 +70,7 @@ from .runs import (
     Migrated,
     Quarantined,
 )
+from .transport import _MORE, _pack_one, _replies, lean_error
 from .wakeups import LoopDriver, Nodes, Wakeups, check_block
 from .wire import (
     RELEARNING,
@@ -81,14 +85,24 @@ from .wire import (
     next_hop,
     no_node,
     node_name,
-    pack,
     pushed,
     relearn_after,
     subscribe_failed,
 )
 
+try:
+    from hiredis import Reader as _Reader
+    from hiredis import ReplyError as _ReplyError
+except ImportError:  # pragma: no cover - hiredis comes with redis[hiredis]
+    _Reader = _ReplyError = None  # type: ignore[assignment,misc]
+try:
+    from hiredis import PushNotification as _Push
+except ImportError:  # pragma: no cover - hiredis < 3.2: RESP3 is read by its own methods
+    _Push = None  # type: ignore[assignment,misc]
+
 T = TypeVar("T")
 S = TypeVar("S", bound="_Closes")
+log = logging.getLogger("redisstore.protocol")
 
 
 class _NoRetry:
@@ -159,12 +173,38 @@ class AsyncPool(Connections):
         with contextlib.suppress(Exception):
             await conn.disconnect(nowait=True)
 
+    def forget(self, conn: Any) -> None:
+        """:meth:`discard` from a callback (or a task being cancelled): the connection's
+        own ``disconnect`` runs in a task of its own."""
+        self._open -= 1
+        self._wake()
+        _background(_quietly(conn.disconnect(nowait=True)))
+
     def _wake(self) -> None:
         async def notify() -> None:
             async with self._freed:
                 self._freed.notify()
         if self._freed._waiters:
             asyncio.get_running_loop().create_task(notify())
+
+
+_BACKGROUND: set[asyncio.Task[Any]] = set()
+
+
+def _background(work: Any) -> None:
+    """Run ``work`` in a task kept until it ends (none when the loop is gone)."""
+    try:
+        task = asyncio.get_running_loop().create_task(work)
+    except RuntimeError:
+        work.close()
+        return
+    _BACKGROUND.add(task)
+    task.add_done_callback(_BACKGROUND.discard)
+
+
+async def _quietly(work: Any) -> None:
+    with contextlib.suppress(Exception):
+        await work
 
 
 _CHECKS: weakref.WeakKeyDictionary[Any, set[str]] = weakref.WeakKeyDictionary()
@@ -208,142 +248,442 @@ async def _stale(conn: Any) -> bool:
         return True
 
 
-class _Waiter:
-    """One call's batch in the multiplexer: sent, dropped (its caller gave up before it was
-    sent: it never will be), and the replies read so far."""
+def _neutral(reply: Any) -> Reply | ErrorReply:
+    """A reply as a line read it (a ``hiredis.Reader``'s, or already neutral on the
+    fallback) as a neutral value."""
+    kind = type(reply)
+    if kind is Reply or kind is ErrorReply:
+        return reply  # type: ignore[no-any-return]
+    return lean_error(str(reply)) if kind is _ReplyError else Reply(reply)
 
-    __slots__ = ("batch", "deadline", "dropped", "future", "replies", "sent")
 
-    def __init__(self, batch: Batch, deadline: float, future: asyncio.Future[Exchange]) -> None:
-        self.batch = batch
+class _Entry:
+    """One call's commands in the multiplexer: ``data`` (packed) expecting ``base``
+    replies, then maybe its durability confirmation (``confirm``, packed), which a write
+    shares with the other writes of its flush that end with the same one.
+
+    Its ``future`` gets the replies as a line read them: a list (a lean line's, as hiredis
+    parsed them, error replies as ``hiredis.ReplyError``), or an :class:`Exchange` (the
+    fallback's, a lost exchange, a deadline). ``sent``: written (never again)."""
+
+    __slots__ = ("base", "confirm", "count", "data", "deadline", "future", "replies", "sent",
+                 "shared", "timeout")
+
+    def __init__(self, data: bytes, base: int, confirm: bytes | None, deadline: float,
+                 timeout: int, future: asyncio.Future[Any]) -> None:
+        self.data = data
+        self.base = base
+        self.confirm = confirm
         self.deadline = deadline
+        self.timeout = timeout
         self.future = future
+        #: The replies this write expects on its line (base, plus its own confirmation).
+        self.count = base
         self.sent = False
-        self.dropped = False
-        self.replies: list[Reply | ErrorReply] = []
+        self.replies: list[Any] = []
+        #: The confirmation it shares with the other writes of its flush.
+        self.shared: _Confirmation | None = None
 
-    def answer(self, got: Exchange) -> None:
+    def read(self, reply: Any, raw: bool) -> bool:
+        """One more of its replies; True when it has all of its own."""
+        replies = self.replies
+        replies.append(reply)
+        if len(replies) < self.count:
+            return False
+        if self.shared is None:
+            self.settle(raw)
+        return True
+
+    def settle(self, raw: bool) -> None:
+        future = self.future
+        if not future.done():
+            future.set_result(self.replies if raw else Exchange(tuple(self.replies)))
+
+    def fail(self, lost: Lost) -> None:
+        """Answer what became of it (nothing, when its caller gave up already)."""
         if not self.future.done():
-            self.future.set_result(got)
+            self.future.set_result(Exchange(tuple(map(_neutral, self.replies)), lost))
+
+    def members(self) -> tuple[_Entry, ...]:
+        return (self,)
 
 
-#: A call queued behind busy flushers, one of which has been on its flush this long (s),
-#: gets one more flusher, up to MAX_FLUSHES: a flush stuck on a hung connection holds only
+class _Confirmation:
+    """The one ``WAIT`` / ``WAITAOF`` sent after the writes of a flush that each end with
+    it: its reply is each one's confirmation (it counts every write sent before it on the
+    connection)."""
+
+    __slots__ = ("count", "deadline", "sent", "writes")
+
+    def __init__(self, writes: list[_Entry]) -> None:
+        self.writes = writes
+        self.count = 1
+        self.sent = True
+        self.deadline = max(w.deadline for w in writes)
+        for write in writes:
+            write.shared = self
+
+    def read(self, reply: Any, raw: bool) -> bool:
+        for write in self.writes:
+            write.replies.append(reply)
+            write.settle(raw)
+        return True
+
+    def fail(self, lost: Lost) -> None:
+        for write in self.writes:
+            write.fail(lost)
+
+    def members(self) -> list[_Entry]:
+        return self.writes
+
+
+def _compose(take: list[_Entry]) -> tuple[list[_Entry | _Confirmation], bytes]:
+    """The calls of one flush as what a line waits for, in order, and the bytes to write:
+    each call's commands, its durability confirmation after it, or, when two or more writes
+    end with the same one, that one once after all of them."""
+    items: list[_Entry | _Confirmation] = list(take)
+    confirms = [entry for entry in take if entry.confirm is not None]
+    share = len(confirms) > 1 and all(e.confirm == confirms[0].confirm for e in confirms)
+    chunks: list[bytes] = []
+    for entry in take:
+        entry.sent = True
+        chunks.append(entry.data)
+        if entry.confirm is not None and not share:
+            chunks.append(entry.confirm)
+            entry.count = entry.base + 1
+    if share:
+        chunks.append(confirms[0].confirm)  # type: ignore[arg-type]
+        items.append(_Confirmation(confirms))
+    return items, chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+class _Line:
+    """What a connection of the multiplexer has in flight: the calls of its one write, in
+    the order their replies come, and when it wrote and last heard from the server
+    (``time.monotonic``)."""
+
+    #: The client's ``socket_timeout``: how long a line may wait for data (None: no limit).
+    own: float | None = None
+
+    def __init__(self) -> None:
+        self.pending: collections.deque[_Entry | _Confirmation] = collections.deque()
+        self.written = 0.0
+        self.heard = 0.0
+
+
+def _dead(timeout: int, sent: bool) -> Lost:
+    return Lost(sent, f"deadline of {timeout} ms exceeded", True)
+
+
+class _LeanLine(_Line, asyncio.Protocol):
+    """A connection of the store's pool, connected and handshaken by its own class (TLS,
+    credentials, protocol, name), whose transport the multiplexer then reads itself: the
+    line is the transport's protocol, each write one ``transport.write`` of the calls
+    packed by hiredis, each chunk read fed to a ``hiredis.Reader`` of its own, and each
+    reply handed to its call, in order, as it is parsed (no task reads it).
+
+    Its connection's own stream reader learns only that it was closed (so the connection
+    closes as usual). A line is never written to while it waits for replies, so a hung
+    connection holds the calls of one write only."""
+
+    def __init__(self, mux: Mux, conn: Any, transport: asyncio.Transport,
+                 stream: asyncio.BaseProtocol, fd: int) -> None:
+        super().__init__()
+        self.mux = mux
+        self.conn = conn
+        self.transport = transport
+        self.stream = stream
+        self.reader = _Reader(notEnoughData=_MORE)
+        self.poller = select.poll()
+        self.poller.register(fd, select.POLLIN | select.POLLPRI)
+        own = getattr(conn, "socket_timeout", None)
+        self.own = float(own) if own else None
+        #: No more writes: it is being closed, or retires once its replies are read.
+        self.closing = False
+        #: Why the store closed it (reason, timed_out), for the calls still waiting.
+        self.why: tuple[str, bool] | None = None
+        self.closed: asyncio.Future[None] = mux.loop.create_future()
+
+    @staticmethod
+    def take_over(mux: Mux, conn: Any) -> _LeanLine | None:
+        """The line of a connection just connected, or None when its transport cannot be
+        read this way (fakeredis, no hiredis, RESP3 without hiredis' push type, no poll)."""
+        reader, writer = getattr(conn, "_reader", None), getattr(conn, "_writer", None)
+        if _Reader is None or not hasattr(select, "poll") \
+                or (_Push is None and str(getattr(conn, "protocol", 2) or 2) != "2") \
+                or not isinstance(reader, asyncio.StreamReader) \
+                or not isinstance(writer, asyncio.StreamWriter) \
+                or len(getattr(reader, "_buffer", b"")):
+            return None
+        transport = writer.transport
+        sock = transport.get_extra_info("socket")
+        if sock is None or transport.is_closing() or not isinstance(transport,
+                                                                    asyncio.Transport):
+            return None
+        line = _LeanLine(mux, conn, transport, transport.get_protocol(), sock.fileno())
+        transport.set_protocol(line)
+        return line
+
+    def usable(self) -> bool:
+        """Whether this idle line can take a write: nothing waits in its socket (data: a
+        stray reply; EOF: the server closed it, which the loop may not have read yet), so a
+        connection the server dropped costs a reconnect, not a write of unknown outcome."""
+        if self.closing:
+            return False
+        try:
+            if not self.poller.poll(0):
+                return True
+        except (OSError, ValueError):
+            pass
+        self.abort("the idle connection was closed or has data waiting")
+        return False
+
+    def write(self, items: list[_Entry | _Confirmation], data: bytes) -> None:
+        self.pending.extend(items)
+        self.written = _monotonic()
+        self.transport.write(data)
+
+    def data_received(self, data: bytes) -> None:
+        self.heard = _monotonic()
+        reader, pending = self.reader, self.pending
+        reader.feed(data)
+        try:
+            while (reply := reader.gets()) is not _MORE:
+                if type(reply) is _Push:
+                    # RESP3 push (a maintenance notification): the connection's own parser
+                    # is not reading; the line retires once its calls are answered.
+                    self.closing = True
+                    continue
+                if not pending:
+                    self.abort("a reply that no call waits for")
+                    return
+                if pending[0].read(reply, True):
+                    pending.popleft()
+        except Exception as exc:  # hiredis.ProtocolError: the stream is unreadable
+            self.abort(describe(exc))
+            return
+        if not pending:
+            self.mux.freed(self)
+
+    def eof_received(self) -> bool | None:
+        return None  # the transport closes itself: connection_lost follows
+
+    def abort(self, reason: str, timed_out: bool = False) -> None:
+        """Close it now: its calls still waiting are told ``reason``."""
+        if self.why is None:
+            self.why = (reason, timed_out)
+        self.closing = True
+        self.transport.abort()
+
+    def close(self) -> None:
+        """Close it once what it wrote has gone (it waits for nothing)."""
+        self.closing = True
+        self.transport.close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        reason, timed_out = self.why or (describe(exc) if exc is not None else
+                                         "ConnectionError: Connection closed by server.",
+                                         False)
+        self.closing = True
+        pending, self.pending = self.pending, collections.deque()
+        lost = Lost(True, reason, timed_out)
+        for item in pending:
+            item.fail(lost)
+        self.mux.gone(self)
+        with contextlib.suppress(Exception):
+            self.stream.connection_lost(exc)  # the connection's own reader: closed
+        if not self.closed.done():
+            self.closed.set_result(None)
+
+
+#: A call queued behind busy lines, one of which has waited this long (s) for its replies,
+#: gets one more line, up to MAX_FLUSHES: a write stuck on a hung connection holds only
 #: its own calls.
 KICK_AFTER = 0.25
 MAX_FLUSHES = 32
+_monotonic = time.monotonic
+_INF = float("inf")
 
 
 class Mux:
-    """Auto-pipelining for one client pool on one event loop: the batches of concurrent
-    calls are coalesced into one write on one connection, and their replies read in order.
+    """Auto-pipelining for one client pool on one event loop: the calls of concurrent
+    tasks queued in one iteration of the loop are written in one write on one connection,
+    and their replies handed to each, in order.
 
-    A call queues its batch and waits for its own :class:`Exchange`. A flusher takes every
-    batch queued (at most MAX_ROUND_CALLS calls and MAX_ROUND_BYTES of arguments), sends
-    them in one write and hands each its replies; at most ``flushes`` flushers run at once,
-    each on one connection of the store's pool, so any number of tasks needs a few
-    connections. Every rule of one call holds:
+    A call queues its packed commands (:meth:`send`) and awaits its own future. A flush,
+    scheduled once per loop iteration, writes every call queued (at most MAX_ROUND_CALLS
+    calls and MAX_ROUND_BYTES a write) on a connection with nothing in flight; up to
+    ``flushes`` connections of the store's pool are made for that, more (up to
+    MAX_FLUSHES) only while one has waited KICK_AFTER for its replies. A connection made
+    by its own class is then read by the multiplexer (:class:`_LeanLine`); one that
+    cannot be (fakeredis) is written and read through its own methods by flusher tasks,
+    as before. Every rule of one call holds:
 
-    - a batch goes out once; a call that gives up (its deadline, a cancel) before its batch
-      was sent is never sent (``not_applied``); after, its reply is read and dropped (the
-      write's outcome is unknown), and the connection stays in use;
+    - a call goes out once; a call whose caller gave up (its deadline, a cancel) before
+      its flush was written is never sent (``not_applied``); after, its reply is still read
+      and dropped (the write's outcome is unknown), and the connection stays in use;
     - a connection lost mid-flush: a call whose replies were all read has its answer; the
       others of that write get a lost exchange that says it was sent (a write: unknown);
-      one lost before anything was written says nothing was sent;
-    - a flush is bounded by the latest deadline of its calls; each call by its own.
+      calls not written yet are written on another connection;
+    - each call keeps its own deadline: one timer for the multiplexer, armed at the
+      earliest deadline of the calls it holds, answers a call whose deadline passed and
+      drops a connection once every call it waits for is past its deadline (or the client's
+      ``socket_timeout`` passed with no data).
     """
 
     def __init__(self, pool: AsyncPool, flushes: int = 4) -> None:
         self.pool = pool
-        self._queue: collections.deque[_Waiter] = collections.deque()
+        self.loop = asyncio.get_running_loop()
         self._max = flushes
+        self._queue: collections.deque[_Entry] = collections.deque()
+        #: The connections read by the multiplexer, connected.
+        self._lines: list[_LeanLine] = []
+        #: The fallback's flushes in flight (flusher tasks on connections read by their
+        #: own methods).
+        self._flushing: set[_Line] = set()
         self._tasks: set[asyncio.Task[None]] = set()
-        #: When each flush in flight started (loop time), by flush.
-        self._flushes: dict[int, float] = {}
-        self._kicking = False  # a _kick is due
+        self._connecting = 0
+        self._connect_started = 0.0
+        self._scheduled = False
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = _INF
+        #: Whether the pool's connections are read by the multiplexer (None: none made yet).
+        self.lean: bool | None = None
+        #: The loop's callbacks to run before it polls again (asyncio's own loop keeps
+        #: them there; None for another loop, whose calls always wait for the next turn).
+        self._ready: collections.deque[Any] | None = getattr(self.loop, "_ready", None)
 
-    def _start(self, limit: int) -> None:
-        """Start a flusher if fewer than ``limit`` run. A flusher counts while its task
-        lives, so one cancelled (a shutdown that cancels every task) frees its place."""
-        if len(self._tasks) < limit:
-            task = asyncio.get_running_loop().create_task(self._flush_all())
-            self._tasks.add(task)
-            task.add_done_callback(self._ended)
+    # -------------------------------------------------------------- calls
 
-    def _ended(self, task: asyncio.Task[None]) -> None:
-        self._tasks.discard(task)
-        if any(not w.dropped for w in self._queue) and not task.get_loop().is_closed():
-            self._start(self._max)  # calls still queued: someone must send them
-
-    def _kick(self) -> None:
-        """A call waited behind busy flushers: if one of them has been on its flush for
-        KICK_AFTER already (stuck on a hung connection, most likely: a flush under load
-        takes milliseconds), let one more flusher take the queue, on another connection."""
-        self._kicking = False
-        if not any(not w.dropped for w in self._queue):
-            return
-        loop = asyncio.get_running_loop()
-        if any(loop.time() - since >= KICK_AFTER for since in self._flushes.values()):
-            self._start(MAX_FLUSHES)
-        else:
-            self._arm()  # look again while calls wait
-
-    def _arm(self) -> None:
-        if not self._kicking:
-            self._kicking = True
-            asyncio.get_running_loop().call_later(KICK_AFTER / 2, self._kick)
+    def send(self, data: bytes, count: int, deadline: float, timeout: int,
+             confirm: bytes | None = None) -> asyncio.Future[Any]:
+        """Queue ``data`` (``count`` commands packed) for the next flush; the future gets
+        what came back (see :class:`_Entry`). ``timeout``: the caller's, in ms, for the
+        reason of a deadline that passed."""
+        future = self.loop.create_future()
+        self._queue.append(_Entry(data, count, confirm, deadline, timeout, future))
+        if not self._scheduled:
+            if self.lean and self._ready is not None and not self._ready:
+                # Nothing else runs before the loop polls: no call could join this one.
+                self._flush()
+            else:
+                self._scheduled = True
+                self.loop.call_soon(self._flush)
+        if deadline < self._timer_at:
+            self._arm(deadline)
+        return future
 
     async def exchange(self, batch: Batch, deadline: float, timeout: int) -> Exchange:
         """Send ``batch`` with the next flush; what came back for it."""
-        loop = asyncio.get_running_loop()
-        waiter = _Waiter(batch, deadline, loop.create_future())
-        self._queue.append(waiter)
-        if len(self._tasks) < self._max:
-            self._start(self._max)
+        commands = batch.commands
+        confirm = None
+        if batch.write and len(commands) > 1 and commands[-1][0] in (b"WAIT", b"WAITAOF"):
+            confirm = _pack_one(commands[-1])
+            commands = commands[:-1]
+        data = b"".join([_pack_one(command) for command in commands])
+        got = await self.send(data, len(commands), deadline, timeout, confirm)
+        return got if type(got) is Exchange else Exchange(_replies(got))
+
+    async def aclose(self) -> None:
+        """Close the idle connections now, the busy ones once their replies are read."""
+        closed = []
+        for line in list(self._lines):
+            if line.pending:
+                line.closing = True
+            else:
+                line.close()
+                closed.append(line.closed)
+        await self.pool.aclose()
+        if closed:
+            await asyncio.gather(*closed)
+
+    # -------------------------------------------------------------- flushing
+
+    def _schedule(self) -> None:
+        if not self._scheduled and self._live():
+            self._scheduled = True
+            self.loop.call_soon(self._flush)
+
+    def _live(self) -> bool:
+        """Whether a queued call still waits (and drop the ones that do not, at its head)."""
+        queue = self._queue
+        while queue and queue[0].future.done():
+            queue.popleft()  # cancelled or past its deadline: never sent
+        return bool(queue)
+
+    def _flush(self) -> None:
+        self._scheduled = False
+        if not self._live():
+            return
+        if self.lean is False:
+            self._fallback()
+            return
+        for line in self._lines:
+            if not line.pending and line.usable():
+                self._write(line)
+                if not self._live():
+                    return
+        self._grow()
+
+    def _write(self, line: _LeanLine) -> None:
+        take: list[_Entry] = []
+        size = 0
+        queue = self._queue
+        while queue and len(take) < MAX_ROUND_CALLS:
+            entry = queue[0]
+            if entry.future.done():
+                queue.popleft()
+                continue
+            size += len(entry.data)
+            if take and size > MAX_ROUND_BYTES:
+                break
+            take.append(queue.popleft())
+        items, data = _compose(take)
+        line.write(items, data)
+        if line.own is not None and line.written + line.own < self._timer_at:
+            self._arm(line.written + line.own)
+
+    def _grow(self) -> None:
+        """No line is free for the queued calls: connect one more when fewer than
+        ``flushes`` are (up to MAX_FLUSHES while one is stuck) and the pool has room; else
+        look again when a busy one would count as stuck."""
+        now = _monotonic()
+        busy = [line.written for line in self._lines if line.pending]
+        if self._connecting:
+            busy.append(self._connect_started)
+        stuck = any(now - since >= KICK_AFTER for since in busy)
+        pool = self.pool
+        if len(self._lines) + self._connecting < (MAX_FLUSHES if stuck else self._max) \
+                and (not self._connecting or stuck) \
+                and (pool._idle or pool._open < pool._max):
+            self._start(self._connect())
         else:
-            self._arm()
-        try:
-            async with asyncio.timeout_at(_loop_deadline(deadline)):
-                return await asyncio.shield(waiter.future)
-        except TimeoutError:
-            if waiter.future.done():
-                return waiter.future.result()
-            waiter.dropped = True
-            return Exchange(tuple(waiter.replies), Lost(waiter.sent,
-                                                        f"deadline of {timeout} ms exceeded",
-                                                        True))
-        except asyncio.CancelledError:
-            waiter.dropped = True  # not sent: never will be; sent: its reply is dropped
-            raise
+            self._kick_later(busy, now)
 
-    async def _flush_all(self) -> None:
-        while self._queue:
-            take: list[_Waiter] = []
-            size = 0
-            while self._queue and len(take) < MAX_ROUND_CALLS:
-                waiter = self._queue[0]
-                if waiter.dropped:
-                    self._queue.popleft()
-                    continue
-                size += batch_size(waiter.batch)
-                if take and size > MAX_ROUND_BYTES:
-                    break
-                take.append(self._queue.popleft())
-            if take:
-                await self._flush(take)
+    def _kick_later(self, busy: list[float], now: float) -> None:
+        """Look again when the next of the ``busy`` (since when) would count as stuck; one
+        stuck already changes nothing until a line frees, goes or a deadline passes."""
+        kicks = [since + KICK_AFTER for since in busy if since + KICK_AFTER > now]
+        if kicks:
+            self._arm(min(kicks))
 
-    async def _flush(self, take: list[_Waiter]) -> None:
-        self._flushes[id(take)] = asyncio.get_running_loop().time()
-        try:
-            await self._flush_on_a_connection(take)
-        finally:
-            del self._flushes[id(take)]
+    def _start(self, work: Any) -> None:
+        task = self.loop.create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
-    async def _flush_on_a_connection(self, take: list[_Waiter]) -> None:
+    async def _connect(self) -> None:
+        """One more line for the queued calls, within the latest of their deadlines. A
+        connection that cannot be read by the multiplexer turns it to the fallback."""
+        self._connecting += 1
+        self._connect_started = _monotonic()
         pool = self.pool
         conn: Any = None
         try:
-            async with asyncio.timeout_at(_loop_deadline(max(w.deadline for w in take))):
+            if not self._live():
+                return
+            until = max(entry.deadline for entry in self._queue)
+            async with asyncio.timeout(until - _monotonic()):
                 conn, fresh = await pool.acquire()
                 if not fresh and await _stale(conn):
                     stale, conn = conn, None
@@ -351,30 +691,179 @@ class Mux:
                     conn, fresh = await pool.acquire()
                 if fresh:
                     await conn.connect()
-                live = [w for w in take if not w.dropped]  # gave up waiting: never sent
+            line = None if self.lean is False else _LeanLine.take_over(self, conn)
+            if line is None:
+                self.lean = False
+                pool.release(conn)
+            else:
+                self.lean = True
+                self._lines.append(line)
+            conn = None
+        except BaseException as exc:
+            if conn is not None:  # closed now, not by a task the loop's end may never run
+                await pool.discard(conn)
+            if isinstance(exc, TimeoutError):  # the latest deadline passed
+                self._expire(_monotonic())
+            elif isinstance(exc, Exception):
+                # Nothing could be sent: each call waiting for a connection learns why.
+                lost = Lost(False, describe(exc), False,
+                            error_reply(exc).code if is_error_reply(exc) else None)
+                for entry in self._queue:
+                    entry.fail(lost)
+            else:
+                raise
+        finally:
+            self._connecting -= 1
+            self._schedule()
+
+    def freed(self, line: _LeanLine) -> None:
+        """Every call of ``line``'s write has its replies."""
+        if line.closing:
+            line.close()
+        elif self._queue:
+            self._schedule()
+
+    def gone(self, line: _LeanLine) -> None:
+        """``line``'s connection closed."""
+        with contextlib.suppress(ValueError):
+            self._lines.remove(line)
+        self.pool.forget(line.conn)
+        self._schedule()
+
+    # -------------------------------------------------------------- deadlines
+
+    def _arm(self, when: float) -> None:
+        """Have the timer fire by ``when`` (it keeps an earlier time)."""
+        if when >= self._timer_at:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer_at = when
+        self._timer = self.loop.call_later(max(0.0, when - _monotonic()), self._tick)
+
+    def _tick(self) -> None:
+        self._timer = None
+        self._timer_at = _INF
+        now = _monotonic()
+        due = self._expire(now)
+        if due < _INF:
+            self._arm(due)
+
+    def _expire(self, now: float) -> float:
+        """Answer each call whose deadline passed; drop a line every call of which is past
+        its deadline, or that heard nothing for the client's ``socket_timeout``; a queued
+        call behind a stuck line gets another. When to look next."""
+        due = _INF
+        waiting = False
+        for entry in self._queue:
+            if entry.future.done():
+                continue
+            if entry.deadline <= now:
+                entry.fail(_dead(entry.timeout, False))
+            else:
+                waiting = True
+                due = min(due, entry.deadline)
+        lines: list[_Line] = [*self._lines, *self._flushing]
+        for line in lines:
+            if not line.pending:
+                continue
+            latest = 0.0
+            for item in line.pending:
+                for entry in item.members():
+                    latest = max(latest, entry.deadline)
+                    if entry.deadline <= now:
+                        entry.fail(_dead(entry.timeout, entry.sent))
+                    else:
+                        due = min(due, entry.deadline)
+            if type(line) is _LeanLine:
+                if latest <= now:  # every reply it waits for is late: it is hung
+                    line.abort("the flush's deadline passed", True)
+                    continue
+                if line.own is not None:
+                    quiet = max(line.written, line.heard) + line.own
+                    if quiet <= now:
+                        line.abort("TimeoutError: Timeout reading from socket")
+                        continue
+                    due = min(due, quiet)
+            if waiting:
+                kick = line.written + KICK_AFTER
+                if kick <= now:
+                    self._schedule()
+                else:
+                    due = min(due, kick)
+        if waiting and self._connecting:
+            kick = self._connect_started + KICK_AFTER
+            if kick <= now:
+                self._schedule()
+            else:
+                due = min(due, kick)
+        return due
+
+    # -------------------------------------------------------------- the fallback
+
+    def _fallback(self) -> None:
+        """Flusher tasks, each on a connection read by its own methods: at most
+        ``flushes`` (MAX_FLUSHES while one has run KICK_AFTER)."""
+        now = _monotonic()
+        busy = [line.written for line in self._flushing]
+        stuck = any(now - since >= KICK_AFTER for since in busy)
+        if len(self._tasks) < (MAX_FLUSHES if stuck else self._max):
+            task = self.loop.create_task(self._flush_all())
+            self._tasks.add(task)
+            task.add_done_callback(self._ended)
+        else:
+            self._kick_later(busy, now)
+
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.get_loop().is_closed():
+            self._schedule()  # calls still queued: someone must send them
+
+    async def _flush_all(self) -> None:
+        queue = self._queue
+        while queue:
+            take: list[_Entry] = []
+            size = 0
+            while queue and len(take) < MAX_ROUND_CALLS:
+                entry = queue[0]
+                if entry.future.done():
+                    queue.popleft()
+                    continue
+                size += len(entry.data)
+                if take and size > MAX_ROUND_BYTES:
+                    break
+                take.append(queue.popleft())
+            if take:
+                await self._flush_on_a_connection(take)
+
+    async def _flush_on_a_connection(self, take: list[_Entry]) -> None:
+        pool = self.pool
+        line = _Line()
+        line.written = _monotonic()
+        line.pending.extend(take)  # not sent yet: the deadlines still hold
+        self._flushing.add(line)
+        conn: Any = None
+        try:
+            async with asyncio.timeout(max(e.deadline for e in take) - _monotonic()):
+                conn, fresh = await pool.acquire()
+                if not fresh and await _stale(conn):
+                    stale, conn = conn, None
+                    await pool.discard(stale)
+                    conn, fresh = await pool.acquire()
+                if fresh:
+                    await conn.connect()
+                line.pending.clear()
+                live = [e for e in take if not e.future.done()]  # gave up: never sent
                 if not live:
                     pool.release(conn)
                     return
-                confirm = _one_confirmation(live)
-                commands: list[tuple[bytes | int, ...]] = []
-                for waiter in live:
-                    waiter.sent = True
-                    commands.extend(waiter.batch.commands[:-1] if waiter in confirm
-                                    else waiter.batch.commands)
-                if confirm:  # the one confirmation they share, after all of them
-                    commands.append(next(iter(confirm)).batch.commands[-1])
-                await conn.send_packed_command(pack(conn, tuple(commands)))
-                for waiter in live:
-                    own = len(waiter.batch.commands) - (waiter in confirm)
-                    for _ in range(own):
-                        waiter.replies.append(await _read(conn))
-                    if waiter not in confirm:
-                        waiter.answer(Exchange(tuple(waiter.replies)))
-                if confirm:
-                    confirmation = await _read(conn)
-                    for waiter in confirm:
-                        waiter.replies.append(confirmation)
-                        waiter.answer(Exchange(tuple(waiter.replies)))
+                items, data = _compose(live)
+                line.pending.extend(items)
+                await conn.send_packed_command(data)
+                pending = line.pending
+                while pending:
+                    if pending[0].read(await _read(conn), False):
+                        pending.popleft()
         except BaseException as exc:
             # Cut, timed out, or this flusher cancelled (the loop is closing): the
             # connection may still receive replies, which would answer the next write on
@@ -384,12 +873,13 @@ class Mux:
             timed_out = isinstance(exc, TimeoutError)
             reason = "the flush's deadline passed" if timed_out else describe(exc)
             code = error_reply(exc).code if is_error_reply(exc) else None
-            for waiter in take:
-                waiter.answer(Exchange(tuple(waiter.replies),
-                                       Lost(waiter.sent, reason, timed_out, code)))
+            for item in line.pending:
+                item.fail(Lost(item.sent, reason, timed_out, code))
             if not isinstance(exc, Exception):
                 raise
             return
+        finally:
+            self._flushing.discard(line)
         pool.release(conn)
 
 
@@ -400,22 +890,6 @@ async def _read(conn: Any) -> Reply | ErrorReply:
         if not is_error_reply(exc):
             raise
         return error_reply(exc)
-
-
-def _one_confirmation(live: list[_Waiter]) -> set[_Waiter]:
-    """The writes of a flush whose durability confirmations one can replace: when two or
-    more writes end with the same ``WAIT`` / ``WAITAOF``, one at the end of the flush covers
-    them all (it counts every write sent before it on the connection)."""
-    ends: dict[tuple[bytes | int, ...], set[_Waiter]] = {}
-    for waiter in live:
-        last = waiter.batch.commands[-1] if waiter.batch.write else None
-        if last is not None and last[0] in (b"WAIT", b"WAITAOF") \
-                and len(waiter.batch.commands) > 1:
-            ends.setdefault(last, set()).add(waiter)
-    if len(ends) != 1:
-        return set()  # none, or stores of several durabilities: each keeps its own
-    (group,) = ends.values()
-    return group if len(group) > 1 else set()
 
 
 # An asyncio connection belongs to the loop that opened it, and a client may outlive its
@@ -497,22 +971,26 @@ class AsyncTransport:
             self.checks.add("eviction")
         #: The nodes this transport's patient fans cut lately (see Suspects).
         self.suspects = Suspects()
+        self._mux_loop: asyncio.AbstractEventLoop | None = None
+        self._muxed: Mux | None = None
 
     async def aclose(self) -> None:
         """Disconnect the store's connections on the running loop (shared by every store
         on this client: the others connect again on their next call). The client itself
         is not closed."""
         if not self.cluster:
-            await pool_for(self.client.connection_pool).aclose()
+            await mux_for(self.client.connection_pool).aclose()
             return
         for source in list((attached_to(self.client, "_redisstore_nodes") or {}).values()):
-            await pool_for(source).aclose()
+            await mux_for(source).aclose()
 
     async def drive(self, op: Operation[T] | Spread[T]) -> T:
         """Run an operation to its end: send each batch it makes, report what came back."""
-        if isinstance(op, Spread):
+        if type(op) is Spread:
             return await self._spread(op)
-        driver = Driver(op, self.durability)
+        if not self.cluster and not telemetry.recording():
+            return await self._lean_drive(op)  # type: ignore[arg-type]
+        driver = Driver(op, self.durability)  # type: ignore[arg-type]
         if not telemetry.recording():
             await self.run(driver)
             return driver.result()
@@ -520,6 +998,57 @@ class AsyncTransport:
             await self.run(driver)
             call.result = driver.result()
             return call.result  # type: ignore[no-any-return]
+
+    def _mux(self) -> Mux:
+        """The multiplexer of the client's pool on the running loop (kept for the loop)."""
+        loop = asyncio.get_running_loop()
+        if self._mux_loop is not loop:
+            self._muxed = mux_for(self.client.connection_pool)
+            self._mux_loop = loop
+        assert self._muxed is not None
+        return self._muxed
+
+    async def _lean_drive(self, op: Operation[T]) -> T:
+        """:meth:`drive` with few frames between the store's method and the multiplexer
+        (the asyncio twin of ``Transport._lean_drive``): each call the operation yields is
+        packed by hiredis and queued (:meth:`Mux.send`), and a plain reply parsed and sent
+        back into the operation here, with no Driver, Batch or Exchange made. Anything else
+        (an error reply such as NOSCRIPT, a lost exchange, a write to confirm by
+        ``durability``, a pool read by its connections' own methods) goes to a
+        :class:`~redisstore.protocol.Driver` resumed at that call, which decides what it
+        means as on the full path."""
+        try:
+            call = next(op)  # the argument checks: a bad argument raises, nothing is sent
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+        deadline = _monotonic() + self.timeout / 1000
+        durability = self.durability
+        mux = self._mux()
+        while not (call.write and durability is not None) and mux.lean is not False:
+            got = await mux.send(_pack_one(call.wire()), 1, deadline, self.timeout)
+            if type(got) is not list or type(got[0]) is _ReplyError:
+                driver = Driver.resumed(op, call, durability)
+                driver.receive(got if type(got) is Exchange else Exchange(_replies(got)))
+                await self.run(driver, deadline)
+                return driver.result()
+            try:
+                settled: Settled[Any] = Settled(call.parse(got[0]))
+            except StoreError as answer:
+                settled = Settled(error=answer)
+            except (TypeError, ValueError, IndexError, KeyError, AttributeError):
+                # settle() says what a reply that does not parse means.
+                settled = settle(call, None, Exchange((Reply(got[0]),)))
+            try:
+                call = op.send(settled)
+            except StopIteration as stop:
+                return stop.value  # type: ignore[no-any-return]
+            except Unavailable as exc:
+                log.info("redisstore: %s (outcome %s, code %s)", exc.reason, exc.outcome,
+                         exc.code)
+                raise
+        driver = Driver.resumed(op, call, durability)
+        await self.run(driver, deadline)
+        return driver.result()
 
     async def _spread(self, spread: Spread[T]) -> T:
         """Run a call over partitions: each fan's operations grouped by node, the nodes at
@@ -551,8 +1080,7 @@ class AsyncTransport:
 
     async def _send(self, batch: Batch, deadline: float) -> Exchange:
         if not self.cluster:
-            return await mux_for(self.client.connection_pool).exchange(batch, deadline,
-                                                                       self.timeout)
+            return await self._mux().exchange(batch, deadline, self.timeout)
         # RedisCluster: every key of a namespace is in one slot; talk to its node.
         try:
             await self.client.initialize()  # once: it learns the layout on first use

@@ -6,6 +6,7 @@ server is built without TLS: Valkey is not covered here.)"""
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import ipaddress
 from collections.abc import Iterator
@@ -32,6 +33,7 @@ from redisstore import (
     RunStore,
     Unavailable,
 )
+from redisstore.aio import mux_for
 from redisstore.conformance import RepositoryConformance
 from redisstore.runs import Discover
 
@@ -180,3 +182,22 @@ def test_a_connection_that_cannot_be_trusted_fails_clearly_with_nothing_sent(
         assert caught.value.outcome == "not_applied", caught.value
         assert PASSWORD not in str(caught.value)
     assert server.client(ssl_cert_reqs="none").keys("{" + store.namespace + "}:*") == []
+
+
+@pytest.mark.server
+def test_async_calls_over_tls_are_read_by_the_multiplexer(tls_redis: Server) -> None:
+    """The store's connection is made by the client's own class (TLS, password), then its
+    transport read by the multiplexer: concurrent calls each get their own reply."""
+
+    async def main() -> None:
+        client = redis.asyncio.Redis(host="127.0.0.1", port=tls_redis.port,
+                                     **tls_redis.connect)
+        store = AsyncRedisRunStore(client, namespace=unique_namespace())
+        await asyncio.gather(*(store.insert(f"r{i}", b"%d" % i, Release()) for i in range(50)))
+        got = await asyncio.gather(*(store.get(f"r{i}") for i in range(50)))
+        assert [g.record for g in got] == [b"%d" % i for i in range(50)]
+        assert mux_for(client.connection_pool).lean is True
+        await store.aclose()
+        await client.aclose()
+
+    asyncio.run(main())
