@@ -862,8 +862,8 @@ class AsyncRedisRunStore(_Closes, Shell[RunOps | PartitionedOps]):
         ops = self._ops
 
         async def claim() -> tuple[list[Any], int]:
-            return await self._write(ops.claim_expired(owner, ttl, limit, records,
-                                                       max_takeovers))
+            return await self._write(ops.claim_expired(owner, ttl, limit, records=records,
+                                                       max_takeovers=max_takeovers))
 
         if not wait:
             return (await claim())[0]
@@ -888,7 +888,7 @@ class AsyncRedisRunStore(_Closes, Shell[RunOps | PartitionedOps]):
         ops = self._ops
 
         async def claim() -> tuple[list[Any], int]:
-            return await self._write(ops.claim_ready(owner, ttl, limit, records))
+            return await self._write(ops.claim_ready(owner, ttl, limit, records=records))
 
         if not wait:
             return (await claim())[0]

@@ -35,7 +35,7 @@ from .protocol import (
     fanned,
     preceded,
 )
-from .runops import Heads, RunOps, Uncounted, answer, next_wakeup, warn_once
+from .runops import Heads, RunOps, Share, Uncounted, answer, next_wakeup, warn_once
 from .runs import (
     MAX_CLAIM_BYTES,
     Cap,
@@ -440,33 +440,31 @@ class PartitionedOps(Counted):
             raise error
         return [name for name in names if name in done]
 
-    def claim_ready(self, owner: str, ttl: int, limit: int, records: bool = False
+    def claim_ready(self, owner: str, ttl: int, limit: int, *, records: bool = False
                     ) -> Spread[tuple[list[Any], int]]:
         """See :meth:`RunOps.claim_ready`: :meth:`_claim` over the ready indexes."""
         owner, ttl, limit = check_owner(owner), check_ttl(ttl), check_limit(limit)
         records = check_flag("records", records)
 
-        def claim(ops: RunOps, share: int, budget: int,
-                  strict: bool) -> Operation[tuple[list[Any], int]]:
-            return ops.claim_ready_call(owner, ttl, share, budget, strict)
+        def claim(ops: RunOps, share: Share) -> Operation[tuple[list[Any], int]]:
+            return ops.claim_ready_call(share, owner, ttl)
 
         return Spread(self._claim("ready", limit, records, claim))
 
-    def claim_expired(self, owner: str, ttl: int, limit: int, records: bool = False,
+    def claim_expired(self, owner: str, ttl: int, limit: int, *, records: bool = False,
                       max_takeovers: int | None = None) -> Spread[tuple[list[Any], int]]:
         """See :meth:`RunOps.claim_expired`: :meth:`_claim` over the lease indexes."""
         owner, ttl, limit = check_owner(owner), check_ttl(ttl), check_limit(limit)
         records = check_flag("records", records)
         bound = check_max_takeovers(max_takeovers)
 
-        def claim(ops: RunOps, share: int, budget: int,
-                  strict: bool) -> Operation[tuple[list[Any], int]]:
-            return ops.claim_expired_call(owner, ttl, share, budget, bound, strict)
+        def claim(ops: RunOps, share: Share) -> Operation[tuple[list[Any], int]]:
+            return ops.claim_expired_call(share, owner, ttl, bound)
 
         return Spread(self._claim("leases", limit, records, claim))
 
     def _claim(self, index: str, limit: int, records: bool,
-               claim: Callable[[RunOps, int, int, bool], Operation[tuple[list[Any], int]]]
+               claim: Callable[[RunOps, Share], Operation[tuple[list[Any], int]]]
                ) -> Steps[tuple[list[Any], int]]:
         """A claim over every partition, in two round trips per node (four when an outbox
         holds a dependency's write to deliver: :meth:`_heads_delivered`). First each
@@ -521,8 +519,9 @@ class PartitionedOps(Counted):
         for _, _, p, run in entries[limit:]:
             if p not in shares and p not in left:
                 left[p] = run
-        answers = yield from fan([*(self._checked(deferred(claim, self.parts[p], shares[p],
-                                                         budget, p != first), self.parts[p])
+        answers = yield from fan([*(self._checked(deferred(claim, self.parts[p],
+                                                         Share(shares[p], budget, p != first)),
+                                                self.parts[p])
                                     for p in order),
                                   *(self.parts[p].give_back_wakeup(index, run)
                                     for p, run in left.items()),

@@ -388,8 +388,8 @@ class Pipelined:
     def claim_expired(self, owner: str, ttl: int, limit: int, *, records: bool = False,
                       max_takeovers: int | None = None) -> Pending[Any]:
         """Queue :meth:`redisstore.RedisRunStore.claim_expired`."""
-        return self._queue(_runs(self._ops.claim_expired(owner, ttl, limit, records,
-                                                      max_takeovers)))
+        return self._queue(_runs(self._ops.claim_expired(owner, ttl, limit, records=records,
+                                                      max_takeovers=max_takeovers)))
 
     @overload
     def claim_ready(self, owner: str, ttl: int, limit: int, *,
@@ -402,7 +402,7 @@ class Pipelined:
     def claim_ready(self, owner: str, ttl: int, limit: int, *,
                     records: bool = False) -> Pending[Any]:
         """Queue :meth:`redisstore.RedisRunStore.claim_ready`."""
-        return self._queue(_runs(self._ops.claim_ready(owner, ttl, limit, records)))
+        return self._queue(_runs(self._ops.claim_ready(owner, ttl, limit, records=records)))
 
     def refresh(self, run: str) -> Pending[bool]:
         """Queue :meth:`redisstore.RedisRunStore.refresh` (it reads, then writes: it takes
