@@ -46,17 +46,26 @@ def test_every_operation_has_a_known_kind_and_route() -> None:
 
 
 
-def test_the_stores_methods_have_the_cores_docstrings() -> None:
+STORES = [redisstore.RedisRunStore, redisstore.AsyncRedisRunStore]
+
+
+@pytest.mark.parametrize("store", STORES, ids=lambda s: s.__name__)
+def test_the_stores_methods_have_the_cores_docstrings(store: type) -> None:
     for op in _generate.operations():
         core = inspect.getdoc(getattr(RunOps, op.name))
-        assert inspect.getdoc(getattr(redisstore.RedisRunStore, op.name)) == core
+        assert core is not None
+        assert (inspect.getdoc(getattr(store, op.name)) or "").startswith(core)
 
 
-def test_the_stores_signatures_are_the_cores_and_block() -> None:
+@pytest.mark.parametrize("store", STORES, ids=lambda s: s.__name__)
+def test_the_stores_signatures_are_the_cores_and_block(store: type) -> None:
     for op in _generate.operations():
-        core = list(inspect.signature(getattr(RunOps, op.name)).parameters)
-        store = list(inspect.signature(getattr(redisstore.RedisRunStore, op.name)).parameters)
-        assert store == core + (["block"] if op.kind == "claim" else [])
+        core = inspect.signature(getattr(RunOps, op.name)).parameters
+        own = inspect.signature(getattr(store, op.name)).parameters
+        assert list(own) == [*core, *(["block"] if op.kind == "claim" else [])]
+        assert all(own[name].default == core[name].default for name in core)
+        assert inspect.iscoroutinefunction(getattr(store, op.name)) == (
+            store is redisstore.AsyncRedisRunStore)
 
 
 def test_the_generator_refuses_a_line_it_cannot_fit() -> None:
