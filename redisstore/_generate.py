@@ -486,7 +486,7 @@ class Partitions(Target):
         raise ValueError(f"RunOps.{name}: unknown route {op.spec.route!r}")
 
 
-TARGETS: list[Target] = [Stores(), AsyncStores()]
+TARGETS: list[Target] = [Stores(), AsyncStores(), Pipelines()]
 
 
 def module(target: Target, ops: list[Op]) -> str:

@@ -71,3 +71,13 @@ def test_the_stores_signatures_are_the_cores_and_block(store: type) -> None:
 def test_the_generator_refuses_a_line_it_cannot_fit() -> None:
     with pytest.raises(ValueError, match="cannot fit"):
         _generate.wrap(8, "x(", ["y" * 120], ")")
+
+
+def test_a_pipeline_queues_each_operation_the_core_lets_it() -> None:
+    from redisstore.pipeline import Pipelined
+
+    for op in _generate.operations():
+        assert hasattr(Pipelined, op.name) == op.spec.pipeline, op.name
+        if op.spec.pipeline:
+            core = inspect.signature(getattr(RunOps, op.name)).parameters
+            assert list(inspect.signature(getattr(Pipelined, op.name)).parameters) == [*core]
