@@ -135,12 +135,8 @@ def operations() -> list[Op]:
         doc = inspect.getdoc(function)
         if not doc:
             raise ValueError(f"RunOps.{name} has no docstring: the stores' would be empty")
-        # An overload the same as the implementation (for callers that pass a bool) is not
-        # repeated: the implementation says it.
-        signature = _signature(function)
-        overloads = [_signature(o) for o in typing.get_overloads(function)]
-        found.append(Op(name, spec, signature,
-                        tuple(o for o in overloads if o != signature), doc))
+        found.append(Op(name, spec, _signature(function),
+                        tuple(_signature(o) for o in typing.get_overloads(function)), doc))
     return found
 
 
@@ -253,6 +249,11 @@ class Target:
     def wants(self, op: Op) -> bool:
         return True
 
+    def overloads(self, op: Op) -> tuple[Signature, ...]:
+        """The overloads to write: the core's but one the same as the implementation (for
+        the core's callers that pass a bool; the port has none)."""
+        return tuple(o for o in op.overloads if o != op.signature)
+
     def method(self, op: Op, sig: Signature) -> Method:
         raise NotImplementedError
 
@@ -269,7 +270,7 @@ class Target:
             if not self.wants(op):
                 continue
             out.append("")
-            for sig in op.overloads:
+            for sig in self.overloads(op):
                 out.append("    @overload")
                 out.extend(self._def(op, sig, " ..."))
                 out.append("")
@@ -448,10 +449,17 @@ class Partitions(Target):
     def wants(self, op: Op) -> bool:
         return op.spec.route != "own"
 
+    def overloads(self, op: Op) -> tuple[Signature, ...]:
+        """Every overload of the core: the shells call these with a bool."""
+        return op.overloads
+
     def method(self, op: Op, sig: Signature) -> Method:
         kind, _, _ = op.spec.route.partition(":")
-        box = "Spread" if kind in ("each", "claim") else "Operation"
-        return Method(params_text(sig.params), f"{box}[{sig.answers}]")
+        if kind not in ("each", "claim"):
+            return Method(params_text(sig.params), f"Operation[{sig.answers}]")
+        # A Spread is invariant: an overloaded one's implementation answers Spread[Any].
+        spread = "Any" if op.overloads and sig is op.signature else sig.answers
+        return Method(params_text(sig.params), f"Spread[{spread}]")
 
     def doc(self, op: Op) -> str:
         kind, _, arg = op.spec.route.partition(":")
@@ -486,7 +494,7 @@ class Partitions(Target):
         raise ValueError(f"RunOps.{name}: unknown route {op.spec.route!r}")
 
 
-TARGETS: list[Target] = [Stores(), AsyncStores(), Pipelines()]
+TARGETS: list[Target] = [Stores(), AsyncStores(), Pipelines(), Partitions()]
 
 
 def module(target: Target, ops: list[Op]) -> str:
