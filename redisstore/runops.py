@@ -74,6 +74,8 @@ from .runs import (
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
+#: What an operation is (see :class:`Spec`).
+Kind: TypeAlias = Literal["read", "write", "claim"]
 
 
 @dataclass(frozen=True)
@@ -91,18 +93,17 @@ class Spec:
     ``pipeline``: whether a pipeline queues it; ``queued``: what its docstring adds there.
     """
 
-    kind: str
+    kind: Kind
     route: str
     pipeline: bool = True
     queued: str = ""
 
 
-def operation(kind: str, route: str, *, pipeline: bool = True,
+def operation(kind: Kind, route: str, *, pipeline: bool = True,
               queued: str = "") -> Callable[[F], F]:
     """Mark a method of :class:`RunOps` as a public operation of the run store (see
     :class:`Spec`); the method itself is unchanged."""
     spec = Spec(kind, route, pipeline, queued)
-    assert kind in ("read", "write", "claim"), kind
 
     def mark(method: F) -> F:
         method.__operation__ = spec  # type: ignore[attr-defined]
