@@ -26,11 +26,12 @@ import logging
 import select
 import time
 import weakref
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from datetime import datetime
-from typing import Any, Literal, TypeVar, overload
+from typing import Any, TypeVar
 
 from . import telemetry, wakeups
+from ._aio_ops import AsyncStoreOps
 from .errors import StoreError, Unavailable
 from .outcomes import ErrorReply, Exchange, Lost, Reply
 from .partitioned_repository import PartitionedRepositoryOps, repository_ops
@@ -63,12 +64,8 @@ from .runops import RunOps
 from .runs import (
     MAX_RECORD,
     MIGRATE_COUNT,
-    Claimed,
-    Current,
     Discover,
-    Lease,
     Migrated,
-    Quarantined,
 )
 from .transport import _MORE, _pack_one, _replies, lean_error
 from .wakeups import LoopDriver, Nodes, Wakeups, check_block
@@ -1273,7 +1270,7 @@ class AsyncPipeline(Pipelined):
             await self.send()
 
 
-class AsyncRedisRunStore(_Closes, Shell[RunOps | PartitionedOps]):
+class AsyncRedisRunStore(_Closes, AsyncStoreOps, Shell[RunOps | PartitionedOps]):
     """The leased run backend on a ``redis.asyncio`` client: the asyncio twin of
     :class:`redisstore.RedisRunStore`, with the same options, methods (``async def``),
     errors and semantics. A cancelled write is of unknown outcome (see the module)."""
@@ -1326,10 +1323,6 @@ class AsyncRedisRunStore(_Closes, Shell[RunOps | PartitionedOps]):
         partition's runs out of the rest of its round."""
         return self._ops.place(run) if isinstance(self._ops, PartitionedOps) else 0
 
-    async def now(self) -> int:
-        """See :meth:`redisstore.RedisRunStore.now`."""
-        return await self._io.drive(self._ops.counting(self._ops.now()))
-
     def pipeline(self) -> AsyncPipeline:
         """Queue calls and send them in one round trip (see
         :meth:`redisstore.RedisRunStore.pipeline`)::
@@ -1344,92 +1337,6 @@ class AsyncRedisRunStore(_Closes, Shell[RunOps | PartitionedOps]):
         """
         return AsyncPipeline(self._io, self._ops)
 
-    async def get(self, run: str) -> Current:
-        """See :meth:`redisstore.RedisRunStore.get`."""
-        return await self._io.drive(self._ops.counting(self._ops.get(run)))
-
-    async def insert(self, run: str, record: bytes, lease: Lease) -> int:
-        """See :meth:`redisstore.RedisRunStore.insert`."""
-        return await self._write(self._ops.insert(run, record, lease))
-
-    async def compare_and_set(self, run: str, expected: int, record: bytes,
-                              lease: Lease) -> None:
-        """See :meth:`redisstore.RedisRunStore.compare_and_set`."""
-        await self._write(self._ops.compare_and_set(run, expected, record, lease))
-
-    async def renew(self, owner: str, runs: Iterable[str], ttl: int) -> list[str]:
-        """See :meth:`redisstore.RedisRunStore.renew`."""
-        return await self._write(self._ops.renew(owner, runs, ttl))
-
-    async def release(self, owner: str, runs: Iterable[str]) -> list[str]:
-        """See :meth:`redisstore.RedisRunStore.release`."""
-        return await self._write(self._ops.release(owner, runs))
-
-    async def delete(self, run: str, expected: int, lease: Lease) -> None:
-        """See :meth:`redisstore.RedisRunStore.delete`."""
-        await self._write(self._ops.delete(run, expected, lease))
-
-    @overload
-    async def claim_expired(self, owner: str, ttl: int, limit: int, *,
-                            records: Literal[False] = False, max_takeovers: int | None = None,
-                            block: int | None = None) -> list[str]: ...
-
-    @overload
-    async def claim_expired(self, owner: str, ttl: int, limit: int, *,
-                            records: Literal[True], max_takeovers: int | None = None,
-                            block: int | None = None) -> list[Claimed]: ...
-
-    async def claim_expired(self, owner: str, ttl: int, limit: int, *, records: bool = False,
-                            max_takeovers: int | None = None,
-                            block: int | None = None) -> list[str] | list[Claimed]:
-        """See :meth:`redisstore.RedisRunStore.claim_expired`. A blocked call waits
-        without blocking the event loop."""
-        wait = check_block(block)
-        if limit == 0:
-            wait = 0  # nothing could be claimed: nothing to wait for
-        ops = self._ops
-
-        async def claim() -> tuple[list[Any], int]:
-            return await self._write(ops.claim_expired(owner, ttl, limit, records,
-                                                       max_takeovers))
-
-        if not wait:
-            return (await claim())[0]
-        return await wakeups.aclaim(self._wakeups, wakeups.LEASES, claim, wait)
-
-    @overload
-    async def claim_ready(self, owner: str, ttl: int, limit: int, *,
-                          records: Literal[False] = False,
-                          block: int | None = None) -> list[str]: ...
-
-    @overload
-    async def claim_ready(self, owner: str, ttl: int, limit: int, *,
-                          records: Literal[True], block: int | None = None) -> list[Claimed]: ...
-
-    async def claim_ready(self, owner: str, ttl: int, limit: int, *, records: bool = False,
-                          block: int | None = None) -> list[str] | list[Claimed]:
-        """See :meth:`redisstore.RedisRunStore.claim_ready`. A blocked call waits without
-        blocking the event loop."""
-        wait = check_block(block)
-        if limit == 0:
-            wait = 0  # nothing could be claimed: nothing to wait for
-        ops = self._ops
-
-        async def claim() -> tuple[list[Any], int]:
-            return await self._write(ops.claim_ready(owner, ttl, limit, records))
-
-        if not wait:
-            return (await claim())[0]
-        return await wakeups.aclaim(self._wakeups, wakeups.READY, claim, wait)
-
-    async def refresh(self, run: str) -> bool:
-        """See :meth:`redisstore.RedisRunStore.refresh`."""
-        return await self._write(self._ops.refresh(run))
-
-    async def quarantined(self, limit: int = 1000) -> list[Quarantined]:
-        """See :meth:`redisstore.RedisRunStore.quarantined`."""
-        return await self._io.drive(self._ops.counting(self._ops.quarantined(limit)))
-
     async def migrate(self, *, count: int = MIGRATE_COUNT) -> Migrated:
         """See :meth:`redisstore.RedisRunStore.migrate`."""
         report = Migrated()
@@ -1439,10 +1346,30 @@ class AsyncRedisRunStore(_Closes, Shell[RunOps | PartitionedOps]):
             if step[1]:
                 return report
 
+    # The primitives of the operations (AsyncStoreOps, generated from the core:
+    # redisstore/_aio_ops.py).
+
+    async def _read(self, op: Operation[T] | Spread[T]) -> T:
+        return await self._io.drive(self._ops.counting(op))
+
     async def _write(self, op: Operation[T] | Spread[T]) -> T:
         # The one-time server check runs before the store's first write (after the
         # write's own argument checks).
         return await self._io.drive(self._ops.guarded(op))
+
+    async def _claim(self, index: str, limit: int, block: int | None,
+                     claim: Callable[[], Operation[tuple[list[Any], int]]
+                                     | Spread[tuple[list[Any], int]]]) -> list[Any]:
+        wait = check_block(block)
+        if limit == 0:
+            wait = 0  # nothing could be claimed: nothing to wait for
+
+        async def once() -> tuple[list[Any], int]:
+            return await self._write(claim())
+
+        if not wait:
+            return (await once())[0]
+        return await wakeups.aclaim(self._wakeups, index, once, wait)
 
 
 class AsyncRedisRepository(_Closes, Shell[RepositoryOps | PartitionedRepositoryOps]):

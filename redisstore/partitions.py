@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 from . import scripts
+from ._partition_ops import PartitionOps
 from .errors import NOT_APPLIED, UNKNOWN, Misconfigured, StoreError, Unavailable
 from .keys import Keyspace
 from .protocol import (
@@ -35,25 +36,18 @@ from .protocol import (
     fanned,
     preceded,
 )
-from .runops import Heads, RunOps, Uncounted, answer, next_wakeup, warn_once
+from .runops import Heads, RunOps, Share, Uncounted, answer, next_wakeup, warn_once
 from .runs import (
     MAX_CLAIM_BYTES,
     Cap,
     Claimed,
-    Current,
     Discover,
-    Lease,
     Quarantined,
-    check_flag,
     check_int,
-    check_limit,
     check_listing_limit,
-    check_max_takeovers,
     check_migrate_count,
-    check_owner,
     check_run,
     check_runs,
-    check_ttl,
 )
 
 T = TypeVar("T")
@@ -256,10 +250,22 @@ class Counted:
         return answers
 
 
-class PartitionedOps(Counted):
+def checked_only(op: Operation[Any]) -> None:
+    """Run ``op`` up to its first call and drop it: an operation checks its arguments
+    before it makes any call (a bad one raises here); nothing is sent."""
+    try:
+        next(op)
+    except StopIteration:
+        return
+    op.close()
+
+
+class PartitionedOps(PartitionOps, Counted):
     """The run store's operations over ``partitions`` partitions of one namespace: one
     :class:`RunOps` per partition. A call of one run is that run's partition's operation,
-    unchanged; a call over many runs is a :class:`Spread`."""
+    unchanged; a call over many runs is a :class:`Spread`. The operations themselves are
+    :class:`RunOps`'s, routed as each one's ``@operation`` says (PartitionOps, generated:
+    redisstore/_partition_ops.py); this class writes the routes."""
 
     parts: list[RunOps]
 
@@ -360,38 +366,11 @@ class PartitionedOps(Counted):
 
     # ------------------------------------------------------------------ one run
 
-    def now(self) -> Operation[int]:
-        """The clock of partition 0's server (each partition's leases are judged by its
-        own server's clock)."""
-        return self.parts[0].now()
-
     def _one(self, run: str, make: Callable[[RunOps], Operation[T]], *,
              write: bool) -> Operation[T]:
         """A call of one run in its partition (a bad id raises here, as the call would)."""
         part = self.part(run)
         return self._counted(lambda: make(part), part if write else None)
-
-    def get(self, run: str) -> Operation[Current]:
-        """See :meth:`RunOps.get`."""
-        return self._one(run, lambda part: part.get(run), write=False)
-
-    def insert(self, run: str, record: bytes, lease: Lease) -> Operation[int]:
-        """See :meth:`RunOps.insert`."""
-        return self._one(run, lambda part: part.insert(run, record, lease), write=True)
-
-    def compare_and_set(self, run: str, expected: int, record: bytes,
-                        lease: Lease) -> Operation[None]:
-        """See :meth:`RunOps.compare_and_set`."""
-        return self._one(run, lambda part: part.compare_and_set(run, expected, record, lease),
-                         write=True)
-
-    def delete(self, run: str, expected: int, lease: Lease) -> Operation[None]:
-        """See :meth:`RunOps.delete`."""
-        return self._one(run, lambda part: part.delete(run, expected, lease), write=True)
-
-    def refresh(self, run: str) -> Operation[bool]:
-        """See :meth:`RunOps.refresh`."""
-        return self._one(run, lambda part: part.refresh(run), write=True)
 
     # ------------------------------------------------------------------ many runs
 
@@ -401,19 +380,15 @@ class PartitionedOps(Counted):
             groups.setdefault(self.place(name), []).append(name)
         return groups
 
-    def renew(self, owner: str, runs: Iterable[str], ttl: int) -> Spread[list[str]]:
-        """See :meth:`RunOps.renew`: each partition's runs in one call, the answer in the
-        caller's order."""
-        owner, ttl, names = check_owner(owner), check_ttl(ttl), check_runs(runs)
-        return Spread(self._each(lambda ops, group: ops.renew(owner, group, ttl), names))
+    def _each(self, runs: Iterable[str],
+              call: Callable[[RunOps, list[str]], Operation[list[str]]]) -> Spread[list[str]]:
+        """A call over many runs (``renew``, ``release``): :meth:`_each_steps`. Its other
+        arguments are checked now, by the core's call over no runs (which sends nothing)."""
+        checked_only(call(self.parts[0], []))
+        return Spread(self._each_steps(call, check_runs(runs)))
 
-    def release(self, owner: str, runs: Iterable[str]) -> Spread[list[str]]:
-        """See :meth:`RunOps.release`."""
-        owner, names = check_owner(owner), check_runs(runs)
-        return Spread(self._each(lambda ops, group: ops.release(owner, group), names))
-
-    def _each(self, call: Callable[[RunOps, list[str]], Operation[list[str]]],
-              names: list[str]) -> Steps[list[str]]:
+    def _each_steps(self, call: Callable[[RunOps, list[str]], Operation[list[str]]],
+                    names: list[str]) -> Steps[list[str]]:
         """Each partition's runs in one call. When some partitions fail, the call's error
         (:func:`worst`) says, when it is ``Unavailable``, what the others did: the runs
         they renewed or released (``done``) and the runs of the failed partitions
@@ -440,33 +415,17 @@ class PartitionedOps(Counted):
             raise error
         return [name for name in names if name in done]
 
-    def claim_ready(self, owner: str, ttl: int, limit: int, records: bool = False
-                    ) -> Spread[tuple[list[Any], int]]:
-        """See :meth:`RunOps.claim_ready`: :meth:`_claim` over the ready indexes."""
-        owner, ttl, limit = check_owner(owner), check_ttl(ttl), check_limit(limit)
-        records = check_flag("records", records)
-
-        def claim(ops: RunOps, share: int, budget: int,
-                  strict: bool) -> Operation[tuple[list[Any], int]]:
-            return ops.claim_ready_call(owner, ttl, share, budget, strict)
-
-        return Spread(self._claim("ready", limit, records, claim))
-
-    def claim_expired(self, owner: str, ttl: int, limit: int, records: bool = False,
-                      max_takeovers: int | None = None) -> Spread[tuple[list[Any], int]]:
-        """See :meth:`RunOps.claim_expired`: :meth:`_claim` over the lease indexes."""
-        owner, ttl, limit = check_owner(owner), check_ttl(ttl), check_limit(limit)
-        records = check_flag("records", records)
-        bound = check_max_takeovers(max_takeovers)
-
-        def claim(ops: RunOps, share: int, budget: int,
-                  strict: bool) -> Operation[tuple[list[Any], int]]:
-            return ops.claim_expired_call(owner, ttl, share, budget, bound, strict)
-
-        return Spread(self._claim("leases", limit, records, claim))
+    def _claims(self, index: str, checks: Operation[tuple[list[Any], int]], limit: int,
+                records: bool, claim: Callable[[RunOps, Share], Operation[tuple[list[Any], int]]]
+                ) -> Spread[tuple[list[Any], int]]:
+        """A claim (``claim_ready``, ``claim_expired``): :meth:`_claim` over the ``index``
+        of every partition, each share by ``claim``. ``checks``, the core's claim, checks
+        the arguments now (dropped before it sends anything)."""
+        checked_only(checks)
+        return Spread(self._claim(index, limit, records, claim))
 
     def _claim(self, index: str, limit: int, records: bool,
-               claim: Callable[[RunOps, int, int, bool], Operation[tuple[list[Any], int]]]
+               claim: Callable[[RunOps, Share], Operation[tuple[list[Any], int]]]
                ) -> Steps[tuple[list[Any], int]]:
         """A claim over every partition, in two round trips per node (four when an outbox
         holds a dependency's write to deliver: :meth:`_heads_delivered`). First each
@@ -521,8 +480,9 @@ class PartitionedOps(Counted):
         for _, _, p, run in entries[limit:]:
             if p not in shares and p not in left:
                 left[p] = run
-        answers = yield from fan([*(self._checked(deferred(claim, self.parts[p], shares[p],
-                                                         budget, p != first), self.parts[p])
+        answers = yield from fan([*(self._checked(deferred(claim, self.parts[p],
+                                                         Share(shares[p], budget, p != first)),
+                                                self.parts[p])
                                     for p in order),
                                   *(self.parts[p].give_back_wakeup(index, run)
                                     for p, run in left.items()),

@@ -17,14 +17,14 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Hashable, Iterable
-from typing import Any, Generic, Literal, TypeVar, overload
+from typing import Any, Generic, TypeVar
 
+from ._pipeline_ops import PipelineOps
 from .errors import NOT_APPLIED, UNKNOWN, StoreError, Unavailable
 from .outcomes import ErrorReply, Exchange, Lost, Reply
 from .partitions import PartitionedOps
 from .protocol import Batch, Driver, Durability, Operation, Settled, Spread
 from .runops import RunOps, runs_only
-from .runs import Claimed, Current, Lease
 
 T = TypeVar("T")
 
@@ -335,7 +335,7 @@ def settled_of(call: Pending[T]) -> Settled[T]:
         return Settled(error=error)
 
 
-class Pipelined:
+class Pipelined(PipelineOps):
     """The calls a pipeline queues, for the sync and asyncio pipelines alike: each takes the
     arguments of the store method of its name, checks them at once (a bad one raises here,
     and nothing is queued) and returns a :class:`Pending`. See docs/runs.md."""
@@ -346,71 +346,15 @@ class Pipelined:
         self._calls: list[Pending[Any]] = []
         self._sent = False
 
-    def now(self) -> Pending[int]:
-        """Queue :meth:`redisstore.RedisRunStore.now`."""
-        return self._queue(self._ops.now(), write=False)
-
-    def get(self, run: str) -> Pending[Current]:
-        """Queue :meth:`redisstore.RedisRunStore.get`."""
-        return self._queue(self._ops.get(run), write=False)
-
-    def insert(self, run: str, record: bytes, lease: Lease) -> Pending[int]:
-        """Queue :meth:`redisstore.RedisRunStore.insert`."""
-        return self._queue(self._ops.insert(run, record, lease))
-
-    def compare_and_set(self, run: str, expected: int, record: bytes,
-                        lease: Lease) -> Pending[None]:
-        """Queue :meth:`redisstore.RedisRunStore.compare_and_set`."""
-        return self._queue(self._ops.compare_and_set(run, expected, record, lease))
-
-    def renew(self, owner: str, runs: Iterable[str], ttl: int) -> Pending[list[str]]:
-        """Queue :meth:`redisstore.RedisRunStore.renew`."""
-        return self._queue(self._ops.renew(owner, runs, ttl))
-
-    def release(self, owner: str, runs: Iterable[str]) -> Pending[list[str]]:
-        """Queue :meth:`redisstore.RedisRunStore.release`."""
-        return self._queue(self._ops.release(owner, runs))
-
-    def delete(self, run: str, expected: int, lease: Lease) -> Pending[None]:
-        """Queue :meth:`redisstore.RedisRunStore.delete`."""
-        return self._queue(self._ops.delete(run, expected, lease))
-
-    @overload
-    def claim_expired(self, owner: str, ttl: int, limit: int, *,
-                      records: Literal[False] = False,
-                      max_takeovers: int | None = None) -> Pending[list[str]]: ...
-
-    @overload
-    def claim_expired(self, owner: str, ttl: int, limit: int, *,
-                      records: Literal[True],
-                      max_takeovers: int | None = None) -> Pending[list[Claimed]]: ...
-
-    def claim_expired(self, owner: str, ttl: int, limit: int, *, records: bool = False,
-                      max_takeovers: int | None = None) -> Pending[Any]:
-        """Queue :meth:`redisstore.RedisRunStore.claim_expired`."""
-        return self._queue(_runs(self._ops.claim_expired(owner, ttl, limit, records,
-                                                      max_takeovers)))
-
-    @overload
-    def claim_ready(self, owner: str, ttl: int, limit: int, *,
-                    records: Literal[False] = False) -> Pending[list[str]]: ...
-
-    @overload
-    def claim_ready(self, owner: str, ttl: int, limit: int, *,
-                    records: Literal[True]) -> Pending[list[Claimed]]: ...
-
-    def claim_ready(self, owner: str, ttl: int, limit: int, *,
-                    records: bool = False) -> Pending[Any]:
-        """Queue :meth:`redisstore.RedisRunStore.claim_ready`."""
-        return self._queue(_runs(self._ops.claim_ready(owner, ttl, limit, records)))
-
-    def refresh(self, run: str) -> Pending[bool]:
-        """Queue :meth:`redisstore.RedisRunStore.refresh` (it reads, then writes: it takes
-        a second round trip)."""
-        return self._queue(self._ops.refresh(run))
-
     def __len__(self) -> int:
         return len(self._calls)
+
+    # The primitives of the calls it queues (PipelineOps, generated from the core:
+    # redisstore/_pipeline_ops.py).
+
+    def _queue_claim(self, op: Operation[tuple[list[Any], int]]
+                     | Spread[tuple[list[Any], int]]) -> Pending[Any]:
+        return self._queue(_runs(op))
 
     def _queue(self, op: Operation[T] | Spread[T], *, write: bool = True) -> Pending[T]:
         if self._sent:

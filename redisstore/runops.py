@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
-from typing import Any, TypeAlias, TypeVar
+from dataclasses import dataclass
+from typing import Any, Literal, NamedTuple, TypeAlias, TypeVar, overload
 
 from . import scripts
 from .errors import (
@@ -72,6 +73,52 @@ from .runs import (
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
+#: What an operation is (see :class:`Spec`).
+Kind: TypeAlias = Literal["read", "write", "claim"]
+
+
+@dataclass(frozen=True)
+class Spec:
+    """How the rest of the package derives an operation of :class:`RunOps`:
+    redisstore/_generate.py writes the stores', the pipelines' and the store of partitions'
+    methods from it (and from the operation's signature and docstring).
+
+    ``kind``: ``"read"`` (no server check first), ``"write"``, or ``"claim"`` (a write that
+    answers (runs, wait): the stores hand back the runs and take ``block=ms``).
+    ``route``, in a store of partitions: ``"first"`` (partition 0's), ``"one:<arg>"`` (the
+    partition of the run ``<arg>``), ``"each:<arg>"`` (the runs of ``<arg>`` by partition,
+    one call in each), ``"claim:<index>"`` (a claim over every partition's ``<index>``,
+    each share by ``<claim>_call``), ``"own"`` (PartitionedOps writes its own).
+    ``pipeline``: whether a pipeline queues it; ``queued``: what its docstring adds there.
+    """
+
+    kind: Kind
+    route: str
+    pipeline: bool = True
+    queued: str = ""
+
+
+def operation(kind: Kind, route: str, *, pipeline: bool = True,
+              queued: str = "") -> Callable[[F], F]:
+    """Mark a method of :class:`RunOps` as a public operation of the run store (see
+    :class:`Spec`); the method itself is unchanged."""
+    spec = Spec(kind, route, pipeline, queued)
+
+    def mark(method: F) -> F:
+        method.__operation__ = spec  # type: ignore[attr-defined]
+        return method
+
+    return mark
+
+
+class Share(NamedTuple):
+    """A claim's part in one partition: at most ``limit`` runs, ``budget`` bytes of records
+    (0: ids only); ``strict``: the first run too must fit the budget."""
+
+    limit: int
+    budget: int
+    strict: bool = False
 
 #: The newest layout of the run store's keys that this library reads and writes
 #: (lua/_lib/keys.lua's LAYOUT). A new namespace starts at layout 4; one an older library
@@ -504,22 +551,35 @@ class RunOps:
                       exc.code)
             return None
 
+    # ------------------------------------------------------------------ the operations
+    #
+    # Each public operation is written here once: its signature and docstring (the stores'
+    # own, sync and asyncio), its checks, its script call and the parse of its reply. The
+    # stores, the pipelines and the store of partitions (PartitionedOps) follow from it:
+    # redisstore/_generate.py writes their methods (redisstore/_*_ops.py) from the
+    # @operation beside each. A claim's core answers (runs, wait): the stores hand back
+    # the runs, and wait on the wait when blocked.
+
+    @operation("read", "first")
     def now(self) -> Operation[int]:
-        """Backend clock, UTC ms, read by the server (or cluster node) holding the namespace."""
+        """The backend clock (Redis ``TIME``), UTC Unix milliseconds."""
         now = yield from ask(Call(scripts.RUN_NOW, (self.keys.leases,), (self.arg1,),
                                   self._answer(), write=False))
         return int(now)
 
+    @operation("read", "one:run")
     def get(self, run: str) -> Operation[Current]:
-        """The run's record, revision, holder and claim info."""
+        """The run's latest record, revision and holder; raises ``NotFound``."""
         run = check_run(run)
         payload = yield from ask(Call(scripts.RUN_GET, (self.keys.run(run), self.keys.meta),
                                       (self.arg1, run), self._answer(run), write=False))
         return parse_current(payload)
 
+    @operation("write", "one:run")
     def insert(self, run: str, record: bytes, lease: Lease) -> Operation[int]:
-        """Create the run at revision 1 (one above the highest revision a deleted run had);
-        returns that revision."""
+        """Create ``run`` and return its revision: 1, or in a namespace where runs were
+        deleted, one above the highest revision a deleted run had (so an id inserted again
+        never reuses a revision). Raises ``AlreadyExists`` if it exists."""
         run, lease = check_run(run), check_lease(lease)
         record = check_record(record, self.max_record_bytes)
         wait, foreign = self._wait(record)
@@ -529,9 +589,14 @@ class RunOps:
             self._answer_write(run)))
         return int(revision)
 
+    @operation("write", "one:run")
     def compare_and_set(self, run: str, expected: int, record: bytes,
                         lease: Lease) -> Operation[None]:
-        """Write revision expected + 1 under the lease condition."""
+        """Write revision ``expected + 1`` if ``expected`` is current and the lease allows.
+
+        Raises ``NotFound``, ``Conflict(current)`` or ``LeaseRefused(holder)``; nothing is
+        written then.
+        """
         run, expected, lease = check_run(run), check_revision(expected), check_lease(lease)
         record = check_record(record, self.max_record_bytes)
         wait, foreign = self._wait(record)
@@ -540,8 +605,12 @@ class RunOps:
             (self.arg1, run, expected, record, *lease_args(lease), *wait, *watched),
             self._answer_write(run)))
 
+    # renew and release over no runs send nothing (their checks run all the same): a store
+    # of partitions checks a call's arguments so, before it spreads it.
+
+    @operation("write", "each:runs")
     def renew(self, owner: str, runs: Iterable[str], ttl: int) -> Operation[list[str]]:
-        """Extend owner's live leases among runs to ttl from now."""
+        """Extend each lease ``owner`` holds live among ``runs`` to ``ttl`` ms from now."""
         owner, ttl, names = check_owner(owner), check_ttl(ttl), check_runs(runs)
         if not names:
             return []
@@ -549,8 +618,11 @@ class RunOps:
                                       (self.arg1, owner, ttl, *names), self._answer()))
         return parse_names(payload)
 
+    @operation("write", "each:runs")
     def release(self, owner: str, runs: Iterable[str]) -> Operation[list[str]]:
-        """Free owner's leases, live or expired, among runs, without a new revision."""
+        """Free each lease ``owner`` holds, live or expired, among ``runs``, without a new
+        revision; returns those runs. A run with a wait becomes claimable as its wait says
+        (at once when due); a poison run leaves the quarantine."""
         owner, names = check_owner(owner), check_runs(runs)
         if not names:
             return []
@@ -560,61 +632,116 @@ class RunOps:
                                       self._answer()))
         return parse_names(payload)
 
+    @operation("write", "one:run")
     def delete(self, run: str, expected: int, lease: Lease) -> Operation[None]:
-        """Remove the run at revision expected under the lease condition."""
+        """Remove ``run`` if ``expected`` is current and the lease allows (the checks of
+        :meth:`compare_and_set`): its record, lease and index entries go, and runs waiting
+        for it to change read it as revision 0. An insert of the id starts above its last
+        revision, so a stale ``expected`` never matches again.
+
+        Raises ``NotFound``, ``Conflict(current)`` or ``LeaseRefused(holder)``; nothing is
+        written then. Needs layout 3 (:meth:`migrate`), else ``Misconfigured``.
+        """
         run, expected, lease = check_run(run), check_revision(expected), check_lease(lease)
         yield from ask(Call(scripts.RUN_DELETE, (self.keys.run(run), *self._write_keys),
                             (self.arg1, run, expected, *lease_args(lease),
                              self.projection_version), self._answer(run)))
 
-    def claim_expired(self, owner: str, ttl: int, limit: int, records: bool = False,
+    # A claim's share in one partition is its ``<claim>_call(share, ...)``: its arguments
+    # but ``limit`` and ``records`` (a store of partitions calls it so in each).
+
+    @overload
+    def claim_expired(self, owner: str, ttl: int, limit: int, *,
+                      records: Literal[False] = False, max_takeovers: int | None = None
+                      ) -> Operation[tuple[list[str], int]]: ...
+
+    @overload
+    def claim_expired(self, owner: str, ttl: int, limit: int, *,
+                      records: Literal[True], max_takeovers: int | None = None
+                      ) -> Operation[tuple[list[Claimed], int]]: ...
+
+    @overload
+    def claim_expired(self, owner: str, ttl: int, limit: int, *, records: bool = False,
+                      max_takeovers: int | None = None
+                      ) -> Operation[tuple[list[str] | list[Claimed], int]]: ...
+
+    @operation("claim", "claim:leases")
+    def claim_expired(self, owner: str, ttl: int, limit: int, *, records: bool = False,
                       max_takeovers: int | None = None
                       ) -> Operation[tuple[list[str] | list[Claimed], int]]:
-        """Claim up to limit held, expired leases (with their records: Claimed values; with
-        max_takeovers, a run taken over that often is quarantined instead). Returns them
-        and the ms until the next lease expires (0: claimable ones are left, -1: none)."""
+        """Claim up to ``limit`` held, expired leases, the longest-expired first.
+
+        With ``records=True`` each comes back as ``Claimed(run, current)``, its record
+        included, in the same round trip; the claim then stops before the run whose record
+        would take the reply past ``MAX_CLAIM_BYTES`` (2 MiB; the first run always comes),
+        so it may return fewer than ``limit`` while more are claimable.
+
+        With ``max_takeovers=N``, a run whose expired lease was already handed to another
+        owner ``N`` times since its last write (``Current.takeovers``) is not handed out
+        again: it goes to the quarantine as poison (:meth:`quarantined`) until a write or
+        :meth:`release` puts it back. Needs layout 3 (:meth:`migrate`), else
+        ``Misconfigured``.
+
+        With ``block=ms``, when nothing is claimable, wait up to ``block`` ms and claim as
+        soon as a lease expires (docs/runs.md, "Waiting for work").
+        """
         owner, ttl, limit = check_owner(owner), check_ttl(ttl), check_limit(limit)
         records = check_flag("records", records)
         bound = check_max_takeovers(max_takeovers)
         if limit == 0:
             return [], -1
-        return (yield from self.claim_expired_call(owner, ttl, limit,
-                                                   MAX_CLAIM_BYTES if records else 0, bound))
+        return (yield from self.claim_expired_call(
+            Share(limit, MAX_CLAIM_BYTES if records else 0), owner, ttl, bound))
 
-    def claim_expired_call(self, owner: str, ttl: int, limit: int, budget: int,
-                           bound: int | None, strict: bool = False
+    def claim_expired_call(self, share: Share, owner: str, ttl: int, max_takeovers: int | None
                            ) -> Operation[tuple[list[Any], int]]:
-        """:meth:`claim_expired`'s script, arguments checked: ``budget`` bytes of records
-        (0: ids only; ``strict``: the first run too must fit)."""
+        """:meth:`claim_expired`'s script, arguments checked, for ``share``."""
         payload, wait = yield from ask(Call(
             scripts.RUN_CLAIM_EXPIRED, (self.keys.leases, self.keys.meta),
-            (self.arg1, owner, ttl, limit, budget, _opt(bound),
-             *(("1",) if strict else ())), with_wait(self._answer())))
-        return (parse_claimed(payload) if budget else parse_names(payload)), wait
+            (self.arg1, owner, ttl, share.limit, share.budget, _opt(max_takeovers),
+             *(("1",) if share.strict else ())), with_wait(self._answer())))
+        return (parse_claimed(payload) if share.budget else parse_names(payload)), wait
 
-    def claim_ready(self, owner: str, ttl: int, limit: int, records: bool = False
+    @overload
+    def claim_ready(self, owner: str, ttl: int, limit: int, *,
+                    records: Literal[False] = False) -> Operation[tuple[list[str], int]]: ...
+
+    @overload
+    def claim_ready(self, owner: str, ttl: int, limit: int, *,
+                    records: Literal[True]) -> Operation[tuple[list[Claimed], int]]: ...
+
+    @overload
+    def claim_ready(self, owner: str, ttl: int, limit: int, *, records: bool = False
+                    ) -> Operation[tuple[list[str] | list[Claimed], int]]: ...
+
+    @operation("claim", "claim:ready")
+    def claim_ready(self, owner: str, ttl: int, limit: int, *, records: bool = False
                     ) -> Operation[tuple[list[str] | list[Claimed], int]]:
-        """Claim up to limit free, eligible runs (with their records: Claimed values).
-        Returns them and the ms until the next run is due (0: claimable ones are left,
-        -1: none indexed)."""
+        """Claim up to ``limit`` free runs whose wait is eligible, the earliest first.
+
+        ``records=True`` hands back ``Claimed(run, current)`` values, as
+        :meth:`claim_expired` does. With ``block=ms``, when nothing is claimable, wait up
+        to ``block`` ms and claim as soon as something is (docs/runs.md, "Waiting for
+        work"): the call returns the first claim that got runs, or ``[]`` once ``block``
+        ms have passed; its deadline is ``block`` plus the store's ``timeout``.
+        """
         owner, ttl, limit = check_owner(owner), check_ttl(ttl), check_limit(limit)
         records = check_flag("records", records)
         if limit == 0:
             return [], -1
-        return (yield from self.claim_ready_call(owner, ttl, limit,
-                                                 MAX_CLAIM_BYTES if records else 0))
+        return (yield from self.claim_ready_call(
+            Share(limit, MAX_CLAIM_BYTES if records else 0), owner, ttl))
 
-    def claim_ready_call(self, owner: str, ttl: int, limit: int, budget: int,
-                         strict: bool = False) -> Operation[tuple[list[Any], int]]:
-        """:meth:`claim_ready`'s script, arguments checked: ``budget`` bytes of records (0:
-        ids only; ``strict``: the first run too must fit). With limit 0 it only finishes
-        re-indexing a dependency's waiters."""
+    def claim_ready_call(self, share: Share, owner: str, ttl: int
+                         ) -> Operation[tuple[list[Any], int]]:
+        """:meth:`claim_ready`'s script, arguments checked, for ``share``. With limit 0 it
+        only finishes re-indexing a dependency's waiters."""
         payload, wait = yield from ask(Call(
             scripts.RUN_CLAIM_READY,
             (self.keys.ready, self.keys.leases, self.keys.meta, self.keys.fanout),
-            (self.arg1, owner, ttl, limit, self.projection_version, budget,
-             *(("1",) if strict else ())), with_wait(self._answer())))
-        return (parse_claimed(payload) if budget else parse_names(payload)), wait
+            (self.arg1, owner, ttl, share.limit, self.projection_version, share.budget,
+             *(("1",) if share.strict else ())), with_wait(self._answer())))
+        return (parse_claimed(payload) if share.budget else parse_names(payload)), wait
 
     def heads(self, index: str, limit: int) -> Operation[Heads]:
         """The first due entries of ``index`` (``"ready"`` or ``"leases"``), up to
@@ -689,8 +816,9 @@ class RunOps:
         return (yield from ask(Call(None, (key,), ("ZPOPMIN", key, count), parse,
                                     write=False)))
 
+    @operation("write", "one:run", queued="it reads, then writes: it takes a second round trip")
     def refresh(self, run: str) -> Operation[bool]:
-        """Re-derive the run's wait from its current record; True when it has one."""
+        """Re-derive the run's wait from its current record; True if it now has one."""
         run = check_run(run)
         # A write between our read and our refresh derived fresh metadata itself, unless it
         # came from a store with a lower projection version: read again and retry.
@@ -721,8 +849,10 @@ class RunOps:
             scripts.RUN_MIGRATE, (self.keys.meta,), (self.arg1, count), self._answer()))
         return int(moved), bool(done), int(damaged), int(entries)
 
+    @operation("read", "own", pipeline=False)
     def quarantined(self, limit: int = 1000) -> Operation[list[Quarantined]]:
-        """Up to ``limit`` index entries that claims dropped as damaged."""
+        """Index entries that claims dropped as damaged (a run missing, of another type, or
+        corrupt), with the reason, up to ``limit``; docs/faults.md says how to repair."""
         limit = check_listing_limit(limit)
         found: list[Quarantined] = []
         cursor: Arg = "0"

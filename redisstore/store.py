@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import copy
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable
 from datetime import datetime
-from typing import Any, Literal, TypeVar, overload
+from typing import Any, TypeVar
 
 from . import wakeups
+from ._store_ops import StoreOps
 from .partitioned_repository import PartitionedRepositoryOps, repository_ops
 from .partitions import PartitionedOps, run_ops
 from .pipeline import Pipelined
@@ -19,12 +20,8 @@ from .runops import RunOps
 from .runs import (
     MAX_RECORD,
     MIGRATE_COUNT,
-    Claimed,
-    Current,
     Discover,
-    Lease,
     Migrated,
-    Quarantined,
 )
 from .transport import Transport, node_wakers
 from .wakeups import Wakeups, check_block
@@ -82,7 +79,7 @@ class Pipeline(Pipelined):
             self.send()
 
 
-class RedisRunStore(_Closes, Shell[RunOps | PartitionedOps]):
+class RedisRunStore(_Closes, StoreOps, Shell[RunOps | PartitionedOps]):
     """The leased run backend on a ``redis.Redis``-compatible client.
 
     Every method is one server-side Lua script, one round trip (``refresh`` reads, then
@@ -142,10 +139,6 @@ class RedisRunStore(_Closes, Shell[RunOps | PartitionedOps]):
                         sweeps, node_wakers(io, self._io.timeout)))
             return self._wake
 
-    def now(self) -> int:
-        """The backend clock (Redis ``TIME``), UTC Unix milliseconds."""
-        return self._io.drive(self._ops.counting(self._ops.now()))
-
     #: Whether a keeper closes this store when it ends (not a cluster's twin, whose node
     #: connections are every store's on its client).
     _keeper_closes = True
@@ -186,123 +179,6 @@ class RedisRunStore(_Closes, Shell[RunOps | PartitionedOps]):
         """
         return Pipeline(self._io, self._ops)
 
-    def get(self, run: str) -> Current:
-        """The run's latest record, revision and holder; raises ``NotFound``."""
-        return self._io.drive(self._ops.counting(self._ops.get(run)))
-
-    def insert(self, run: str, record: bytes, lease: Lease) -> int:
-        """Create ``run`` and return its revision: 1, or in a namespace where runs were
-        deleted, one above the highest revision a deleted run had (so an id inserted again
-        never reuses a revision). Raises ``AlreadyExists`` if it exists."""
-        return self._write(self._ops.insert(run, record, lease))
-
-    def compare_and_set(self, run: str, expected: int, record: bytes, lease: Lease) -> None:
-        """Write revision ``expected + 1`` if ``expected`` is current and the lease allows.
-
-        Raises ``NotFound``, ``Conflict(current)`` or ``LeaseRefused(holder)``; nothing is
-        written then.
-        """
-        self._write(self._ops.compare_and_set(run, expected, record, lease))
-
-    def renew(self, owner: str, runs: Iterable[str], ttl: int) -> list[str]:
-        """Extend each lease ``owner`` holds live among ``runs`` to ``ttl`` ms from now."""
-        return self._write(self._ops.renew(owner, runs, ttl))
-
-    def release(self, owner: str, runs: Iterable[str]) -> list[str]:
-        """Free each lease ``owner`` holds, live or expired, among ``runs``, without a new
-        revision; returns those runs. A run with a wait becomes claimable as its wait says
-        (at once when due); a poison run leaves the quarantine."""
-        return self._write(self._ops.release(owner, runs))
-
-    def delete(self, run: str, expected: int, lease: Lease) -> None:
-        """Remove ``run`` if ``expected`` is current and the lease allows (the checks of
-        :meth:`compare_and_set`): its record, lease and index entries go, and runs waiting
-        for it to change read it as revision 0. An insert of the id starts above its last
-        revision, so a stale ``expected`` never matches again.
-
-        Raises ``NotFound``, ``Conflict(current)`` or ``LeaseRefused(holder)``; nothing is
-        written then. Needs layout 3 (:meth:`migrate`), else ``Misconfigured``.
-        """
-        self._write(self._ops.delete(run, expected, lease))
-
-    @overload
-    def claim_expired(self, owner: str, ttl: int, limit: int, *,
-                      records: Literal[False] = False, max_takeovers: int | None = None,
-                      block: int | None = None) -> list[str]: ...
-
-    @overload
-    def claim_expired(self, owner: str, ttl: int, limit: int, *,
-                      records: Literal[True], max_takeovers: int | None = None,
-                      block: int | None = None) -> list[Claimed]: ...
-
-    def claim_expired(self, owner: str, ttl: int, limit: int, *, records: bool = False,
-                      max_takeovers: int | None = None,
-                      block: int | None = None) -> list[str] | list[Claimed]:
-        """Claim up to ``limit`` held, expired leases, the longest-expired first.
-
-        With ``records=True`` each comes back as ``Claimed(run, current)``, its record
-        included, in the same round trip; the claim then stops before the run whose record
-        would take the reply past ``MAX_CLAIM_BYTES`` (2 MiB; the first run always comes),
-        so it may return fewer than ``limit`` while more are claimable.
-
-        With ``max_takeovers=N``, a run whose expired lease was already handed to another
-        owner ``N`` times since its last write (``Current.takeovers``) is not handed out
-        again: it goes to the quarantine as poison (:meth:`quarantined`) until a write or
-        :meth:`release` puts it back. Needs layout 3 (:meth:`migrate`), else
-        ``Misconfigured``.
-
-        With ``block=ms``, when nothing is claimable, wait up to ``block`` ms and claim as
-        soon as a lease expires (docs/runs.md, "Waiting for work").
-        """
-        wait = check_block(block)
-        if limit == 0:
-            wait = 0  # nothing could be claimed: nothing to wait for
-        ops = self._ops
-
-        def claim() -> tuple[list[Any], int]:
-            return self._write(ops.claim_expired(owner, ttl, limit, records, max_takeovers))
-
-        return claim()[0] if not wait else wakeups.claim(self._wakeups, wakeups.LEASES, claim,
-                                                         wait)
-
-    @overload
-    def claim_ready(self, owner: str, ttl: int, limit: int, *,
-                    records: Literal[False] = False, block: int | None = None) -> list[str]: ...
-
-    @overload
-    def claim_ready(self, owner: str, ttl: int, limit: int, *,
-                    records: Literal[True], block: int | None = None) -> list[Claimed]: ...
-
-    def claim_ready(self, owner: str, ttl: int, limit: int, *, records: bool = False,
-                    block: int | None = None) -> list[str] | list[Claimed]:
-        """Claim up to ``limit`` free runs whose wait is eligible, the earliest first.
-
-        ``records=True`` hands back ``Claimed(run, current)`` values, as
-        :meth:`claim_expired` does. With ``block=ms``, when nothing is claimable, wait up
-        to ``block`` ms and claim as soon as something is (docs/runs.md, "Waiting for
-        work"): the call returns the first claim that got runs, or ``[]`` once ``block``
-        ms have passed; its deadline is ``block`` plus the store's ``timeout``.
-        """
-        wait = check_block(block)
-        if limit == 0:
-            wait = 0  # nothing could be claimed: nothing to wait for
-        ops = self._ops
-
-        def claim() -> tuple[list[Any], int]:
-            return self._write(ops.claim_ready(owner, ttl, limit, records))
-
-        return claim()[0] if not wait else wakeups.claim(self._wakeups, wakeups.READY, claim,
-                                                         wait)
-
-    def refresh(self, run: str) -> bool:
-        """Re-derive the run's wait from its current record; True if it now has one."""
-        return self._write(self._ops.refresh(run))
-
-    def quarantined(self, limit: int = 1000) -> list[Quarantined]:
-        """Index entries that claims dropped as damaged (a run missing, of another type, or
-        corrupt), with the reason, up to ``limit``; docs/faults.md says how to repair."""
-        return self._io.drive(self._ops.counting(self._ops.quarantined(limit)))
-
     def migrate(self, *, count: int = MIGRATE_COUNT) -> Migrated:
         """Move the namespace to the newest run layout this library knows, in bounded steps.
 
@@ -325,10 +201,28 @@ class RedisRunStore(_Closes, Shell[RunOps | PartitionedOps]):
             if step[1]:
                 return report
 
+    # The primitives of the operations (StoreOps, generated from the core: redisstore/
+    # _store_ops.py).
+
+    def _read(self, op: Operation[T] | Spread[T]) -> T:
+        return self._io.drive(self._ops.counting(op))
+
     def _write(self, op: Operation[T] | Spread[T]) -> T:
         # The one-time server check runs before the store's first write (after the
         # write's own argument checks).
         return self._io.drive(self._ops.guarded(op))
+
+    def _claim(self, index: str, limit: int, block: int | None,
+               claim: Callable[[], Operation[tuple[list[Any], int]]
+                               | Spread[tuple[list[Any], int]]]) -> list[Any]:
+        wait = check_block(block)
+        if limit == 0:
+            wait = 0  # nothing could be claimed: nothing to wait for
+
+        def once() -> tuple[list[Any], int]:
+            return self._write(claim())
+
+        return once()[0] if not wait else wakeups.claim(self._wakeups, index, once, wait)
 
 
 class RedisRepository(_Closes, Shell[RepositoryOps | PartitionedRepositoryOps]):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+import re
 import shlex
 import subprocess
 import sys
@@ -108,6 +110,63 @@ def test_every_public_name_is_in_the_api_doc() -> None:
     text = (ROOT / "docs" / "api.md").read_text()
     missing = [name for name in redisstore.__all__ if f"`{name}`" not in text]
     assert missing == []
+
+
+def _resolve(path: str) -> object:
+    """The object a dotted path names, as ``from a.b import c`` finds it: an attribute of
+    what comes before it, else a module imported."""
+    parts = path.split(".")
+    found: object = importlib.import_module(parts[0])
+    for at, name in enumerate(parts[1:], start=2):
+        if not hasattr(found, name):
+            importlib.import_module(".".join(parts[:at]))
+        found = getattr(found, name)
+    return found
+
+
+def _api_paths() -> list[str]:
+    """Every import path docs/api.md documents: each table row's name (from ``redisstore``
+    unless it says a module), each ``redisstore.x.y`` it names in its text, the caps it
+    lists beside ``redisstore.runs.MAX_CLAIM``, and the stores' operations it lists."""
+    text = (ROOT / "docs" / "api.md").read_text()
+    paths = []
+    for name in re.findall(r"^\| `([^`]+)`", text, flags=re.MULTILINE):
+        name = name.split("(")[0]
+        if name != "redisstore":  # the `redisstore` command row: the CLI, tested elsewhere
+            paths.append(name if name.startswith("redisstore.") else f"redisstore.{name}")
+    paths += re.findall(r"`(redisstore(?:\.\w+)+)", text)
+    caps = re.search(r"`redisstore\.runs\.MAX_CLAIM`((?:, `\w+`)+)", text)
+    assert caps is not None
+    paths += [f"redisstore.runs.{cap}" for cap in re.findall(r"`(\w+)`", caps.group(1))]
+    operations = re.search(r"Operations: (.*?)\(\[runs\.md\]", text, flags=re.DOTALL)
+    assert operations is not None
+    for op in re.findall(r"`(\w+)`", operations.group(1)):
+        if op in ("records", "max_takeovers", "block"):
+            continue  # options, not operations
+        paths += [f"redisstore.RedisRunStore.{op}", f"redisstore.AsyncRedisRunStore.{op}",
+                  f"redisstore.MemoryRunStore.{op}"]
+    paths += [f"redisstore.{store}.{method}" for store in ("RedisRunStore", "AsyncRedisRunStore")
+              for method in ("migrate", "pipeline")]
+    return sorted(set(paths))
+
+
+def test_the_api_doc_names_many_paths() -> None:
+    paths = _api_paths()
+    assert len(paths) > 80
+    assert "redisstore.RedisRunStore.compare_and_set" in paths
+    assert "redisstore.discovery.json_discovery" in paths
+    assert "redisstore.runs.MAX_CLAIM_BYTES" in paths
+
+
+@pytest.mark.parametrize("path", _api_paths())
+def test_every_import_path_the_api_doc_documents_works(path: str) -> None:
+    _resolve(path)
+    module, _, name = path.rpartition(".")
+    if module in ("redisstore", "redisstore.conformance", "redisstore.discovery",
+                  "redisstore.runs"):
+        namespace: dict[str, object] = {}
+        exec(f"from {module} import {name}", namespace)  # the import as a user writes it
+        assert namespace[name] is _resolve(path)
 
 
 @pytest.mark.parametrize("example", ["engine.py", "repository.py"])
