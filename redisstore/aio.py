@@ -32,7 +32,6 @@ from typing import Any, TypeVar
 
 from . import telemetry, wakeups
 from ._aio_ops import AsyncStoreOps
-from .errors import StoreError, Unavailable
 from .outcomes import ErrorReply, Exchange, Lost, Reply
 from .partitioned_repository import PartitionedRepositoryOps, repository_ops
 from .partitions import PartitionedOps, run_ops
@@ -48,16 +47,17 @@ from .pipeline import (
 )
 from .protocol import (
     Batch,
+    Done,
     Driver,
     Durability,
     Machine,
     Operation,
     PerNode,
-    Settled,
     Shell,
     Spread,
     check_io,
-    settle,
+    parsed,
+    resume,
 )
 from .repository import MAX_PAGE, InFlightPage, InstanceRecord, Logger, RepositoryOps
 from .runops import RunOps
@@ -1028,21 +1028,10 @@ class AsyncTransport:
                 driver.receive(got if type(got) is Exchange else Exchange(_replies(got)))
                 await self.run(driver, deadline)
                 return driver.result()
-            try:
-                settled: Settled[Any] = Settled(call.parse(got[0]))
-            except StoreError as answer:
-                settled = Settled(error=answer)
-            except (TypeError, ValueError, IndexError, KeyError, AttributeError):
-                # settle() says what a reply that does not parse means.
-                settled = settle(call, None, Exchange((Reply(got[0]),)))
-            try:
-                call = op.send(settled)
-            except StopIteration as stop:
-                return stop.value  # type: ignore[no-any-return]
-            except Unavailable as exc:
-                log.info("redisstore: %s (outcome %s, code %s)", exc.reason, exc.outcome,
-                         exc.code)
-                raise
+            step = resume(op, parsed(call, got[0]))
+            if isinstance(step, Done):
+                return step.value
+            call = step
         driver = Driver.resumed(op, call, durability)
         await self.run(driver, deadline)
         return driver.result()

@@ -292,21 +292,48 @@ def settle(call: Call[T], durability: Durability | None, got: Exchange) -> Settl
         return Settled(error=outcomes.lost(got.lost, write=call.write))
     if isinstance(first, ErrorReply):
         return Settled(error=script_error(call, first, write=call.write))
-    try:
-        value = call.parse(first.value)
-    except StoreError as answer:
-        return Settled(error=answer)
-    except (TypeError, ValueError, IndexError, KeyError, AttributeError) as exc:
-        outcome = UNKNOWN if call.write else NOT_APPLIED
-        return Settled(error=Unavailable(
-            f"unexpected reply {first.value!r:.200} ({exc})", code="PROTOCOL", outcome=outcome))
-    if call.write and durability is not None:
+    answer = parsed(call, first.value)
+    if answer.error is None and call.write and durability is not None:
         second: Reply | ErrorReply | Lost | None = (
             got.replies[1] if len(got.replies) > 1 else got.lost)
         problem = durability.problem(second) if second is not None else "no confirmation"
         if problem is not None:
             return Settled(error=outcomes.unconfirmed(problem))
-    return Settled(value)
+    return answer
+
+
+def parsed(call: Call[T], value: Any) -> Settled[T]:
+    """What a plain (not an error) reply of ``call`` means: its parsed value, the StoreError
+    it answers (a refused write wrote nothing), or ``Unavailable`` for a reply that does not
+    parse (the outcome of a write is then unknown)."""
+    try:
+        return Settled(call.parse(value))
+    except StoreError as answer:
+        return Settled(error=answer)
+    except (TypeError, ValueError, IndexError, KeyError, AttributeError) as exc:
+        outcome = UNKNOWN if call.write else NOT_APPLIED
+        return Settled(error=Unavailable(
+            f"unexpected reply {value!r:.200} ({exc})", code="PROTOCOL", outcome=outcome))
+
+
+@dataclass(frozen=True, slots=True)
+class Done(Generic[T]):
+    """An operation's value: what :func:`resume` gives once the operation has returned."""
+
+    value: T
+
+
+def resume(op: Operation[T], settled: Settled[Any]) -> Call[Any] | Done[T]:
+    """Send ``settled`` into ``op``: the next call it makes, or :class:`Done` with its value.
+    An ``Unavailable`` the operation raises is logged, as a :class:`Driver` logs it, and
+    raised: for the shells that step an operation themselves (the lean paths)."""
+    try:
+        return op.send(settled)
+    except StopIteration as stop:
+        return Done(stop.value)
+    except Unavailable as exc:
+        log.info("redisstore: %s (outcome %s, code %s)", exc.reason, exc.outcome, exc.code)
+        raise
 
 
 class Machine(Protocol):

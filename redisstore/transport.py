@@ -38,19 +38,19 @@ from concurrent.futures import wait as futures_wait
 from typing import Any, TypeVar
 
 from . import telemetry
-from .errors import StoreError, Unavailable
 from .outcomes import ErrorReply, Exchange, Lost, Reply, split_error
 from .pipeline import MIN_PATIENCE, Spreading, Suspects, patience, straggled
 from .protocol import (
     Batch,
+    Done,
     Driver,
     Durability,
     Machine,
     Operation,
     PerNode,
-    Settled,
     Spread,
-    settle,
+    parsed,
+    resume,
 )
 from .wakeups import Nodes
 from .wire import (
@@ -605,21 +605,10 @@ class Transport:
                 driver.receive(got if type(got) is Exchange
                                else Exchange(_replies(got)))  # type: ignore[arg-type]
                 return self._finish(driver, deadline)
-            try:
-                settled: Settled[Any] = Settled(call.parse(got[0]))
-            except StoreError as answer:
-                settled = Settled(error=answer)
-            except (TypeError, ValueError, IndexError, KeyError, AttributeError):
-                # settle() says what a reply that does not parse means.
-                settled = settle(call, None, Exchange((Reply(got[0]),)))
-            try:
-                call = op.send(settled)
-            except StopIteration as stop:
-                return stop.value  # type: ignore[no-any-return]
-            except Unavailable as exc:
-                log.info("redisstore: %s (outcome %s, code %s)", exc.reason, exc.outcome,
-                         exc.code)
-                raise
+            step = resume(op, parsed(call, got[0]))
+            if isinstance(step, Done):
+                return step.value
+            call = step
         return self._finish(Driver.resumed(op, call, durability), deadline)
 
     def _finish(self, driver: Driver[T], deadline: float) -> T:
