@@ -334,6 +334,24 @@ class _Confirmation:
         return self.writes
 
 
+def _round(queue: collections.deque[_Entry]) -> list[_Entry]:
+    """The calls of one write, taken from the head of ``queue``: at most MAX_ROUND_CALLS
+    and MAX_ROUND_BYTES (but always one), skipping calls already answered (a deadline or a
+    cancel before they were written)."""
+    take: list[_Entry] = []
+    size = 0
+    while queue and len(take) < MAX_ROUND_CALLS:
+        entry = queue[0]
+        if entry.future.done():
+            queue.popleft()
+            continue
+        size += len(entry.data)
+        if take and size > MAX_ROUND_BYTES:
+            break
+        take.append(queue.popleft())
+    return take
+
+
 def _compose(take: list[_Entry]) -> tuple[list[_Entry | _Confirmation], bytes]:
     """The calls of one flush as what a line waits for, in order, and the bytes to write:
     each call's commands, its durability confirmation after it, or, when two or more writes
@@ -623,18 +641,7 @@ class Mux:
         self._grow()
 
     def _write(self, line: _LeanLine) -> None:
-        take: list[_Entry] = []
-        size = 0
-        queue = self._queue
-        while queue and len(take) < MAX_ROUND_CALLS:
-            entry = queue[0]
-            if entry.future.done():
-                queue.popleft()
-                continue
-            size += len(entry.data)
-            if take and size > MAX_ROUND_BYTES:
-                break
-            take.append(queue.popleft())
+        take = _round(self._queue)
         items, data = _compose(take)
         line.write(items, data)
         if line.own is not None and line.written + line.own < self._timer_at:
@@ -819,17 +826,7 @@ class Mux:
     async def _flush_all(self) -> None:
         queue = self._queue
         while queue:
-            take: list[_Entry] = []
-            size = 0
-            while queue and len(take) < MAX_ROUND_CALLS:
-                entry = queue[0]
-                if entry.future.done():
-                    queue.popleft()
-                    continue
-                size += len(entry.data)
-                if take and size > MAX_ROUND_BYTES:
-                    break
-                take.append(queue.popleft())
+            take = _round(queue)
             if take:
                 await self._flush_on_a_connection(take)
 
