@@ -51,6 +51,7 @@ from .runs import (
 )
 
 T = TypeVar("T")
+R = TypeVar("R", list[str], dict[str, Any])
 C = TypeVar("C", bound="Counted")
 log = logging.getLogger(__name__)
 
@@ -250,14 +251,16 @@ class Counted:
         return answers
 
 
-def checked_only(op: Operation[Any]) -> None:
+def checked_only(op: Operation[T]) -> T | None:
     """Run ``op`` up to its first call and drop it: an operation checks its arguments
-    before it makes any call (a bad one raises here); nothing is sent."""
+    before it makes any call (a bad one raises here); nothing is sent. What it answered,
+    where it answered without a call (a call over no runs: ``[]``, ``{}``), else None."""
     try:
         next(op)
-    except StopIteration:
-        return
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]
     op.close()
+    return None
 
 
 class PartitionedOps(PartitionOps, Counted):
@@ -381,27 +384,31 @@ class PartitionedOps(PartitionOps, Counted):
         return groups
 
     def _each(self, runs: Iterable[str],
-              call: Callable[[RunOps, list[str]], Operation[list[str]]]) -> Spread[list[str]]:
-        """A call over many runs (``renew``, ``release``): :meth:`_each_steps`. Its other
-        arguments are checked now, by the core's call over no runs (which sends nothing)."""
-        checked_only(call(self.parts[0], []))
-        return Spread(self._each_steps(call, check_runs(runs)))
+              call: Callable[[RunOps, list[str]], Operation[R]]) -> Spread[R]:
+        """A call over many runs (``renew``, ``release``, ``get_many``):
+        :meth:`_each_steps`. Its other arguments are checked now, by the core's call over no
+        runs (which sends nothing)."""
+        none = checked_only(call(self.parts[0], []))
+        return Spread(self._each_steps(call, check_runs(runs), isinstance(none, dict)))
 
-    def _each_steps(self, call: Callable[[RunOps, list[str]], Operation[list[str]]],
-                    names: list[str]) -> Steps[list[str]]:
-        """Each partition's runs in one call. When some partitions fail, the call's error
-        (:func:`worst`) says, when it is ``Unavailable``, what the others did: the runs
-        they renewed or released (``done``) and the runs of the failed partitions
-        (``unanswered``), so a caller (the keeper) counts the ones and retries the others."""
+    def _each_steps(self, call: Callable[[RunOps, list[str]], Operation[R]],
+                    names: list[str], by_run: bool) -> Steps[R]:
+        """Each partition's runs in one call; the answers, each the runs it did (a list) or,
+        ``by_run``, the runs it found (a dict by run), joined in the caller's order. When some
+        partitions fail, the call's error (:func:`worst`) says, when it is ``Unavailable``,
+        what the others did: the runs they renewed, released or found (``done``) and the
+        runs of the failed partitions (``unanswered``), so a caller (the keeper) counts the
+        ones and retries the others."""
         groups = self._by_partition(names)
         answers = yield from self._fan([(deferred(call, self.parts[p], group), self.parts[p])
                                         for p, group in groups.items()])
-        done: set[str] = set()
+        done: dict[str, Any] = {}
         unanswered: set[str] = set()
         errors: list[StoreError] = []
         for group, got in zip(groups.values(), answers, strict=True):
             if got.error is None:
-                done.update(got.value or ())
+                value: Any = got.value or ()
+                done.update(value if by_run else dict.fromkeys(value))
             elif not isinstance(got.error, StoreError):
                 raise got.error
             else:
@@ -413,7 +420,9 @@ class PartitionedOps(PartitionOps, Counted):
                 error.done = [name for name in names if name in done]
                 error.unanswered = [name for name in names if name in unanswered]
             raise error
-        return [name for name in names if name in done]
+        found: Any = ({name: done[name] for name in names if name in done} if by_run
+                      else [name for name in names if name in done])
+        return found  # type: ignore[no-any-return]
 
     def _claims(self, index: str, checks: Operation[tuple[list[Any], int]], limit: int,
                 records: bool, claim: Callable[[RunOps, Share], Operation[tuple[list[Any], int]]]
