@@ -33,7 +33,7 @@ class PartitionOps:
         raise NotImplementedError
 
     def _each(self, runs: Iterable[str],
-              call: Callable[[RunOps, list[str]], Operation[list[str]]]) -> Spread[list[str]]:
+              call: Callable[[RunOps, list[str]], Operation[T]]) -> Spread[T]:
         """A call over many runs: one in each partition, with its runs."""
         raise NotImplementedError
 

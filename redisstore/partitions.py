@@ -51,7 +51,6 @@ from .runs import (
 )
 
 T = TypeVar("T")
-R = TypeVar("R", list[str], dict[str, Any])
 C = TypeVar("C", bound="Counted")
 log = logging.getLogger(__name__)
 
@@ -384,15 +383,15 @@ class PartitionedOps(PartitionOps, Counted):
         return groups
 
     def _each(self, runs: Iterable[str],
-              call: Callable[[RunOps, list[str]], Operation[R]]) -> Spread[R]:
+              call: Callable[[RunOps, list[str]], Operation[T]]) -> Spread[T]:
         """A call over many runs (``renew``, ``release``, ``get_many``):
         :meth:`_each_steps`. Its other arguments are checked now, by the core's call over no
         runs (which sends nothing)."""
         none = checked_only(call(self.parts[0], []))
         return Spread(self._each_steps(call, check_runs(runs), isinstance(none, dict)))
 
-    def _each_steps(self, call: Callable[[RunOps, list[str]], Operation[R]],
-                    names: list[str], by_run: bool) -> Steps[R]:
+    def _each_steps(self, call: Callable[[RunOps, list[str]], Operation[T]],
+                    names: list[str], by_run: bool) -> Steps[T]:
         """Each partition's runs in one call; the answers, each the runs it did (a list) or,
         ``by_run``, the runs it found (a dict by run), joined in the caller's order. When some
         partitions fail, the call's error (:func:`worst`) says, when it is ``Unavailable``,
