@@ -862,13 +862,17 @@ def read_built(folder: Traversable | None = None) -> dict[str, Script] | None:
             return None
         out = {}
         for name, entry in data["scripts"].items():
-            lines = tuple((file, first + i) for file, first, count in entry["lines"]
-                          for i in range(count))
             source = entry["source"].encode("utf-8")
             if hashlib.sha1(source).hexdigest() != entry["sha"]:
                 return None
+            # The map has a line for each line of the source, no more (a damaged count
+            # would make a huge tuple).
+            if sum(count for _, _, count in entry["lines"]) != source.count(b"\n"):
+                return None
+            lines = tuple((str(file), int(first) + i) for file, first, count in entry["lines"]
+                          for i in range(count))
             out[name] = Script(name, source, entry["sha"], lines)
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
     return out if set(out) == {name for name, _ in SPECS} else None
 

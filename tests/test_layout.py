@@ -78,6 +78,24 @@ def test_a_new_namespace_starts_at_the_newest_layout(client: redis.Redis) -> Non
     assert store.migrate() == Migrated(0, 0, 1)  # nothing to do, in one step
 
 
+def test_a_namespace_of_an_older_layout_with_no_layout_recorded_is_read_as_layout_1(
+        client: redis.Redis) -> None:
+    """Written before layouts were recorded (or its meta key deleted): its layout 1 index
+    keys say what it is, so its leases and ready runs are still claimed, and migrate()
+    moves it, rather than it being taken for a new namespace at layout 4."""
+    store = populated(client)
+    keys = Keyspace(store.namespace)
+    time.sleep(0.01)
+    client.delete(keys.meta)
+    held = sorted(f"r{i}" for i in range(0, 12, 3))
+    assert sorted(store.claim_expired("node-b", LONG, 10)) == []  # live leases: none due
+    assert sorted(store.claim_ready("node-b", LONG, 10)) == ["r1", "r10", "r4", "r7"]
+    assert all(store.get(run).holder == Held("node-a", True) for run in held)
+    assert store.migrate().moved == 12
+    assert kinds(client, store.namespace) == {b"string"}
+    assert client.hget(keys.meta, "layout") == b"4"
+
+
 def test_a_namespace_stays_at_layout_1_until_migrated(client: redis.Redis) -> None:
     """A namespace an older library started at layout 1 is read and written as it is."""
     store = populated(client)

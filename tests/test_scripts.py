@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import itertools
+import json
 import re
 import shutil
 import time
@@ -1028,3 +1029,12 @@ def test_a_built_file_that_is_not_current_is_not_used(tmp_path: Path) -> None:
     assert scripts.read_built(folder) is None  # a source that is not its SHA1
     (folder / scripts.BUILT_FILE).write_text("{")
     assert scripts.read_built(folder) is None
+    # A current digest over contents of the wrong shape: built again, never a crash.
+    scripts.write_built(folder)
+    good = json.loads((folder / scripts.BUILT_FILE).read_text())
+    for damage in ({"scripts": []}, {"scripts": {"run_get": {**good["scripts"]["run_get"],
+                                                             "source": 5}}},
+                   {"scripts": {"run_get": {**good["scripts"]["run_get"],
+                                            "lines": [["x", 1, 10**12]]}}}):
+        (folder / scripts.BUILT_FILE).write_text(json.dumps({**good, **damage}))
+        assert scripts.read_built(folder) is None

@@ -67,7 +67,8 @@
 -- (a partition's also publish on the sharded channel of the key's name). A wake key of
 -- another type only turns signals off: blocked claimers then claim again within their
 -- re-arm period, as they do for writers of library versions that never signal.
--- P.."meta" (hash): layout, the namespace's layout version (absent: 1); deleted-rev, the
+-- P.."meta" (hash): layout, the namespace's layout version (absent: a new namespace, at 4,
+-- unless P.."leases" or P.."ready" exists: then 1, see read_layout); deleted-rev, the
 -- highest revision a deleted run had (absent: 0), above which insert starts.
 --
 -- The key names are defined once, in redisstore/keys.py (RUN_STORE_KEYS, RUN_STORE_PARTS):

@@ -50,7 +50,14 @@ local function read_layout()
     if n == nil then return {CORRUPT, 'meta.partitions', 0, -1} end
     return {PARTITIONED, n, 0, -1}
   end
-  if not got[1] then return nil end
+  if not got[1] then
+    -- None recorded: a new namespace, at layout 4 (every write records it), unless the
+    -- index keys of layouts 1 to 3 hold entries: one written before layouts were recorded,
+    -- or whose meta key was deleted, read as layout 1 (migrate() then moves it) rather than
+    -- as 4, which would not see its leases and ready runs.
+    if not PARTITION and redis.call('EXISTS', LEASES, READY) > 0 then NS = 1 end
+    return nil
+  end
   local n = decimal(got[1], 1, 1000000)
   if n == nil then return {CORRUPT, 'meta.layout', 0, -1} end
   if n > LAYOUT then return {TOO_NEW, n, 0, -1} end
