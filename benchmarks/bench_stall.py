@@ -579,7 +579,7 @@ def suite(bench: Bench, layout: int, db: int, plan: Plan) -> None:
                                 bench.figures[-2], bench.figures[-1], VISIT))
 
     bench.measure(f"claim_ready({CLAIM}, records=True) over {n} ready", "run_claim_ready",
-                  layout, CLAIM, c, lambda i: ready.claim_ready("me", LONG, CLAIM, True),
+                  layout, CLAIM, c, lambda i: ready.claim_ready("me", LONG, CLAIM, records=True),
                   claimed(CLAIM))
 
     # claim_expired
@@ -612,6 +612,8 @@ def suite(bench: Bench, layout: int, db: int, plan: Plan) -> None:
 
     bench.measure(f"renew of {RENEW} live leases", "run_renew", layout, RENEW, c,
                   lambda i: expired.renew("me", held[:RENEW], LONG), renewed(RENEW))
+    bench.measure(f"get_many of {RENEW} runs", "run_get_many", layout, RENEW, c,
+                  lambda i: expired.get_many(held[:RENEW]), renewed(RENEW))
     if plan.per_item:
         few = max(1, RENEW // 5)
         bench.measure(f"renew of {few} live leases", "run_renew", layout, few, c,
@@ -846,6 +848,16 @@ def big_records(bench: Bench, c: redis.Redis, ops: RunOps, layout: int, where: s
         bench.measure(f"get of a {size} MiB record", "run_get", layout, size, c,
                       lambda i, s=size: ops.get(f"big{s}-{i}"), got)
     figures = {f.scenario: f for f in bench.figures[-6:]}
+    # get_many at its byte budget: MAX_CLAIM_BYTES of 1 MiB records in one call.
+    fit = CLAIM_BYTES // MiB
+
+    def read(i: int, result: Any, reply: Any) -> int:
+        expect(len(result) == fit, f"get_many read {len(result)} runs of 1 MiB, not {fit}")
+        return fit
+
+    bench.measure(f"get_many of {fit} runs of 1 MiB (the byte budget)", "run_get_many",
+                  layout, fit, c, lambda i: ops.get_many([f"big1-{k}" for k in range(fit)]),
+                  read)
     # A claim with records at its byte budget: MAX_CLAIM_BYTES of 1 MiB records, ready.
     namespace = f"stall-budget-l{layout}"
     at_layout(c, namespace, layout)
@@ -859,7 +871,7 @@ def big_records(bench: Bench, c: redis.Redis, ops: RunOps, layout: int, where: s
 
     bench.measure(f"claim_ready with records of {fits} MiB (the byte budget)",
                   "run_claim_ready", layout, fits, c,
-                  lambda i: budget.claim_ready("me", LONG, CLAIM, True), claimed(fits),
+                  lambda i: budget.claim_ready("me", LONG, CLAIM, records=True), claimed(fits),
                   before=fill_budget)
     for verb in ("insert", "compare_and_set", "get"):
         bench.costs.append(cost(f"MiB of record ({verb}, layout {layout})",

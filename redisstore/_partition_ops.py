@@ -53,6 +53,11 @@ class PartitionOps:
         """See :meth:`RunOps.get`: in the partition of ``run``."""
         return self._one(run, lambda part: part.get(run), write=False)
 
+    def get_many(self, runs: Iterable[str]) -> Spread[dict[str, Current]]:
+        """See :meth:`RunOps.get_many`: the runs of ``runs`` by partition, one call in each, the
+        answer in the caller's order."""
+        return self._each(runs, lambda part, group: part.get_many(group))
+
     def insert(self, run: str, record: bytes, lease: Lease) -> Operation[int]:
         """See :meth:`RunOps.insert`: in the partition of ``run``."""
         return self._one(run, lambda part: part.insert(run, record, lease), write=True)

@@ -46,6 +46,10 @@ class PipelineOps:
         """Queue :meth:`redisstore.RedisRunStore.get`."""
         return self._queue(self._ops.get(run), write=False)
 
+    def get_many(self, runs: Iterable[str]) -> Pending[dict[str, Current]]:
+        """Queue :meth:`redisstore.RedisRunStore.get_many`."""
+        return self._queue(self._ops.get_many(runs), write=False)
+
     def insert(self, run: str, record: bytes, lease: Lease) -> Pending[int]:
         """Queue :meth:`redisstore.RedisRunStore.insert`."""
         return self._queue(self._ops.insert(run, record, lease))

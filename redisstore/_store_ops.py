@@ -51,6 +51,14 @@ class StoreOps:
         """The run's latest record, revision and holder; raises ``NotFound``."""
         return self._read(self._ops.get(run))
 
+    def get_many(self, runs: Iterable[str]) -> dict[str, Current]:
+        """What :meth:`get` answers for each of ``runs`` that exists, by run, in the order of
+        ``runs``; a run that does not exist is absent from the dict. At most ``MAX_RENEW``
+        (150) runs; one round trip (a store of partitions: one per node, at once) but where
+        their records pass ``MAX_CLAIM_BYTES`` (2 MiB), whose rest is read in further calls.
+        Raises ``Corrupt`` for a run whose stored data fails its checks."""
+        return self._read(self._ops.get_many(runs))
+
     def insert(self, run: str, record: bytes, lease: Lease) -> int:
         """Create ``run`` and return its revision: 1, or in a namespace where runs were
         deleted, one above the highest revision a deleted run had (so an id inserted again

@@ -163,6 +163,15 @@ class MemoryRunStore(_NothingToClose):
                 raise NotFound(run)
             return self._current(state, self._clock())
 
+    def get_many(self, runs: Iterable[str]) -> dict[str, Current]:
+        """What :meth:`get` answers for each of ``runs`` that exists, by run, in the order
+        of ``runs`` (read at one instant); a run that does not exist is absent."""
+        names = check_runs(runs)
+        with self._lock:
+            now = self._clock()
+            return {run: self._current(self._runs[run], now) for run in names
+                    if run in self._runs}
+
     def _current(self, state: _Run, now: int) -> Current:
         return Current(state.rev, state.rec, self._holder(state, now), state.claim,
                        state.takeovers)

@@ -575,6 +575,31 @@ class RunOps:
                                       (self.arg1, run), self._answer(run), write=False))
         return parse_current(payload)
 
+    @operation("read", "each:runs")
+    def get_many(self, runs: Iterable[str]) -> Operation[dict[str, Current]]:
+        """What :meth:`get` answers for each of ``runs`` that exists, by run, in the order of
+        ``runs``; a run that does not exist is absent from the dict. At most ``MAX_RENEW``
+        (150) runs; one round trip (a store of partitions: one per node, at once) but where
+        their records pass ``MAX_CLAIM_BYTES`` (2 MiB), whose rest is read in further calls.
+        Raises ``Corrupt`` for a run whose stored data fails its checks."""
+        names = check_runs(runs)
+        found: dict[str, Current] = {}
+        while names:
+            payload = yield from ask(Call(scripts.RUN_GET_MANY, (self.keys.meta,),
+                                          (self.arg1, MAX_CLAIM_BYTES, *names), self._answer(),
+                                          write=False))
+            read, *entries = payload
+            for entry in entries:
+                run = text(entry[0])
+                if entry[1] is None or entry[1] is False:
+                    raise Corrupt(run, text(entry[2]))
+                found[run] = parse_current(entry[1])
+            if int(read) < 1:
+                raise Unavailable(f"get_many read no run of {len(names)}", code="PROTOCOL",
+                                  outcome=NOT_APPLIED)
+            names = names[int(read):]
+        return found
+
     @operation("write", "one:run")
     def insert(self, run: str, record: bytes, lease: Lease) -> Operation[int]:
         """Create ``run`` and return its revision: 1, or in a namespace where runs were

@@ -415,6 +415,11 @@ class RunStore(Protocol):
         """The run's latest record, revision, holder and claim info; ``NotFound``."""
         ...
 
+    def get_many(self, runs: Iterable[str]) -> dict[str, Current]:
+        """What :meth:`get` answers for each of ``runs`` that exists, by run, in the order
+        of ``runs``; a run that does not exist is absent. At most ``MAX_RENEW`` runs."""
+        ...
+
     def insert(self, run: str, record: bytes, lease: Lease) -> int:
         """Create ``run``; returns its revision (1, or one above the highest revision a
         deleted run had); ``AlreadyExists`` if it exists."""

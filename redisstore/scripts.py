@@ -781,10 +781,10 @@ def load_all(specs: Iterable[tuple[str, str]],
     return out
 
 
-RUN_NAMES = ("run_now", "run_get", "run_insert", "run_compare_and_set", "run_renew",
-             "run_release", "run_delete", "run_claim_expired", "run_claim_ready", "run_refresh",
-             "run_quarantined", "run_migrate", "run_heads", "run_partitions", "run_watch",
-             "run_notify", "run_delivered", "run_unwatch")
+RUN_NAMES = ("run_now", "run_get", "run_get_many", "run_insert", "run_compare_and_set",
+             "run_renew", "run_release", "run_delete", "run_claim_expired", "run_claim_ready",
+             "run_refresh", "run_quarantined", "run_migrate", "run_heads", "run_partitions",
+             "run_watch", "run_notify", "run_delivered", "run_unwatch")
 REPO_NAMES = ("repo_save", "repo_load", "repo_delete", "repo_list_in_flight",
               "repo_register_group", "repo_group_exists", "repo_migrate", "repo_partitions")
 
@@ -881,6 +881,7 @@ _BUILT = read_built() or load_all(SPECS)
 
 RUN_NOW = _BUILT["run_now"]
 RUN_GET = _BUILT["run_get"]
+RUN_GET_MANY = _BUILT["run_get_many"]
 RUN_INSERT = _BUILT["run_insert"]
 RUN_COMPARE_AND_SET = _BUILT["run_compare_and_set"]
 RUN_RENEW = _BUILT["run_renew"]
@@ -901,10 +902,10 @@ RUN_UNWATCH = _BUILT["run_unwatch"]
 #: The scripts only a store spread over partitions sends (a partition's prefix, {ns#p}:).
 PARTITION_SCRIPTS = (RUN_WATCH, RUN_NOTIFY, RUN_DELIVERED, RUN_UNWATCH)
 
-RUN_SCRIPTS = (RUN_NOW, RUN_GET, RUN_INSERT, RUN_COMPARE_AND_SET, RUN_RENEW, RUN_RELEASE,
-               RUN_DELETE, RUN_CLAIM_EXPIRED, RUN_CLAIM_READY, RUN_REFRESH, RUN_QUARANTINED,
-               RUN_MIGRATE, RUN_HEADS, RUN_PARTITIONS, RUN_WATCH, RUN_NOTIFY, RUN_DELIVERED,
-               RUN_UNWATCH)
+RUN_SCRIPTS = (RUN_NOW, RUN_GET, RUN_GET_MANY, RUN_INSERT, RUN_COMPARE_AND_SET, RUN_RENEW,
+               RUN_RELEASE, RUN_DELETE, RUN_CLAIM_EXPIRED, RUN_CLAIM_READY, RUN_REFRESH,
+               RUN_QUARANTINED, RUN_MIGRATE, RUN_HEADS, RUN_PARTITIONS, RUN_WATCH, RUN_NOTIFY,
+               RUN_DELIVERED, RUN_UNWATCH)
 
 # The instance repository's scripts, with their own fragments (lua/_repo_lib.lua).
 REPO_SAVE = _BUILT["repo_save"]

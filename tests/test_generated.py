@@ -34,9 +34,9 @@ def test_the_check_mode_finds_nothing_stale() -> None:
 
 def test_every_operation_has_a_known_kind_and_route() -> None:
     ops = _generate.operations()
-    assert [op.name for op in ops] == ["now", "get", "insert", "compare_and_set", "renew",
-                                       "release", "delete", "claim_expired", "claim_ready",
-                                       "refresh", "quarantined"]
+    assert [op.name for op in ops] == ["now", "get", "get_many", "insert", "compare_and_set",
+                                       "renew", "release", "delete", "claim_expired",
+                                       "claim_ready", "refresh", "quarantined"]
     for op in ops:
         assert op.kind in ("read", "write", "claim")
         kind, _, arg = op.spec.route.partition(":")
@@ -95,7 +95,7 @@ def test_a_store_of_partitions_routes_each_operation_the_core_routes() -> None:
 #: The run store's public operations that issue 27 wants written by hand at most in the
 #: port (an async port besides it), the memory reference and the core.
 PUBLIC = ["get", "insert", "compare_and_set", "renew", "release", "delete", "claim_expired",
-          "claim_ready"]
+          "claim_ready", "get_many"]
 #: Classes that have a method of one of those names that is not the run store's: the
 #: connection pools' release(conn), the keepers' own release(runs), the repositories'.
 OTHERS = {"Pool", "AsyncPool", "Keeper", "AsyncKeeper"}

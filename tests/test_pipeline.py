@@ -92,8 +92,9 @@ def test_every_call_gets_its_own_answer_in_one_round_trip(
         renewed = pipe.renew("me", ["new", "held"], LONG)
         read = pipe.get("new")
         now = pipe.now()
-        assert len(pipe) == 10 and not new.done()
-    assert len(round_trips) == 1 and round_trips[0] == 10  # one batch, one command per call
+        many = pipe.get_many(["held", "absent", "new"])
+        assert len(pipe) == 11 and not new.done()
+    assert len(round_trips) == 1 and round_trips[0] == 11  # one batch, one command per call
 
     assert new.result() == 1 and new.done()
     with pytest.raises(AlreadyExists):
@@ -113,6 +114,7 @@ def test_every_call_gets_its_own_answer_in_one_round_trip(
     assert renewed.result() == ["new"]
     assert read.result().holder == Held("me", True)
     assert isinstance(now.result(), int)
+    assert many.result() == {"held": store.get("held"), "new": store.get("new")}
     assert store.get("held").record == b"h1"  # every refusal wrote nothing
 
 

@@ -823,6 +823,7 @@ def run_store_scenario(client: Any) -> str:
     store.insert("t", b"at:", Release())
     store.compare_and_set("d", 1, b"plain", Claim("a", LONG))
     store.get("d")
+    store.get_many(["d", "w", "absent"])
     store.now()
     store.renew("a", ["d", "w"], LONG)
     client.zadd(keys.ready, {"ghost": 0})

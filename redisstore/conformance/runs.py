@@ -16,6 +16,7 @@ import pytest
 from ..errors import AlreadyExists, Conflict, LeaseRefused, NotFound
 from ..runs import (
     MAX_CLAIM_BYTES,
+    MAX_RENEW,
     At,
     Changed,
     Claim,
@@ -55,6 +56,54 @@ class LeaseRules(RunSuite):
         store = self.make_store()
         with pytest.raises(NotFound):
             store.get("absent")
+
+    # ------------------------------------------------------------------ get_many
+
+    def test_get_many_answers_get_for_each_run_that_exists_in_the_given_order(self) -> None:
+        store = self.make_store()
+        for run, state in (("c", "free"), ("a", "mine live"), ("b", "theirs live")):
+            self.given(store, run, state, record=run.encode() * 3)
+        store.compare_and_set("a", 1, b"aa", Hold(ME))
+        many = store.get_many(["b", "absent", "a", "c", "b"])
+        assert list(many) == ["b", "a", "c"]  # the given order; absent left out; b once
+        assert many == {run: store.get(run) for run in ("b", "a", "c")}
+        assert many["a"].revision == 2 and many["a"].record == b"aa"
+        assert many["b"].holder == Held(OTHER, True) and many["c"].holder == Free()
+
+    def test_get_many_of_no_runs_or_only_absent_ones_is_empty(self) -> None:
+        store = self.make_store()
+        assert store.get_many([]) == {}
+        assert store.get_many(iter(["x", "y"])) == {}
+
+    def test_get_many_refuses_bad_arguments_before_reading(self) -> None:
+        store = self.make_store()
+        with pytest.raises(TypeError):
+            store.get_many("run")  # a str is one value, not runs
+        with pytest.raises(ValueError):
+            store.get_many(["ok", ""])
+        with pytest.raises(ValueError, match="cap"):
+            store.get_many([f"r{i}" for i in range(MAX_RENEW + 1)])
+
+    def test_get_many_reads_as_many_runs_as_the_cap(self) -> None:
+        store = self.make_store()
+        runs = [f"r{i}" for i in range(MAX_RENEW)]
+        for run in runs[::3]:
+            store.insert(run, run.encode(), Release())
+        many = store.get_many(runs)
+        assert list(many) == runs[::3]
+        assert all(current.record == run.encode() for run, current in many.items())
+
+    def test_get_many_reads_every_record_however_much_they_weigh(self) -> None:
+        # Past MAX_CLAIM_BYTES (2 MiB) of records a Redis store reads the rest in further
+        # calls: the answer is the same.
+        store = self.make_store()
+        size = 1 << 20  # the default max_record_bytes
+        runs = [f"big-{i}" for i in range(MAX_CLAIM_BYTES // size + 2)]
+        for i, run in enumerate(runs):
+            store.insert(run, bytes([i]) * size, Release())
+        many = store.get_many(runs)
+        assert list(many) == runs
+        assert all(many[run].record == bytes([i]) * size for i, run in enumerate(runs))
 
     # ------------------------------------------------------------------ insert
 
