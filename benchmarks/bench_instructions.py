@@ -1,10 +1,10 @@
-"""Server cost per call of each run script beside its minimal script (issue 26): callgrind
+"""Server cost per call of each run script beside its minimal script: callgrind
 instructions, and ``INFO commandstats`` µs on a plain server.
 
 A **minimal script** (``benchmarks/minimal/<op>.lua``) does only the commands its
 operation cannot do without on layout 4, with the real script's KEYS and ARGV, and leaves
-the data as the real operation does (``--check`` shows it). Issue 26's target: every
-operation's server time at most 2x its minimal script's.
+the data as the real operation does (``--check`` shows it). The budget
+(docs/design/hot-path.md): every operation's server time at most 2x its minimal script's.
 
 **Instructions** (steady on a shared VM, where wall time moves by 15% between runs). For
 each operation this starts ``redis-server`` (from PATH) under ``valgrind --tool=callgrind``

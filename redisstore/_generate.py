@@ -1,4 +1,4 @@
-"""Write the run store's operation methods that follow from the core (issue 27).
+"""Write the run store's operation methods that follow from the core.
 
 Each public operation of the run store is written once, in :class:`redisstore.runops.RunOps`:
 its signature and docstring, its checks, its script call and its reply's parse, with an

@@ -1,4 +1,4 @@
-"""The files redisstore/_generate.py writes from the core's operations (issue 27): current,
+"""The files redisstore/_generate.py writes from the core's operations: current,
 marked as generated, and the shells' methods the core's own."""
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ def test_a_store_of_partitions_routes_each_operation_the_core_routes() -> None:
         assert (method.__module__ == "redisstore._partition_ops") == (own == "generated")
 
 
-#: The run store's public operations that issue 27 wants written by hand at most in the
+#: The run store's public operations, each written by hand at most in the
 #: port (an async port besides it), the memory reference and the core.
 PUBLIC = ["get", "insert", "compare_and_set", "renew", "release", "delete", "claim_expired",
           "claim_ready", "get_many"]

@@ -1010,7 +1010,7 @@ def test_the_built_scripts_file_is_current() -> None:
     ``python -m redisstore._build`` (a stale file is never used, but import is slower)."""
     built = scripts.read_built()
     assert built is not None, "lua/_built.json is stale: run python -m redisstore._build"
-    fresh = scripts.load_all(scripts.SPECS)
+    fresh = scripts.load_all(scripts.SHIPPED)
     assert built == fresh
     assert all(built[name].lines == fresh[name].lines for name in fresh)
     assert fresh["run_compare_and_set"] == scripts.RUN_COMPARE_AND_SET

@@ -1,4 +1,4 @@
--- minimal claim_expired (benchmarks/README.md, issue 26): the floor of run_claim_expired on
+-- minimal claim_expired (benchmarks/README.md): the floor of run_claim_expired on
 -- layout 4: take the due entries from the head of the leases index, rewrite each run's
 -- header (new owner and expiry, a takeover counted), move each entry to its new place.
 -- KEYS[1]  P.."leases", KEYS[2] P.."meta" (not read)

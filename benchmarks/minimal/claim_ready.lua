@@ -1,4 +1,4 @@
--- minimal claim_ready (benchmarks/README.md, issue 26): the floor of run_claim_ready on
+-- minimal claim_ready (benchmarks/README.md): the floor of run_claim_ready on
 -- layout 4: take the due entries from the head of the ready index, rewrite each run's
 -- header (owner, expiry, claim info), move each entry from the ready index to the leases.
 -- KEYS[1]  P.."ready", KEYS[2] P.."leases", KEYS[3] P.."meta", KEYS[4] P.."fanout" (not read)

@@ -1,4 +1,4 @@
--- minimal compare_and_set with Release (benchmarks/README.md, issue 26): the floor of
+-- minimal compare_and_set with Release (benchmarks/README.md): the floor of
 -- run_compare_and_set writing the next revision of a held run and freeing it, on layout 4.
 -- KEYS[1]  P.."r:"..run         KEYS[2..4] P.."leases", P.."ready", P.."meta" (not read)
 -- ARGV     as run_compare_and_set: [1] key prefix, [2] run, [3] expected revision,

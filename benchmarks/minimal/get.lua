@@ -1,4 +1,4 @@
--- minimal get (benchmarks/README.md, issue 26): the floor of run_get on layout 4.
+-- minimal get (benchmarks/README.md): the floor of run_get on layout 4.
 -- KEYS[1]  P.."r:"..run         KEYS[2] P.."meta" (not read)
 -- ARGV[1]  key prefix           ARGV[2] run
 -- Reply    as run_get: {0, {revision, record, owner|false, live 0|1, claim_key|false,

@@ -1,4 +1,4 @@
--- minimal insert (benchmarks/README.md, issue 26): the floor of run_insert with a Claim on
+-- minimal insert (benchmarks/README.md): the floor of run_insert with a Claim on
 -- layout 4: the run's string and its lease index entry.
 -- KEYS[1]  P.."r:"..run         KEYS[2] P.."leases", KEYS[3] P.."ready" (not read)
 -- KEYS[4]  P.."meta"

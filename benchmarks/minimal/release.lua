@@ -1,4 +1,4 @@
--- minimal release (benchmarks/README.md, issue 26): the floor of run_release on layout 4,
+-- minimal release (benchmarks/README.md): the floor of run_release on layout 4,
 -- per run: read its header, rewrite it without the lease, take its lease index entry out.
 -- KEYS[1]  P.."leases", KEYS[2] P.."ready", KEYS[3] P.."meta" (not read)
 -- ARGV     as run_release: [1] key prefix, [2] owner, [3] projection version (not read),

@@ -1,4 +1,4 @@
--- minimal renew (benchmarks/README.md, issue 26): the floor of run_renew on layout 4, per
+-- minimal renew (benchmarks/README.md): the floor of run_renew on layout 4, per
 -- run: read its header, rewrite its expiry, move its lease index entry.
 -- KEYS[1]  P.."leases", KEYS[2] P.."meta" (not read)
 -- ARGV     as run_renew: [1] key prefix, [2] owner, [3] ttl ms, [4..] run ids
