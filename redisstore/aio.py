@@ -982,10 +982,11 @@ class AsyncTransport:
         """Run an operation to its end: send each batch it makes, report what came back."""
         if type(op) is Spread:
             return await self._spread(op)
-        if not self.cluster and not telemetry.recording():
+        recording = telemetry.recording()
+        if not self.cluster and not recording:
             return await self._lean_drive(op)  # type: ignore[arg-type]
         driver = Driver(op, self.durability)  # type: ignore[arg-type]
-        if not telemetry.recording():
+        if not recording:
             await self.run(driver)
             return driver.result()
         with telemetry.operation(driver.telemetry) as call:

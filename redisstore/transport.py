@@ -568,10 +568,11 @@ class Transport:
         if type(op) is Spread:
             return self._spread(op)
         pool = self._pool
-        if pool is not None and pool.lean and not telemetry.recording():
+        recording = telemetry.recording()
+        if pool is not None and pool.lean and not recording:
             return self._lean_drive(pool, op)  # type: ignore[arg-type]
         driver = Driver(op, self.durability)  # type: ignore[arg-type]
-        if not telemetry.recording():
+        if not recording:
             self.run(driver)
             return driver.result()
         with telemetry.operation(driver.telemetry) as call:
