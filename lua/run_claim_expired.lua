@@ -22,11 +22,10 @@
 -- when claimed), P.."quarantine" (an entry quarantined), P.."wake-leases" (signals).
 -- From layout 4 also the buckets and directories of the indexes it reads or changes
 -- (P.."L|".., P.."L/", P.."Q|".., P.."Q/", P.."D"..#dep..":"..dep.."|".. and "/").
---- @include CORRUPT, MAX_CLAIM, MAX_CLAIM_BYTES, OK, int, arg_int, arg_flag, later
---- @include QUARANTINE, WAKE_LEASES, NS, MAX_TTL, now_ms, opt_decimal, arg_text, DROPPED
---- @include LEASES_IX, ix_rem, ix_add, index_intact, unsignal, commit, check_layout
---- @include MAX_TAKEOVERS, save, due, current, claimed_record, wait_after_claim, hold
---- @include needs_layout_3
+--- @include CORRUPT, MAX_CLAIM, MAX_CLAIM_BYTES, OK, arg_int, arg_flag, WAKE_LEASES
+--- @include MAX_TTL, now_ms, opt_decimal, arg_text, DROPPED, LEASES_IX, index_intact
+--- @include commit, check_layout, MAX_TAKEOVERS, due, wait_after_claim, needs_layout_3
+--- @include take_expired
 local owner = arg_text(2)
 local ttl = arg_int(3, 1, MAX_TTL)
 local limit = arg_int(4, 0, MAX_CLAIM)
@@ -41,28 +40,7 @@ if not index_intact(LEASES_IX) then return {CORRUPT, 'index:leases', 0, -1} end
 local now = now_ms()
 local out = {}
 for run, s in due(LEASES_IX, limit, out) do
-  if not s.own or s.px then
-    ix_rem(LEASES_IX, run, s.lx)
-  elseif s.exp > now then
-    ix_add(LEASES_IX, run, s.exp, s.lx)
-  elseif s.own ~= owner and bound and s.tk >= bound then
-    -- A poison run: out of every claim until a write or a release puts it back.
-    ix_rem(LEASES_IX, run, s.lx)
-    later('HSET', QUARANTINE, 'poison|' .. run, 'takeovers=' .. int(s.tk))
-    DROPPED = DROPPED + 1
-    s.px = true
-    save(run, s)
-  else
-    local rec = budget > 0 and claimed_record(run, s, budget, #out + strict, LEASES_IX)
-    if rec == nil then break end  -- the records would pass the budget: stop before it
-    if budget == 0 or rec then
-      if s.own ~= owner and NS >= 3 and s.tk < MAX_TAKEOVERS then s.tk = s.tk + 1 end
-      hold(run, s, owner, now + ttl)
-      unsignal(WAKE_LEASES, run)
-      save(run, s)
-      if budget > 0 then out[#out + 1] = {run, current(s, rec)} else out[#out + 1] = run end
-    end
-  end
+  if take_expired(run, s, owner, ttl, now, bound, budget, strict, out) then break end
 end
 local bad_write = commit()
 if bad_write then return {CORRUPT, bad_write, 0, -1} end

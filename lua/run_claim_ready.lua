@@ -23,11 +23,9 @@
 -- and P.."outbox" (its writes announced to the partitions waiting on it).
 -- From layout 4 also the buckets and directories of the indexes it reads or changes
 -- (P.."L|".., P.."L/", P.."Q|".., P.."Q/", P.."D"..#dep..":"..dep.."|".. and "/").
---- @include CORRUPT, MAX_CLAIM, MAX_CLAIM_BYTES, OK, arg_int, arg_flag, later, QUARANTINE
---- @include FANOUT, FANOUT_CURSOR, WAKE_READY, NS, MAX_TTL, now_ms, arg_text, of_type
---- @include DROPPED, READY_IX, deps_ix, ix_rem, ix_add, index_intact, unsignal, commit
---- @include check_layout, save, dep_revision, due, current, claimed_record, eligible_at
---- @include wait_after_claim, hold, fan_out, MAX_CLAIM_FANOUT
+--- @include CORRUPT, MAX_CLAIM, MAX_CLAIM_BYTES, OK, arg_int, arg_flag, WAKE_READY
+--- @include MAX_TTL, now_ms, arg_text, DROPPED, READY_IX, index_intact, commit
+--- @include check_layout, due, wait_after_claim, reindex_first, take_ready
 local owner = arg_text(2)
 local ttl = arg_int(3, 1, MAX_TTL)
 local limit = arg_int(4, 0, MAX_CLAIM)
@@ -37,66 +35,12 @@ local strict = arg_flag(7)
 local bad_layout = check_layout()
 if bad_layout then return bad_layout end
 if not index_intact(READY_IX) then return {CORRUPT, 'index:ready', 0, -1} end
-if not of_type(FANOUT, 'zset') then return {CORRUPT, 'index:fanout', 0, -1} end
+local more_pending, bad = reindex_first(pv)
+if bad then return bad end
 local now = now_ms()
--- The dependency whose waiters are re-indexed first, and whether another is queued.
-local queued = redis.call('ZRANGE', FANOUT, 0, 1)
-local pending, more_pending = queued[1], queued[2] ~= nil
-if pending and not index_intact(deps_ix(pending)) then
-  -- Its waiters' set was replaced by another type: nothing to re-index, never a wall.
-  later('ZREM', FANOUT, pending)
-  later('HDEL', FANOUT_CURSOR, pending)
-  later('HSET', QUARANTINE, 'fanout|' .. pending, 'type')
-  DROPPED = DROPPED + 1
-elseif pending then
-  if not of_type(FANOUT_CURSOR, 'hash') then return {CORRUPT, 'index:fanout-cursor', 0, -1} end
-  local cursor = redis.call('HGET', FANOUT_CURSOR, pending) or '0'
-  if not (string.find(cursor, '^%d+$') and #cursor <= 20) and string.sub(cursor, 1, 1) ~= 'b' then
-    cursor = '0'
-  end
-  cursor = fan_out(pending, cursor, pv, MAX_CLAIM_FANOUT)
-  more_pending = more_pending or cursor ~= '0'
-  if cursor == '0' then
-    later('ZREM', FANOUT, pending)
-    later('HDEL', FANOUT_CURSOR, pending)
-  else
-    later('HSET', FANOUT_CURSOR, pending, cursor)
-  end
-end
 local out = {}
 for run, s in due(READY_IX, limit, out) do
-  local t = eligible_at(s, pv)
-  if t == nil then
-    ix_rem(READY_IX, run, s.rx)
-    -- From layout 4 the run's state says where its entry is: kept true.
-    if s.rt then
-      s.rt = false
-      save(run, s)
-    end
-  elseif t > now then
-    ix_add(READY_IX, run, t, s.rx)
-    if NS >= 4 and s.rt ~= t then
-      s.rt = t
-      save(run, s)
-    end
-  else
-    local rec = budget > 0 and claimed_record(run, s, budget, #out + strict, READY_IX)
-    if rec == nil then break end  -- the records would pass the budget: stop before it
-    if budget == 0 or rec then
-      hold(run, s, owner, now + ttl)
-      s.ck, s.cdr, s.cat = '', false, now
-      if s.wk == 'c' then
-        s.ck, s.cdr = s.wa, dep_revision(s.wa)
-      elseif s.wk == 'p' then
-        s.ck, s.pt = s.wa, now
-      end
-      ix_rem(READY_IX, run, s.rx)
-      s.rt = false
-      save(run, s)
-      unsignal(WAKE_READY, run)
-      if budget > 0 then out[#out + 1] = {run, current(s, rec)} else out[#out + 1] = run end
-    end
-  end
+  if take_ready(run, s, owner, ttl, now, pv, budget, strict, out) then break end
 end
 local bad_write = commit()
 if bad_write then return {CORRUPT, bad_write, 0, -1} end

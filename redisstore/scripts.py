@@ -726,7 +726,7 @@ COMMON = "_common"
 #: order the build reads them: a file's fragments may use those of the files before it.
 LIBS: dict[str, tuple[str, ...]] = {
     "_lib": ("keys", "args", "index", "buckets", "signals", "commit", "layout", "codec",
-             "runs", "partitions", "claims", "leases", "fanout", "write"),
+             "runs", "partitions", "claims", "leases", "fanout", "taking", "write"),
 }
 
 

@@ -1,6 +1,7 @@
 -- claims.lua: the due entries of an index, in order, for a claim.
 
--- The due entries of ix (score <= now) in order, with their run's state, visiting at most
+-- The due entries of ix (score <= now) in order, with their run's state and index score,
+-- visiting at most
 -- limit + MAX_VISIT of them (an empty or dropped bucket counts as one) and stopping once
 -- out holds limit runs. An entry whose run is missing, of another type or corrupt is
 -- quarantined on the way; a bucket of another type is dropped (drop_bucket). Entries are
@@ -90,7 +91,7 @@ local function due(ix, limit, out)
           q.at[run] = bound
         end
         local s, bad = load(run)
-        if s then return run, s end
+        if s then return run, s, score end
         if s == nil then bad = 'missing' end
         quarantine(ix, run, bad)
       end
