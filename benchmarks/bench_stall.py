@@ -597,6 +597,20 @@ def suite(bench: Bench, layout: int, db: int, plan: Plan) -> None:
                   claimed_dropping(CLAIM, VISIT),
                   before=lambda i: damage(bench, c, expired_ns, "leases", VISIT, f"a{i}"))
 
+    # claim: each index alone, then the damaged heads of both before the ready runs
+    bench.measure(f"claim({CLAIM}) over {n} ready", "run_claim", layout, CLAIM, c,
+                  lambda i: ready.claim("me", LONG, CLAIM), claimed(CLAIM))
+    bench.measure(f"claim({CLAIM}) over {n} expired", "run_claim", layout, CLAIM, c,
+                  lambda i: expired.claim("me", LONG, CLAIM), claimed(CLAIM))
+
+    def both_damaged(i: int) -> None:
+        damage(bench, c, ready_ns, "ready", VISIT, f"d{i}")
+        damage(bench, c, ready_ns, "leases", VISIT, f"e{i}")
+
+    bench.measure(f"claim({CLAIM}) behind {VISIT} damaged entries in each index",
+                  "run_claim", layout, 2 * VISIT, c, lambda i: ready.claim("me", LONG, CLAIM),
+                  claimed_dropping(CLAIM, 2 * VISIT), before=both_damaged)
+
     # renew: the leases "me" took above are live
     now = int(time.time() * 1000)
     held = [text.decode() for key in index_keys(c, Keyspace(expired_ns), "leases")
@@ -937,6 +951,15 @@ def fanout(bench: Bench, c: redis.Redis, namespace: str, plain: RunOps, ready: R
                   "run_claim_ready", layout, CLAIM + CLAIM_FANOUT + VISIT, c,
                   lambda i: ready.claim_ready("me", LONG, CLAIM),
                   claimed_dropping(CLAIM, VISIT), before=worst)
+
+    def worst_of_both(i: int) -> None:
+        worst(i)
+        damage(bench, c, namespace, "leases", VISIT, f"x{i}")
+
+    bench.measure(f"claim({CLAIM}): fan-out pending + {VISIT} damaged in each index",
+                  "run_claim", layout, CLAIM + CLAIM_FANOUT + 2 * VISIT, c,
+                  lambda i: ready.claim("me", LONG, CLAIM),
+                  claimed_dropping(CLAIM, 2 * VISIT), before=worst_of_both)
     refresh = RunOps(namespace, lambda record: Changed(f"dep-{layout}-0", seen=1), 0)
     bench.measure("refresh of a waiter", "run_refresh", layout, 1, c,
                   lambda i: refresh.refresh(run_id("wdep0", i)))

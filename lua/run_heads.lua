@@ -1,10 +1,11 @@
--- run_heads: the first due entries of one index of a partition, read only: what a claim over
--- many partitions reads first to give each partition its share (redisstore.partitions).
+-- run_heads: the first due entries of an index of a partition (or of both), read only: what
+-- a claim over many partitions reads first to give each partition its share
+-- (redisstore.partitions).
 -- KEYS[1]  P.."ready" (layout 3 index: from layout 4 not read once migrated; routes the call)
 -- KEYS[2]  P.."leases" (layout 3 index: from layout 4 not read once migrated)
 -- KEYS[3]  P.."meta"
 -- KEYS[4]  P.."fanout"
--- ARGV[1]  key prefix           ARGV[2] index: "ready" or "leases"
+-- ARGV[1]  key prefix           ARGV[2] index: "ready", "leases" or "any" (both, as claim)
 -- ARGV[3]  limit (at most MAX_CLAIM)
 -- Reply    {OK, {run, score, ...}, pending, wait, {entry, version, ...}, outbox size,
 --          {watch, ...}, {unwatch entry, watch, ...}, unwatch queue size}
@@ -29,13 +30,15 @@
 --- @include CORRUPT, MAX_CLAIM, MAX_TEXT, OK, now_ms, P, FANOUT, META, LEASES_IX, OUTBOX
 --- @include READY_IX, UNWATCH_Q, decimal, TYPES, of_type, WATCH_KEY, arg_int, check_layout
 --- @include PARTITION, NS, OLD_IX, MAX_INT, card_of, within, buckets, index_intact
-local ix
+local ixs
 if ARGV[2] == 'ready' then
-  ix = READY_IX
+  ixs = {READY_IX}
 elseif ARGV[2] == 'leases' then
-  ix = LEASES_IX
+  ixs = {LEASES_IX}
+elseif ARGV[2] == 'any' then
+  ixs = {READY_IX, LEASES_IX}
 else
-  error('BADARG ARGV[2] must be ready or leases')
+  error('BADARG ARGV[2] must be ready, leases or any')
 end
 if #KEYS ~= 4 or KEYS[1] ~= READY_IX.old or KEYS[2] ~= LEASES_IX.old or KEYS[3] ~= META
     or KEYS[4] ~= FANOUT then
@@ -44,7 +47,9 @@ end
 local limit = arg_int(3, 0, MAX_CLAIM)
 local bad_layout = check_layout()
 if bad_layout then return bad_layout end
-if not index_intact(ix) then return {CORRUPT, 'index:' .. ix.name, 0, -1} end
+for _, ix in ipairs(ixs) do
+  if not index_intact(ix) then return {CORRUPT, 'index:' .. ix.name, 0, -1} end
+end
 if not of_type(FANOUT, 'zset') then return {CORRUPT, 'index:fanout', 0, -1} end
 local now = now_ms()
 local out, wait = {}, -1
@@ -70,26 +75,29 @@ local function take(page, n)
   return true, n
 end
 
-if (NS < 4 or OLD_IX) and ix.old then
-  take(redis.call('ZRANGE', ix.old, 0, limit, 'WITHSCORES'), 0)
-end
-if NS >= 4 and of_type(ix.dir, 'zset') then
-  local n, empty = 0, 0
-  for b in buckets(ix) do
-    local key = ix.pre .. b
-    local size = card_of(key)
-    if size and size > 0 then
-      local more
-      more, n = take(redis.call('ZRANGE', key, 0, limit - n, 'WITHSCORES'), n)
-      if not more then break end
-    else
-      empty = empty + 1
-      if empty >= 8 then break end
+-- Each index a source or two (the caller merges them all).
+for _, ix in ipairs(ixs) do
+  if (NS < 4 or OLD_IX) and ix.old then
+    take(redis.call('ZRANGE', ix.old, 0, limit, 'WITHSCORES'), 0)
+  end
+  if NS >= 4 and of_type(ix.dir, 'zset') then
+    local n, empty = 0, 0
+    for b in buckets(ix) do
+      local key = ix.pre .. b
+      local size = card_of(key)
+      if size and size > 0 then
+        local more
+        more, n = take(redis.call('ZRANGE', key, 0, limit - n, 'WITHSCORES'), n)
+        if not more then break end
+      else
+        empty = empty + 1
+        if empty >= 8 then break end
+      end
     end
   end
 end
 local pending = 0
-if ix == READY_IX and redis.call('ZCARD', FANOUT) > 0 then pending = 1 end
+if ixs[1] == READY_IX and redis.call('ZCARD', FANOUT) > 0 then pending = 1 end
 -- The outbox's first entries: the claim delivers them (a damaged outbox delivers nothing).
 -- Up to 100 entries of a queue (the outbox, the unwatch queue); from a bigger one, 100 at
 -- random: entries that cannot be delivered yet (their partition is down) never hide the

@@ -95,16 +95,16 @@ class AsyncStoreOps:
         await self._write(self._ops.delete(run, expected, lease))
 
     @overload
-    async def claim_expired(self, owner: str, ttl: int, limit: int, *,
+    async def claim_expired(self, owner: str, ttl: int, limit: int = 1, *,
                             records: Literal[False] = False, max_takeovers: int | None = None,
                             block: int | None = None) -> list[str]: ...
 
     @overload
-    async def claim_expired(self, owner: str, ttl: int, limit: int, *, records: Literal[True],
+    async def claim_expired(self, owner: str, ttl: int, limit: int = 1, *, records: Literal[True],
                             max_takeovers: int | None = None, block: int | None = None
                             ) -> list[Claimed]: ...
 
-    async def claim_expired(self, owner: str, ttl: int, limit: int, *, records: bool = False,
+    async def claim_expired(self, owner: str, ttl: int, limit: int = 1, *, records: bool = False,
                             max_takeovers: int | None = None, block: int | None = None
                             ) -> list[str] | list[Claimed]:
         """Claim up to ``limit`` held, expired leases, the longest-expired first.
@@ -129,15 +129,15 @@ class AsyncStoreOps:
             owner, ttl, limit, records=records, max_takeovers=max_takeovers))
 
     @overload
-    async def claim_ready(self, owner: str, ttl: int, limit: int, *,
+    async def claim_ready(self, owner: str, ttl: int, limit: int = 1, *,
                           records: Literal[False] = False, block: int | None = None
                           ) -> list[str]: ...
 
     @overload
-    async def claim_ready(self, owner: str, ttl: int, limit: int, *, records: Literal[True],
+    async def claim_ready(self, owner: str, ttl: int, limit: int = 1, *, records: Literal[True],
                           block: int | None = None) -> list[Claimed]: ...
 
-    async def claim_ready(self, owner: str, ttl: int, limit: int, *, records: bool = False,
+    async def claim_ready(self, owner: str, ttl: int, limit: int = 1, *, records: bool = False,
                           block: int | None = None) -> list[str] | list[Claimed]:
         """Claim up to ``limit`` free runs whose wait is eligible, the earliest first.
 
@@ -151,6 +151,36 @@ class AsyncStoreOps:
         """
         return await self._claim("ready", limit, block, lambda: self._ops.claim_ready(
             owner, ttl, limit, records=records))
+
+    @overload
+    async def claim(self, owner: str, ttl: int, limit: int = 1, *, records: Literal[False] = False,
+                    max_takeovers: int | None = None, block: int | None = None) -> list[str]: ...
+
+    @overload
+    async def claim(self, owner: str, ttl: int, limit: int = 1, *, records: Literal[True],
+                    max_takeovers: int | None = None, block: int | None = None
+                    ) -> list[Claimed]: ...
+
+    async def claim(self, owner: str, ttl: int, limit: int = 1, *, records: bool = False,
+                    max_takeovers: int | None = None, block: int | None = None
+                    ) -> list[str] | list[Claimed]:
+        """Claim up to ``limit`` runs of both kinds, in due order across both: free runs
+        whose wait is eligible (as :meth:`claim_ready` takes them, with their claim info)
+        and held, expired leases (as :meth:`claim_expired` takes them, a takeover counted).
+        A ready run is due when its wait became eligible, an expired lease when it expired;
+        ties go by run id.
+
+        ``records=True`` hands back ``Claimed(run, current)`` values, as the other claims
+        do. ``max_takeovers=N`` quarantines a poison run among the expired leases, as
+        :meth:`claim_expired` does (needs layout 3, else ``Misconfigured``). With
+        ``block=ms``, when nothing is claimable, wait up to ``block`` ms and claim at
+        whichever comes first: a run made ready or a lease's expiry (docs/runs.md, "One
+        claim for all work").
+
+        A blocked call waits without blocking the event loop.
+        """
+        return await self._claim("any", limit, block, lambda: self._ops.claim(
+            owner, ttl, limit, records=records, max_takeovers=max_takeovers))
 
     async def refresh(self, run: str) -> bool:
         """Re-derive the run's wait from its current record; True if it now has one."""

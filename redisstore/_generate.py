@@ -390,9 +390,12 @@ class Pipelines(Target):
         """Queue ``op``."""
         raise NotImplementedError
 
-    def _queue_claim(self, op: Operation[tuple[list[Any], int]]
-                     | Spread[tuple[list[Any], int]]) -> Pending[Any]:
-        """Queue the claim ``op``: its runs, without its wait."""
+    def _queue_claim(self, index: str, limit: int, block: int | None,
+                     claim: Callable[[], Operation[tuple[list[Any], int]]
+                                     | Spread[tuple[list[Any], int]]]) -> Pending[Any]:
+        """Queue the claim ``claim()`` makes: its runs, without its wait. With ``block``,
+        a claim that got nothing waits for ``index`` after the round trip, as the store's
+        does."""
         raise NotImplementedError
 '''
 
@@ -400,19 +403,24 @@ class Pipelines(Target):
         return op.spec.pipeline
 
     def method(self, op: Op, sig: Signature) -> Method:
-        answers = runs_of(sig.answers) if op.kind == "claim" else sig.answers
-        if op.kind == "claim" and sig is op.signature:
-            answers = "Any"
-        return Method(params_text(sig.params), f"Pending[{answers}]")
+        params = params_text(sig.params)
+        if op.kind != "claim":
+            return Method(params, f"Pending[{sig.answers}]")
+        answers = "Any" if sig is op.signature else runs_of(sig.answers)
+        return Method([*params, BLOCK] if "*" in params else [*params, "*", BLOCK],
+                      f"Pending[{answers}]")
 
     def doc(self, op: Op) -> str:
         note = f" ({op.spec.queued})" if op.spec.queued else ""
+        if op.kind == "claim":
+            note = (": with ``block``, a claim that got nothing in the pipeline's round trip"
+                    "\n        waits for work after it, as the store's does")
         return f"Queue :meth:`redisstore.RedisRunStore.{op.name}`{note}."
 
     def body(self, op: Op) -> list[str]:
         if op.kind == "claim":
-            return wrap(8, f"return self._queue_claim(self._ops.{op.name}(", op.arg_list(),
-                        "))")
+            return wrap(8, f'return self._queue_claim("{_index(op)}", limit, block, '
+                        f"lambda: self._ops.{op.name}(", op.arg_list(), "))")
         read = ", write=False" if op.kind == "read" else ""
         return wrap(8, f"return self._queue(self._ops.{op.name}(", op.arg_list(), f"){read})")
 
@@ -468,7 +476,9 @@ class Partitions(Target):
                "one": f"in the partition of ``{arg}``",
                "each": f"the runs of ``{arg}`` by partition, one call in each, the answer in "
                        "the caller's order",
-               "claim": f"a claim over every partition's ``{arg}`` index (:meth:`_claim`)"}
+               "claim": ("a claim over every partition's "
+                         + ("two indexes" if arg == "any" else f"``{arg}`` index")
+                         + " (:meth:`_claim`)")}
         return f"See :meth:`RunOps.{op.name}`: {how[kind]}."
 
     def body(self, op: Op) -> list[str]:

@@ -83,19 +83,20 @@ class PartitionOps:
         return self._one(run, lambda part: part.delete(run, expected, lease), write=True)
 
     @overload
-    def claim_expired(self, owner: str, ttl: int, limit: int, *, records: Literal[False] = False,
-                      max_takeovers: int | None = None) -> Spread[tuple[list[str], int]]: ...
+    def claim_expired(self, owner: str, ttl: int, limit: int = 1, *,
+                      records: Literal[False] = False, max_takeovers: int | None = None
+                      ) -> Spread[tuple[list[str], int]]: ...
 
     @overload
-    def claim_expired(self, owner: str, ttl: int, limit: int, *, records: Literal[True],
+    def claim_expired(self, owner: str, ttl: int, limit: int = 1, *, records: Literal[True],
                       max_takeovers: int | None = None) -> Spread[tuple[list[Claimed], int]]: ...
 
     @overload
-    def claim_expired(self, owner: str, ttl: int, limit: int, *, records: bool = False,
+    def claim_expired(self, owner: str, ttl: int, limit: int = 1, *, records: bool = False,
                       max_takeovers: int | None = None
                       ) -> Spread[tuple[list[str] | list[Claimed], int]]: ...
 
-    def claim_expired(self, owner: str, ttl: int, limit: int, *, records: bool = False,
+    def claim_expired(self, owner: str, ttl: int, limit: int = 1, *, records: bool = False,
                       max_takeovers: int | None = None) -> Spread[Any]:
         """See :meth:`RunOps.claim_expired`: a claim over every partition's ``leases`` index
         (:meth:`_claim`)."""
@@ -106,24 +107,45 @@ class PartitionOps:
             lambda part, share: part.claim_expired_call(share, owner, ttl, max_takeovers))
 
     @overload
-    def claim_ready(self, owner: str, ttl: int, limit: int, *, records: Literal[False] = False
+    def claim_ready(self, owner: str, ttl: int, limit: int = 1, *, records: Literal[False] = False
                     ) -> Spread[tuple[list[str], int]]: ...
 
     @overload
-    def claim_ready(self, owner: str, ttl: int, limit: int, *, records: Literal[True]
+    def claim_ready(self, owner: str, ttl: int, limit: int = 1, *, records: Literal[True]
                     ) -> Spread[tuple[list[Claimed], int]]: ...
 
     @overload
-    def claim_ready(self, owner: str, ttl: int, limit: int, *, records: bool = False
+    def claim_ready(self, owner: str, ttl: int, limit: int = 1, *, records: bool = False
                     ) -> Spread[tuple[list[str] | list[Claimed], int]]: ...
 
-    def claim_ready(self, owner: str, ttl: int, limit: int, *, records: bool = False
+    def claim_ready(self, owner: str, ttl: int, limit: int = 1, *, records: bool = False
                     ) -> Spread[Any]:
         """See :meth:`RunOps.claim_ready`: a claim over every partition's ``ready`` index
         (:meth:`_claim`)."""
         checks = self.parts[0].claim_ready(owner, ttl, limit, records=records)
         return self._claims("ready", checks, limit, records,
                             lambda part, share: part.claim_ready_call(share, owner, ttl))
+
+    @overload
+    def claim(self, owner: str, ttl: int, limit: int = 1, *, records: Literal[False] = False,
+              max_takeovers: int | None = None) -> Spread[tuple[list[str], int]]: ...
+
+    @overload
+    def claim(self, owner: str, ttl: int, limit: int = 1, *, records: Literal[True],
+              max_takeovers: int | None = None) -> Spread[tuple[list[Claimed], int]]: ...
+
+    @overload
+    def claim(self, owner: str, ttl: int, limit: int = 1, *, records: bool = False,
+              max_takeovers: int | None = None
+              ) -> Spread[tuple[list[str] | list[Claimed], int]]: ...
+
+    def claim(self, owner: str, ttl: int, limit: int = 1, *, records: bool = False,
+              max_takeovers: int | None = None) -> Spread[Any]:
+        """See :meth:`RunOps.claim`: a claim over every partition's two indexes (:meth:`_claim`)."""
+        checks = self.parts[0].claim(
+            owner, ttl, limit, records=records, max_takeovers=max_takeovers)
+        return self._claims("any", checks, limit, records,
+                            lambda part, share: part.claim_call(share, owner, ttl, max_takeovers))
 
     def refresh(self, run: str) -> Operation[bool]:
         """See :meth:`RunOps.refresh`: in the partition of ``run``."""

@@ -9,7 +9,7 @@ Generated (redisstore/_generate.py): tests/test_generated.py checks it is curren
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
 if TYPE_CHECKING:
@@ -33,9 +33,12 @@ class PipelineOps:
         """Queue ``op``."""
         raise NotImplementedError
 
-    def _queue_claim(self, op: Operation[tuple[list[Any], int]]
-                     | Spread[tuple[list[Any], int]]) -> Pending[Any]:
-        """Queue the claim ``op``: its runs, without its wait."""
+    def _queue_claim(self, index: str, limit: int, block: int | None,
+                     claim: Callable[[], Operation[tuple[list[Any], int]]
+                                     | Spread[tuple[list[Any], int]]]) -> Pending[Any]:
+        """Queue the claim ``claim()`` makes: its runs, without its wait. With ``block``,
+        a claim that got nothing waits for ``index`` after the round trip, as the store's
+        does."""
         raise NotImplementedError
 
     def now(self) -> Pending[int]:
@@ -72,31 +75,55 @@ class PipelineOps:
         return self._queue(self._ops.delete(run, expected, lease))
 
     @overload
-    def claim_expired(self, owner: str, ttl: int, limit: int, *, records: Literal[False] = False,
-                      max_takeovers: int | None = None) -> Pending[list[str]]: ...
+    def claim_expired(self, owner: str, ttl: int, limit: int = 1, *,
+                      records: Literal[False] = False, max_takeovers: int | None = None,
+                      block: int | None = None) -> Pending[list[str]]: ...
 
     @overload
-    def claim_expired(self, owner: str, ttl: int, limit: int, *, records: Literal[True],
-                      max_takeovers: int | None = None) -> Pending[list[Claimed]]: ...
+    def claim_expired(self, owner: str, ttl: int, limit: int = 1, *, records: Literal[True],
+                      max_takeovers: int | None = None, block: int | None = None
+                      ) -> Pending[list[Claimed]]: ...
 
-    def claim_expired(self, owner: str, ttl: int, limit: int, *, records: bool = False,
-                      max_takeovers: int | None = None) -> Pending[Any]:
-        """Queue :meth:`redisstore.RedisRunStore.claim_expired`."""
-        return self._queue_claim(self._ops.claim_expired(
+    def claim_expired(self, owner: str, ttl: int, limit: int = 1, *, records: bool = False,
+                      max_takeovers: int | None = None, block: int | None = None) -> Pending[Any]:
+        """Queue :meth:`redisstore.RedisRunStore.claim_expired`: with ``block``, a claim that got
+        nothing in the pipeline's round trip
+                waits for work after it, as the store's does."""
+        return self._queue_claim("leases", limit, block, lambda: self._ops.claim_expired(
             owner, ttl, limit, records=records, max_takeovers=max_takeovers))
 
     @overload
-    def claim_ready(self, owner: str, ttl: int, limit: int, *, records: Literal[False] = False
-                    ) -> Pending[list[str]]: ...
+    def claim_ready(self, owner: str, ttl: int, limit: int = 1, *, records: Literal[False] = False,
+                    block: int | None = None) -> Pending[list[str]]: ...
 
     @overload
-    def claim_ready(self, owner: str, ttl: int, limit: int, *, records: Literal[True]
-                    ) -> Pending[list[Claimed]]: ...
+    def claim_ready(self, owner: str, ttl: int, limit: int = 1, *, records: Literal[True],
+                    block: int | None = None) -> Pending[list[Claimed]]: ...
 
-    def claim_ready(self, owner: str, ttl: int, limit: int, *, records: bool = False
-                    ) -> Pending[Any]:
-        """Queue :meth:`redisstore.RedisRunStore.claim_ready`."""
-        return self._queue_claim(self._ops.claim_ready(owner, ttl, limit, records=records))
+    def claim_ready(self, owner: str, ttl: int, limit: int = 1, *, records: bool = False,
+                    block: int | None = None) -> Pending[Any]:
+        """Queue :meth:`redisstore.RedisRunStore.claim_ready`: with ``block``, a claim that got
+        nothing in the pipeline's round trip
+                waits for work after it, as the store's does."""
+        return self._queue_claim("ready", limit, block, lambda: self._ops.claim_ready(
+            owner, ttl, limit, records=records))
+
+    @overload
+    def claim(self, owner: str, ttl: int, limit: int = 1, *, records: Literal[False] = False,
+              max_takeovers: int | None = None, block: int | None = None) -> Pending[list[str]]: ...
+
+    @overload
+    def claim(self, owner: str, ttl: int, limit: int = 1, *, records: Literal[True],
+              max_takeovers: int | None = None, block: int | None = None
+              ) -> Pending[list[Claimed]]: ...
+
+    def claim(self, owner: str, ttl: int, limit: int = 1, *, records: bool = False,
+              max_takeovers: int | None = None, block: int | None = None) -> Pending[Any]:
+        """Queue :meth:`redisstore.RedisRunStore.claim`: with ``block``, a claim that got nothing in
+        the pipeline's round trip
+                waits for work after it, as the store's does."""
+        return self._queue_claim("any", limit, block, lambda: self._ops.claim(
+            owner, ttl, limit, records=records, max_takeovers=max_takeovers))
 
     def refresh(self, run: str) -> Pending[bool]:
         """Queue :meth:`redisstore.RedisRunStore.refresh` (it reads, then writes: it takes a second

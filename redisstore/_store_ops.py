@@ -95,15 +95,16 @@ class StoreOps:
         self._write(self._ops.delete(run, expected, lease))
 
     @overload
-    def claim_expired(self, owner: str, ttl: int, limit: int, *, records: Literal[False] = False,
-                      max_takeovers: int | None = None, block: int | None = None) -> list[str]: ...
+    def claim_expired(self, owner: str, ttl: int, limit: int = 1, *,
+                      records: Literal[False] = False, max_takeovers: int | None = None,
+                      block: int | None = None) -> list[str]: ...
 
     @overload
-    def claim_expired(self, owner: str, ttl: int, limit: int, *, records: Literal[True],
+    def claim_expired(self, owner: str, ttl: int, limit: int = 1, *, records: Literal[True],
                       max_takeovers: int | None = None, block: int | None = None
                       ) -> list[Claimed]: ...
 
-    def claim_expired(self, owner: str, ttl: int, limit: int, *, records: bool = False,
+    def claim_expired(self, owner: str, ttl: int, limit: int = 1, *, records: bool = False,
                       max_takeovers: int | None = None, block: int | None = None
                       ) -> list[str] | list[Claimed]:
         """Claim up to ``limit`` held, expired leases, the longest-expired first.
@@ -126,14 +127,14 @@ class StoreOps:
             owner, ttl, limit, records=records, max_takeovers=max_takeovers))
 
     @overload
-    def claim_ready(self, owner: str, ttl: int, limit: int, *, records: Literal[False] = False,
+    def claim_ready(self, owner: str, ttl: int, limit: int = 1, *, records: Literal[False] = False,
                     block: int | None = None) -> list[str]: ...
 
     @overload
-    def claim_ready(self, owner: str, ttl: int, limit: int, *, records: Literal[True],
+    def claim_ready(self, owner: str, ttl: int, limit: int = 1, *, records: Literal[True],
                     block: int | None = None) -> list[Claimed]: ...
 
-    def claim_ready(self, owner: str, ttl: int, limit: int, *, records: bool = False,
+    def claim_ready(self, owner: str, ttl: int, limit: int = 1, *, records: bool = False,
                     block: int | None = None) -> list[str] | list[Claimed]:
         """Claim up to ``limit`` free runs whose wait is eligible, the earliest first.
 
@@ -145,6 +146,33 @@ class StoreOps:
         """
         return self._claim("ready", limit, block, lambda: self._ops.claim_ready(
             owner, ttl, limit, records=records))
+
+    @overload
+    def claim(self, owner: str, ttl: int, limit: int = 1, *, records: Literal[False] = False,
+              max_takeovers: int | None = None, block: int | None = None) -> list[str]: ...
+
+    @overload
+    def claim(self, owner: str, ttl: int, limit: int = 1, *, records: Literal[True],
+              max_takeovers: int | None = None, block: int | None = None) -> list[Claimed]: ...
+
+    def claim(self, owner: str, ttl: int, limit: int = 1, *, records: bool = False,
+              max_takeovers: int | None = None, block: int | None = None
+              ) -> list[str] | list[Claimed]:
+        """Claim up to ``limit`` runs of both kinds, in due order across both: free runs
+        whose wait is eligible (as :meth:`claim_ready` takes them, with their claim info)
+        and held, expired leases (as :meth:`claim_expired` takes them, a takeover counted).
+        A ready run is due when its wait became eligible, an expired lease when it expired;
+        ties go by run id.
+
+        ``records=True`` hands back ``Claimed(run, current)`` values, as the other claims
+        do. ``max_takeovers=N`` quarantines a poison run among the expired leases, as
+        :meth:`claim_expired` does (needs layout 3, else ``Misconfigured``). With
+        ``block=ms``, when nothing is claimable, wait up to ``block`` ms and claim at
+        whichever comes first: a run made ready or a lease's expiry (docs/runs.md, "One
+        claim for all work").
+        """
+        return self._claim("any", limit, block, lambda: self._ops.claim(
+            owner, ttl, limit, records=records, max_takeovers=max_takeovers))
 
     def refresh(self, run: str) -> bool:
         """Re-derive the run's wait from its current record; True if it now has one."""

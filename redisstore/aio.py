@@ -26,12 +26,13 @@ import logging
 import select
 import time
 import weakref
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
 from . import telemetry, wakeups
 from ._aio_ops import AsyncStoreOps
+from .errors import StoreError
 from .outcomes import ErrorReply, Exchange, Lost, Reply
 from .partitioned_repository import PartitionedRepositoryOps, repository_ops
 from .partitions import PartitionedOps, run_ops
@@ -1235,17 +1236,29 @@ class AsyncPipeline(Pipelined):
     of its ``async with`` block (or by :meth:`send`): the asyncio twin of
     :class:`redisstore.store.Pipeline`."""
 
-    def __init__(self, io: AsyncTransport, ops: RunOps | PartitionedOps) -> None:
+    def __init__(self, io: AsyncTransport, ops: RunOps | PartitionedOps,
+                 claim: Callable[[str, int, int | None, Callable[[], Any]],
+                                 Awaitable[list[Any]]] | None = None) -> None:
         super().__init__(ops, io.durability)
         self._io = io
+        self._claim = claim
 
     async def send(self) -> None:
-        """Send the queued calls; each :class:`Pending` then holds its answer."""
+        """Send the queued calls; each :class:`Pending` then holds its answer. A claim
+        queued with ``block`` that got nothing then waits, as the store's does."""
+        started = time.monotonic()
         if self._io.cluster:
             await self._io.client.initialize()  # once: it learns the layout on first use
         groups = self._groups(self._io.node_of)
         if groups:
             await run_all(self._io, groups)
+        for blocked, left in self._still_blocked(started):
+            assert self._claim is not None, "a store's pipeline blocks with the store"
+            try:
+                blocked.answer(await self._claim(blocked.index, blocked.limit, left,
+                                                 blocked.claim))
+            except StoreError as error:
+                blocked.answer(error=error)
 
     async def __aenter__(self) -> AsyncPipeline:
         return self
@@ -1322,7 +1335,7 @@ class AsyncRedisRunStore(_Closes, AsyncStoreOps, Shell[RunOps | PartitionedOps])
         A task cancelled while the pipeline is in flight leaves each write in it of
         unknown outcome, as one cancelled write is.
         """
-        return AsyncPipeline(self._io, self._ops)
+        return AsyncPipeline(self._io, self._ops, self._claim)
 
     async def migrate(self, *, count: int = MIGRATE_COUNT) -> Migrated:
         """See :meth:`redisstore.RedisRunStore.migrate`."""

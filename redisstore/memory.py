@@ -276,16 +276,16 @@ class MemoryRunStore(_NothingToClose):
             return renewed
 
     @overload
-    def claim_expired(self, owner: str, ttl: int, limit: int, *,
+    def claim_expired(self, owner: str, ttl: int, limit: int = 1, *,
                       records: Literal[False] = False, max_takeovers: int | None = None,
                       block: int | None = None) -> list[str]: ...
 
     @overload
-    def claim_expired(self, owner: str, ttl: int, limit: int, *,
+    def claim_expired(self, owner: str, ttl: int, limit: int = 1, *,
                       records: Literal[True], max_takeovers: int | None = None,
                       block: int | None = None) -> list[Claimed]: ...
 
-    def claim_expired(self, owner: str, ttl: int, limit: int, *, records: bool = False,
+    def claim_expired(self, owner: str, ttl: int, limit: int = 1, *, records: bool = False,
                       max_takeovers: int | None = None,
                       block: int | None = None) -> list[str] | list[Claimed]:
         """Claim up to ``limit`` held, expired leases, the longest-expired first; with
@@ -325,14 +325,14 @@ class MemoryRunStore(_NothingToClose):
         return self._claimed(claimed, records, now)
 
     @overload
-    def claim_ready(self, owner: str, ttl: int, limit: int, *,
+    def claim_ready(self, owner: str, ttl: int, limit: int = 1, *,
                     records: Literal[False] = False, block: int | None = None) -> list[str]: ...
 
     @overload
-    def claim_ready(self, owner: str, ttl: int, limit: int, *,
+    def claim_ready(self, owner: str, ttl: int, limit: int = 1, *,
                     records: Literal[True], block: int | None = None) -> list[Claimed]: ...
 
-    def claim_ready(self, owner: str, ttl: int, limit: int, *, records: bool = False,
+    def claim_ready(self, owner: str, ttl: int, limit: int = 1, *, records: bool = False,
                     block: int | None = None) -> list[str] | list[Claimed]:
         """Claim up to ``limit`` free runs whose wait is eligible, the earliest first; with
         ``records``, as :class:`Claimed` values; with ``block``, wait for one (see
@@ -342,6 +342,79 @@ class MemoryRunStore(_NothingToClose):
         wait = check_block(block)
         return self._blocking(wait if limit else 0, self._ready_due, lambda now: (
             self._claim_ready_now(owner, ttl, limit, records, now)))
+
+    @overload
+    def claim(self, owner: str, ttl: int, limit: int = 1, *,
+              records: Literal[False] = False, block: int | None = None,
+              max_takeovers: int | None = None) -> list[str]: ...
+
+    @overload
+    def claim(self, owner: str, ttl: int, limit: int = 1, *,
+              records: Literal[True], block: int | None = None,
+              max_takeovers: int | None = None) -> list[Claimed]: ...
+
+    def claim(self, owner: str, ttl: int, limit: int = 1, *, records: bool = False,
+              block: int | None = None,
+              max_takeovers: int | None = None) -> list[str] | list[Claimed]:
+        """Claim up to ``limit`` runs of both kinds, ready runs and expired leases, in due
+        order across both, each as :meth:`claim_ready` or :meth:`claim_expired` takes it;
+        with ``block``, wait for either (see :meth:`redisstore.RedisRunStore.claim`)."""
+        owner, ttl, limit = check_owner(owner), check_ttl(ttl), check_limit(limit)
+        records = check_flag("records", records)
+        max_takeovers = check_max_takeovers(max_takeovers)
+        wait = check_block(block)
+        return self._blocking(wait if limit else 0, self._any_due, lambda now: (
+            self._claim_now(owner, ttl, limit, records, max_takeovers, now)))
+
+    def _any_due(self) -> int | None:
+        return min((t for t in (self._ready_due(), self._leases_due()) if t is not None),
+                   default=None)
+
+    def _claim_now(self, owner: str, ttl: int, limit: int, records: bool,
+                   max_takeovers: int | None, now: int) -> list[str] | list[Claimed]:
+        # As the script: the two indexes merged by (due time, id bytes), each visited at
+        # most limit + MAX_VISIT times, each entry handled as the claim of its kind does.
+        budget = _Budget(records)
+        claimed: list[str] = []
+        visits = {"ready": 0, "leases": 0}
+        while len(claimed) < limit:
+            due = [(t, run.encode("utf-8", "surrogateescape"), "ready", run)
+                   for run, t in self._ready.items()
+                   if t <= now and visits["ready"] < limit + MAX_VISIT]
+            due += [(s.exp, run.encode("utf-8", "surrogateescape"), "leases", run)
+                    for run, s in self._runs.items()
+                    if s.own is not None and s.exp <= now and not s.poisoned
+                    and visits["leases"] < limit + MAX_VISIT]
+            if not due:
+                break
+            _, _, kind, run = min(due)
+            visits[kind] += 1
+            state = self._runs[run]
+            if kind == "ready":
+                at = self._eligible_at(state, now)
+                if at is None:
+                    del self._ready[run]
+                elif at > now:
+                    self._ready[run] = at
+                elif not budget.fits(state.rec, claimed):
+                    break
+                else:
+                    self._claim_ready(run, state, owner, now, ttl)
+                    claimed.append(run)
+                continue
+            takeover = state.own != owner
+            if takeover and max_takeovers is not None and state.takeovers >= max_takeovers:
+                state.poisoned = True
+                continue
+            if not budget.fits(state.rec, claimed):
+                break
+            self._take(run, state, owner, now + ttl)
+            if takeover:
+                state.takeovers += 1
+            claimed.append(run)
+        if claimed:
+            self._changed.notify_all()  # new leases: blocked claims look again
+        return self._claimed(claimed, records, now)
 
     def _blocking(self, block: int, due: Callable[[], int | None],
                   claim: Callable[[int], list[Any]]) -> list[Any]:

@@ -36,7 +36,7 @@ from .protocol import (
     fanned,
     preceded,
 )
-from .runops import Heads, RunOps, Share, Uncounted, answer, next_wakeup, warn_once
+from .runops import KINDS, Heads, RunOps, Share, Uncounted, answer, next_wakeup, warn_once
 from .runs import (
     MAX_CLAIM_BYTES,
     Cap,
@@ -475,7 +475,8 @@ class PartitionedOps(PartitionOps, Counted):
         shares = Counter(p for _, _, p, _ in chosen)
         # A partition still re-indexing a dependency's waiters claims (its share, or 0)
         # so that its claim finishes that work, as one partition's claims do.
-        order = sorted(set(shares) | set(pending)) if index == "ready" else sorted(shares)
+        order = (sorted(set(shares) | set(pending)) if index in ("ready", "any")
+                 else sorted(shares))
         # The record budget is shared; only the partition of the earliest entry always hands
         # back its first run, so a reply passes the budget by one record at most.
         budget = max(1, MAX_CLAIM_BYTES // max(1, len(shares))) if records else 0
@@ -492,8 +493,8 @@ class PartitionedOps(PartitionOps, Counted):
                                                          Share(shares[p], budget, p != first)),
                                                 self.parts[p])
                                     for p in order),
-                                  *(self.parts[p].give_back_wakeup(index, run)
-                                    for p, run in left.items()),
+                                  *(self.parts[p].give_back_wakeup(kind, run)
+                                    for p, run in left.items() for kind in KINDS[index]),
                                   *(self.parts[d].give_back_wakeup("ready", OUTBOX_TOKEN)
                                     for d in more),
                                   *(self.parts[d].delivered(done, queue)

@@ -16,7 +16,9 @@ covers every write in it (``WAIT`` counts every write sent before it on the conn
 from __future__ import annotations
 
 import copy
+import time
 from collections.abc import Callable, Hashable, Iterable
+from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from ._pipeline_ops import PipelineOps
@@ -25,6 +27,7 @@ from .outcomes import ErrorReply, Exchange, Lost, Reply
 from .partitions import PartitionedOps
 from .protocol import Batch, Driver, Durability, Operation, Settled, Spread
 from .runops import RunOps, runs_only
+from .wakeups import check_block
 
 T = TypeVar("T")
 
@@ -33,12 +36,14 @@ class Pending(Generic[T]):
     """What a call queued in a pipeline will answer: :meth:`result` gives its value or
     raises its own error, once the pipeline has been sent."""
 
-    __slots__ = ("_driver", "_error", "_write")
+    __slots__ = ("_driver", "_error", "_later", "_write")
 
     def __init__(self, driver: Driver[T] | None, write: bool = True) -> None:
         self._driver = driver
         self._error: BaseException | None = None
         self._write = write
+        #: The answer of a blocked claim's wait after the round trip, when it waited.
+        self._later: tuple[T] | None = None
 
     def done(self) -> bool:
         """Whether the call has its answer (the pipeline was sent)."""
@@ -50,6 +55,8 @@ class Pending(Generic[T]):
         ``RuntimeError`` before the pipeline was sent."""
         if self._error is not None:
             raise self._error
+        if self._later is not None:
+            return self._later[0]
         if self._driver is None or self._driver.next_batch() is not None:
             raise RuntimeError("the pipeline has not been sent yet: leave its with block "
                                "(or call send()) first")
@@ -326,6 +333,25 @@ class Spreading(Generic[T]):
         return groups
 
 
+@dataclass(frozen=True)
+class Blocked:
+    """A claim queued in a pipeline with ``block``: its pending answer, its index (what it
+    waits for), limit, block (ms) and the claim to send again."""
+
+    pending: Pending[Any]
+    index: str
+    limit: int
+    block: int
+    claim: Callable[[], Operation[tuple[list[Any], int]] | Spread[tuple[list[Any], int]]]
+
+    def answer(self, runs: list[Any] | None = None, error: StoreError | None = None) -> None:
+        """The claim's answer after it waited: its runs, or the error of a claim of its."""
+        if error is not None:
+            self.pending._error = error
+        else:
+            self.pending._later = (runs,)
+
+
 def settled_of(call: Pending[T]) -> Settled[T]:
     """A sent call's answer as a Settled: its value or its StoreError (any other error, a
     bug's or a discover function's, is raised)."""
@@ -345,6 +371,9 @@ class Pipelined(PipelineOps):
         self._durability = durability
         self._calls: list[Pending[Any]] = []
         self._sent = False
+        #: The claims queued with ``block``: each waits after the round trip if it got
+        #: nothing (:meth:`_still_blocked`).
+        self._blocked: list[Blocked] = []
 
     def __len__(self) -> int:
         return len(self._calls)
@@ -352,9 +381,30 @@ class Pipelined(PipelineOps):
     # The primitives of the calls it queues (PipelineOps, generated from the core:
     # redisstore/_pipeline_ops.py).
 
-    def _queue_claim(self, op: Operation[tuple[list[Any], int]]
-                     | Spread[tuple[list[Any], int]]) -> Pending[Any]:
-        return self._queue(_runs(op))
+    def _queue_claim(self, index: str, limit: int, block: int | None,
+                     claim: Callable[[], Operation[tuple[list[Any], int]]
+                                     | Spread[tuple[list[Any], int]]]) -> Pending[Any]:
+        wait = check_block(block)
+        pending = self._queue(_runs(claim()))
+        if wait and limit:
+            self._blocked.append(Blocked(pending, index, limit, wait, claim))
+        return pending
+
+    def _still_blocked(self, started: float) -> list[tuple[Blocked, int]]:
+        """The claims queued with ``block`` that got nothing in the round trip begun at
+        ``started`` (monotonic), each with the ms of its block left (more than 0)."""
+        waiting = []
+        for blocked in self._blocked:
+            pending = blocked.pending
+            if pending._error is None and pending._later is None and pending.done():
+                try:
+                    got = pending.result()
+                except StoreError:
+                    continue
+                left = blocked.block - int((time.monotonic() - started) * 1000)
+                if not got and left > 0:
+                    waiting.append((blocked, left))
+        return waiting
 
     def _queue(self, op: Operation[T] | Spread[T], *, write: bool = True) -> Pending[T]:
         if self._sent:

@@ -129,6 +129,10 @@ LAYOUT = 4
 DELETE_LAYOUT = 3
 
 
+#: The wake keys a claim of each index waits on (``"any"``: :meth:`RunOps.claim`'s, both).
+KINDS: dict[str, tuple[str, ...]] = {"ready": ("ready",), "leases": ("leases",),
+                                     "any": ("ready", "leases")}
+
 #: A script reply's status code: defined in scripts, the one place the Lua side gets them too.
 Code = scripts.Code
 
@@ -676,22 +680,22 @@ class RunOps:
     # but ``limit`` and ``records`` (a store of partitions calls it so in each).
 
     @overload
-    def claim_expired(self, owner: str, ttl: int, limit: int, *,
+    def claim_expired(self, owner: str, ttl: int, limit: int = 1, *,
                       records: Literal[False] = False, max_takeovers: int | None = None
                       ) -> Operation[tuple[list[str], int]]: ...
 
     @overload
-    def claim_expired(self, owner: str, ttl: int, limit: int, *,
+    def claim_expired(self, owner: str, ttl: int, limit: int = 1, *,
                       records: Literal[True], max_takeovers: int | None = None
                       ) -> Operation[tuple[list[Claimed], int]]: ...
 
     @overload
-    def claim_expired(self, owner: str, ttl: int, limit: int, *, records: bool = False,
+    def claim_expired(self, owner: str, ttl: int, limit: int = 1, *, records: bool = False,
                       max_takeovers: int | None = None
                       ) -> Operation[tuple[list[str] | list[Claimed], int]]: ...
 
     @operation("claim", "claim:leases")
-    def claim_expired(self, owner: str, ttl: int, limit: int, *, records: bool = False,
+    def claim_expired(self, owner: str, ttl: int, limit: int = 1, *, records: bool = False,
                       max_takeovers: int | None = None
                       ) -> Operation[tuple[list[str] | list[Claimed], int]]:
         """Claim up to ``limit`` held, expired leases, the longest-expired first.
@@ -728,19 +732,19 @@ class RunOps:
         return (parse_claimed(payload) if share.budget else parse_names(payload)), wait
 
     @overload
-    def claim_ready(self, owner: str, ttl: int, limit: int, *,
+    def claim_ready(self, owner: str, ttl: int, limit: int = 1, *,
                     records: Literal[False] = False) -> Operation[tuple[list[str], int]]: ...
 
     @overload
-    def claim_ready(self, owner: str, ttl: int, limit: int, *,
+    def claim_ready(self, owner: str, ttl: int, limit: int = 1, *,
                     records: Literal[True]) -> Operation[tuple[list[Claimed], int]]: ...
 
     @overload
-    def claim_ready(self, owner: str, ttl: int, limit: int, *, records: bool = False
+    def claim_ready(self, owner: str, ttl: int, limit: int = 1, *, records: bool = False
                     ) -> Operation[tuple[list[str] | list[Claimed], int]]: ...
 
     @operation("claim", "claim:ready")
-    def claim_ready(self, owner: str, ttl: int, limit: int, *, records: bool = False
+    def claim_ready(self, owner: str, ttl: int, limit: int = 1, *, records: bool = False
                     ) -> Operation[tuple[list[str] | list[Claimed], int]]:
         """Claim up to ``limit`` free runs whose wait is eligible, the earliest first.
 
@@ -766,6 +770,58 @@ class RunOps:
             (self.keys.ready, self.keys.leases, self.keys.meta, self.keys.fanout),
             (self.arg1, owner, ttl, share.limit, self.projection_version, share.budget,
              *(("1",) if share.strict else ())), with_wait(self._answer())))
+        return (parse_claimed(payload) if share.budget else parse_names(payload)), wait
+
+    @overload
+    def claim(self, owner: str, ttl: int, limit: int = 1, *,
+              records: Literal[False] = False, max_takeovers: int | None = None
+              ) -> Operation[tuple[list[str], int]]: ...
+
+    @overload
+    def claim(self, owner: str, ttl: int, limit: int = 1, *,
+              records: Literal[True], max_takeovers: int | None = None
+              ) -> Operation[tuple[list[Claimed], int]]: ...
+
+    @overload
+    def claim(self, owner: str, ttl: int, limit: int = 1, *, records: bool = False,
+              max_takeovers: int | None = None
+              ) -> Operation[tuple[list[str] | list[Claimed], int]]: ...
+
+    @operation("claim", "claim:any")
+    def claim(self, owner: str, ttl: int, limit: int = 1, *, records: bool = False,
+              max_takeovers: int | None = None
+              ) -> Operation[tuple[list[str] | list[Claimed], int]]:
+        """Claim up to ``limit`` runs of both kinds, in due order across both: free runs
+        whose wait is eligible (as :meth:`claim_ready` takes them, with their claim info)
+        and held, expired leases (as :meth:`claim_expired` takes them, a takeover counted).
+        A ready run is due when its wait became eligible, an expired lease when it expired;
+        ties go by run id.
+
+        ``records=True`` hands back ``Claimed(run, current)`` values, as the other claims
+        do. ``max_takeovers=N`` quarantines a poison run among the expired leases, as
+        :meth:`claim_expired` does (needs layout 3, else ``Misconfigured``). With
+        ``block=ms``, when nothing is claimable, wait up to ``block`` ms and claim at
+        whichever comes first: a run made ready or a lease's expiry (docs/runs.md, "One
+        claim for all work").
+        """
+        owner, ttl, limit = check_owner(owner), check_ttl(ttl), check_limit(limit)
+        records = check_flag("records", records)
+        bound = check_max_takeovers(max_takeovers)
+        if limit == 0:
+            return [], -1
+        return (yield from self.claim_call(
+            Share(limit, MAX_CLAIM_BYTES if records else 0), owner, ttl, bound))
+
+    def claim_call(self, share: Share, owner: str, ttl: int, max_takeovers: int | None
+                   ) -> Operation[tuple[list[Any], int]]:
+        """:meth:`claim`'s script, arguments checked, for ``share``. With limit 0 it only
+        finishes re-indexing a dependency's waiters."""
+        payload, wait = yield from ask(Call(
+            scripts.RUN_CLAIM,
+            (self.keys.ready, self.keys.leases, self.keys.meta, self.keys.fanout),
+            (self.arg1, owner, ttl, share.limit, self.projection_version, share.budget,
+             _opt(max_takeovers), *(("1",) if share.strict else ())),
+            with_wait(self._answer())))
         return (parse_claimed(payload) if share.budget else parse_names(payload)), wait
 
     def heads(self, index: str, limit: int) -> Operation[Heads]:

@@ -444,16 +444,16 @@ class RunStore(Protocol):
         ...
 
     @overload
-    def claim_expired(self, owner: str, ttl: int, limit: int, *,
+    def claim_expired(self, owner: str, ttl: int, limit: int = 1, *,
                       records: Literal[False] = False, max_takeovers: int | None = None,
                       block: int | None = None) -> list[str]: ...
 
     @overload
-    def claim_expired(self, owner: str, ttl: int, limit: int, *,
+    def claim_expired(self, owner: str, ttl: int, limit: int = 1, *,
                       records: Literal[True], max_takeovers: int | None = None,
                       block: int | None = None) -> list[Claimed]: ...
 
-    def claim_expired(self, owner: str, ttl: int, limit: int, *, records: bool = False,
+    def claim_expired(self, owner: str, ttl: int, limit: int = 1, *, records: bool = False,
                       max_takeovers: int | None = None,
                       block: int | None = None) -> list[str] | list[Claimed]:
         """Claim up to ``limit`` held, expired leases, the longest-expired first; with
@@ -463,18 +463,37 @@ class RunStore(Protocol):
         ...
 
     @overload
-    def claim_ready(self, owner: str, ttl: int, limit: int, *,
+    def claim_ready(self, owner: str, ttl: int, limit: int = 1, *,
                     records: Literal[False] = False, block: int | None = None) -> list[str]: ...
 
     @overload
-    def claim_ready(self, owner: str, ttl: int, limit: int, *,
+    def claim_ready(self, owner: str, ttl: int, limit: int = 1, *,
                     records: Literal[True], block: int | None = None) -> list[Claimed]: ...
 
-    def claim_ready(self, owner: str, ttl: int, limit: int, *, records: bool = False,
+    def claim_ready(self, owner: str, ttl: int, limit: int = 1, *, records: bool = False,
                     block: int | None = None) -> list[str] | list[Claimed]:
         """Claim up to ``limit`` free, eligible runs, the earliest eligible first; with
         ``records``, each as :class:`Claimed` (up to MAX_CLAIM_BYTES of records); with
         ``block``, wait up to that many ms for one when none is claimable."""
+        ...
+
+    @overload
+    def claim(self, owner: str, ttl: int, limit: int = 1, *,
+              records: Literal[False] = False, block: int | None = None,
+              max_takeovers: int | None = None) -> list[str]: ...
+
+    @overload
+    def claim(self, owner: str, ttl: int, limit: int = 1, *,
+              records: Literal[True], block: int | None = None,
+              max_takeovers: int | None = None) -> list[Claimed]: ...
+
+    def claim(self, owner: str, ttl: int, limit: int = 1, *, records: bool = False,
+              block: int | None = None,
+              max_takeovers: int | None = None) -> list[str] | list[Claimed]:
+        """Claim up to ``limit`` runs of both kinds, free eligible runs and held expired
+        leases, in due order across both, each as :meth:`claim_ready` or
+        :meth:`claim_expired` takes it; with ``block``, wait up to that many ms for either
+        (a lease's expiry wakes it)."""
         ...
 
     def refresh(self, run: str) -> bool:

@@ -783,8 +783,8 @@ def load_all(specs: Iterable[tuple[str, str]],
 
 RUN_NAMES = ("run_now", "run_get", "run_get_many", "run_insert", "run_compare_and_set",
              "run_renew", "run_release", "run_delete", "run_claim_expired", "run_claim_ready",
-             "run_refresh", "run_quarantined", "run_migrate", "run_heads", "run_partitions",
-             "run_watch", "run_notify", "run_delivered", "run_unwatch")
+             "run_claim", "run_refresh", "run_quarantined", "run_migrate", "run_heads",
+             "run_partitions", "run_watch", "run_notify", "run_delivered", "run_unwatch")
 REPO_NAMES = ("repo_save", "repo_load", "repo_delete", "repo_list_in_flight",
               "repo_register_group", "repo_group_exists", "repo_migrate", "repo_partitions")
 
@@ -889,6 +889,7 @@ RUN_RELEASE = _BUILT["run_release"]
 RUN_DELETE = _BUILT["run_delete"]
 RUN_CLAIM_EXPIRED = _BUILT["run_claim_expired"]
 RUN_CLAIM_READY = _BUILT["run_claim_ready"]
+RUN_CLAIM = _BUILT["run_claim"]
 RUN_REFRESH = _BUILT["run_refresh"]
 RUN_QUARANTINED = _BUILT["run_quarantined"]
 RUN_MIGRATE = _BUILT["run_migrate"]
@@ -903,9 +904,9 @@ RUN_UNWATCH = _BUILT["run_unwatch"]
 PARTITION_SCRIPTS = (RUN_WATCH, RUN_NOTIFY, RUN_DELIVERED, RUN_UNWATCH)
 
 RUN_SCRIPTS = (RUN_NOW, RUN_GET, RUN_GET_MANY, RUN_INSERT, RUN_COMPARE_AND_SET, RUN_RENEW,
-               RUN_RELEASE, RUN_DELETE, RUN_CLAIM_EXPIRED, RUN_CLAIM_READY, RUN_REFRESH,
-               RUN_QUARANTINED, RUN_MIGRATE, RUN_HEADS, RUN_PARTITIONS, RUN_WATCH, RUN_NOTIFY,
-               RUN_DELIVERED, RUN_UNWATCH)
+               RUN_RELEASE, RUN_DELETE, RUN_CLAIM_EXPIRED, RUN_CLAIM_READY, RUN_CLAIM,
+               RUN_REFRESH, RUN_QUARANTINED, RUN_MIGRATE, RUN_HEADS, RUN_PARTITIONS, RUN_WATCH,
+               RUN_NOTIFY, RUN_DELIVERED, RUN_UNWATCH)
 
 # The instance repository's scripts, with their own fragments (lua/_repo_lib.lua).
 REPO_SAVE = _BUILT["repo_save"]

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import copy
 import threading
+import time
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any, TypeVar
 
 from . import wakeups
 from ._store_ops import StoreOps
+from .errors import StoreError
 from .partitioned_repository import PartitionedRepositoryOps, repository_ops
 from .partitions import PartitionedOps, run_ops
 from .pipeline import Pipelined
@@ -53,13 +55,19 @@ class Pipeline(Pipelined):
     """Calls of one :class:`RedisRunStore` sent together in one round trip, at the end of
     its ``with`` block (or by :meth:`send`): see :meth:`RedisRunStore.pipeline`."""
 
-    def __init__(self, io: Transport, ops: RunOps | PartitionedOps) -> None:
+    def __init__(self, io: Transport, ops: RunOps | PartitionedOps,
+                 claim: Callable[[str, int, int | None, Callable[[], Any]], list[Any]]
+                 | None = None) -> None:
         super().__init__(ops, io.durability)
         self._io = io
+        self._claim = claim
 
     def send(self) -> None:
         """Send the queued calls; each :class:`Pending` then holds its answer (one round
-        trip per node their partitions are on)."""
+        trip per node their partitions are on). A claim queued with ``block`` that got
+        nothing then waits for work, as the store's does (the calls after it in the
+        pipeline have their answers already)."""
+        started = time.monotonic()
         groups = self._groups(self._io.node_of)
         try:
             for group in groups:
@@ -68,6 +76,12 @@ class Pipeline(Pipelined):
             for group in groups:
                 group.interrupted(type(exc).__name__)
             raise
+        for blocked, left in self._still_blocked(started):
+            assert self._claim is not None, "a store's pipeline blocks with the store"
+            try:
+                blocked.answer(self._claim(blocked.index, blocked.limit, left, blocked.claim))
+            except StoreError as error:
+                blocked.answer(error=error)
 
     def __enter__(self) -> Pipeline:
         return self
@@ -177,7 +191,7 @@ class RedisRunStore(_Closes, StoreOps, Shell[RunOps | PartitionedOps]):
         call's error does not stop the next); each write is sent exactly once. A block that
         raises sends nothing. docs/runs.md has the rules.
         """
-        return Pipeline(self._io, self._ops)
+        return Pipeline(self._io, self._ops, self._claim)
 
     def migrate(self, *, count: int = MIGRATE_COUNT) -> Migrated:
         """Move the namespace to the newest run layout this library knows, in bounded steps.

@@ -40,7 +40,7 @@ except ImportError:  # pragma: no cover
     _FAST = False
 
 _SCOPE = "redisstore"
-_CLAIMS = ("run_claim_ready", "run_claim_expired")
+_CLAIMS = ("run_claim_ready", "run_claim_expired", "run_claim")
 
 
 class Call:

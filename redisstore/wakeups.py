@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeAlias, TypeVar
 
 from .protocol import Operation, Spread
+from .runops import KINDS
 from .runs import check_int
 
 log = logging.getLogger(__name__)
@@ -48,6 +49,10 @@ T = TypeVar("T")
 
 #: The two kinds of work a claimer waits for: ``claim_ready``'s and ``claim_expired``'s.
 READY, LEASES = "ready", "leases"
+#: ``claim``'s: either kind. Its claims wait in a queue of their own, woken by a token of
+#: either kind (whichever claim of the two queues waited longest goes first) and by a due
+#: time of either index. KINDS: the wake keys (and wakers) each kind of claim waits on.
+ANY = "any"
 #: A blocked claimer claims again at least this often (s), signalled or not.
 REARM = 10.0
 #: The longest ``block`` (ms): one day.
@@ -148,13 +153,15 @@ def check_block(block: object) -> int:
 
 
 class _Waiter:
-    """One blocked claim. ``notify`` wakes it (from any thread)."""
+    """One blocked claim. ``notify`` wakes it (from any thread); ``since``: when it began
+    to wait (monotonic), which orders the claims of two queues."""
 
-    __slots__ = ("notify", "woken")
+    __slots__ = ("notify", "since", "woken")
 
     def __init__(self, notify: Callable[[], None]) -> None:
         self.notify = notify
         self.woken = False
+        self.since = time.monotonic()
 
 
 def claim(hub: Callable[[], Wakeups], kind: str, claim: Callable[[], tuple[list[T], int]],
@@ -241,8 +248,8 @@ class Wakeups:
         self._pid = os.getpid()
         self._cond = threading.Condition()
         self._queues: dict[str, collections.deque[_Waiter]] = {
-            READY: collections.deque(), LEASES: collections.deque()}
-        self._due: dict[str, float | None] = {READY: None, LEASES: None}
+            READY: collections.deque(), LEASES: collections.deque(), ANY: collections.deque()}
+        self._due: dict[str, float | None] = {READY: None, LEASES: None, ANY: None}
         self._stopped = False
         self._listeners: dict[tuple[str, int], threading.Thread] = {}
         self._timer: threading.Thread | None = None
@@ -322,7 +329,8 @@ class Wakeups:
         if self._pid != os.getpid():
             self._fresh()
         with self._cond:
-            if self._stopped or (since is not None and self._credit(kind, since)):
+            if self._stopped or (since is not None and any(
+                    self._credit(k, since) for k in KINDS[kind])):
                 # The store was closed, or a message came while this claim ran, when no
                 # claim waited (its token stays on the server, unswept): claim again at
                 # once, this claim alone for that message.
@@ -351,6 +359,10 @@ class Wakeups:
 
     def _start(self, kind: str) -> None:
         """Under the lock: start the wakers a blocked claim of ``kind`` needs."""
+        if kind == ANY:
+            for k in KINDS[ANY]:
+                self._start(k)
+            return
         if self._sharded is not None:
             if self._groups is None:
                 self._regroup()
@@ -391,10 +403,17 @@ class Wakeups:
                 with contextlib.suppress(ValueError):
                     self._queues[kind].remove(waiter)
 
+    def _waiting(self, kind: str) -> int:
+        """Under the lock: the claims a token of ``kind`` may wake (``claim``'s too)."""
+        return len(self._queues[kind]) + (len(self._queues[ANY]) if kind != ANY else 0)
+
     def _wake_one(self, kind: str) -> bool:
-        # Under the lock. The waiter that waited longest goes first.
-        queue = self._queues[kind]
-        while queue:
+        # Under the lock. The waiter that waited longest goes first: for a token of one
+        # kind, of its queue and claim's (which takes either kind).
+        own = self._queues[kind]
+        both = self._queues[ANY] if kind != ANY else own
+        while own or both:
+            queue = own if not both or (own and own[0].since <= both[0].since) else both
             waiter = queue.popleft()
             try:
                 waiter.notify()
@@ -410,7 +429,7 @@ class Wakeups:
         """Under the lock: wait while no claim of ``kind`` is blocked; True when its waker
         should end (stopped, or idle for REARM s: its thread is then forgotten)."""
         since = time.monotonic()
-        while not self._stopped and not self._queues[kind]:
+        while not self._stopped and not self._waiting(kind):
             left = REARM - (time.monotonic() - since)
             if left <= 0:
                 del self._listeners[kind, source]
@@ -554,7 +573,7 @@ class Wakeups:
             if got[0] == "smessage" and got[1] in channels:
                 p, kind = channels[got[1]]
                 with self._cond:
-                    waiting = bool(self._queues[kind])
+                    waiting = bool(self._waiting(kind))
                     if not waiting:
                         self._keep(kind)
                 if waiting:
@@ -577,8 +596,8 @@ class Wakeups:
         a denied ``ZPOPMIN`` turns the store to the wakers per partition. When it began."""
         began = time.monotonic()
         with self._cond:
-            wants = [(p, kind, len(self._queues[kind])) for p, kind in wanted
-                     if self._queues[kind]]
+            wants = [(p, kind, self._waiting(kind)) for p, kind in wanted
+                     if self._waiting(kind)]
         if not wants:
             return began
         got = self._drive(sweeps.take(wants))
@@ -660,8 +679,9 @@ class Wakeups:
                     self.stats["relayed"] += 1
                     self._cond.release()
                     try:
-                        with contextlib.suppress(Exception):
-                            self._drive(self._give_back(kind, DUE_TOKEN))
+                        for k in KINDS[kind]:
+                            with contextlib.suppress(Exception):
+                                self._drive(self._give_back(k, DUE_TOKEN))
                     finally:
                         self._cond.acquire()
                 self._timer = None

@@ -36,7 +36,7 @@ def test_every_operation_has_a_known_kind_and_route() -> None:
     ops = _generate.operations()
     assert [op.name for op in ops] == ["now", "get", "get_many", "insert", "compare_and_set",
                                        "renew", "release", "delete", "claim_expired",
-                                       "claim_ready", "refresh", "quarantined"]
+                                       "claim_ready", "claim", "refresh", "quarantined"]
     for op in ops:
         assert op.kind in ("read", "write", "claim")
         kind, _, arg = op.spec.route.partition(":")
@@ -80,7 +80,8 @@ def test_a_pipeline_queues_each_operation_the_core_lets_it() -> None:
         assert hasattr(Pipelined, op.name) == op.spec.pipeline, op.name
         if op.spec.pipeline:
             core = inspect.signature(getattr(RunOps, op.name)).parameters
-            assert list(inspect.signature(getattr(Pipelined, op.name)).parameters) == [*core]
+            own = list(inspect.signature(getattr(Pipelined, op.name)).parameters)
+            assert own == [*core, *(["block"] if op.kind == "claim" else [])]
 
 
 def test_a_store_of_partitions_routes_each_operation_the_core_routes() -> None:
@@ -95,7 +96,7 @@ def test_a_store_of_partitions_routes_each_operation_the_core_routes() -> None:
 #: The run store's public operations, each written by hand at most in the
 #: port (an async port besides it), the memory reference and the core.
 PUBLIC = ["get", "insert", "compare_and_set", "renew", "release", "delete", "claim_expired",
-          "claim_ready", "get_many"]
+          "claim_ready", "claim", "get_many"]
 #: Classes that have a method of one of those names that is not the run store's: the
 #: connection pools' release(conn), the keepers' own release(runs), the repositories'.
 OTHERS = {"Pool", "AsyncPool", "Keeper", "AsyncKeeper"}

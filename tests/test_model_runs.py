@@ -164,8 +164,16 @@ class SideBySide(RuleBasedStateMachine):
                     records: bool) -> None:
         self.both(version, "claim_ready", owner, ttl, limit, records=records)
 
+    @rule(owner=st.sampled_from([*OWNERS, "c"]), ttl=TTLS, limit=st.integers(0, 5),
+          version=st.sampled_from([0, 1]), records=st.booleans(),
+          bound=st.sampled_from([None, None, 0, 1, 2]))
+    def claim(self, owner: str, ttl: int, limit: int, version: int, records: bool,
+              bound: int | None) -> None:
+        self.both(version, "claim", owner, ttl, limit, records=records, max_takeovers=bound)
+
     # Claims come twice as often as the other rules: they are what the test is about.
     claim_ready_again = claim_ready
+    claim_again = claim
 
     @rule(run=st.sampled_from(RUNS), version=st.sampled_from([0, 1]))
     def refresh(self, run: str, version: int) -> None:

@@ -142,6 +142,71 @@ def test_the_worker_step_is_one_round_trip(client: redis.Redis,
     assert all(store.get(f"job-{i}").record == b"done" for i in range(3))
 
 
+def test_finish_and_wait_for_the_next_is_one_round_trip_when_work_is_there(
+        client: redis.Redis, round_trips: list[int]) -> None:
+    store = RedisRunStore(loaded(client), namespace=unique_namespace(), discover=ready)
+    store.insert("done-now", b"todo", Claim("w", LONG))
+    store.insert("next", b"todo", Release())
+    round_trips.clear()
+    started = time.monotonic()
+    with store.pipeline() as pipe:
+        pipe.compare_and_set("done-now", 1, b"done", Release())
+        nxt = pipe.claim("w", LONG, records=True, block=5_000)
+    assert [c.run for c in nxt.result()] == ["next"]
+    assert len(round_trips) == 1 and time.monotonic() - started < 2.5
+
+
+def test_a_blocked_claim_in_a_pipeline_waits_for_work_after_the_round_trip(
+        client: redis.Redis) -> None:
+    store = RedisRunStore(loaded(client), namespace=unique_namespace(), discover=ready)
+    store.insert("done-now", b"todo", Claim("w", LONG))
+    store.insert("dead", b"todo", Claim("other", 300))  # its holder dies: taken over
+    started = time.monotonic()
+    with store.pipeline() as pipe:
+        finished = pipe.compare_and_set("done-now", 1, b"done", Release())
+        nxt = pipe.claim("w", LONG, block=5_000)
+        read = pipe.get("done-now")
+    assert finished.result() is None and read.result().record == b"done"
+    assert nxt.result() == ["dead"]
+    assert 0.2 < time.monotonic() - started < 2.5  # woken by the expiry, not the block's end
+    assert store.get("dead").holder == Held("w", True)
+
+
+def test_a_blocked_claim_in_a_pipeline_runs_out_empty(client: redis.Redis) -> None:
+    store = RedisRunStore(loaded(client), namespace=unique_namespace(), discover=ready)
+    started = time.monotonic()
+    with store.pipeline() as pipe:
+        nxt = pipe.claim_ready("w", LONG, block=200)
+        gone = pipe.claim_expired("w", LONG, block=0)
+    assert nxt.result() == [] and gone.result() == []
+    assert 0.2 <= time.monotonic() - started < 2.5
+    with pytest.raises(ValueError), store.pipeline() as pipe:
+        pipe.claim("w", LONG, block=-1)
+
+
+def test_an_asyncio_pipeline_claim_blocks_too() -> None:
+    async def main() -> None:
+        client = fakeredis.FakeAsyncRedis()
+        store = AsyncRedisRunStore(client, namespace=unique_namespace(), discover=ready)
+        await store.insert("a", b"1", Claim("w", LONG))
+
+        async def later() -> None:
+            await asyncio.sleep(0.2)
+            await store.insert("b", b"1", Release())
+
+        task = asyncio.create_task(later())
+        started = time.monotonic()
+        async with store.pipeline() as pipe:
+            cas = pipe.compare_and_set("a", 1, b"done", Release())
+            nxt = pipe.claim("w", LONG, block=5_000)
+        assert cas.result() is None and nxt.result() == ["b"]
+        assert time.monotonic() - started < 2.5
+        await task
+        await store.aclose()
+
+    asyncio.run(main())
+
+
 def test_release_delete_and_a_poison_bound_in_one_round_trip(
         client: redis.Redis, round_trips: list[int]) -> None:
     store = RedisRunStore(loaded(client), namespace=unique_namespace())

@@ -832,6 +832,10 @@ def run_store_scenario(client: Any) -> str:
     client.zadd(keys.leases, {"ghost": 0})
     time.sleep(0.01)
     store.claim_expired("b", LONG, 10)
+    store.insert("f", b"plain", Claim("a", 1))
+    client.zadd(keys.ready, {"ghost2": 0})
+    time.sleep(0.01)
+    store.claim("b", LONG, 10)
     store.refresh("w")
     store.quarantined()
     # A store of partitions checks the namespace's count (run_partitions) where its
@@ -842,6 +846,7 @@ def run_store_scenario(client: Any) -> str:
     if heads is not None:
         store._io.drive(heads("ready", 10))
         store._io.drive(heads("leases", 10))
+        store._io.drive(heads("any", 10))
     migrate: Callable[[], Any] | None = getattr(store, "migrate", None)
     if migrate is not None:
         migrate()

@@ -3,6 +3,7 @@ clock, and the holder states a lease condition is checked against."""
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import ClassVar
 
@@ -61,6 +62,13 @@ class RunSuite:
     def advance(self, store: RunStore, ms: int) -> None:
         """Let ``ms`` of backend time pass. On a real clock: sleep a little longer."""
         time.sleep((ms + self.margin) / 1000)
+
+    def advance_soon(self, store: RunStore, ms: int) -> threading.Thread:
+        """Let ``ms`` of backend time pass, from another thread (a controlled clock moves
+        at once; a real one is only slept on)."""
+        thread = threading.Thread(target=self.advance, args=(store, ms), daemon=True)
+        thread.start()
+        return thread
 
     # ------------------------------------------------------------------ helpers
 

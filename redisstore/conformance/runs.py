@@ -30,6 +30,7 @@ from ..runs import (
     Seize,
 )
 from .base import ACCEPTS, LONG, ME, OTHER, STATES, RunSuite, lease_of
+from .claiming import ClaimRules
 from .lifecycle import LifecycleRules
 from .readiness import ReadinessRules
 from .wakeups import WakeupRules
@@ -464,7 +465,8 @@ class LeaseRules(RunSuite):
             make()
 
 
-class RunStoreConformance(LeaseRules, ReadinessRules, LifecycleRules, WakeupRules):
+class RunStoreConformance(LeaseRules, ReadinessRules, LifecycleRules, WakeupRules,
+                          ClaimRules):
     """The whole leased run backend contract as pytest tests.
 
     Implement :meth:`make_store` (and :meth:`reopen`, for the projection-version rules).

@@ -167,19 +167,12 @@ class WakeupRules(RunSuite):
 
     # ------------------------------------------------------------------ due times
 
-    def _advance_soon(self, store: RunStore, ms: int) -> threading.Thread:
-        """Let ``ms`` of backend time pass, from another thread (a controlled clock moves
-        at once; a real one is only slept on)."""
-        thread = threading.Thread(target=self.advance, args=(store, ms), daemon=True)
-        thread.start()
-        return thread
-
     def test_an_at_wait_wakes_a_blocked_claim_when_due(self) -> None:
         store = self._ready_store()
         due = store.now() + 150
         store.insert("run", rec({"at": due}), Release())
         blocked = Blocked(lambda: store.claim_ready(ME, LONG, 10, block=BLOCK))
-        self._advance_soon(store, 150)
+        self.advance_soon(store, 150)
         assert blocked.get() == ["run"]
         claim = store.get("run").claim
         assert claim is not None and claim.claimed_at >= due  # not early
@@ -190,7 +183,7 @@ class WakeupRules(RunSuite):
         expiry = store.now() + 150  # at or before the lease's own expiry (judged at insert)
         store.insert("run", b"r", Claim(OTHER, 150))
         blocked = Blocked(lambda: store.claim_expired(ME, LONG, 10, block=BLOCK))
-        self._advance_soon(store, 150)
+        self.advance_soon(store, 150)
         assert blocked.get() == ["run"]
         assert store.get("run").holder == Held(ME, True)
         assert store.now() >= expiry
@@ -202,7 +195,7 @@ class WakeupRules(RunSuite):
         blocked = Blocked(lambda: store.claim_ready(ME, LONG, 10, block=BLOCK))
         time.sleep(SETTLE)
         store.insert("near", rec({"at": store.now() + 200}), Release())
-        self._advance_soon(store, 200)
+        self.advance_soon(store, 200)
         assert blocked.get() == ["near"]
         assert blocked.returned - blocked.started < SETTLE + 0.2 + SLACK
 
