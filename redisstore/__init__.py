@@ -52,6 +52,7 @@ from .runs import (
 )
 from .security import acl_rule
 from .store import Pipeline, RedisRepository, RedisRunStore
+from .worker import AsyncJob, AsyncWorker, Job, Worker
 
 try:
     #: The installed version of the package (its metadata; a bare checkout says so).
@@ -61,10 +62,12 @@ except PackageNotFoundError:  # pragma: no cover - imported from a checkout neve
 
 __all__ = [
     "AlreadyExists",
+    "AsyncJob",
     "AsyncKeeper",
     "AsyncPipeline",
     "AsyncRedisRepository",
     "AsyncRedisRunStore",
+    "AsyncWorker",
     "At",
     "Changed",
     "Claim",
@@ -84,6 +87,7 @@ __all__ = [
     "InFlightPage",
     "InstanceLease",
     "InstanceRecord",
+    "Job",
     "Keeper",
     "Lease",
     "LeaseRefused",
@@ -109,6 +113,7 @@ __all__ = [
     "Unavailable",
     "UnknownGroup",
     "Wait",
+    "Worker",
     "__version__",
     "acl_rule",
     "aconfirm_write",

@@ -12,7 +12,9 @@ library only records. Names follow OpenTelemetry's database-client conventions:
 - counter ``redisstore.runs.claimed``: runs handed out by ``claim_ready`` /
   ``claim_expired``, by operation.
 
-The keeper's lateness is the histogram ``redisstore.keeper.lateness`` (ms).
+The keeper's lateness is the histogram ``redisstore.keeper.lateness`` (ms); the runs a
+worker's handler had, the counter ``redisstore.worker.runs`` by ``redisstore.outcome``
+(``done``, ``released``, ``failed``, ``lost``, ``stopped``).
 """
 
 from __future__ import annotations
@@ -70,6 +72,9 @@ class _Instruments:
         self.claimed = meter.create_counter(
             "redisstore.runs.claimed", unit="{run}",
             description="Runs handed out by claim_ready and claim_expired")
+        self.worker_runs = meter.create_counter(
+            "redisstore.worker.runs", unit="{run}",
+            description="Runs a worker's handler had, by how they ended")
         self.lateness = meter.create_histogram(
             "redisstore.keeper.lateness", unit="ms",
             description="How late a keeper's renewal round started")
@@ -158,6 +163,15 @@ def operation(call: Call) -> Iterator[Call]:
                 runs = call.result[0] if isinstance(call.result, tuple) else call.result
                 if isinstance(runs, list) and runs:
                     instruments.claimed.add(len(runs), {"db.operation.name": name})
+
+
+def worker_run(namespace: str, outcome: str) -> None:
+    """Count a run a worker's handler had, by how it ended (``done``, ``released``,
+    ``failed``, ``lost``, ``stopped``)."""
+    instruments = _instruments()
+    if instruments is not None:
+        instruments.worker_runs.add(1, {"db.namespace": namespace,
+                                        "redisstore.outcome": outcome})
 
 
 def keeper_lateness(ms: float) -> None:

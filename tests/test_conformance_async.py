@@ -20,8 +20,17 @@ import redis.asyncio
 from conftest import Clock
 from servers import Server, unique_namespace
 
-from redisstore import AsyncRedisRepository, AsyncRedisRunStore, Repository, RunStore
+from redisstore import (
+    AsyncJob,
+    AsyncRedisRepository,
+    AsyncRedisRunStore,
+    AsyncWorker,
+    Job,
+    Repository,
+    RunStore,
+)
 from redisstore.conformance import RepositoryConformance, RunStoreConformance
+from redisstore.conformance.working import NODE, TTL, Running
 from redisstore.runs import Discover
 
 T = TypeVar("T")
@@ -115,6 +124,57 @@ class AsyncRunSuite(RunStoreConformance, AsyncBackend):
                                    projection_version=projection_version,
                                    partitions=self.partitions)
         return cast(RunStore, Synced(other, self.loop))
+
+
+    def start_worker(self, store: RunStore, handler: Callable[[Job], bytes | None], *,
+                     concurrency: int = 1, max_takeovers: int | None = None) -> Running:
+        """An ``AsyncWorker`` on the loop thread, whose async handler runs the rule's sync
+        one in a thread, with a sync view of its job."""
+        assert isinstance(store, Synced)
+        loop = self.loop
+
+        async def run(job: AsyncJob) -> bytes | None:
+            return await asyncio.to_thread(handler, cast(Job, SyncedJob(job, loop)))
+
+        async def start() -> AsyncWorker:
+            return AsyncWorker(store.store, NODE, run, ttl=TTL, concurrency=concurrency,
+                               max_takeovers=max_takeovers, poll=100).start()
+
+        return StartedAsync(loop.run(start()), loop)
+
+
+class SyncedJob:
+    """A sync view of an :class:`AsyncJob`, for a rule's handler in a thread."""
+
+    def __init__(self, job: AsyncJob, loop: LoopThread) -> None:
+        self._job, self._loop = job, loop
+        self.run = job.run
+
+    @property
+    def current(self) -> Any:
+        return self._job.current
+
+    @property
+    def lost(self) -> bool:
+        return self._job.lost
+
+    @property
+    def stopping(self) -> bool:
+        return self._job.stopping
+
+    def write(self, record: bytes) -> None:
+        self._loop.run(self._job.write(record))
+
+
+class StartedAsync:
+    """A started ``AsyncWorker``, stopped from the rule's thread."""
+
+    def __init__(self, worker: AsyncWorker, loop: LoopThread) -> None:
+        self.worker, self._loop = worker, loop
+        self.stats = worker.stats
+
+    def stop(self) -> None:
+        self._loop.run(self.worker.stop())
 
 
 class TestFakeRedisAsyncRunStore(AsyncRunSuite):

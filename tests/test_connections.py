@@ -192,3 +192,31 @@ def test_pools_of_closed_loops_are_let_go(server: Server, admin: redis.Redis,
     # The last loop's four, not forty (at most two loops' worth while the collector runs).
     assert connected(admin, name) <= 8
     assert settles_at(admin, name, 4) <= 8
+
+
+def test_a_socket_whose_shutdown_raises_leaves_the_watchdog_running() -> None:
+    from redisstore.transport import Watchdog
+
+    class Sock:
+        def __init__(self, error: Exception | None) -> None:
+            self.error, self.shut = error, False
+
+        def shutdown(self, how: int) -> None:
+            self.shut = True
+            if self.error is not None:
+                raise self.error
+
+    class Conn:
+        def __init__(self, error: Exception | None) -> None:
+            self._sock = Sock(error)
+
+    dog = Watchdog()
+    bad, good = Conn(ValueError("generator already executing")), Conn(None)
+    # Both armed before the first fires: the second must fire after the first raised.
+    dog.arm(good, time.monotonic() + 0.1)
+    dog.arm(bad, time.monotonic())
+    deadline = time.monotonic() + 5
+    while not good._sock.shut and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert bad._sock.shut and good._sock.shut
+    assert dog._thread is not None and dog._thread.is_alive()

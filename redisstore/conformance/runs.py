@@ -34,6 +34,7 @@ from .claiming import ClaimRules
 from .lifecycle import LifecycleRules
 from .readiness import ReadinessRules
 from .wakeups import WakeupRules
+from .working import WorkerRules
 
 
 class LeaseRules(RunSuite):
@@ -466,7 +467,7 @@ class LeaseRules(RunSuite):
 
 
 class RunStoreConformance(LeaseRules, ReadinessRules, LifecycleRules, WakeupRules,
-                          ClaimRules):
+                          ClaimRules, WorkerRules):
     """The whole leased run backend contract as pytest tests.
 
     Implement :meth:`make_store` (and :meth:`reopen`, for the projection-version rules).
