@@ -1329,7 +1329,7 @@ class AsyncRedisRunStore(_Closes, AsyncStoreOps, Shell[RunOps | PartitionedOps])
 
             async with store.pipeline() as pipe:
                 done = pipe.compare_and_set(run, revision, record, Release())
-                nxt = pipe.claim_ready("node-a", 30_000, 1, records=True)
+                nxt = pipe.claim("node-a", 30_000, records=True, block=5_000)
             claimed = nxt.result()
 
         A task cancelled while the pipeline is in flight leaves each write in it of

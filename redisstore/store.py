@@ -181,7 +181,7 @@ class RedisRunStore(_Closes, StoreOps, Shell[RunOps | PartitionedOps]):
 
             with store.pipeline() as pipe:
                 done = pipe.compare_and_set(run, revision, record, Release())
-                nxt = pipe.claim_ready("node-a", 30_000, 1, records=True)
+                nxt = pipe.claim("node-a", 30_000, records=True, block=5_000)
             done.result()          # None, or raises this call's own error
             claimed = nxt.result()
 

@@ -1,5 +1,6 @@
-"""Wake-ups: ``claim_ready(..., block=ms)`` and ``claim_expired(..., block=ms)`` wait for
-work instead of polling for it. docs/runs.md ("Waiting for work") is the contract.
+"""Wake-ups: ``claim(..., block=ms)``, ``claim_ready(..., block=ms)`` and
+``claim_expired(..., block=ms)`` wait for work instead of polling for it. docs/runs.md
+("Waiting for work") is the contract. A ``claim`` waits for either kind (``ANY``).
 
 Two things make a run claimable, and each has its own path to a blocked claimer:
 
