@@ -94,6 +94,21 @@ def test_a_raw_claim_over_the_cap_is_refused(client: redis.Redis) -> None:
                 keys.prefix, "me", 1000, 1_000_000, 1)
 
 
+@pytest.mark.parametrize("argv", [("me", 1000, 1_000_000, 1, 0, ""), ("me", 1000, 1, 1, 0, "-1"),
+                                  ("me", 1000, 1, 1, 0, "1.5"), ("", 1000, 1, 1, 0, ""),
+                                  ("me", 0, 1, 1, 0, ""), ("me", 1000, 1, 1, 3 << 20, "")])
+def test_a_raw_claim_of_both_kinds_with_a_bad_argument_is_refused(
+        client: redis.Redis, argv: tuple[Any, ...]) -> None:
+    store = RedisRunStore(client, namespace=unique_namespace())
+    store.insert("run", b"x", Claim("dead", 1))
+    keys = Keyspace(store.namespace)
+    before = dump(client, store.namespace)
+    with pytest.raises(redis.ResponseError, match="BADARG"):
+        evalsha(client, scripts.RUN_CLAIM, (keys.ready, keys.leases, keys.meta, keys.fanout),
+                keys.prefix, *argv)
+    assert dump(client, store.namespace) == before
+
+
 def test_a_run_of_the_wrong_type_never_blocks_claim_expired(client: redis.Redis) -> None:
     store = RedisRunStore(client, namespace=at_layout(client, unique_namespace(), 1))
     keys = Keyspace(store.namespace)

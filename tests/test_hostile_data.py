@@ -467,6 +467,10 @@ def every_operation(check: Checker, store: RedisRunStore, repo: RedisRepository,
                                                                records=True), is_claimed)
     check("claim_expired poison", lambda: store.claim_expired(
         "poisoner", LONG, MAX_CLAIM, max_takeovers=0), is_names)  # layout 1: Misconfigured
+    check("claim both", lambda: store.claim("claimer", LONG, MAX_CLAIM, records=True),
+          is_claimed)
+    check("claim both poison", lambda: store.claim(
+        "poisoner", LONG, MAX_CLAIM, max_takeovers=0), is_names)  # layout 1: Misconfigured
     check("release", lambda: store.release("claimer", ids[:MAX_RENEW]),
           lambda r: is_names(r, set(ids)))
     check("quarantined", store.quarantined,
