@@ -41,8 +41,8 @@ import redis.asyncio
 from common import own_server
 
 from redisstore import AsyncRedisRunStore, RedisRunStore, Release, scripts
-from redisstore.keys import Keyspace
-from redisstore.runops import RunOps
+from redisstore.core.keys import Keyspace
+from redisstore.core.runops import RunOps
 
 
 @dataclass

@@ -15,9 +15,9 @@ import redis
 from common import own_server, server_binary
 
 from redisstore import Claim, scripts
-from redisstore.protocol import Batch
-from redisstore.runops import RunOps
-from redisstore.transport import Transport, pool_for
+from redisstore.core.driver import Batch
+from redisstore.core.runops import RunOps
+from redisstore.shells.sync import Transport, pool_for
 
 
 def variants() -> dict[str, str]:

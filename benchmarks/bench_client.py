@@ -57,7 +57,7 @@ import redis.asyncio
 from common import check_loopback, drop_namespace, own_server, server_binary
 
 from redisstore import AsyncRedisRunStore, Claim, Hold, RedisRunStore, scripts
-from redisstore.runops import RunOps
+from redisstore.core.runops import RunOps
 
 RECORD = b"x" * 128
 OWNER = "bench-owner"

@@ -44,9 +44,9 @@ from redisstore import (
     Unavailable,
 )
 from redisstore.conformance.readiness import rec
+from redisstore.core.keys import Keyspace
+from redisstore.core.partitions import partition_of
 from redisstore.discovery import json_wait
-from redisstore.keys import Keyspace
-from redisstore.partitions import partition_of
 
 N = 6
 TIMEOUT = 2000

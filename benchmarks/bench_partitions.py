@@ -34,7 +34,7 @@ from common import own_server, server_binary
 from redis.cluster import RedisCluster
 
 from redisstore import At, Claim, Hold, RedisRunStore, Release
-from redisstore.keys import Keyspace
+from redisstore.core.keys import Keyspace
 
 LONG = 600_000
 READY = b"ready"

@@ -24,8 +24,8 @@ import redis
 from common import own_server, pct, server_binary
 
 from redisstore import At, Claim, RedisRunStore, Release, scripts
+from redisstore.core.runops import RunOps
 from redisstore.discovery import json_wait
-from redisstore.runops import RunOps
 
 LIMIT = 100
 LONG = 3_600_000_000  # ms: far beyond the benchmark

@@ -39,7 +39,7 @@ from redisstore import (
     RedisRepository,
     Status,
 )
-from redisstore.repository import RepositoryOps
+from redisstore.core.repository_ops import RepositoryOps
 
 NAMESPACE = "bench"
 GROUP = "target"

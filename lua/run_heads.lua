@@ -1,6 +1,6 @@
 -- run_heads: the first due entries of an index of a partition (or of both), read only: what
 -- a claim over many partitions reads first to give each partition its share
--- (redisstore.partitions).
+-- (redisstore.core.partitions).
 -- KEYS[1]  P.."ready" (layout 3 index: from layout 4 not read once migrated; routes the call)
 -- KEYS[2]  P.."leases" (layout 3 index: from layout 4 not read once migrated)
 -- KEYS[3]  P.."meta"

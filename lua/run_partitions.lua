@@ -1,5 +1,5 @@
 -- run_partitions: the partition count of a namespace's runs, recorded by the first store
--- that spreads it over more than one (redisstore.partitions). Checks, then writes. (The
+-- that spreads it over more than one (redisstore.core.partitions). Checks, then writes. (The
 -- instance repository keeps a count of its own: repo_partitions.)
 -- KEYS[1]  P.."meta" (the namespace's own, {ns}: the partitions' keys are {ns#p})
 -- KEYS[2]  P.."leases" (a layout 3 index, read: a namespace in use has one)

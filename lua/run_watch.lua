@@ -1,7 +1,7 @@
 -- run_watch: a run of another partition is about to wait on run: note that partition as a
 -- watcher of run (its writes are then announced there), with a new watch number, and answer
 -- run's version and that number. The first half of a dependency across partitions
--- (redisstore.partitions); safe to repeat (each time a new number).
+-- (redisstore.core.partitions); safe to repeat (each time a new number).
 -- KEYS[1]  P.."meta"
 -- ARGV[1]  key prefix (a partition's, {ns#p}:)                 ARGV[2] run (the dependency)
 -- ARGV[3]  the watching partition (0 to MAX_PARTITIONS - 1), or "*": every partition but

@@ -6,7 +6,8 @@ Every public name is importable from here; docs/api.md lists them.
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as _version
 
-from .aio import AsyncPipeline, AsyncRedisRepository, AsyncRedisRunStore
+from .core.driver import Durability
+from .core.pipeline import Pending
 from .errors import (
     AlreadyExists,
     Closed,
@@ -23,8 +24,6 @@ from .errors import (
 from .keeper import AsyncKeeper, Keeper, Lost
 from .memory import MemoryRepository, MemoryRunStore
 from .namespaces import drop_namespace
-from .pipeline import Pending
-from .protocol import Durability
 from .repartition import Repartitioned, repartition, repartition_repository
 from .repository import InFlightPage, InstanceLease, InstanceRecord, Repository, Status
 from .runs import (
@@ -51,7 +50,8 @@ from .runs import (
     confirm_write,
 )
 from .security import acl_rule
-from .store import Pipeline, RedisRepository, RedisRunStore
+from .shells.aio import AsyncPipeline, AsyncRedisRepository, AsyncRedisRunStore
+from .shells.store import Pipeline, RedisRepository, RedisRunStore
 from .worker import AsyncJob, AsyncWorker, Job, Worker
 
 try:

@@ -1,19 +1,19 @@
 """Write the run store's operation methods that follow from the core.
 
-Each public operation of the run store is written once, in :class:`redisstore.runops.RunOps`:
+Each public operation of the run store is written once, in :class:`redisstore.core.runops.RunOps`:
 its signature and docstring, its checks, its script call and its reply's parse, with an
-:func:`~redisstore.runops.operation` beside it that says what kind it is and how a store of
+:func:`~redisstore.core.runops.operation` beside it that says what kind it is and how a store of
 partitions routes it. From that one definition this module writes, as mixin classes with
 real signatures, overloads and docstrings (for mypy --strict and an IDE alike):
 
-=============================  ==================  ========================================
-file                           class               inherited by
-=============================  ==================  ========================================
-redisstore/_store_ops.py       ``StoreOps``        :class:`redisstore.RedisRunStore`
-redisstore/_aio_ops.py         ``AsyncStoreOps``   :class:`redisstore.AsyncRedisRunStore`
-redisstore/_pipeline_ops.py    ``PipelineOps``     :class:`redisstore.pipeline.Pipelined`
-redisstore/_partition_ops.py   ``PartitionOps``    :class:`redisstore.partitions.PartitionedOps`
-=============================  ==================  ========================================
+==============================  ================  ======================================
+file                            class             inherited by
+==============================  ================  ======================================
+redisstore/_store_ops.py        ``StoreOps``      :class:`redisstore.RedisRunStore`
+redisstore/_aio_ops.py          ``AsyncStoreOps`` :class:`redisstore.AsyncRedisRunStore`
+redisstore/_pipeline_ops.py     ``PipelineOps``   ``core.pipeline.Pipelined``
+redisstore/_partition_ops.py    ``PartitionOps``  ``core.partitions.PartitionedOps``
+==============================  ================  ======================================
 
 Each method only hands the core's operation to a primitive of its class (``_read``,
 ``_write``, ``_claim``; ``_queue``; ``_one``, ``_each``, ``_claims``), which the class
@@ -36,7 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .runops import RunOps, Spec
+from .core.runops import RunOps, Spec
 
 PACKAGE = Path(__file__).resolve().parent
 WIDTH = 100
@@ -48,16 +48,16 @@ IMPORTS = {
     "Literal": "typing",
     "Callable": "collections.abc",
     "Iterable": "collections.abc",
-    "Operation": ".protocol",
-    "Spread": ".protocol",
+    "Operation": ".core.driver",
+    "Spread": ".core.driver",
     "Claimed": ".runs",
     "Current": ".runs",
     "Lease": ".runs",
     "Quarantined": ".runs",
-    "RunOps": ".runops",
-    "Share": ".runops",
-    "PartitionedOps": ".partitions",
-    "Pending": ".pipeline",
+    "RunOps": ".core.runops",
+    "Share": ".core.runops",
+    "PartitionedOps": ".core.partitions",
+    "Pending": ".core.pipeline",
 }
 BUILTINS = {"str", "int", "bytes", "bool", "float", "None", "list", "tuple", "dict", "T"}
 #: What the generated modules always import at run time.
@@ -300,9 +300,9 @@ class Stores(Target):
 
     path = "_store_ops.py"
     cls = "StoreOps"
-    about = ("The run store's operations of :class:`redisstore.RedisRunStore`, each the core's\n"
-             "(:class:`redisstore.runops.RunOps`) handed to the store's ``_read``, ``_write``\n"
-             "or ``_claim``.")
+    about = ("The run store's operations of :class:`redisstore.RedisRunStore`, each the\n"
+             "core's (:class:`redisstore.core.runops.RunOps`) handed to the store's ``_read``,\n"
+             "``_write`` or ``_claim``.")
     primitives = '''
     _ops: RunOps | PartitionedOps
 
@@ -346,7 +346,7 @@ class AsyncStores(Stores):
     path = "_aio_ops.py"
     cls = "AsyncStoreOps"
     about = ("The run store's operations of :class:`redisstore.AsyncRedisRunStore`, each the\n"
-             "core's (:class:`redisstore.runops.RunOps`) handed to the store's ``_read``,\n"
+             "core's (:class:`redisstore.core.runops.RunOps`) handed to the store's ``_read``,\n"
              "``_write`` or ``_claim``.")
     primitives = '''
     _ops: RunOps | PartitionedOps
@@ -376,12 +376,12 @@ class AsyncStores(Stores):
 
 
 class Pipelines(Target):
-    """The calls a pipeline queues (:class:`redisstore.pipeline.Pipelined`)."""
+    """The calls a pipeline queues (:class:`redisstore.core.pipeline.Pipelined`)."""
 
     path = "_pipeline_ops.py"
     cls = "PipelineOps"
-    about = ("The calls a pipeline queues (:class:`redisstore.pipeline.Pipelined`, sync and\n"
-             "asyncio alike), each the core's operation (:class:`redisstore.runops.RunOps`)\n"
+    about = ("The calls a pipeline queues (:class:`redisstore.core.pipeline.Pipelined`, sync and\n"
+             "asyncio alike), each the core's operation (:class:`redisstore.core.runops.RunOps`)\n"
              "handed to ``_queue``: its arguments are checked at once.")
     primitives = '''
     _ops: RunOps | PartitionedOps
@@ -426,13 +426,13 @@ class Pipelines(Target):
 
 
 class Partitions(Target):
-    """The store of partitions' operations (:class:`redisstore.partitions.PartitionedOps`)."""
+    """The store of partitions' operations (:class:`redisstore.core.partitions.PartitionedOps`)."""
 
     path = "_partition_ops.py"
     cls = "PartitionOps"
     about = ("The run store's operations over partitions\n"
-             "(:class:`redisstore.partitions.PartitionedOps`): each the core's operation\n"
-             "(:class:`redisstore.runops.RunOps`) in the partitions its route names.")
+             "(:class:`redisstore.core.partitions.PartitionedOps`): each the core's operation\n"
+             "(:class:`redisstore.core.runops.RunOps`) in the partitions its route names.")
     primitives = '''
     parts: list[RunOps]
 
@@ -531,9 +531,9 @@ def module(target: Target, ops: list[Op]) -> str:
     runtime = [m for m in sorted(imports) if not m.startswith(".")]
     local = [m for m in sorted(imports) if m.startswith(".")]
     lines = [
-        "# Generated by `python -m redisstore._generate` from redisstore/runops.py: do not "
+        "# Generated by `python -m redisstore._generate` from redisstore/core/runops.py: do not "
         "edit.",
-        "# Change the operation in redisstore/runops.py (or the generator), then run that "
+        "# Change the operation in redisstore/core/runops.py (or the generator), then run that "
         "again.",
         f'"""{target.about.splitlines()[0]}',
         *target.about.splitlines()[1:],

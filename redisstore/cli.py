@@ -30,10 +30,10 @@ from typing import Any
 from urllib.parse import unquote
 
 from . import Claim, Free, Held, Hold, LeaseRefused, RedisRunStore, Release, __version__
+from .core.keys import Keyspace
+from .core.partitions import MAX_PARTITIONS, partition_of
 from .discovery import json_wait
-from .keys import Keyspace
 from .namespaces import drop_namespace, namespace_keys
-from .partitions import MAX_PARTITIONS, partition_of
 
 
 def redact(url: str) -> str:

@@ -1,7 +1,7 @@
 """One error hierarchy for every store: a caller matches on these classes.
 
 Infrastructure failures of any kind surface as :class:`Unavailable`, whose ``outcome`` says
-whether anything was applied; :mod:`redisstore.outcomes` decides it from what the shells saw.
+whether anything was applied; :mod:`redisstore.core.outcomes` decides it from what the shells saw.
 """
 
 from __future__ import annotations

@@ -15,7 +15,6 @@ from datetime import UTC, datetime
 from typing import Any, Literal, TypeVar, overload
 
 from . import repository as repo
-from . import wakeups
 from .errors import AlreadyExists, ConcurrentUpdate, Conflict, LeaseRefused, NotFound, UnknownGroup
 from .repository import InstanceRecord, Logger
 from .runs import (
@@ -55,7 +54,8 @@ from .runs import (
     check_ttl,
     check_wait,
 )
-from .wakeups import check_block
+from .shells import wakeups
+from .shells.wakeups import check_block
 
 
 def system_clock() -> int:

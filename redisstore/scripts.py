@@ -56,7 +56,7 @@ otherwise (:func:`read_built`; ``python -m redisstore._build`` writes it again).
 
 **Generated definitions.** The reply codes are named once, in :class:`Code`, the run
 scripts' caps in :class:`redisstore.runs.Cap`, and the key schema (every key name the
-scripts build from the prefix) in :mod:`redisstore.keys`; the build writes each into the
+scripts build from the prefix) in :mod:`redisstore.core.keys`; the build writes each into the
 scripts as Lua ``local`` lines (:data:`GENERATED`: ``local OK, NOT_FOUND, ... = 0, 1, ...``,
 ``local LEASES = P .. 'leases'``, ``local RUN_KEY = 'r:'``); no lib defines them.
 
@@ -81,7 +81,7 @@ from importlib.abc import Traversable
 from pathlib import Path
 from typing import Any
 
-from . import keys
+from .core import keys
 from .runs import Cap
 
 
@@ -138,7 +138,7 @@ def _lua_string(text: str) -> str:
 
 
 def generated_keys(origin: str, fixed: dict[str, str], parts: dict[str, str]) -> Generated:
-    """A key schema (:mod:`redisstore.keys`: ``origin`` names its tables, ``*_KEYS`` and
+    """A key schema (:mod:`redisstore.core.keys`: ``origin`` names its tables, ``*_KEYS`` and
     ``*_PARTS``) as one fragment a name: each key of ``fixed`` ``local LEASES = P ..
     'leases'`` (the prefix, then its suffix), each of ``parts`` ``local RUN_KEY = 'r:'``."""
     # A blank line after the comment: it heads the text, not the first key's fragment (a
@@ -157,10 +157,10 @@ def generated_keys(origin: str, fixed: dict[str, str], parts: dict[str, str]) ->
 #: must not define those names itself.
 GENERATED: dict[str, tuple[Generated, ...]] = {
     "_lib": (generated_enum(Code), generated_enum(Cap),
-             generated_keys("redisstore.keys.RUN_STORE", keys.RUN_STORE_KEYS,
+             generated_keys("redisstore.core.keys.RUN_STORE", keys.RUN_STORE_KEYS,
                             keys.RUN_STORE_PARTS)),
     "_repo_lib": (generated_enum(Code), generated_enum(Cap),
-                  generated_keys("redisstore.keys.REPOSITORY", keys.REPOSITORY_KEYS,
+                  generated_keys("redisstore.core.keys.REPOSITORY", keys.REPOSITORY_KEYS,
                                  keys.REPOSITORY_PARTS)),
 }
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import re
 
 from . import scripts
-from .keys import Keyspace
-from .partitions import check_partitions
+from .core.keys import Keyspace
+from .core.partitions import check_partitions
 
 # Every command a shipped script calls: redis.call('X'), redis.pcall('X'), and the writes
 # it queues with later('X') / first('X') (commit() runs them with redis.call).

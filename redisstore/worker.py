@@ -23,9 +23,9 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from . import telemetry
+from .core.pipeline import Pending
 from .errors import Closed, Conflict, LeaseRefused, NotFound, StoreError
 from .keeper import AsyncKeeper, Keeper, Lost
-from .pipeline import Pending
 from .runs import (
     Claimed,
     Current,
@@ -123,7 +123,7 @@ class AsyncJob(Job):
 def _pipelined(store: Any) -> bool:
     """Whether the store finishes a run and claims the next in one round trip: a Redis
     store of one partition (a claim over partitions spans nodes; memory has no pipeline)."""
-    from .partitions import PartitionedOps
+    from .core.partitions import PartitionedOps
 
     return hasattr(store, "pipeline") and not isinstance(getattr(store, "_ops", None),
                                                          PartitionedOps)

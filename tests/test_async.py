@@ -34,7 +34,7 @@ from redisstore import (
     aconfirm_write,
     scripts,
 )
-from redisstore.aio import AsyncTransport
+from redisstore.shells.aio import AsyncTransport
 
 # serial: timeouts and cancellations timed in flight
 pytestmark = pytest.mark.serial

@@ -1,4 +1,4 @@
-"""The asyncio multiplexer's lean lines (redisstore.aio.Mux, _LeanLine), against a scripted
+"""The asyncio multiplexer's lean lines (redisstore.shells.aio.Mux, _LeanLine), against a scripted
 RESP server on loopback whose every move a test chooses: the calls queued in one loop turn
 go out in one write, each gets its own reply in order, and a cancel, a deadline, a cut
 connection, an error reply or a RESP3 push mid-flush touch only the calls they concern.
@@ -19,10 +19,10 @@ import hiredis
 import pytest
 import redis.asyncio
 
-from redisstore import outcomes
-from redisstore.aio import Mux, _LeanLine, mux_for
-from redisstore.outcomes import ErrorReply, Exchange, Reply
-from redisstore.protocol import Batch
+from redisstore.core import outcomes
+from redisstore.core.driver import Batch
+from redisstore.core.outcomes import ErrorReply, Exchange, Reply
+from redisstore.shells.aio import Mux, _LeanLine, mux_for
 
 # serial: deadlines timed in flight
 pytestmark = pytest.mark.serial

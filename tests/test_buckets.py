@@ -25,7 +25,7 @@ from redisstore import (
     RedisRunStore,
     Release,
 )
-from redisstore.keys import Keyspace
+from redisstore.core.keys import Keyspace
 
 LONG = 600_000
 

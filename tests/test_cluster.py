@@ -46,7 +46,7 @@ from redisstore import (
     Unavailable,
 )
 from redisstore.conformance import RepositoryConformance
-from redisstore.keys import Keyspace
+from redisstore.core.keys import Keyspace
 
 pytestmark = pytest.mark.server
 __all__ = ["loop_thread"]  # the async suites' fixture, used here too
@@ -452,7 +452,7 @@ def test_two_nodes_naming_each_other_mid_setslot_are_each_tried_once(
 
 def test_a_store_of_partitions_spreads_over_the_primaries_one_round_trip_per_node(
         cluster_client: RedisCluster, monkeypatch: pytest.MonkeyPatch) -> None:
-    from redisstore.transport import Transport
+    from redisstore.shells.sync import Transport
 
     namespace = unique_namespace()
     store = RedisRunStore(cluster_client, namespace=namespace, partitions=6)
@@ -515,7 +515,7 @@ def test_repartition_spreads_a_namespace_over_the_primaries(
 
 def _one_run_per_partition(count: int) -> list[str]:
     """Run ids, the i-th in partition i of a store of ``count``."""
-    from redisstore.partitions import partition_of
+    from redisstore.core.partitions import partition_of
 
     found: dict[int, str] = {}
     n = 0
@@ -693,7 +693,7 @@ def test_a_waker_per_node_follows_a_partition_whose_slot_moves(
     moved partition wakes a claim at once."""
     from redisstore.conformance.readiness import rec
     from redisstore.conformance.wakeups import SLACK, Blocked
-    from redisstore.partitions import partition_of
+    from redisstore.core.partitions import partition_of
 
     runs = _one_run_per_partition(6)
     while True:  # a partition whose slot holds no keys (SETSLOT moves only an empty slot)

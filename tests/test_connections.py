@@ -31,7 +31,7 @@ from redisstore import (
     RedisRunStore,
     Release,
 )
-from redisstore.transport import pool_for
+from redisstore.shells.sync import pool_for
 
 # serial: waits for the server's count of connections to settle
 pytestmark = [pytest.mark.server, pytest.mark.serial]
@@ -195,7 +195,7 @@ def test_pools_of_closed_loops_are_let_go(server: Server, admin: redis.Redis,
 
 
 def test_a_socket_whose_shutdown_raises_leaves_the_watchdog_running() -> None:
-    from redisstore.transport import Watchdog
+    from redisstore.shells.sync import Watchdog
 
     class Sock:
         def __init__(self, error: Exception | None) -> None:

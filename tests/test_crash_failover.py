@@ -388,7 +388,7 @@ def test_a_cluster_primary_fails_over_and_the_other_namespaces_keep_serving(
     from redis.cluster import RedisCluster
     from servers import start_cluster
 
-    from redisstore.keys import Keyspace
+    from redisstore.core.keys import Keyspace
 
     servers = start_cluster(redis_binary(), tmp_path, nodes=3, replicas=1)
     try:

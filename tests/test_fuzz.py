@@ -32,7 +32,7 @@ from redisstore import (
     acl_rule,
     scripts,
 )
-from redisstore.keys import Keyspace
+from redisstore.core.keys import Keyspace
 
 # serial: a script's time is bounded
 pytestmark = pytest.mark.serial

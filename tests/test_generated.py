@@ -9,7 +9,7 @@ import pytest
 
 import redisstore
 from redisstore import _generate
-from redisstore.runops import RunOps
+from redisstore.core.runops import RunOps
 
 
 @pytest.mark.parametrize("target", _generate.TARGETS, ids=lambda t: t.path)
@@ -74,7 +74,7 @@ def test_the_generator_refuses_a_line_it_cannot_fit() -> None:
 
 
 def test_a_pipeline_queues_each_operation_the_core_lets_it() -> None:
-    from redisstore.pipeline import Pipelined
+    from redisstore.core.pipeline import Pipelined
 
     for op in _generate.operations():
         assert hasattr(Pipelined, op.name) == op.spec.pipeline, op.name
@@ -85,7 +85,7 @@ def test_a_pipeline_queues_each_operation_the_core_lets_it() -> None:
 
 
 def test_a_store_of_partitions_routes_each_operation_the_core_routes() -> None:
-    from redisstore.partitions import PartitionedOps
+    from redisstore.core.partitions import PartitionedOps
 
     for op in _generate.operations():
         own = "own" if op.spec.route == "own" else "generated"

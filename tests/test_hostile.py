@@ -22,7 +22,7 @@ from redisstore import (
     StoreError,
     scripts,
 )
-from redisstore.keys import Keyspace
+from redisstore.core.keys import Keyspace
 
 LONG = 600_000
 
@@ -286,10 +286,11 @@ def test_a_damaged_wake_key_turns_signals_off_and_fails_no_write(
     """Wake keys only carry signals: one of another type (or full of foreign tokens) never
     makes a write, release or claim fail, and a blocked claim still gets its run (by its
     re-arm, here 0.3 s)."""
-    from redisstore import Release, wakeups
+    from redisstore import Release
     from redisstore.conformance.readiness import rec
     from redisstore.conformance.wakeups import Blocked
     from redisstore.discovery import json_wait
+    from redisstore.shells import wakeups
 
     monkeypatch.setattr(wakeups, "REARM", 0.3)
     store = RedisRunStore(client, namespace=unique_namespace(), discover=json_wait)

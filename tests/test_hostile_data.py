@@ -76,9 +76,9 @@ from redisstore import (
     StoreError,
     Unavailable,
 )
-from redisstore.keys import Keyspace
+from redisstore.core.keys import Keyspace
+from redisstore.core.runops import RunOps
 from redisstore.repository import InFlightPage
-from redisstore.runops import RunOps
 from redisstore.runs import MAX_CLAIM, MAX_RENEW, Wait
 
 LONG = 600_000

@@ -22,9 +22,9 @@ from test_conformance_async import LoopThread
 
 from redisstore import AsyncRedisRunStore, Claim, RedisRunStore, Release
 from redisstore.conformance.readiness import rec
+from redisstore.core.keys import Keyspace
+from redisstore.core.partitions import partition_of
 from redisstore.discovery import json_wait
-from redisstore.keys import Keyspace
-from redisstore.partitions import partition_of
 
 pytestmark = pytest.mark.server
 

@@ -35,7 +35,7 @@ from redisstore import (
 )
 from redisstore.keeper import DEADLINE, NOT_RENEWED, STOPPED
 from redisstore.runs import MAX_RENEW
-from redisstore.transport import pool_for
+from redisstore.shells.sync import pool_for
 
 # serial: renewals on a timer, under faults
 pytestmark = pytest.mark.serial
@@ -612,8 +612,8 @@ def _spread_runs(client: Any, namespace: str) -> tuple[dict[int, list[str]], int
     """PER_PART runs in every partition, by the port of their node; and the port of a node
     that holds partitions but not the namespace's own key (which a new store reads first:
     it stays up, so that a fresh store can read every healthy run)."""
-    from redisstore.keys import Keyspace
-    from redisstore.partitions import partition_of
+    from redisstore.core.keys import Keyspace
+    from redisstore.core.partitions import partition_of
 
     by_part: dict[int, list[str]] = {p: [] for p in range(PARTS)}
     i = 0

@@ -32,7 +32,7 @@ from redisstore import (
     StoreError,
     scripts,
 )
-from redisstore.keys import Keyspace
+from redisstore.core.keys import Keyspace
 
 LONG = 600_000
 
@@ -499,7 +499,7 @@ def test_a_claims_wait_is_the_time_to_the_earliest_entry_whatever_its_score(
         client: redis.Redis) -> None:
     """A claim answers how long until its index's head is due (blocked claimers set their
     timer from it): a fractional score counts rounded up, an infinite one never."""
-    from redisstore.runops import RunOps
+    from redisstore.core.runops import RunOps
 
     store = RedisRunStore(client, namespace=unique_namespace())
     store.migrate()
@@ -556,6 +556,6 @@ def test_a_run_id_that_is_not_utf8_never_breaks_a_claim_and_round_trips(
 
 def test_the_library_names_the_layout_its_scripts_write() -> None:
     """The refusal a node gives names its own newest layout: the scripts' LAYOUT."""
-    from redisstore.runops import LAYOUT
+    from redisstore.core.runops import LAYOUT
 
     assert f"local LAYOUT = {LAYOUT}\n" in (scripts.lua_dir() / "_lib" / "keys.lua").read_text()

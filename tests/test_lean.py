@@ -1,4 +1,4 @@
-"""The sync shell's lean path (redisstore.transport.Lean): an established plain connection
+"""The sync shell's lean path (redisstore.shells.sync.Lean): an established plain connection
 sends with hiredis on its socket and reads with a hiredis.Reader of its own, no watchdog.
 Its guarantees are the full path's: the call's deadline ends a hung or trickling reply, a
 connection the server closed while idle costs a reconnect (not a write of unknown outcome),
@@ -20,8 +20,8 @@ from faultproxy import FaultProxy
 from servers import Server, unique_namespace
 
 from redisstore import Claim, Hold, RedisRunStore, Unavailable
-from redisstore.transport import lean_error, pool_for
-from redisstore.wire import error_reply
+from redisstore.shells.clients import error_reply
+from redisstore.shells.sync import lean_error, pool_for
 
 
 def lean_connections(client: redis.Redis) -> int:

@@ -11,7 +11,7 @@ import pytest
 from servers import at_layout, unique_namespace
 
 from redisstore import Claim, RedisRunStore, Unavailable
-from redisstore.keys import Keyspace
+from redisstore.core.keys import Keyspace
 
 
 def test_a_claim_that_quarantines_warns(caplog: pytest.LogCaptureFixture) -> None:
@@ -22,7 +22,7 @@ def test_a_claim_that_quarantines_warns(caplog: pytest.LogCaptureFixture) -> Non
     with caplog.at_level(logging.WARNING, logger="redisstore"):
         assert store.claim_expired("me", 60_000, 10) == ["good"]
     (record,) = [r for r in caplog.records if "quarantine" in r.getMessage()]
-    assert record.name == "redisstore.runops" and record.levelno == logging.WARNING
+    assert record.name == "redisstore.core.runops" and record.levelno == logging.WARNING
     assert "moved 1 damaged index entries" in record.getMessage()
 
 
@@ -33,7 +33,7 @@ def test_a_reload_after_noscript_is_logged(caplog: pytest.LogCaptureFixture) -> 
     client.script_flush()
     with caplog.at_level(logging.INFO, logger="redisstore"):
         store.insert("run", b"x", Claim("me", 1000))
-    assert any(r.name == "redisstore.protocol" and "loading it again" in r.getMessage()
+    assert any(r.name == "redisstore.core.driver" and "loading it again" in r.getMessage()
                and "run_insert" in r.getMessage() for r in caplog.records)
 
 

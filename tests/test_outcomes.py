@@ -26,9 +26,9 @@ from redisstore import (
     Unavailable,
     scripts,
 )
-from redisstore.outcomes import ErrorReply, Exchange, Lost, Reply, error_outcome, split_error
-from redisstore.protocol import MAX_RELOADS, Driver
-from redisstore.runops import RunOps
+from redisstore.core.driver import MAX_RELOADS, Driver
+from redisstore.core.outcomes import ErrorReply, Exchange, Lost, Reply, error_outcome, split_error
+from redisstore.core.runops import RunOps
 
 # serial: deadlines measured
 pytestmark = pytest.mark.serial
@@ -185,7 +185,7 @@ def test_an_error_inside_a_script_after_its_checks_is_unknown_for_a_write() -> N
 
 
 def test_fakeredis_without_lua_says_what_to_install() -> None:
-    from redisstore.outcomes import refused
+    from redisstore.core.outcomes import refused
 
     error = refused(ErrorReply("ERR", "unknown command 'evalsha', with args beginning with:"),
                     write=True)
@@ -376,8 +376,8 @@ def test_a_hung_server_costs_one_deadline_per_async_call(
 
 
 def test_a_batch_is_sent_to_the_new_owner_only_when_every_script_was_moved_there() -> None:
-    from redisstore.protocol import Batch
-    from redisstore.wire import moved_to
+    from redisstore.core.driver import Batch
+    from redisstore.shells.clients import moved_to
 
     script = (b"EVALSHA", b"0" * 40, 1, b"{ns}:meta")
     batch = Batch((script, script, (b"WAIT", 1, 100)), write=True, keys=("{ns}:meta",))

@@ -32,8 +32,8 @@ from redisstore import (
     repartition,
     repartition_repository,
 )
-from redisstore.keys import Keyspace
-from redisstore.partitions import partition_of
+from redisstore.core.keys import Keyspace
+from redisstore.core.partitions import partition_of
 
 LONG = 600_000
 
@@ -106,7 +106,7 @@ def test_an_async_store_opened_before_a_repartition_is_refused_too() -> None:
 
 def test_a_repartition_under_way_refuses_stores_in_every_partition(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from redisstore.runops import RunOps
+    from redisstore.core.runops import RunOps
 
     client = fakeredis.FakeRedis()
     ns = unique_namespace()

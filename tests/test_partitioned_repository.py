@@ -26,9 +26,9 @@ from redisstore import (
     UnknownGroup,
     repartition,
 )
-from redisstore.keys import Keyspace
-from redisstore.partitioned_repository import PartitionedRepositoryOps
-from redisstore.partitions import partition_of
+from redisstore.core.keys import Keyspace
+from redisstore.core.partitioned_repository import PartitionedRepositoryOps
+from redisstore.core.partitions import partition_of
 
 GROUP = "engines"
 T0 = datetime(2031, 5, 6, 7, 8, 9, tzinfo=UTC)
@@ -533,7 +533,7 @@ def test_repartition_repository_stopped_halfway_is_refused_meanwhile_and_finishe
     was): repositories of partitions refuse the namespace, another count is refused, and
     the same step run again finishes with every record once, at its version."""
     from redisstore import repartition_repository
-    from redisstore.repository import RepositoryOps
+    from redisstore.core.repository_ops import RepositoryOps
 
     client = fakeredis.FakeRedis()
     ns = unique_namespace()
@@ -568,8 +568,8 @@ def test_a_record_of_another_version_where_one_moves_stops_the_step() -> None:
     made (an engine ran meanwhile, or foreign data): the step stops, that record stays
     where it was, nothing is overwritten."""
     from redisstore import repartition_repository
-    from redisstore.repository import RepositoryOps
-    from redisstore.transport import Transport
+    from redisstore.core.repository_ops import RepositoryOps
+    from redisstore.shells.sync import Transport
 
     client = fakeredis.FakeRedis()
     ns = unique_namespace()
@@ -615,8 +615,8 @@ def test_a_copy_of_the_same_version_with_other_contents_stops_the_step() -> None
     """Found by review: a record of the same id and version but other contents where one
     moves was taken for the step's own copy, and the real one deleted."""
     from redisstore import repartition_repository
-    from redisstore.repository import RepositoryOps
-    from redisstore.transport import Transport
+    from redisstore.core.repository_ops import RepositoryOps
+    from redisstore.shells.sync import Transport
 
     client = fakeredis.FakeRedis()
     ns = unique_namespace()

@@ -27,9 +27,9 @@ from redisstore import (
     Release,
     Unavailable,
 )
+from redisstore.core.keys import Keyspace, check_namespace
+from redisstore.core.partitions import MAX_PARTITIONS, PartitionedOps, family_of, partition_of
 from redisstore.discovery import json_wait
-from redisstore.keys import Keyspace, check_namespace
-from redisstore.partitions import MAX_PARTITIONS, PartitionedOps, family_of, partition_of
 
 LONG = 600_000
 
@@ -185,8 +185,8 @@ def test_a_crash_between_watch_and_write_leaves_a_watch_that_costs_nothing() -> 
 
 def test_a_crash_between_delivery_and_acknowledgement_delivers_again_harmlessly(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from redisstore.protocol import Call, ask
-    from redisstore.runops import RunOps
+    from redisstore.core.driver import Call, ask
+    from redisstore.core.runops import RunOps
 
     client = fakeredis.FakeRedis()
     ns = unique_namespace()
@@ -378,7 +378,7 @@ def test_a_renew_or_release_with_a_partition_unreachable_says_what_the_others_di
     """Per-partition answers: the runs the answering partitions renewed (or released) in
     ``done``, the unreachable one's in ``unanswered``; a run they answered without is in
     neither. Nothing answered: the partition's own error, every run unanswered."""
-    from redisstore.protocol import Settled
+    from redisstore.core.driver import Settled
 
     ops = PartitionedOps("n", None, 1, partitions=3)
     ops.counted = True
@@ -421,9 +421,9 @@ def _drive(spread: Any, answer: Any) -> Any:
 
 
 def test_a_claim_whose_partition_may_have_run_is_of_unknown_outcome() -> None:
-    from redisstore import partitions
-    from redisstore.partitions import PartitionedOps
-    from redisstore.protocol import Settled
+    from redisstore.core import partitions
+    from redisstore.core.driver import Settled
+    from redisstore.core.partitions import PartitionedOps
 
     ops = PartitionedOps("n", None, 1, partitions=3)
     ops.counted, ops.checks = True, {"eviction"}  # the checks passed
@@ -461,8 +461,8 @@ def test_a_claim_without_an_unreachable_partition_warns_once_a_minute(
     claim (info between the warnings)."""
     import logging
 
-    from redisstore import partitions
-    from redisstore.protocol import Settled
+    from redisstore.core import partitions
+    from redisstore.core.driver import Settled
 
     ops = PartitionedOps("n", None, 1, partitions=2)
     ops.counted, ops.checks = True, {"eviction"}  # the checks passed
@@ -477,7 +477,7 @@ def test_a_claim_without_an_unreachable_partition_warns_once_a_minute(
 
     clock = [1000.0]
     monkeypatch.setattr(partitions.time, "monotonic", lambda: clock[0])
-    with caplog.at_level(logging.INFO, logger="redisstore.partitions"):
+    with caplog.at_level(logging.INFO, logger="redisstore.core.partitions"):
         for step in (0, 1, 59, 61):
             clock[0] = 1000.0 + step
             assert _drive(ops.claim_expired("me", LONG, 3), answer) == (
@@ -575,7 +575,7 @@ def test_repartition_moves_every_run_keeps_its_record_and_fences_its_revision(
 def test_repartition_stopped_halfway_finishes_when_run_again(
         monkeypatch: pytest.MonkeyPatch) -> None:
     from redisstore import repartition
-    from redisstore.runops import RunOps
+    from redisstore.core.runops import RunOps
 
     client = fakeredis.FakeRedis()
     ns = unique_namespace()

@@ -22,9 +22,9 @@ from test_conformance_async import LoopThread
 from test_partitions import _step, _wait_rec
 
 from redisstore import AsyncRedisRunStore, RedisRunStore, Release
+from redisstore.core.keys import Keyspace
+from redisstore.core.partitions import partition_of
 from redisstore.discovery import json_wait
-from redisstore.keys import Keyspace
-from redisstore.partitions import partition_of
 from redisstore.runs import MAX_RENEW
 
 LONG = 600_000
@@ -265,7 +265,7 @@ def test_a_waiter_between_its_watch_and_its_write_survives_an_unwatch() -> None:
     waiter. The waiter's write then carries a stale version over a removed watch: it is
     answered REWATCH, watches again and reads the new version (claimable at once), and the
     dependency's later writes reach it."""
-    from redisstore.partitions import PartitionedOps
+    from redisstore.core.partitions import PartitionedOps
 
     client = fakeredis.FakeRedis()
     ns = unique_namespace()
@@ -480,7 +480,7 @@ def test_histories_raced_between_watch_and_write_answer_as_the_memory_reference(
     the memory reference claims with those calls run just before the write, step by step.
     Without REWATCH, 9 of 150 seeds miss a waiter."""
     from redisstore import MemoryRunStore
-    from redisstore.partitions import PartitionedOps
+    from redisstore.core.partitions import PartitionedOps
 
     rng = random.Random(seed)
     client = fakeredis.FakeRedis()

@@ -19,10 +19,10 @@ from redis.cluster import RedisCluster
 from servers import cluster_ports, redis_binary, start_cluster, unique_namespace
 
 from redisstore import Conflict, Held, RedisRunStore, Release, Unavailable
+from redisstore.core.keys import Keyspace
+from redisstore.core.partitions import partition_of
+from redisstore.core.pipeline import SUSPECT_FOR
 from redisstore.discovery import json_wait
-from redisstore.keys import Keyspace
-from redisstore.partitions import partition_of
-from redisstore.pipeline import SUSPECT_FOR
 
 pytestmark = pytest.mark.server
 

@@ -40,8 +40,8 @@ from redisstore import (
     Unavailable,
     scripts,
 )
-from redisstore.pipeline import Pending
-from redisstore.transport import Transport
+from redisstore.core.pipeline import Pending
+from redisstore.shells.sync import Transport
 
 LONG = 600_000
 
@@ -494,9 +494,9 @@ def test_on_an_evicting_server_the_writes_are_refused_and_the_reads_answered(
 
 
 def test_a_node_a_patient_fan_cut_is_left_out_for_a_while_then_probed() -> None:
-    from redisstore.pipeline import PROBE, SUSPECT_FOR, Group, Pending, Suspects
-    from redisstore.protocol import Driver
-    from redisstore.runops import RunOps
+    from redisstore.core.driver import Driver
+    from redisstore.core.pipeline import PROBE, SUSPECT_FOR, Group, Pending, Suspects
+    from redisstore.core.runops import RunOps
 
     def groups() -> tuple[list[Group], list[Pending[Any]]]:
         pending = [Pending(Driver(RunOps("n", None, 1).get(f"r{i}"))) for i in range(3)]
@@ -531,7 +531,7 @@ def test_a_forked_child_makes_fan_threads_of_its_own() -> None:
     would wait for nobody."""
     import os
 
-    from redisstore import transport
+    from redisstore.shells import sync as transport
 
     parent = transport._fans()
     assert parent.submit(lambda: 1).result(timeout=5) == 1
@@ -553,8 +553,8 @@ def test_a_cut_ends_a_group_whose_connect_hangs() -> None:
     import socket
     from concurrent.futures import ThreadPoolExecutor
 
-    from redisstore.protocol import Batch
-    from redisstore.transport import _SENDING, Cut, Transport
+    from redisstore.core.driver import Batch
+    from redisstore.shells.sync import _SENDING, Cut, Transport
 
     with socket.socket() as server:
         server.bind(("127.0.0.1", 0))

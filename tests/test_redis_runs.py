@@ -24,7 +24,7 @@ from redisstore import (
     confirm_write,
     scripts,
 )
-from redisstore.keys import Keyspace
+from redisstore.core.keys import Keyspace
 
 LONG = 600_000
 

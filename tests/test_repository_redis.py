@@ -33,17 +33,11 @@ from redisstore import (
     scripts,
 )
 from redisstore.conformance.repository import RecordingLogger
-from redisstore.keys import Keyspace
-from redisstore.protocol import Call, ask
-from redisstore.repository import (
-    LAYOUT_VERSION,
-    MAX_EVICT,
-    MAX_PAGE,
-    MAX_PAYLOAD,
-    RepositoryOps,
-    record_class,
-)
-from redisstore.transport import Transport
+from redisstore.core.driver import Call, ask
+from redisstore.core.keys import Keyspace
+from redisstore.core.repository_ops import RepositoryOps
+from redisstore.repository import LAYOUT_VERSION, MAX_EVICT, MAX_PAGE, MAX_PAYLOAD, record_class
+from redisstore.shells.sync import Transport
 
 G = "engines"
 T0 = datetime(2031, 5, 6, 7, 8, 9, 123456, tzinfo=UTC)

@@ -37,8 +37,8 @@ from servers import (
 )
 
 from redisstore import AsyncRedisRunStore, RedisRunStore
+from redisstore.core.keys import Keyspace
 from redisstore.discovery import json_wait
-from redisstore.keys import Keyspace
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
 

@@ -36,17 +36,17 @@ from redisstore import (
     Release,
     Status,
     Unavailable,
-    protocol,
-    runops,
     scripts,
 )
-from redisstore import keys as keys_module
-from redisstore.keys import Keyspace
-from redisstore.outcomes import ErrorReply
-from redisstore.partitions import partition_of
-from redisstore.protocol import Call, ask
+from redisstore.core import driver as protocol
+from redisstore.core import keys as keys_module
+from redisstore.core import runops
+from redisstore.core.driver import Call, ask
+from redisstore.core.keys import Keyspace
+from redisstore.core.outcomes import ErrorReply
+from redisstore.core.partitions import partition_of
 from redisstore.runs import Wait
-from redisstore.transport import Pool, Transport
+from redisstore.shells.sync import Pool, Transport
 
 LONG = 600_000
 LUA = Path(str(scripts.lua_dir()))
@@ -245,7 +245,7 @@ def test_the_scripts_see_the_codes_python_names(tmp_path: Path, lib: str) -> Non
 
 # ---------------------------------------------------------------------------- key schema
 
-#: Each name of the key schema (redisstore.keys) as the lib's Lua makes it, and as Keyspace
+#: Each name of the key schema (redisstore.core.keys) as the lib's Lua makes it, and as Keyspace
 #: does. A name the schema gains needs its line here.
 SCHEMA_NAMES: dict[str, dict[str, tuple[str, Callable[[Keyspace], str]]]] = {
     "_lib": {
@@ -297,7 +297,7 @@ def _copy_libs(tmp_path: Path) -> None:
 @pytest.mark.parametrize("keyspace", [Keyspace("n s"), Keyspace("ns", 3)], ids=str)
 def test_the_scripts_build_the_key_names_keyspace_does(tmp_path: Path, lib: str,
                                                        keyspace: Keyspace) -> None:
-    """The key schema is written once (redisstore.keys): the names a script of the real lib
+    """The key schema is written once (redisstore.core.keys): the names a script of the real lib
     builds from its prefix are Keyspace's, run on fakeredis."""
     _copy_libs(tmp_path)
     exprs = SCHEMA_NAMES[lib]
@@ -349,7 +349,8 @@ def test_a_lib_that_names_a_key_itself_does_not_build(tmp_path: Path) -> None:
     (tmp_path / "_lib" / "write.lua").write_text(
         (LUA / "_lib" / "write.lua").read_text() + "\nlocal RUN_KEY = 'r:'\n")
     with pytest.raises(scripts.BuildError, match=r"_lib/write\.lua:\d+: defines RUN_KEY, which "
-                       r"redisstore\.scripts generates from redisstore\.keys\.RUN_STORE: delete"):
+                       r"redisstore\.scripts generates from redisstore\.core\.keys\.RUN_STORE: "
+                       r"delete"):
         scripts.load_all([("run_get", "_lib")], folder=tmp_path)
 
 

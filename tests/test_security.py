@@ -38,9 +38,9 @@ from redisstore import (
 )
 from redisstore.conformance import RepositoryConformance
 from redisstore.conformance.readiness import rec
+from redisstore.core.keys import Keyspace
+from redisstore.core.partitions import partition_of
 from redisstore.discovery import json_wait
-from redisstore.keys import Keyspace
-from redisstore.partitions import partition_of
 from redisstore.runs import Discover
 from redisstore.security import glob_escape, script_commands
 

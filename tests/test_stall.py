@@ -34,7 +34,7 @@ import pytest
 from servers import EPHEMERAL, Server, missing, redis_binary, start
 
 from redisstore import scripts
-from redisstore.protocol import Call, Operation
+from redisstore.core.driver import Call, Operation
 
 # serial: scripts' time measured on the server
 pytestmark = [pytest.mark.server, pytest.mark.serial, pytest.mark.slow]

@@ -33,9 +33,9 @@ from redisstore import (
     RunStore,
     Unavailable,
 )
-from redisstore.aio import mux_for
 from redisstore.conformance import RepositoryConformance
 from redisstore.runs import Discover
+from redisstore.shells.aio import mux_for
 
 __all__ = ["loop_thread"]  # the async suite's fixture, used here too
 

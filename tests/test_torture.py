@@ -48,8 +48,8 @@ from redisstore import (
     RedisRunStore,
     Unavailable,
 )
+from redisstore.core.keys import Keyspace
 from redisstore.discovery import json_wait
-from redisstore.keys import Keyspace
 
 # serial: processes under faults load the machine
 pytestmark = [pytest.mark.server, pytest.mark.serial, pytest.mark.slow]

@@ -24,12 +24,12 @@ from redisstore import (
     RedisRunStore,
     Release,
     RunStore,
-    wakeups,
 )
 from redisstore.conformance.readiness import rec
 from redisstore.conformance.wakeups import SLACK, Blocked
+from redisstore.core.keys import Keyspace
 from redisstore.discovery import json_wait
-from redisstore.keys import Keyspace
+from redisstore.shells import wakeups
 
 # serial: wake-up latency measured
 pytestmark = pytest.mark.serial
@@ -634,7 +634,7 @@ def test_a_server_that_refuses_sharded_pubsub_turns_the_hub_to_wakers_per_partit
     popped: list[str] = []
     hub = fake.hub(popped)
     try:
-        with caplog.at_level("WARNING", logger="redisstore.wakeups"):
+        with caplog.at_level("WARNING", logger="redisstore.shells.wakeups"):
             assert hub.wait(wakeups.READY, 0.5) is False
         assert popped and set(popped) == {wakeups.READY}  # BZPOPMIN per partition
         assert "refuses sharded pub/sub" in caplog.text
@@ -705,7 +705,7 @@ def test_a_sweep_that_fails_warns_once_and_one_denied_turns_to_wakers_per_partit
     fake.errors[0, wakeups.READY] = Unavailable("WRONGTYPE a foreign wake key")
     hub = fake.hub()
     try:
-        with caplog.at_level("WARNING", logger="redisstore.wakeups"):
+        with caplog.at_level("WARNING", logger="redisstore.shells.wakeups"):
             thread, woken = _blocked(hub, 2.5)
             fake.push(0, wakeups.READY, "r0")
             fake.push(0, wakeups.READY, "r0")

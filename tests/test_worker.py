@@ -30,7 +30,7 @@ from redisstore import (
     Seize,
     Worker,
 )
-from redisstore.transport import Transport
+from redisstore.shells.sync import Transport
 
 
 def ready(record: bytes) -> At | None:

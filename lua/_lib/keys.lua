@@ -71,14 +71,14 @@
 -- unless P.."leases" or P.."ready" exists: then 1, see read_layout); deleted-rev, the
 -- highest revision a deleted run had (absent: 0), above which insert starts.
 --
--- The key names are defined once, in redisstore/keys.py (RUN_STORE_KEYS, RUN_STORE_PARTS):
+-- The key names are defined once, in redisstore/core/keys.py (RUN_STORE_KEYS, RUN_STORE_PARTS):
 -- the build writes each as a lib name ahead of this file's, a key as LEASES = P ..
 -- 'leases', a part of the names built from a run, a dependency or a bound as RUN_KEY = 'r:'
 -- (P .. RUN_KEY .. run). Never define or spell one here: use its name.
 
 -- A partition of a store spread over partitions (its prefix is {ns#p}: '#' is reserved in
 -- namespace names). Its dependencies in other partitions are known by a mirror, and its
--- runs that others' runs wait on announce their writes (redisstore.partitions,
+-- runs that others' runs wait on announce their writes (redisstore.core.partitions,
 -- docs/design/partitions.md "Dependencies across partitions"):
 -- P.."depv" (hash): dependency in another partition -> its mirror entry "v|s|d": v its
 -- version as last delivered here (2 * revision, plus 1 once deleted: each write of it has a

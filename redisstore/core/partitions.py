@@ -1,13 +1,13 @@
 """One logical run store over many partitions (``partitions=N``): which partition a run is
 in, and the calls that span partitions, as pure generators (sans-I/O, like
-:mod:`redisstore.runops`). docs/scale-out.md is the user's guide; docs/design/partitions.md
+:mod:`redisstore.core.runops`). docs/scale-out.md is the user's guide; docs/design/partitions.md
 the design.
 
 A call that spans partitions (``renew``, ``release``, the claims, ``quarantined``,
 ``migrate``) is a :class:`Spread`: a generator that yields a :class:`Fan` (one operation per
-partition it needs) and gets back each operation's :class:`~redisstore.protocol.Settled`.
+partition it needs) and gets back each operation's :class:`~redisstore.core.driver.Settled`.
 The shells send a fan's operations grouped by node, one pipelined round trip per node
-(:func:`redisstore.pipeline.by_node`); everything else is decided here, once.
+(:func:`redisstore.core.pipeline.by_node`); everything else is decided here, once.
 """
 
 from __future__ import annotations
@@ -19,11 +19,22 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
-from . import scripts
-from ._partition_ops import PartitionOps
-from .errors import NOT_APPLIED, UNKNOWN, Misconfigured, StoreError, Unavailable
-from .keys import Keyspace
-from .protocol import (
+from .. import scripts
+from .._partition_ops import PartitionOps
+from ..errors import NOT_APPLIED, UNKNOWN, Misconfigured, StoreError, Unavailable
+from ..runs import (
+    MAX_CLAIM_BYTES,
+    Cap,
+    Claimed,
+    Discover,
+    Quarantined,
+    check_int,
+    check_listing_limit,
+    check_migrate_count,
+    check_run,
+    check_runs,
+)
+from .driver import (
     Call,
     Durability,
     Operation,
@@ -36,19 +47,8 @@ from .protocol import (
     fanned,
     preceded,
 )
+from .keys import Keyspace
 from .runops import KINDS, Heads, RunOps, Share, Uncounted, answer, next_wakeup, warn_once
-from .runs import (
-    MAX_CLAIM_BYTES,
-    Cap,
-    Claimed,
-    Discover,
-    Quarantined,
-    check_int,
-    check_listing_limit,
-    check_migrate_count,
-    check_run,
-    check_runs,
-)
 
 T = TypeVar("T")
 C = TypeVar("C", bound="Counted")
@@ -121,7 +121,7 @@ def values_of(answers: list[Settled[Any]], *, write: bool = False,
             applied: bool = False) -> list[Any]:
     """The answers of a fan, or the error of the call: of a ``write``, unknown when another
     part, or a step before (``applied``), may have applied it
-    (:func:`redisstore.partitions.worst`); of a read, the first answer of the contract
+    (:func:`redisstore.core.partitions.worst`); of a read, the first answer of the contract
     (``Corrupt``...), else the first failure."""
     errors: list[StoreError] = []
     for got in answers:
@@ -229,10 +229,10 @@ class Counted:
     def _fan(self, calls: list[tuple[Callable[[], Operation[Any]], Any]], *,
              patient: bool = False) -> Steps[list[Settled[Any]]]:
         """A fan of :meth:`_checked` operations (each in its partition, on its node); those
-        answered :class:`~redisstore.runops.Uncounted` go again, in a fan of their own,
+        answered :class:`~redisstore.core.runops.Uncounted` go again, in a fan of their own,
         after the count check (itself a fan of its own: a fan's operation stays on its
         node). When the count check fails, they fail with its error: the others' answers
-        stand. ``patient``: see :class:`~redisstore.protocol.Fan`."""
+        stand. ``patient``: see :class:`~redisstore.core.driver.Fan`."""
         answers = yield from fan((self._checked(make, part) for make, part in calls),
                                  patient=patient)
         again = [i for i, got in enumerate(answers) if isinstance(got.error, Uncounted)]
@@ -296,7 +296,7 @@ class PartitionedOps(PartitionOps, Counted):
     @property
     def checks(self) -> set[str]:
         """The one-time server checks done for the client (shared by every partition on one
-        server; on a cluster, :class:`~redisstore.protocol.PerNode`, each partition's own)."""
+        server; on a cluster, :class:`~redisstore.core.driver.PerNode`, each partition's own)."""
         return self.parts[0].checks
 
     @checks.setter
@@ -362,7 +362,7 @@ class PartitionedOps(PartitionOps, Counted):
 
     def sweeps(self, cluster: bool) -> PartitionSweeps | None:
         """On a cluster, what its wakers per node do with their partitions' wake keys
-        (:class:`~redisstore.wakeups.Sweeps`); None on one server, where one ``BZPOPMIN``
+        (:class:`~redisstore.shells.wakeups.Sweeps`); None on one server, where one ``BZPOPMIN``
         spans the partitions."""
         return PartitionSweeps(self.parts) if cluster else None
 
@@ -443,7 +443,7 @@ class PartitionedOps(PartitionOps, Counted):
         one script in one partition); in due order across partitions up to the race
         between the two round trips; a partition that gives less than its share (another
         claimer was faster, a stale entry) leaves the call short. The heads (and the
-        notifies) are patient fans (:class:`~redisstore.protocol.Fan`): a node that does
+        notifies) are patient fans (:class:`~redisstore.core.driver.Fan`): a node that does
         not answer them in time is left out, so the claims still have time."""
         if limit == 0:
             return [], -1

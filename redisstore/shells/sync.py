@@ -1,11 +1,11 @@
-"""The sync I/O shell: sends the :class:`~redisstore.protocol.Batch` values of an operation
-and reports what happened as neutral :class:`~redisstore.outcomes.Exchange` values.
+"""The sync I/O shell: sends the :class:`~redisstore.core.driver.Batch` values of an operation
+and reports what happened as neutral :class:`~redisstore.core.outcomes.Exchange` values.
 
 Every batch goes out exactly once, on a connection of the store's own pool, never through
 the client's command retry. That retry re-sends a command after a lost reply, and a script
 that committed would run twice (redis/redis-py#3554): a CAS that succeeded would come back
 as a Conflict, a claim would be taken twice. What a reply means, and whether anything is
-sent again (after NOSCRIPT, nothing ran), is decided in :mod:`redisstore.protocol`.
+sent again (after NOSCRIPT, nothing ran), is decided in :mod:`redisstore.core.driver`.
 
 The pool's connections are made like the client's own (same class and settings: address,
 TLS, credentials, protocol), one pool per client pool, so stores sharing a client share
@@ -37,10 +37,8 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor
 from concurrent.futures import wait as futures_wait
 from typing import Any, TypeVar
 
-from . import telemetry
-from .outcomes import ErrorReply, Exchange, Lost, Reply, split_error
-from .pipeline import MIN_PATIENCE, Spreading, Suspects, patience, straggled
-from .protocol import (
+from .. import telemetry
+from ..core.driver import (
     Batch,
     Done,
     Driver,
@@ -52,8 +50,9 @@ from .protocol import (
     parsed,
     resume,
 )
-from .wakeups import Nodes
-from .wire import (
+from ..core.outcomes import ErrorReply, Exchange, Lost, Reply, split_error
+from ..core.pipeline import MIN_PATIENCE, Spreading, Suspects, patience, straggled
+from .clients import (
     RELEARNING,
     Connections,
     attached,
@@ -71,6 +70,7 @@ from .wire import (
     relearn_after,
     subscribe_failed,
 )
+from .wakeups import Nodes
 
 try:
     from hiredis import Reader as _Reader
@@ -84,7 +84,7 @@ except ImportError:  # pragma: no cover - hiredis < 3.2: RESP3 takes the full pa
     _Push = None  # type: ignore[assignment,misc]
 
 T = TypeVar("T")
-log = logging.getLogger("redisstore.protocol")
+log = logging.getLogger("redisstore.core.driver")
 _monotonic = time.monotonic
 #: Bytes asked of the socket per read on the lean path.
 _CHUNK = 65536
@@ -113,7 +113,7 @@ def _pack_one(command: tuple[str | bytes | int, ...]) -> bytes:
 
 def lean_error(text: str) -> ErrorReply:
     """An error reply read by a ``hiredis.Reader`` as the :class:`ErrorReply` the client's
-    parser gives (see :func:`~redisstore.wire.error_reply`): the generic ``ERR`` prefix
+    parser gives (see :func:`~redisstore.shells.clients.error_reply`): the generic ``ERR`` prefix
     stripped, a wrapped code (Redis 6.2, the scripts' BADARG / ABORTED) read out of it."""
     code, _, rest = text.partition(" ")
     if code == "ERR":
@@ -319,7 +319,7 @@ WATCHDOG = Watchdog()
 
 class Cut:
     """What ends the round trips of one node's group of a patient fan (see
-    :class:`~redisstore.protocol.Fan`) that the caller stopped waiting for: the thread that
+    :class:`~redisstore.core.driver.Fan`) that the caller stopped waiting for: the thread that
     sends the group holds it (:data:`_SENDING`); :meth:`fire` shuts the socket of its
     exchange in flight (through the watchdog) and any later exchange of the group is not
     sent. Either way the exchange ends as one whose deadline passed, with ``reason``.
@@ -494,7 +494,7 @@ _POOLS_LOCK = threading.Lock()
 
 def pool_for(source: Any) -> Pool:
     """The one :class:`Pool` for a client's connection pool (kept on it: see
-    :func:`~redisstore.wire.attached`)."""
+    :func:`~redisstore.shells.clients.attached`)."""
     with _POOLS_LOCK:
         return attached(source, "_redisstore_pool", lambda: Pool(source))
 
@@ -511,7 +511,7 @@ def _stale(conn: Any) -> bool:
 
 def relearn_later(client: Any, timeout: int) -> None:
     """Have the cluster ``client`` learn its slot map again on a thread of its own (see
-    :class:`~redisstore.wire.Relearning`): a call must not wait past its deadline for the
+    :class:`~redisstore.shells.clients.Relearning`): a call must not wait past its deadline for the
     nodes the client asks, one of which may hang."""
     token = RELEARNING.begin(client, timeout)
     if token is None:
@@ -589,7 +589,7 @@ class Transport:
         (:meth:`_lean_send`), and a plain reply is parsed and sent back into the operation
         here, with no Driver, Batch or Exchange made. Anything else (an error reply such as
         NOSCRIPT, a lost exchange, a write to confirm by ``durability``, no lean connection
-        idle) goes to a :class:`~redisstore.protocol.Driver` resumed at that call: what a
+        idle) goes to a :class:`~redisstore.core.driver.Driver` resumed at that call: what a
         reply means is decided there, as on the full path."""
         try:
             call = next(op)  # the argument checks: a bad argument raises, nothing is sent
@@ -924,7 +924,7 @@ def _cap_connect_timeout(conn: Any, remaining: float) -> None:
 
 
 class NodeSubscription:
-    """A waker per node's connection (:class:`~redisstore.wakeups.Subscription`) to the
+    """A waker per node's connection (:class:`~redisstore.shells.wakeups.Subscription`) to the
     node of ``key`` on the cluster ``client``, made like that node's pool's own (same class
     and settings: TLS, credentials, protocol); replies within ``timeout`` s."""
 

@@ -3,7 +3,7 @@
 An operation is a generator: it validates its arguments (raising before anything is sent),
 yields :class:`Call` values, gets each call's :class:`Settled` back and returns its result.
 A :class:`Driver` turns an operation into the batches a shell sends and decides what each
-:class:`~redisstore.outcomes.Exchange` the shell reports means. The shells only move bytes,
+:class:`~redisstore.core.outcomes.Exchange` the shell reports means. The shells only move bytes,
 so the logic of every operation exists once. Nothing here does I/O.
 """
 
@@ -14,13 +14,14 @@ from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeAlias, TypeVar
 
-from . import outcomes, scripts, telemetry
-from .errors import (
+from .. import scripts, telemetry
+from ..errors import (
     NOT_APPLIED,
     UNKNOWN,
     StoreError,
     Unavailable,
 )
+from . import outcomes
 from .keys import Keyspace
 from .outcomes import ErrorReply, Exchange, Lost, Reply
 
@@ -59,7 +60,7 @@ class Call(Generic[T]):
 
     def wire(self) -> tuple[Arg, ...]:
         """:meth:`command` (EVALSHA) with its text not encoded yet: for a packer that
-        encodes text as UTF-8 itself (hiredis; see ``redisstore.transport._pack_one``)."""
+        encodes text as UTF-8 itself (hiredis; see ``redisstore.shells.sync._pack_one``)."""
         if self.script is None:
             return self.args
         return (b"EVALSHA", self.script.sha, len(self.keys), *self.keys, *self.args)
@@ -95,12 +96,12 @@ Operation: TypeAlias = Generator[Call[Any], Settled[Any], T]
 @dataclass(frozen=True, slots=True)
 class Fan:
     """Operations to run at once, each in its own partition: the shell sends them grouped by
-    node and answers each with its :class:`~redisstore.protocol.Settled`, in order.
+    node and answers each with its :class:`~redisstore.core.driver.Settled`, in order.
 
     A ``patient`` fan is of reads only (or of calls safe to send again, that change nothing
     a caller sees), whose call goes on without the partitions that do not answer: once a
     node has answered, the shell waits for the others only a part of the call's deadline
-    (:func:`redisstore.pipeline.patience`) and answers the calls of a node still silent
+    (:func:`redisstore.core.pipeline.patience`) and answers the calls of a node still silent
     ``Unavailable(outcome="not_applied")``, so the call's next round trip still has time.
     A fan with a write is never patient: its calls get the whole deadline."""
 
@@ -531,7 +532,7 @@ EVICTING = ("allkeys-lru", "allkeys-lfu", "allkeys-random")
 
 class PerNode(set[str]):
     """The one-time server checks of a cluster's shell: each is of one node, so a store of
-    partitions keeps them per partition (:class:`~redisstore.partitions.PartitionedOps`),
+    partitions keeps them per partition (:class:`~redisstore.core.partitions.PartitionedOps`),
     each partition's asked of its own node before its first write there."""
 
 

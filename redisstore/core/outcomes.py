@@ -1,7 +1,7 @@
 """What the shells report, as neutral values, and what it means: the table of error code x
 phase that decides every :class:`~redisstore.Unavailable`'s ``outcome``.
 
-A shell sends one :class:`~redisstore.protocol.Batch` and reports an :class:`Exchange`: the
+A shell sends one :class:`~redisstore.core.driver.Batch` and reports an :class:`Exchange`: the
 replies it read (each a :class:`Reply` or an :class:`ErrorReply`) and, if the exchange broke,
 a :class:`Lost` that says whether anything had been sent. Nothing here knows a client
 library: no exception classes, no option names. docs/faults.md shows the same table.
@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import APPLIED_UNCONFIRMED, NOT_APPLIED, UNKNOWN, Unavailable
+from ..errors import APPLIED_UNCONFIRMED, NOT_APPLIED, UNKNOWN, Unavailable
 
 
 @dataclass(frozen=True, slots=True)

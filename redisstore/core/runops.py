@@ -13,8 +13,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple, TypeAlias, TypeVar, overload
 
-from . import scripts
-from .errors import (
+from .. import scripts
+from ..errors import (
     NOT_APPLIED,
     AlreadyExists,
     Conflict,
@@ -24,20 +24,7 @@ from .errors import (
     NotFound,
     Unavailable,
 )
-from .keys import Keyspace
-from .protocol import (
-    EVICTING,
-    Arg,
-    Call,
-    Durability,
-    Operation,
-    Spread,
-    ask,
-    eviction_policy,
-    preceded,
-    text,
-)
-from .runs import (
+from ..runs import (
     MAX_CLAIM_BYTES,
     Changed,
     Claim,
@@ -70,6 +57,19 @@ from .runs import (
     check_ttl,
     check_wait,
 )
+from .driver import (
+    EVICTING,
+    Arg,
+    Call,
+    Durability,
+    Operation,
+    Spread,
+    ask,
+    eviction_policy,
+    preceded,
+    text,
+)
+from .keys import Keyspace
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -155,7 +155,7 @@ def reply_parts(reply: Any) -> tuple[Any, Any]:
 class Uncounted(Misconfigured):
     """A partition records no partition count, and the caller's store has not checked the
     namespace's own yet (nothing was written): a store of partitions checks it
-    (:meth:`redisstore.partitions.Counted.count_check`) and sends the call again."""
+    (:meth:`redisstore.core.partitions.Counted.count_check`) and sends the call again."""
 
 
 def answer(run: str, namespace: str, opened: int | None = None) -> Callable[[Any], Any]:
@@ -511,7 +511,7 @@ class RunOps:
 
     def counting(self, op: Operation[T] | Spread[T]) -> Operation[T] | Spread[T]:
         """``op``: a store of one partition needs no check before a read (its scripts refuse
-        a namespace spread over partitions, :class:`~redisstore.partitions.PartitionedOps`
+        a namespace spread over partitions, :class:`~redisstore.core.partitions.PartitionedOps`
         checks the count)."""
         return op
 

@@ -2,7 +2,7 @@
 generators (sans-I/O, like :mod:`redisstore.repository`). docs/scale-out.md is the user's
 guide.
 
-A record lives in the partition of its id (:func:`redisstore.partitions.partition_of`: the
+A record lives in the partition of its id (:func:`redisstore.core.partitions.partition_of`: the
 ``{family}`` part of the id, else the id), the partition a run of the same id is in, so a
 record and its run share a node. Every call of one record is that partition's script,
 unchanged: one round trip. The calls over every partition:
@@ -28,17 +28,13 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from . import scripts
-from .errors import StoreError, Unavailable
-from .keys import Keyspace
-from .partitions import Counted, check_partitions, deferred, partition_of, values_of
-from .protocol import Operation, Spread, Steps
-from .repository import (
+from .. import scripts
+from ..errors import StoreError, Unavailable
+from ..repository import (
     MAX_PAGE,
     InFlightPage,
     InstanceRecord,
     Logger,
-    RepositoryOps,
     check_expected_version,
     check_group,
     check_id,
@@ -48,7 +44,11 @@ from .repository import (
     is_int_text,
     to_us,
 )
-from .runs import check_text
+from ..runs import check_text
+from .driver import Operation, Spread, Steps
+from .keys import Keyspace
+from .partitions import Counted, check_partitions, deferred, partition_of, values_of
+from .repository_ops import RepositoryOps
 
 #: A listing's position: (partition, now µs, the partition's own cursor score and id, both
 #: empty at the partition's start).

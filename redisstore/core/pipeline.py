@@ -1,6 +1,6 @@
 """Pipelines: many calls of one run store in one round trip.
 
-Sans-I/O like the rest of the core: a pipeline queues :class:`~redisstore.protocol.Driver`
+Sans-I/O like the rest of the core: a pipeline queues :class:`~redisstore.core.driver.Driver`
 values (one per call, built at once, so a bad argument raises where the call is queued),
 and :class:`Group` runs them together as batches a shell sends. Each round trip carries the
 next batch of every call still running, in the order the calls were queued; a call needs a
@@ -21,13 +21,13 @@ from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from ._pipeline_ops import PipelineOps
-from .errors import NOT_APPLIED, UNKNOWN, StoreError, Unavailable
+from .._pipeline_ops import PipelineOps
+from ..errors import NOT_APPLIED, UNKNOWN, StoreError, Unavailable
+from ..shells.wakeups import check_block
+from .driver import Batch, Driver, Durability, Operation, Settled, Spread
 from .outcomes import ErrorReply, Exchange, Lost, Reply
 from .partitions import PartitionedOps
-from .protocol import Batch, Driver, Durability, Operation, Settled, Spread
 from .runops import RunOps, runs_only
-from .wakeups import check_block
 
 T = TypeVar("T")
 
@@ -82,7 +82,7 @@ def batch_size(batch: Batch) -> int:
 
 class Group:
     """The calls of one pipeline as one machine of batches (``next_batch`` / ``receive``,
-    like a :class:`~redisstore.protocol.Driver`): each round trip sends the batch of every
+    like a :class:`~redisstore.core.driver.Driver`): each round trip sends the batch of every
     call still running, in queue order.
 
     ``first``, when given, runs alone before the calls: the store's one-time server check,
@@ -168,7 +168,7 @@ class Group:
 
     def cut(self, reason: str) -> None:
         """The shell stopped waiting for this group (a patient fan's straggler, see
-        :class:`~redisstore.protocol.Fan`): each call still without its answer gets
+        :class:`~redisstore.core.driver.Fan`): each call still without its answer gets
         ``Unavailable(reason)``, ``not_applied`` (a patient fan sends no write; a write in
         flight would be ``unknown``)."""
         in_flight = {id(driver) for driver, _, _ in self._round} if self._first is None \
@@ -212,7 +212,7 @@ class Group:
 
 def by_node(ops: Iterable[Operation[Any]], durability: Durability | None,
             node_of: Callable[[str], Hashable]) -> tuple[list[Pending[Any]], list[Group]]:
-    """Operations of several partitions (a :class:`~redisstore.partitions.Fan`), each as a
+    """Operations of several partitions (a :class:`~redisstore.core.partitions.Fan`), each as a
     pending call, and the groups that send them: one per node (``node_of`` a key's node),
     each one pipelined round trip. An operation with nothing to send is answered already."""
     calls = [Pending(Driver(op, durability)) for op in ops]
@@ -224,7 +224,7 @@ def by_node(ops: Iterable[Operation[Any]], durability: Durability | None,
     return calls, [Group(group, durability, node=node) for node, group in nodes.items()]
 
 
-#: A patient fan (:class:`~redisstore.protocol.Fan`) waits for its stragglers, once a node
+#: A patient fan (:class:`~redisstore.core.driver.Fan`) waits for its stragglers, once a node
 #: has answered, this part of the call's deadline, and at least MIN_PATIENCE s.
 PATIENCE = 0.25
 MIN_PATIENCE = 0.05
@@ -297,7 +297,7 @@ def straggled(waited: float) -> str:
 
 
 class Spreading(Generic[T]):
-    """Runs a :class:`~redisstore.protocol.Spread` as the groups a shell sends::
+    """Runs a :class:`~redisstore.core.driver.Spread` as the groups a shell sends::
 
         spreading = Spreading(spread, durability, node_of)
         while (groups := spreading.next_groups()) is not None:

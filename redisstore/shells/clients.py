@@ -1,5 +1,5 @@
 """What both I/O shells share: turning a client library's exceptions into the neutral values
-of :mod:`redisstore.outcomes`, checking the client a store is given, and packing commands.
+of :mod:`redisstore.core.outcomes`, checking the client a store is given, and packing commands.
 
 redis-py and valkey-py (a fork with the same shapes) are both served: exceptions are matched
 by class name, never imported, so neither library is needed by the other's users.
@@ -15,8 +15,8 @@ import weakref
 from collections.abc import Callable, Hashable
 from typing import Any, TypeVar
 
-from .outcomes import ErrorReply, Exchange, Lost, split_error
-from .protocol import Batch, text
+from ..core.driver import Batch, text
+from ..core.outcomes import ErrorReply, Exchange, Lost, split_error
 from .wakeups import Refused
 
 try:
@@ -272,7 +272,7 @@ class Connections:
         # Bumped by close(): a connection made before it is dropped when its call ends.
         self._generation = 0
         self._made: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
-        #: The one-time server checks done on this server (redisstore.runops.RunOps).
+        #: The one-time server checks done on this server (redisstore.core.runops.RunOps).
         self.checks: set[str] = set() if checks is None else checks
 
     def _take(self) -> tuple[Any, bool] | None:
@@ -324,7 +324,7 @@ def pushed(reply: Any) -> tuple[str, str] | None:
 
 
 def subscribe_failed(exc: BaseException) -> BaseException:
-    """What a refused ``SSUBSCRIBE`` raises: :class:`~redisstore.wakeups.Refused` when the
+    """What a refused ``SSUBSCRIBE`` raises: :class:`~redisstore.shells.wakeups.Refused` when the
     server will keep refusing it (no such command: Redis 6.2; NOPERM: a user without it or
     the channels), else ``exc`` (a moved slot, a broken link: subscribe again later)."""
     if is_error_reply(exc):

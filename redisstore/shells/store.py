@@ -10,22 +10,23 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any, TypeVar
 
-from . import wakeups
-from ._store_ops import StoreOps
-from .errors import StoreError
-from .partitioned_repository import PartitionedRepositoryOps, repository_ops
-from .partitions import PartitionedOps, run_ops
-from .pipeline import Pipelined
-from .protocol import Durability, Operation, Shell, Spread, check_io
-from .repository import MAX_PAGE, InFlightPage, InstanceRecord, Logger, RepositoryOps
-from .runops import RunOps
-from .runs import (
+from .._store_ops import StoreOps
+from ..core.driver import Durability, Operation, Shell, Spread, check_io
+from ..core.partitioned_repository import PartitionedRepositoryOps, repository_ops
+from ..core.partitions import PartitionedOps, run_ops
+from ..core.pipeline import Pipelined
+from ..core.repository_ops import RepositoryOps
+from ..core.runops import RunOps
+from ..errors import StoreError
+from ..repository import MAX_PAGE, InFlightPage, InstanceRecord, Logger
+from ..runs import (
     MAX_RECORD,
     MIGRATE_COUNT,
     Discover,
     Migrated,
 )
-from .transport import Transport, node_wakers
+from . import wakeups
+from .sync import Transport, node_wakers
 from .wakeups import Wakeups, check_block
 
 T = TypeVar("T")
@@ -137,7 +138,7 @@ class RedisRunStore(_Closes, StoreOps, Shell[RunOps | PartitionedOps]):
         super().close()
 
     def _wakeups(self) -> Wakeups:
-        """The store's blocked claims, made with the first (see :mod:`redisstore.wakeups`):
+        """The store's blocked claims, made with the first (see :mod:`redisstore.shells.wakeups`):
         the wakers' connections are their own (on a cluster, the client's node connections,
         which they must not close)."""
         with self._wake_lock:
@@ -186,7 +187,7 @@ class RedisRunStore(_Closes, StoreOps, Shell[RunOps | PartitionedOps]):
             claimed = nxt.result()
 
         Each queued method takes the arguments of the store method of its name and returns
-        a :class:`~redisstore.pipeline.Pending`. The calls run in the order queued, each
+        a :class:`~redisstore.core.pipeline.Pending`. The calls run in the order queued, each
         on its own (not a transaction: other clients' calls may run between them, and one
         call's error does not stop the next); each write is sent exactly once. A block that
         raises sends nothing. docs/runs.md has the rules.

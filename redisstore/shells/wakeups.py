@@ -40,9 +40,9 @@ from collections.abc import Awaitable, Callable, Coroutine, Hashable, Iterable, 
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeAlias, TypeVar
 
-from .protocol import Operation, Spread
-from .runops import KINDS
-from .runs import check_int
+from ..core.driver import Operation, Spread
+from ..core.runops import KINDS
+from ..runs import check_int
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +100,7 @@ class Refused(Exception):
 
 
 class Sweeps(Protocol):
-    """The wake keys of a store's partitions on a cluster (redisstore.partitions)."""
+    """The wake keys of a store's partitions on a cluster (redisstore.core.partitions)."""
 
     count: int
 

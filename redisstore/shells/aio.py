@@ -2,9 +2,9 @@
 ``redis.asyncio`` (or ``fakeredis.FakeAsyncRedis``).
 
 Only I/O lives here. Every operation, what it sends and what each reply means, is the same
-sans-I/O generator the sync stores drive (:mod:`redisstore.protocol`,
+sans-I/O generator the sync stores drive (:mod:`redisstore.core.driver`,
 :mod:`redisstore.repository`); this module awaits the round trips it asks for. The rules of
-the sync shell hold (see :mod:`redisstore.transport`): a write is sent exactly once on a
+the sync shell hold (see :mod:`redisstore.shells.sync`): a write is sent exactly once on a
 connection of the store's own pool, bypassing the client's retry; NOSCRIPT loads the script
 and sends again; the durability confirmation is pipelined behind the write. Concurrent
 calls are pipelined together on a few connections (:class:`Mux`).
@@ -30,23 +30,9 @@ from collections.abc import Awaitable, Callable, Hashable, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
-from . import telemetry, wakeups
-from ._aio_ops import AsyncStoreOps
-from .errors import StoreError
-from .outcomes import ErrorReply, Exchange, Lost, Reply
-from .partitioned_repository import PartitionedRepositoryOps, repository_ops
-from .partitions import PartitionedOps, run_ops
-from .pipeline import (
-    MAX_ROUND_BYTES,
-    MAX_ROUND_CALLS,
-    Group,
-    Pipelined,
-    Spreading,
-    Suspects,
-    patience,
-    straggled,
-)
-from .protocol import (
+from .. import telemetry
+from .._aio_ops import AsyncStoreOps
+from ..core.driver import (
     Batch,
     Done,
     Driver,
@@ -60,17 +46,31 @@ from .protocol import (
     parsed,
     resume,
 )
-from .repository import MAX_PAGE, InFlightPage, InstanceRecord, Logger, RepositoryOps
-from .runops import RunOps
-from .runs import (
+from ..core.outcomes import ErrorReply, Exchange, Lost, Reply
+from ..core.partitioned_repository import PartitionedRepositoryOps, repository_ops
+from ..core.partitions import PartitionedOps, run_ops
+from ..core.pipeline import (
+    MAX_ROUND_BYTES,
+    MAX_ROUND_CALLS,
+    Group,
+    Pipelined,
+    Spreading,
+    Suspects,
+    patience,
+    straggled,
+)
+from ..core.repository_ops import RepositoryOps
+from ..core.runops import RunOps
+from ..errors import StoreError
+from ..repository import MAX_PAGE, InFlightPage, InstanceRecord, Logger
+from ..runs import (
     MAX_RECORD,
     MIGRATE_COUNT,
     Discover,
     Migrated,
 )
-from .transport import _MORE, _pack_one, _replies, lean_error
-from .wakeups import LoopDriver, Nodes, Wakeups, check_block
-from .wire import (
+from . import wakeups
+from .clients import (
     RELEARNING,
     Connections,
     attached,
@@ -87,6 +87,8 @@ from .wire import (
     relearn_after,
     subscribe_failed,
 )
+from .sync import _MORE, _pack_one, _replies, lean_error
+from .wakeups import LoopDriver, Nodes, Wakeups, check_block
 
 try:
     from hiredis import Reader as _Reader
@@ -100,7 +102,7 @@ except ImportError:  # pragma: no cover - hiredis < 3.2: RESP3 is read by its ow
 
 T = TypeVar("T")
 S = TypeVar("S", bound="_Closes")
-log = logging.getLogger("redisstore.protocol")
+log = logging.getLogger("redisstore.core.driver")
 
 
 class _NoRetry:
@@ -123,7 +125,7 @@ class _NoRetry:
 
 
 class AsyncPool(Connections):
-    """The asyncio twin of :class:`redisstore.transport.Pool`: the store's connections to
+    """The asyncio twin of :class:`redisstore.shells.sync.Pool`: the store's connections to
     one server, made like the client pool's own, one call at a time on each."""
 
     def __init__(self, source: Any, checks: set[str]) -> None:
@@ -893,7 +895,7 @@ async def _read(conn: Any) -> Reply | ErrorReply:
 # another loop.
 def mux_for(source: Any) -> Mux:
     """The :class:`Mux` of a client's connection pool on the running loop (the muxes are
-    kept on the pool: see :func:`~redisstore.wire.attached`)."""
+    kept on the pool: see :func:`~redisstore.shells.clients.attached`)."""
     loop = asyncio.get_running_loop()
     muxes: dict[asyncio.AbstractEventLoop, Mux] = attached(source, "_redisstore_muxes", dict)
     mux = muxes.get(loop)
@@ -928,7 +930,7 @@ class _NodeSource:
 def node_source(client: Any, node: Any) -> _NodeSource:
     """The pool source of ``node`` of the cluster ``client``: one per node name, so a
     node's connections outlive the client's relearning of the layout (kept on the client:
-    see :func:`~redisstore.wire.attached`)."""
+    see :func:`~redisstore.shells.clients.attached`)."""
     sources: dict[str, _NodeSource] = attached(client, "_redisstore_nodes", dict)
     found = sources.get(node.name)
     if found is None:
@@ -1011,7 +1013,7 @@ class AsyncTransport:
         back into the operation here, with no Driver, Batch or Exchange made. Anything else
         (an error reply such as NOSCRIPT, a lost exchange, a write to confirm by
         ``durability``, a pool read by its connections' own methods) goes to a
-        :class:`~redisstore.protocol.Driver` resumed at that call, which decides what it
+        :class:`~redisstore.core.driver.Driver` resumed at that call, which decides what it
         means as on the full path."""
         try:
             call = next(op)  # the argument checks: a bad argument raises, nothing is sent
@@ -1091,7 +1093,7 @@ async def run_all(io: AsyncTransport, groups: list[Group], deadline: float | Non
                   graces: Sequence[float] | None = None) -> list[bool]:
     """Send ``groups`` (one per node) at once. If this task is cancelled, or a send raises,
     every call still without its answer gets one (see Group.interrupted). With ``graces``
-    (a patient fan's, see :class:`~redisstore.protocol.Fan`): once one group is over, each
+    (a patient fan's, see :class:`~redisstore.core.driver.Fan`): once one group is over, each
     other gets its grace (s) more; then it is cancelled and its calls answer
     ``not_applied`` (Group.cut). Which groups were cut."""
     tasks = [asyncio.ensure_future(io.run(group, deadline)) for group in groups]
@@ -1132,7 +1134,7 @@ _RELEARN_TASKS: set[asyncio.Task[None]] = set()
 def _relearn_later(client: Any, timeout: int,
                    home: asyncio.AbstractEventLoop | None = None) -> None:
     """Have the asyncio cluster ``client`` learn its slot map again in a task of its own
-    (see :func:`redisstore.transport.relearn_later`), on its ``home`` loop when the caller
+    (see :func:`redisstore.shells.sync.relearn_later`), on its ``home`` loop when the caller
     runs on another: the connections a relearn makes belong to the loop it runs on, and
     the client's must stay on the client's (else closing it fails: another loop's futures)."""
     if home is not None and home is not _running_loop():
@@ -1165,7 +1167,7 @@ async def _relearn(client: Any, timeout: int) -> None:
 
 
 class AsyncNodeSubscription:
-    """A waker per node's connection (:class:`~redisstore.wakeups.Subscription`) to the
+    """A waker per node's connection (:class:`~redisstore.shells.wakeups.Subscription`) to the
     node of ``key`` on the asyncio cluster ``client``, made like that node's own; its I/O
     runs on the waker thread's loop (``run``); replies within ``timeout`` s."""
 
@@ -1234,7 +1236,7 @@ class _Closes:
 class AsyncPipeline(Pipelined):
     """Calls of one :class:`AsyncRedisRunStore` sent together in one round trip, at the end
     of its ``async with`` block (or by :meth:`send`): the asyncio twin of
-    :class:`redisstore.store.Pipeline`."""
+    :class:`redisstore.shells.store.Pipeline`."""
 
     def __init__(self, io: AsyncTransport, ops: RunOps | PartitionedOps,
                  claim: Callable[[str, int, int | None, Callable[[], Any]],
@@ -1295,7 +1297,7 @@ class AsyncRedisRunStore(_Closes, AsyncStoreOps, Shell[RunOps | PartitionedOps])
         await super().aclose()
 
     def _wakeups(self) -> Wakeups:
-        """The store's blocked claims (see :mod:`redisstore.wakeups`): each waker thread
+        """The store's blocked claims (see :mod:`redisstore.shells.wakeups`): each waker thread
         runs an event loop of its own, so its connections are its own."""
         if self._wake is None:
             io = AsyncTransport(self._io.client, None, wakeups.waker_timeout(self._io.timeout),
