@@ -221,6 +221,33 @@ class _Core:
                       exc_info=bad)
             return FAILED, None
 
+    def _claim_failed(self, error: StoreError) -> float:
+        """A claim failed: say so; how long to pause (s) before the next."""
+        log.warning("redisstore: worker %r: a claim failed (%r); trying again", self.owner,
+                    error)
+        return min(self.poll, 1000) / 1000
+
+    def _loop_ended(self, error: BaseException) -> None:
+        """A bug ended a loop: keep the first such error, say so."""
+        self.failure = getattr(self, "failure", None) or error
+        log.error("redisstore: worker %r: a loop ended", self.owner, exc_info=error)
+
+    def _queue_step(self, pipe: Any, finish: tuple[Job, str, bytes | None]
+                    ) -> Callable[[], list[Any]]:
+        """Queue in ``pipe`` the finish of the last run and the claim of the next; what
+        settles the finish and answers the claim."""
+        job, outcome, record = finish
+        answer = self._queue_finish(pipe, job, outcome, record)
+        nxt = pipe.claim(self.owner, self.ttl, records=True, block=self.poll,
+                         max_takeovers=self.max_takeovers)
+
+        def settled() -> list[Any]:
+            self._settled(job, outcome, answer)
+            got: list[Any] = nxt.result()
+            return got
+
+        return settled
+
     def _queue_finish(self, pipe: Any, job: Job, outcome: str, record: bytes | None
                       ) -> Callable[[], Any]:
         """Queue the run's finish in ``pipe``; what answers it."""
@@ -329,13 +356,10 @@ class Worker(_Core):
             try:
                 claimed, since = self._next(finish)
             except StoreError as error:
-                log.warning("redisstore: worker %r: a claim failed (%r); trying again",
-                            self.owner, error)
-                self._stopping.wait(min(self.poll, 1000) / 1000)
+                self._stopping.wait(self._claim_failed(error))
                 claimed = None
             except BaseException as error:  # a bug: the loop ends, the worker says why
-                self.failure = self.failure or error
-                log.exception("redisstore: worker %r: a loop ended", self.owner)
+                self._loop_ended(error)
                 return
             finish = None  # sent once, whatever came of it
             if claimed is None:
@@ -354,13 +378,9 @@ class Worker(_Core):
         if finish is not None:
             self._keeper.discard(finish[0].run)  # never renewed once its finish is sent
         if finish is not None and self.one_trip and not stopping:
-            job, outcome, record = finish
             with self.store.pipeline() as pipe:
-                answer = self._queue_finish(pipe, job, outcome, record)
-                nxt = pipe.claim(self.owner, self.ttl, records=True, block=self.poll,
-                                 max_takeovers=self.max_takeovers)
-            self._settled(job, outcome, answer)
-            got = nxt.result()
+                step = self._queue_step(pipe, finish)
+            got = step()
         else:
             if finish is not None:
                 job, outcome, record = finish
@@ -468,13 +488,10 @@ class AsyncWorker(_Core):
             try:
                 claimed, since = await self._next(finish)
             except StoreError as error:
-                log.warning("redisstore: worker %r: a claim failed (%r); trying again",
-                            self.owner, error)
-                await asyncio.sleep(min(self.poll, 1000) / 1000)
+                await asyncio.sleep(self._claim_failed(error))
                 claimed = None
             except Exception as error:  # a bug: the loop ends, the worker says why
-                self.failure = self.failure or error
-                log.exception("redisstore: worker %r: a loop ended", self.owner)
+                self._loop_ended(error)
                 return
             finish = None  # sent once, whatever came of it
             if claimed is None:
@@ -491,13 +508,9 @@ class AsyncWorker(_Core):
         if finish is not None:
             self._keeper.discard(finish[0].run)
         if finish is not None and self.one_trip and not stopping:
-            job, outcome, record = finish
             async with self.store.pipeline() as pipe:
-                answer = self._queue_finish(pipe, job, outcome, record)
-                nxt = pipe.claim(self.owner, self.ttl, records=True, block=self.poll,
-                                 max_takeovers=self.max_takeovers)
-            self._settled(job, outcome, answer)
-            got = nxt.result()
+                step = self._queue_step(pipe, finish)
+            got = step()
         else:
             if finish is not None:
                 job, outcome, record = finish
