@@ -558,8 +558,8 @@ def drop(url: str | None, namespace: str, yes: bool, out: Any = None) -> int:
     return _guarded("drop", url, out, body)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``redisstore`` command."""
+def parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
+    """The ``redisstore`` command's parser, and each command's own parser by its name."""
     parser = argparse.ArgumentParser(
         prog="redisstore", formatter_class=argparse.RawDescriptionHelpFormatter,
         description="redisstore: a distributed lease store on Redis and Valkey.",
@@ -600,9 +600,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     url_option(run_drop)
     run_drop.add_argument("--namespace", required=True)
     run_drop.add_argument("--yes", action="store_true", help="really delete")
+    return parser, {"demo": run_demo, "inspect": run_inspect, "doctor": run_doctor,
+                    "bench": run_bench, "drop": run_drop}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``redisstore`` command."""
+    parser, commands = parsers()
+    run_inspect, run_doctor = commands["inspect"], commands["doctor"]
+    run_bench, run_drop = commands["bench"], commands["drop"]
     args, unknown = parser.parse_known_args(argv)
-    commands = {"demo": run_demo, "inspect": run_inspect, "doctor": run_doctor,
-                "bench": run_bench, "drop": run_drop}
     if unknown:
         # parse_args would report them from the top-level parser, whose usage line says
         # nothing of the command's own options.

@@ -186,3 +186,68 @@ def test_every_benchmark_starts(bench: str) -> None:
     done = subprocess.run([sys.executable, bench, "--help"], cwd=ROOT / "benchmarks",
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
+
+
+#: What reads as a citation of a document outside the repository (an issue, a tracker, a
+#: design seed or spec the reader cannot open), or as a path of one machine. Spelled in
+#: pieces so that this file does not match itself.
+_OUTSIDE = re.compile("|".join([
+    r"\bthe issue(?:'s)?\b", r"\bissues? #?\d+", r"\b(?:the|Go) " + "seed\\b",
+    r"\bseed's\b", r"(?-i:\bSPEC(?:\.md)?\b)", r"/" + r"work/", r"/" + r"home/\w",
+]), re.IGNORECASE)
+
+
+def _repo_texts() -> list[Path]:
+    """The repository's own text files: what a reader of the checkout or the sdist reads."""
+    found = [ROOT / "README.md", ROOT / "CHANGELOG.md", ROOT / "pyproject.toml",
+             ROOT / "docker-compose.yml", ROOT / ".ci" / "run"]
+    for folder, pattern in [("docs", "**/*.md"), ("benchmarks", "**/*"),
+                            ("redisstore", "**/*.py"), ("examples", "*.py"),
+                            ("lua", "**/*.lua"), ("tests", "*.py")]:
+        found += [p for p in (ROOT / folder).glob(pattern)
+                  if p.is_file() and "__pycache__" not in p.parts]
+    return [p for p in found if p.exists()]
+
+
+def test_nothing_cites_a_document_outside_the_repository() -> None:
+    files = [p for p in _repo_texts() if p != Path(__file__).resolve()]  # its examples
+    assert len(files) > 100 and ROOT / "docs" / "runs.md" in files
+    cited = [f"{p.relative_to(ROOT)}:{n}: {line.strip()}"
+             for p in files for n, line in enumerate(
+                 p.read_text(errors="replace").splitlines(), start=1)
+             if _OUTSIDE.search(line)]
+    assert cited == []
+
+
+def test_the_outside_citation_check_catches_what_it_is_for() -> None:
+    for line in ["The target (the issue" + "'s) is 0.8x", "as in the Go " + "seed: a record",
+                 "see issue " + "28", "the " + "SPEC says", "/" + "work/wt/x"]:
+        assert _OUTSIDE.search(line), line
+    for line in ["a seeded generator", "insert('seed', ...)", "speculative", "inspect",
+                 "issued", "REDISSTORE_TORTURE_SEED"]:
+        assert not _OUTSIDE.search(line), line
+
+
+def test_the_api_doc_lists_every_command() -> None:
+    from redisstore import cli
+
+    _, commands = cli.parsers()
+    (row,) = [line for line in (ROOT / "docs" / "api.md").read_text().splitlines()
+              if line.startswith("| `redisstore` command |")]
+    assert len(commands) >= 5
+    assert [c for c in commands if f"`{c}`" not in row] == []
+
+
+def test_the_runs_doc_says_which_operations_answer_none() -> None:
+    """docs/runs.md's table of operations: an operation that returns None says `None`
+    first in its answer column, and only those do (it once said compare_and_set returns
+    revision expected + 1)."""
+    import inspect as inspection
+
+    table = (ROOT / "docs" / "runs.md").read_text().split("\n## Operations\n", 1)[1]
+    table = table.split("\n\n", 1)[0]  # up to the first blank line: the table
+    rows = re.findall(r"^\| `(\w+)\([^`]*\)` \| ([^|]+) \|", table, flags=re.MULTILINE)
+    assert len(rows) >= 10 and "compare_and_set" in dict(rows)
+    for name, answer in rows:
+        returns = inspection.signature(getattr(redisstore.RedisRunStore, name)).return_annotation
+        assert answer.startswith("`None`") == (returns in (None, "None")), (name, answer)
