@@ -303,7 +303,8 @@ def test_ctrl_c_is_one_line_and_leaves_nothing_behind(redis7: Server, argv: list
     code, out = _interrupted([*argv, "--url", url, "--namespace", namespace], after)
     assert code == cli.INTERRUPTED, out
     assert "Traceback" not in out and "KeyboardInterrupt" not in out, out
-    assert "interrupted" in out
+    assert out.splitlines()[-1] == f"redisstore {argv[0]}: interrupted", out
+    assert out.count("interrupted") == 1, out
     assert list(redis7.client().scan_iter(match=f"{{{namespace}}}:*")) == []
 
 
