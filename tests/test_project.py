@@ -303,3 +303,28 @@ def test_the_description_check_catches_what_it_is_for(monkeypatch: pytest.Monkey
         monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
         with pytest.raises(AssertionError):
             test_the_index_description_links_nowhere_into_a_checkout()
+
+
+def test_a_stall_table_says_over_only_on_a_row_over_its_bound() -> None:
+    """The serial tier prints the stall tables in its -q log: a grep of a green run's log
+    for OVER must find nothing (the legend once said "OVER when ..." under every table),
+    and a row past its bound must say OVER."""
+    from types import SimpleNamespace
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        b = importlib.import_module("bench_stall")
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+
+    def figure(script: str, scenario: str, layout: int, us: int) -> Any:
+        return b.Figure(scenario, script, layout, 1, server_us=[us] * 3, client_us=[us] * 3,
+                        cpu_us=[us] * 3, wait_us=[0] * 3)
+
+    (script, layout, scenario), bound = next(iter(b.EXCEEDS.items()))
+    green = [figure("run_get", "get", 4, 9_000),
+             figure(script, scenario, layout, (b.TARGET_US + bound) // 2)]
+    table = b.table(SimpleNamespace(figures=green, costs=[]))
+    assert "OVER" not in table and "ok (documented)" in table
+    over = b.table(SimpleNamespace(figures=[figure("run_get", "get", 4, 10_001)], costs=[]))
+    assert over.count("OVER") == 1
