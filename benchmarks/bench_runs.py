@@ -18,8 +18,8 @@ namespace's keys afterwards (it never flushes anything else).
 Each round measures every operation after a warm-up, in chunks interleaved with chunks of
 as many baseline calls (throughput on a shared or virtual machine drifts by 2x within
 seconds; a ratio is only meaningful between calls timed at the same moment). The table
-shows medians over the rounds. The target (the issue's) is that every single-run operation
-(insert, get, compare_and_set) reaches at least 0.8x the trivial script's ops/s.
+shows medians over the rounds. The target (benchmarks/README.md) is that every single-run
+operation (insert, get, compare_and_set) reaches at least 0.8x the trivial script's ops/s.
 """
 
 from __future__ import annotations

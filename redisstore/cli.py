@@ -109,20 +109,30 @@ def _guarded(command: str, url: str | None, out: Any, body: Callable[[Any], int]
         print(f"redisstore {command}: interrupted", file=out)
         return INTERRUPTED
     except Exception as exc:
-        text = hide(f"{type(exc).__name__}: {exc}", url) + _hint(exc)
+        text = _auth_problem(exc) or hide(f"{type(exc).__name__}: {exc}", url)
         print(f"redisstore {command} failed on {redact(url) if url else 'fakeredis'}: {text}",
               file=out)
         return 2
 
 
-def _hint(exc: Exception) -> str:
-    """What to do about a failure whose own text does not say (a server that needs a
-    password answers redis-py's handshake with a message about HELLO)."""
+#: How to give a server its password, for a refused handshake's line.
+_HOW_TO_AUTH = ("give it in the URL, redis://:PASSWORD@host:port/db (an ACL user: "
+                "redis://USER:PASSWORD@host:port/db), with --url or $REDISSTORE_URL")
+
+
+def _auth_problem(exc: Exception) -> str | None:
+    """The line for a server that refused the connection's authentication, or None.
+
+    redis-py's own text does not say what to do: with no password it is a paragraph about
+    ``HELLO`` (RESP3) or ``NOAUTH``, and its text for a wrong password names no URL. The
+    store's ``Unavailable`` carries the same text, so the text is what is read."""
     text = str(exc)
-    if "NOAUTH" in text or "HELLO must be called with the client already authenticated" in text:
-        return (" (the server needs a password: give it in the URL, "
-                "redis://[user]:password@host:port)")
-    return ""
+    if ("HELLO must be called with the client already authenticated" in text
+            or "NOAUTH" in text or "Authentication required" in text):
+        return f"the server requires a password: {_HOW_TO_AUTH}"
+    if "WRONGPASS" in text or "invalid username-password pair" in text:
+        return f"the server refused the URL's user or password: {_HOW_TO_AUTH}"
+    return None
 
 
 def _count(got: bytes | None) -> int:
@@ -548,8 +558,8 @@ def drop(url: str | None, namespace: str, yes: bool, out: Any = None) -> int:
     return _guarded("drop", url, out, body)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``redisstore`` command."""
+def parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
+    """The ``redisstore`` command's parser, and each command's own parser by its name."""
     parser = argparse.ArgumentParser(
         prog="redisstore", formatter_class=argparse.RawDescriptionHelpFormatter,
         description="redisstore: a distributed lease store on Redis and Valkey.",
@@ -590,9 +600,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     url_option(run_drop)
     run_drop.add_argument("--namespace", required=True)
     run_drop.add_argument("--yes", action="store_true", help="really delete")
-    args = parser.parse_args(argv)
-    commands = {"demo": run_demo, "inspect": run_inspect, "doctor": run_doctor,
-                "bench": run_bench, "drop": run_drop}
+    return parser, {"demo": run_demo, "inspect": run_inspect, "doctor": run_doctor,
+                    "bench": run_bench, "drop": run_drop}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``redisstore`` command."""
+    parser, commands = parsers()
+    run_inspect, run_doctor = commands["inspect"], commands["doctor"]
+    run_bench, run_drop = commands["bench"], commands["drop"]
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        # parse_args would report them from the top-level parser, whose usage line says
+        # nothing of the command's own options.
+        commands.get(args.command, parser).error(
+            f"unrecognized arguments: {' '.join(unknown)}")
     if getattr(args, "namespace", None) == "":
         commands[args.command or "demo"].error("--namespace must not be empty")
     url = getattr(args, "url", None) or os.environ.get("REDISSTORE_URL") or None

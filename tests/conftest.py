@@ -103,8 +103,20 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     servers.FORBIDDEN = None if item.get_closest_marker("server") else item.nodeid
 
 
-def pytest_runtest_teardown(item: pytest.Item) -> None:
-    servers.FORBIDDEN = None
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item) -> Iterator[None]:
+    try:
+        return (yield)  # the test's fixtures are finalized in here
+    finally:
+        servers.FORBIDDEN = None
+        # pytest keeps each test's class instance for the whole session, and the suites'
+        # classes keep the test's client and stores on `self`: a worker ended holding
+        # millions of objects, its last gc.collect() outlasted execnet's 5 s of patience,
+        # and the SIGINT it then sends printed a KeyboardInterrupt at the end of a green
+        # run (tests/test_harness.py). Once the test is torn down they are of no use.
+        instance = getattr(item, "instance", None)
+        if instance is not None:
+            vars(instance).clear()
 
 
 @pytest.fixture

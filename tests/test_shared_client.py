@@ -11,8 +11,9 @@ which leases it holds (leases are long, only their holder releases them), so eve
 checked on the spot: a get names the run asked for, a renew returns exactly the caller's
 leases among those asked, claims hand out runs of the right kind, and no run is claimed twice.
 
-A reply delivered to the wrong caller (two threads on one connection, the bug of issue 10
-with ``single_connection_client``) fails these checks within milliseconds.
+A reply delivered to the wrong caller (two threads on one connection, as a
+``single_connection_client`` shared between threads once did) fails these checks within
+milliseconds.
 """
 
 from __future__ import annotations
