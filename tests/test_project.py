@@ -93,12 +93,12 @@ def test_scripts_parse_on_a_real_server(redis7: Server) -> None:
 
 
 def test_the_readme_worker_runs_as_pasted(tmp_path: Path) -> None:
-    """README's worker (block=, a Keeper, a pipeline) pasted into a file of its own, in a
-    folder of its own, does what its last comment says."""
+    """README's worker (a Worker and its handler) pasted into a file of its own, in a
+    folder of its own, does what its last comment says, and ends."""
     import re
 
     blocks = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
-    (worker,) = [b for b in blocks if "threading.Thread(target=worker" in b]
+    (worker,) = [b for b in blocks if "with Worker(" in b]
     script = tmp_path / "worker.py"
     script.write_text(worker)
     done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True,
