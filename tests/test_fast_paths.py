@@ -10,6 +10,7 @@ path must have answered some of the calls (else the test proves nothing).
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import random
 import re
@@ -26,6 +27,7 @@ from redisstore import (
     At,
     Changed,
     Claim,
+    Free,
     Hold,
     Poll,
     RedisRunStore,
@@ -177,6 +179,15 @@ def restore(client: Any, key: str) -> None:
         client.rename(key + "-saved", key)
 
 
+def found(store: RedisRunStore, runs: list[str]) -> list[tuple[str, Any]]:
+    """The runs of ``runs`` that get reads, with what it read."""
+    out = []
+    for run in runs:
+        with contextlib.suppress(StoreError):
+            out.append((run, store.get(run)))
+    return out
+
+
 def cas(rng: random.Random, store: RedisRunStore, run: str, record: bytes, owner: str,
         current: Any) -> Callable[[], Any]:
     """A compare_and_set of run, mostly by its holder at its revision."""
@@ -214,48 +225,74 @@ def history(rng: random.Random, store: RedisRunStore, clock: Clock,
             # An operator's hand: the meta key loses the layout (the next write records it).
             client.hdel(f"{{{store.namespace}}}:meta", "layout")
             continue
-        if op < 0.10:
+        if op < 0.11:
             # Or a run's key damaged, then written (each fast path must leave it to the
             # slow one); or an index key of another type for one write.
             prefix = f"{{{store.namespace}}}:"
-            if op < 0.08:
+            if op < 0.07:
                 kind, value = DAMAGE[next(walk) % len(DAMAGE)]
                 # One run only, DAMAGED, so that the others stay sound (a damaged run stays
                 # so: a write over it is refused; deleted, an insert makes it anew).
                 key = prefix + "r:" + DAMAGED
-                for lease in (Hold("n1"), Release()):
+                for write in (partial(store.compare_and_set, DAMAGED, 1, b"plain", Hold("n1")),
+                              partial(store.compare_and_set, DAMAGED, 1, b"plain", Release()),
+                              partial(store.release, "n1", [DAMAGED])):
                     damage(client, key, kind, value)
                     if kind == "string+Q/":
                         damage(client, prefix + "Q/", "index", b"x")
                     try:
-                        yield store.compare_and_set(DAMAGED, 1, b"plain", lease)
+                        yield write()
                     except StoreError as e:
                         yield (type(e).__name__, str(e).replace(store.namespace, "NS"))
                     if kind == "string+Q/":
                         restore(client, prefix + "Q/")
                 continue
+            # A held run, by its holder, without a wait: the fast paths' case.
+            held = [(r, c) for r, c in found(store, RUNS) if not isinstance(c.holder, Free)]
+            if not held:
+                continue
+            run, current = rng.choice(held)
+            holder = current.holder.owner
+            if rng.random() < 0.5:
+                yield store.compare_and_set(run, current.revision, b"plain", Hold(holder))
+                current = store.get(run)
+            call = rng.choice([
+                partial(store.compare_and_set, run, current.revision, b"plain", Release()),
+                partial(store.compare_and_set, run, current.revision, b"plain", Hold(holder)),
+                partial(store.release, holder, [run])])
             saved = prefix + rng.choice(["L/", "Q/", "L|", "Q|"])
             damage(client, saved, "index", b"x")
-            try:
-                current = store.get(run)
-            except StoreError as e:
-                yield type(e).__name__
-                continue
-            call = partial(store.compare_and_set, run, current.revision, b"plain",
-                           rng.choice([Release(), Release(), Hold("n1")]))
         elif op < 0.17:
             lease = rng.choice([Claim(owner, 1_000), Release(), Hold(owner)])
             call = partial(store.insert, run, record, lease)
-        elif op < 0.75:
+        elif op < 0.72:
             try:
                 current = store.get(run)
             except StoreError as e:
                 yield type(e).__name__
                 continue
             call = cas(rng, store, run, record, owner, current)
-        elif op < 0.80:
-            call = partial(store.release, owner, rng.sample(RUNS, rng.choice([1, 1, 2])))
-        elif op < 0.87:
+        elif op < 0.83:
+            # Mostly one run, by its holder: the first held one found.
+            runs = rng.sample(RUNS, rng.choice([1, 1, 1, 2]))
+            for candidate in rng.sample(RUNS, len(RUNS)):
+                try:
+                    current = store.get(candidate)
+                except StoreError as e:
+                    yield type(e).__name__
+                    continue
+                if isinstance(current.holder, Free):
+                    continue
+                runs[0], owner = candidate, current.holder.owner
+                runs = list(dict.fromkeys(runs))
+                if rng.random() < 0.7:
+                    # Its last write first, mostly without a wait.
+                    yield store.compare_and_set(candidate, current.revision,
+                                                rng.choice([b"plain"] * 3 + [record]),
+                                                Hold(owner))
+                break
+            call = partial(store.release, owner, runs)
+        elif op < 0.89:
             call = partial(store.claim_expired, owner, 1_000, 2, max_takeovers=1)
         elif op < 0.95:
             call = partial(store.claim_ready, owner, 1_000, 2)
@@ -297,7 +334,11 @@ def one_history(seed: int, clock: Clock) -> dict[str, int]:
         store.migrate()
         with scripts_as(table):
             clock.ms = START
-            answers.append(list(history(random.Random(seed), store, clock, client)))
+            # Each answer with every run's bytes after it: a difference the history later
+            # overwrites (a damaged run written again) still counts.
+            keys = [f"{{{namespace}}}:r:{run}" for run in RUNS]
+            answers.append([(answer, client.mget(keys)) for answer in
+                            history(random.Random(seed), store, clock, client)])
         spaces.append(namespace)
     assert answers[0] == answers[1], seed
     first, second = (contents(client, n) for n in spaces)
