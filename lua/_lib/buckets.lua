@@ -261,3 +261,12 @@ local function lease_out(run, bound, card)
     redis.call('ZREM', base .. BUCKET_DIR, bound)
   end
 end
+
+-- A fast path's lease entry for run (score exp, a decimal string): the bound of the bucket
+-- it goes in when that bucket holds fewer than BUCKET_MAX entries (no split), else nil (as
+-- when the directory or the bucket is of another type: the slow path's cases).
+local function lease_bucket_in(run, exp)
+  local bound, card = lease_bucket(run, exp)
+  if not bound or card >= BUCKET_MAX then return nil end
+  return bound
+end

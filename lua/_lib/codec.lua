@@ -231,13 +231,16 @@ local function raw_run(k)
 end
 
 -- Whether the namespace is as a fast path needs it: one partition (P, nothing after it), at
--- layout 4 as its meta key records, no migration under way; each field bounded first.
-local function lean_layout()
+-- layout 4 as its meta key records, no migration under way; each field bounded first. With
+-- extra, a field of at most 15 bytes read with them: its value (false when absent) after
+-- true.
+local function lean_layout(extra)
   if ARGV[1] ~= P or PARTITION or redis.pcall('HSTRLEN', META, 'layout') ~= 1
       or redis.call('HSTRLEN', META, 'old-ix') ~= 0
-      or redis.call('HSTRLEN', META, 'partitions') ~= 0 then
+      or redis.call('HSTRLEN', META, 'partitions') ~= 0
+      or (extra and redis.call('HSTRLEN', META, extra) > 15) then
     return false
   end
-  local got = redis.call('HMGET', META, 'layout', 'old-ix', 'partitions')
-  return got[1] == '4' and not got[2] and not got[3]
+  local got = redis.call('HMGET', META, 'layout', 'old-ix', 'partitions', extra or 'layout')
+  return got[1] == '4' and not got[2] and not got[3], got[4] or false
 end
