@@ -100,7 +100,7 @@ RUNS = ["a", "b", "c", "d", "e"]
 DAMAGED = "e"
 #: A record "dep:a:now" waits for a to change from its revision when written.
 RECORDS = [b"plain", b"dep:a", b"dep:b", b"dep:a:now", b"dep:b:now", b"poll:k", b"poll:j",
-           b"at:0", b"at:5000000000000", b"x" * 300]
+           b"at:0", b"at:5000000000000", b"x" * 300, b""]
 OWNERS = ["n1", "n2"]
 
 
@@ -235,7 +235,8 @@ def history(rng: random.Random, store: RedisRunStore, clock: Clock,
                 # One run only, DAMAGED, so that the others stay sound (a damaged run stays
                 # so: a write over it is refused; deleted, an insert makes it anew).
                 key = prefix + "r:" + DAMAGED
-                for write in (partial(store.compare_and_set, DAMAGED, 1, b"plain", Hold("n1")),
+                for write in (partial(store.get, DAMAGED),
+                              partial(store.compare_and_set, DAMAGED, 1, b"plain", Hold("n1")),
                               partial(store.compare_and_set, DAMAGED, 1, b"plain", Release()),
                               partial(store.release, "n1", [DAMAGED])):
                     damage(client, key, kind, value)
@@ -290,6 +291,7 @@ def history(rng: random.Random, store: RedisRunStore, clock: Clock,
             except StoreError as e:
                 yield type(e).__name__
                 continue
+            yield current
             call = cas(rng, store, run, record, owner, current)
         elif op < 0.83:
             # Mostly one run, by its holder: the first held one found.
@@ -316,7 +318,7 @@ def history(rng: random.Random, store: RedisRunStore, clock: Clock,
         elif op < 0.95:
             call = partial(store.claim_ready, owner, 1_000, 2)
         else:
-            clock.advance(rng.choice([10, 600, 1_500]))
+            clock.advance(rng.choice([10, 600, 1_000, 1_500]))
             continue
         try:
             yield call()
