@@ -231,7 +231,7 @@ local function raw_run(k)
 end
 
 -- Whether the namespace is as a fast path needs it: one partition (P, nothing after it), at
--- layout 4 as its meta key records, no migration under way; each field bounded first. With
+-- layout 4 as its meta key records (and this library reads it), no migration under way; each field bounded first. With
 -- extra, a field of at most 15 bytes read with them: its value (false when absent) after
 -- true.
 local function lean_layout(extra)
@@ -242,5 +242,7 @@ local function lean_layout(extra)
     return false
   end
   local got = redis.call('HMGET', META, 'layout', 'old-ix', 'partitions', extra or 'layout')
-  return got[1] == '4' and not got[2] and not got[3], got[4] or false
+  -- 4 is what the lean readers read; a library whose newest is below it refuses it (TOO_NEW,
+  -- the slow path's answer).
+  return got[1] == '4' and LAYOUT >= 4 and not got[2] and not got[3], got[4] or false
 end
