@@ -37,6 +37,7 @@ Nothing is asserted; the figures are printed (``--json`` for a machine)::
     .venv/bin/python benchmarks/bench_instructions.py --only get,claim-ready   # a subset
     .venv/bin/python benchmarks/bench_instructions.py --check   # minimal scripts' data
     .venv/bin/python benchmarks/bench_instructions.py --no-instructions   # µs only
+    .venv/bin/python benchmarks/bench_instructions.py --rounds 0   # instructions only
     .venv/bin/python benchmarks/bench_instructions.py --partitions 6   # real rows only
 
 About 4 minutes at 200 calls (valgrind runs the server about 50 times slower).
@@ -413,7 +414,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--calls", type=int, default=300,
                         help="calls per callgrind row (a multiple of 100; default 300)")
-    parser.add_argument("--rounds", type=int, default=5, help="rounds of µs rows (default 5)")
+    parser.add_argument("--rounds", type=int, default=5,
+                        help="rounds of µs rows (default 5; 0: none)")
     parser.add_argument("--stat-calls", type=int, default=1000,
                         help="calls per µs row and round (a multiple of 100; default 1000)")
     parser.add_argument("--json", action="store_true")
@@ -471,7 +473,7 @@ def main() -> None:
                 else:
                     print(f"{op.name:44} {real:>10,.0f} {minimal:>10,.0f} "
                           f"{real / minimal:>6.2f}x", flush=True)
-    if ops and args.partitions == 1:
+    if ops and args.partitions == 1 and args.rounds > 0:
         usec: dict[str, dict[str, list[float]]] = {op.name: {"real": [], "minimal": []}
                                                    for op in ops}
         commands: dict[str, dict[str, float]] = {op.name: {} for op in ops}

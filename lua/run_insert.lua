@@ -20,9 +20,66 @@
 -- and P.."outbox" (its writes announced to the partitions waiting on it).
 -- From layout 4 also the buckets and directories of the indexes it reads or changes
 -- (P.."L|".., P.."L/", P.."Q|".., P.."Q/", P.."D"..#dep..":"..dep.."|".. and "/").
+-- Fast path: a new run (no key, no waiters), in a namespace of one partition at layout 4
+-- (as its meta records), with a Claim or Seize lease of at least WAKE_AHEAD ms (no wake-up
+-- signal) and no wait or an At or Poll one, or free without a wait; its lease entry's
+-- bucket not full: the reads, then one SET and one ZADD, every byte as write() and commit
+-- make them; any other case, before anything is written, takes the slow path.
 --- @include CORRUPT, EXISTS, OK, MAX_RECORD_CEILING, arg_text, commit, check_layout, load
---- @include arg_wait, arg_lease, write, deleted_rev
---- @include rewatch
+--- @include arg_wait, arg_lease, write, deleted_rev, rewatch
+--- @include P, RUN_KEY, MAX_TEXT, MAX_TTL, WAKE_AHEAD, DEPS_BUCKETS, DEPS_SEP, BUCKET_AT
+--- @include BUCKET_DIR, LEASES_BUCKETS, dec15, lean_layout, lease_bucket_in
+local run, record, kind, owner, ttl = ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
+local wk, wa, wn, wdl, pv = ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11]
+if ARGV[12] or not pv or run == '' or #run > MAX_TEXT or #record > MAX_RECORD_CEILING
+    or not dec15(pv) or tonumber(pv) > 2147483648 then
+  return SLOW()
+end
+local held = kind == 'c' or kind == 's'
+if held then
+  if owner == '' or #owner > MAX_TEXT or not dec15(ttl) or tonumber(ttl) < WAKE_AHEAD
+      or tonumber(ttl) > MAX_TTL then
+    return SLOW()
+  end
+  if wk ~= '' and ((wk ~= 'a' and wk ~= 'p') or (wk == 'a' and not dec15(wn))
+      or (wk == 'p' and (wa == '' or #wa > MAX_TEXT or wn == '0' or not dec15(wn)))
+      or (wdl ~= '' and not dec15(wdl))) then
+    return SLOW()
+  end
+elseif (kind ~= 'h' and kind ~= 'r') or (kind == 'h' and (owner == '' or #owner > MAX_TEXT))
+    or wk ~= '' then
+  return SLOW()
+end
+local fits, floor = lean_layout('deleted-rev')
+if not fits or (floor and not dec15(floor)) then return SLOW() end
+local k = P .. RUN_KEY .. run
+local base = P .. DEPS_BUCKETS .. #run .. DEPS_SEP .. run
+if redis.call('EXISTS', k, base .. BUCKET_AT, base .. BUCKET_DIR) > 0 then return SLOW() end
+local rev = string.format('%d', tonumber(floor or '0') + 1)
+local h, bound, exp = rev .. ','
+if held then
+  local t = redis.call('TIME')
+  exp = string.format('%d', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ttl))
+  bound = lease_bucket_in(run, exp)
+  if not bound then return SLOW() end
+  h = rev .. ',' .. #owner .. ':' .. owner .. ',' .. exp .. ','
+  if wk == 'a' then
+    h = h .. ',,,a,,' .. wn .. ',' .. wdl .. ',' .. rev .. ',' .. pv .. ','
+  elseif wk == 'p' then
+    wa = #wa .. ':' .. wa
+    h = h .. ',,,p,' .. wa .. ',' .. wn .. ',' .. wdl .. ',' .. rev .. ',' .. pv .. ',' .. wa .. ','
+  end
+end
+local digits = #h .. ''
+if #record <= 8192 then
+  redis.call('SET', k, record .. h .. digits .. #digits)
+else
+  redis.call('SET', k, record)
+  redis.call('SETRANGE', k, #record, h .. digits .. #digits)
+end
+if bound then redis.call('ZADD', P .. LEASES_BUCKETS .. BUCKET_AT .. bound, exp, run) end
+return {OK, tonumber(rev), 0, -1}
+--- @slow
 local run, record = arg_text(2), ARGV[3]
 if #record > MAX_RECORD_CEILING then error('BADARG the record is over ' .. MAX_RECORD_CEILING .. ' bytes') end
 local kind, owner, ttl = arg_lease(4)

@@ -14,8 +14,44 @@
 -- P.."wake-leases" (signals).
 -- From layout 4 also the buckets and directories of the indexes it reads or changes
 -- (P.."L|".., P.."L/", P.."Q|".., P.."Q/", P.."D"..#dep..":"..dep.."|".. and "/").
+-- Fast path: one run, held by owner, without a wait, not poison, in a namespace of one
+-- partition at layout 4 (as its meta records), whose header the lean readers take (raw_run):
+-- the reads, then its header rewritten in place and its lease entry out of its bucket, every
+-- byte as the slow path's save and commit make them; any other case, before anything is
+-- written, takes the slow path.
 --- @include CORRUPT, MAX_RENEW, OK, arg_int, arg_text, LEASES_IX, ix_rem, commit
 --- @include check_layout, load, save, place, drop_claim, put_back
+--- @include P, RUN_KEY, MAX_TEXT, READY_BUCKETS, BUCKET_DIR, dec15, raw_run, lean_layout
+--- @include lease_bucket, lease_out
+local who, run, pv = ARGV[2], ARGV[4], ARGV[3]
+if ARGV[5] or not run or who == '' or #who > MAX_TEXT or not dec15(pv)
+    or tonumber(pv) > 2147483648 or not lean_layout() then
+  return SLOW()
+end
+local k = P .. RUN_KEY .. run
+local rev, own, exp, _, _, _, wk, _, _, _, _, _, _, _, tk, px, rt, len, region = raw_run(k)
+if not rev or own ~= #who .. ':' .. who or wk ~= '' or px ~= '' or rt ~= '' then
+  return SLOW()
+end
+-- Its ready entry: none (no ready time); the slow path asks the type of the ready index's
+-- directory all the same (place, then ix_plan).
+local t = redis.pcall('TYPE', P .. READY_BUCKETS .. BUCKET_DIR)
+t = type(t) == 'table' and t.ok or t
+if t ~= 'zset' and t ~= 'none' then return SLOW() end
+local bound, card = lease_bucket(run, exp)
+if not bound then return SLOW() end
+-- The header without lease and claim info (tk as it was), in its region as save writes it.
+local h = rev .. ','
+if tk ~= '' and tk ~= '0' then h = rev .. string.rep(',', 14) .. tk .. ',' end
+if #h <= region then
+  redis.call('SETRANGE', k, len, h .. string.rep(' ', region - #h))
+else
+  local digits = #h .. ''
+  redis.call('SETRANGE', k, len, h .. digits .. #digits)
+end
+lease_out(run, bound, card)
+return {OK, {run}, 0, -1}
+--- @slow
 local owner = arg_text(2)
 local pv = arg_int(3, 0, 2147483648)
 if #ARGV - 3 > MAX_RENEW then error('BADARG at most ' .. MAX_RENEW .. ' runs per release') end

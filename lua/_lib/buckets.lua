@@ -239,3 +239,34 @@ local function index_intact(ix)
   end
   return NS < 4 or (of_type(ix.dir, 'zset') and card_of(ix.pre) ~= false)
 end
+
+-- A fast path's removal of run's lease entry (score exp, a decimal string): the bound of
+-- its bucket and the bucket's entry count, read (ix_plan's reads for one entry); nil when
+-- the directory or the bucket is of another type (the slow path's case).
+local function lease_bucket(run, exp)
+  local bounds = redis.pcall('ZREVRANGEBYLEX', P .. LEASES_BUCKETS .. BUCKET_DIR,
+    '[' .. string.rep('0', 16 - #exp) .. exp .. run, '-', 'LIMIT', 0, 1)
+  if bounds.err then return nil end
+  local bound = bounds[1] or ''
+  local card = redis.pcall('ZCARD', P .. LEASES_BUCKETS .. BUCKET_AT .. bound)
+  if type(card) ~= 'number' then return nil end
+  return bound, card
+end
+
+-- Then its writes, as ix_apply's: out of the bucket, and an emptied bucket (but the first)
+-- out of the directory.
+local function lease_out(run, bound, card)
+  local base = P .. LEASES_BUCKETS
+  if card - redis.call('ZREM', base .. BUCKET_AT .. bound, run) <= 0 and bound ~= '' then
+    redis.call('ZREM', base .. BUCKET_DIR, bound)
+  end
+end
+
+-- A fast path's lease entry for run (score exp, a decimal string): the bound of the bucket
+-- it goes in when that bucket holds fewer than BUCKET_MAX entries (no split), else nil (as
+-- when the directory or the bucket is of another type: the slow path's cases).
+local function lease_bucket_in(run, exp)
+  local bound, card = lease_bucket(run, exp)
+  if not bound or card >= BUCKET_MAX then return nil end
+  return bound
+end

@@ -133,3 +133,116 @@ local function stored(k)
   end
   return stored_v2(k, tail)
 end
+
+-- The fast paths' reading of a run (docs/design/hot-path.md: few functions, one table, no
+-- state). It takes only what it is sure load would take, and more strictly (numbers of at
+-- most 15 digits, no field where load ignores one); for anything else it answers nil and the
+-- fast path hands the call, before any write, to the slow path, which judges it as today.
+
+-- The string functions they call most, as locals (a global's field is two lookups a call).
+local str_byte, str_find, str_sub = string.byte, string.find, string.sub
+
+-- Whether x is a canonical decimal of at most 15 digits (so at most MAX_INT - 2).
+local function dec15(x)
+  return x == '0' or (#x <= 15 and str_find(x, '^[1-9]%d*$') ~= nil)
+end
+
+-- The field of header h at pos as stored (a text field with its "n:" prefix), '' when
+-- empty, and where the next one starts; nil at the header's end; nil, nil when malformed.
+local function raw_field(h, pos, text)
+  local c = str_byte(h, pos)
+  if c == nil or c == 32 then return nil, pos end
+  local e
+  if text and c ~= 44 then
+    local digits = string.match(h, '^(%d+):', pos)
+    if not digits or not dec15(digits) then return nil, nil end
+    e = pos + #digits + 1 + tonumber(digits)
+    if str_byte(h, e) ~= 44 then return nil, nil end
+  else
+    e = str_find(h, ',', pos, true)
+    if not e then return nil, nil end
+  end
+  return str_sub(h, pos, e - 1), e + 1
+end
+
+-- The layout 2 run at key k as its raw fields, in FIELDS' order ('' for none; the text
+-- fields with their "n:" prefix; no table: a fast path makes few), then len (the record's
+-- length) and region (its header region's), when its header lies in its last TAIL bytes
+-- and load would take every field; else nil.
+local function raw_run(k)
+  local tail = redis.pcall('GETRANGE', k, -TAIL, -1)
+  if type(tail) ~= 'string' or tail == '' then return nil end
+  local n = #tail
+  local d = str_byte(tail, n) - 48
+  if d < 1 or d > 6 then return nil end
+  local size = str_sub(tail, n - d, n - 1)
+  if size == '0' or not dec15(size) then return nil end
+  size = tonumber(size)
+  if size + d + 1 > n then return nil end
+  local len = n
+  if n == TAIL then len = redis.call('STRLEN', k) end
+  len = len - size - d - 1
+  if len < 0 then return nil end
+  local h = str_sub(tail, n - size - d, n - d - 1)
+  local rev, p = raw_field(h, 1)
+  local own, exp, ck, cdr, cat, wk, wa, wn, wdl, wrev, wpv, pk, pt, tk, px, rt
+  if p then own, p = raw_field(h, p, true) end
+  if p then exp, p = raw_field(h, p) end
+  if p then ck, p = raw_field(h, p, true) end
+  if p then cdr, p = raw_field(h, p) end
+  if p then cat, p = raw_field(h, p) end
+  if p and cat then
+    wk, p = raw_field(h, p)
+    if p then wa, p = raw_field(h, p, true) end
+    if p then wn, p = raw_field(h, p) end
+    if p then wdl, p = raw_field(h, p) end
+    if p then wrev, p = raw_field(h, p) end
+    if p then wpv, p = raw_field(h, p) end
+    if p then pk, p = raw_field(h, p, true) end
+    if p then pt, p = raw_field(h, p) end
+    if p then tk, p = raw_field(h, p) end
+    if p then px, p = raw_field(h, p) end
+    if p then rt, p = raw_field(h, p) end
+  end
+  if not p or not rev or (p <= #h and not str_find(h, '^ *$', p)) then return nil end
+  own, exp, ck, cdr, cat = own or '', exp or '', ck or '', cdr or '', cat or ''
+  tk, px, rt = tk or '', px or '', rt or ''
+  if rev == '0' or not dec15(rev) or own == '0:' or (own == '') ~= (exp == '')
+      or (exp ~= '' and not dec15(exp)) or (cat == '' and (ck ~= '' or cdr ~= ''))
+      or (cat ~= '' and not dec15(cat)) or (cdr ~= '' and not dec15(cdr))
+      or (px ~= '' and px ~= '1') or (rt ~= '' and not dec15(rt))
+      or (tk ~= '' and (not dec15(tk) or tonumber(tk) > 2147483648)) then
+    return nil
+  end
+  wk, wa, wn, wdl, wrev, wpv = wk or '', wa or '', wn or '', wdl or '', wrev or '', wpv or ''
+  pk, pt = pk or '', pt or ''
+  if wk == '' then
+    if wa ~= '' or wn ~= '' or wdl ~= '' or wrev ~= '' or wpv ~= '' or pk ~= '' or pt ~= '' then
+      return nil
+    end
+  elseif (wk ~= 'a' and (wa == '' or wa == '0:')) or (wk == 'a' and wa ~= '')
+      or (wk == 'c' and wn ~= '' and not dec15(wn)) or (wk == 'p' and (wn == '0' or not dec15(wn)))
+      or (wk == 'a' and not dec15(wn)) or (wk ~= 'a' and wk ~= 'c' and wk ~= 'p')
+      or (wdl ~= '' and not dec15(wdl)) or not dec15(wrev) or not dec15(wpv)
+      or pk == '0:' or (pt ~= '' and not dec15(pt)) then
+    return nil
+  end
+  return rev, own, exp, ck, cdr, cat, wk, wa, wn, wdl, wrev, wpv, pk, pt, tk, px, rt, len, size
+end
+
+-- Whether the namespace is as a fast path needs it: one partition (P, nothing after it), at
+-- layout 4 as its meta key records (and this library reads it), no migration under way; each field bounded first. With
+-- extra, a field of at most 15 bytes read with them: its value (false when absent) after
+-- true.
+local function lean_layout(extra)
+  if ARGV[1] ~= P or PARTITION or redis.pcall('HSTRLEN', META, 'layout') ~= 1
+      or redis.call('HSTRLEN', META, 'old-ix') ~= 0
+      or redis.call('HSTRLEN', META, 'partitions') ~= 0
+      or (extra and redis.call('HSTRLEN', META, extra) > 15) then
+    return false
+  end
+  local got = redis.call('HMGET', META, 'layout', 'old-ix', 'partitions', extra or 'layout')
+  -- 4 is what the lean readers read; a library whose newest is below it refuses it (TOO_NEW,
+  -- the slow path's answer).
+  return got[1] == '4' and LAYOUT >= 4 and not got[2] and not got[3], got[4] or false
+end

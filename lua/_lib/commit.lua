@@ -50,12 +50,6 @@ local function coalesced()
   return out
 end
 
--- Send the queued writes as they are: a fast path's, whose keys it read (their types are
--- known) and whose first write grows memory (an OOM refuses it before anything is written).
-local function flush()
-  for i = 1, #WRITES do redis.call(unpack(WRITES[i])) end
-end
-
 -- Send the queued writes, or answer the field of a key of the wrong type (nothing sent).
 -- The caller returns {CORRUPT, field} for the latter.
 local function commit()
