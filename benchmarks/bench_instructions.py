@@ -168,6 +168,17 @@ OPS: list[Op] = [
        lambda p: claims(p, lambda: minimal_claimed(p, 4, p.keys[1], p.keys[0], p.keys[2],
                                                    p.keys[3], p.P, "m", 60_000, 100, 0, 0)),
        ready=True),
+    # claim takes both kinds: over a population of one kind, its floor is that kind's.
+    Op("claim-both-expired", "claim(100) of expired leases, per run", "claim_expired",
+       lambda p: claims(p, lambda: len(p.store.claim("m", 60_000, 100))),
+       lambda p: claims(p, lambda: minimal_claimed(p, 2, p.keys[0], p.keys[2], p.P, "m",
+                                                   60_000, 100, 0, "")),
+       expired=True),
+    Op("claim-both-ready", "claim(100) of ready runs, per run", "claim_ready",
+       lambda p: claims(p, lambda: len(p.store.claim("m", 60_000, 100))),
+       lambda p: claims(p, lambda: minimal_claimed(p, 4, p.keys[1], p.keys[0], p.keys[2],
+                                                   p.keys[3], p.P, "m", 60_000, 100, 0, 0)),
+       ready=True),
 ]
 
 
@@ -198,6 +209,7 @@ def prepare(client: redis.Redis, op: Op, calls: int, namespace: str = NS,
     store.release("n", ["absent"])
     store.claim_expired("m", 60_000, 1)
     store.claim_ready("m", 60_000, 1)
+    store.claim("m", 60_000, 1)
     store.get("w")
     for run in ids:
         store.insert(run, RECORD, Claim("n", 1) if op.expired else Claim("n", LONG))

@@ -38,6 +38,9 @@ WRITES = ("insert", "cas")
 CLAIMS = ("claim_ready", "claim_expired")
 REFUSALS = ("Conflict", "LeaseRefused", "NotFound", "AlreadyExists")
 UNKNOWN = "unavailable"
+# Applied, but its Durability confirmation failed (``applied_unconfirmed``): stored on the
+# primary, never acknowledged, so a later failover may lose it even when a readback found it.
+UNCONFIRMED = "unconfirmed"
 INF = float("inf")
 # How long after a call's end an unknown-outcome request may still have been applied
 # (the server reads bytes a cut connection had already delivered). Conservative.
@@ -93,7 +96,7 @@ class Event:
 
     @property
     def maybe_applied(self) -> bool:
-        return self.outcome in ("ok", UNKNOWN)
+        return self.outcome in ("ok", UNKNOWN, UNCONFIRMED)
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ import pytest
 import redis
 import redis.sentinel
 from faultproxy import FaultProxy
-from history import Event, Final, check_chains
+from history import UNCONFIRMED, Event, Final, check_chains
 from servers import Server, free_port, redis_binary, start, unique_namespace, valkey_binary
 
 from redisstore import (
@@ -110,12 +110,17 @@ class Load:
             kind = "claim" if isinstance(lease, Claim) else "hold"
             try:
                 self.store.compare_and_set(run, rev, record, lease)
-            except Unavailable:
+            except Unavailable as unavailable:
                 try:
                     confirmed: bool | None = confirm_write(self.store, run, rev + 1, record)
                 except Unavailable:
                     confirmed = None
-                self.events.append(Event(OWNER, len(self.events), "cas", "unavailable",
+                # A write whose WAIT failed was never acknowledged: a readback that finds it
+                # on the primary does not make it survive the next failover (Sentinel may
+                # fail over again, to a replica that never had it).
+                outcome = (UNCONFIRMED if unavailable.outcome == "applied_unconfirmed"
+                           else "unavailable")
+                self.events.append(Event(OWNER, len(self.events), "cas", outcome,
                                          run=run, expected=rev, lease=kind, token=token,
                                          prev=prev, confirmed=confirmed))
                 self.state[run] = (rev + 1, token) if confirmed else None

@@ -7,7 +7,16 @@ import json
 from itertools import count
 from typing import Any
 
-from history import Event, Final, check, check_leases, check_renewals, fill_upper_bounds, load
+from history import (
+    UNCONFIRMED,
+    Event,
+    Final,
+    check,
+    check_leases,
+    check_renewals,
+    fill_upper_bounds,
+    load,
+)
 
 _seq = count()
 
@@ -68,6 +77,23 @@ def test_an_unknown_write_that_landed_unconfirmed_may_be_a_link() -> None:
               ev("w2", "cas", run="r", expected=2, lease="hold", token="b", prev="a",
                  b0=3, b1=4)]
     assert kinds(events, {"r": Final(3, "b")}) == []
+
+
+def test_an_unconfirmed_write_found_by_readback_may_still_be_lost() -> None:
+    # Its Durability confirmation failed: never acknowledged, so a later failover may drop
+    # it and another write take its revision; it may also stay.
+    lost_later = [seed(),
+                  ev("w1", "cas", UNCONFIRMED, run="r", expected=1, lease="hold", token="a",
+                     prev="s", confirmed=True, b0=1, b1=2),
+                  ev("w1", "cas", run="r", expected=1, lease="hold", token="b", prev="s",
+                     b0=3, b1=4)]
+    assert kinds(lost_later, {"r": Final(2, "b")}) == []
+    kept = lost_later[:2]
+    assert kinds(kept, {"r": Final(2, "a")}) == []
+    # The same history with the write acknowledged is a fork and a loss.
+    acked = [*lost_later[:1], ev("w1", "cas", run="r", expected=1, lease="hold", token="a",
+                                 prev="s", b0=1, b1=2), lost_later[2]]
+    assert kinds(acked, {"r": Final(2, "b")}) == ["fork", "lost"]
 
 
 def test_two_writers_advancing_one_revision_is_a_fork() -> None:
