@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import fakeredis
+import hypothesis  # noqa: F401  (imported now, not in the terminal summary: see below)
 import pytest
 import redis
 import servers
@@ -101,6 +102,13 @@ def pytest_make_collect_report(collector: pytest.Collector) -> Iterator[pytest.C
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
     servers.FORBIDDEN = None if item.get_closest_marker("server") else item.nodeid
+
+
+# hypothesis's pytest plugin imports hypothesis in its terminal summary when no test did,
+# and pytest rewrites it there with ast.parse. In .ci/run's last stage (the lowest client
+# versions, CPython 3.11.7, a run that finalizes the clients torn down with its tests,
+# below) that parse failed after a green run: "SystemError: AST constructor recursion
+# depth mismatch". Imported here, it is parsed before any test runs.
 
 
 @pytest.hookimpl(wrapper=True)
