@@ -133,6 +133,18 @@ def write_args(p: Prepared, run: str, *rest: Any) -> tuple[Any, ...]:
     return (4, p.key(run), leases, ready, meta, p.P, run, *rest, "", "", "", "", 0)
 
 
+def expired_floor(p: Prepared) -> int:
+    """The minimal claim_expired(100) over p's expired leases, per run claimed."""
+    return claims(p, lambda: minimal_claimed(p, 2, p.keys[0], p.keys[2], p.P, "m", 60_000,
+                                             100, 0, ""))
+
+
+def ready_floor(p: Prepared) -> int:
+    """The minimal claim_ready(100) over p's ready runs, per run claimed."""
+    return claims(p, lambda: minimal_claimed(p, 4, p.keys[1], p.keys[0], p.keys[2], p.keys[3],
+                                             p.P, "m", 60_000, 100, 0, 0))
+
+
 OPS: list[Op] = [
     Op("get", "get", "get",
        lambda p: each(p, p.store.get),
@@ -160,24 +172,20 @@ OPS: list[Op] = [
                                                       r)))),
     Op("claim-expired", "claim_expired(100), per run", "claim_expired",
        lambda p: claims(p, lambda: len(p.store.claim_expired("m", 60_000, 100))),
-       lambda p: claims(p, lambda: minimal_claimed(p, 2, p.keys[0], p.keys[2], p.P, "m",
-                                                   60_000, 100, 0, "")),
+       expired_floor,
        expired=True),
     Op("claim-ready", "claim_ready(100), per run", "claim_ready",
        lambda p: claims(p, lambda: len(p.store.claim_ready("m", 60_000, 100))),
-       lambda p: claims(p, lambda: minimal_claimed(p, 4, p.keys[1], p.keys[0], p.keys[2],
-                                                   p.keys[3], p.P, "m", 60_000, 100, 0, 0)),
+       ready_floor,
        ready=True),
     # claim takes both kinds: over a population of one kind, its floor is that kind's.
     Op("claim-both-expired", "claim(100) of expired leases, per run", "claim_expired",
        lambda p: claims(p, lambda: len(p.store.claim("m", 60_000, 100))),
-       lambda p: claims(p, lambda: minimal_claimed(p, 2, p.keys[0], p.keys[2], p.P, "m",
-                                                   60_000, 100, 0, "")),
+       expired_floor,
        expired=True),
     Op("claim-both-ready", "claim(100) of ready runs, per run", "claim_ready",
        lambda p: claims(p, lambda: len(p.store.claim("m", 60_000, 100))),
-       lambda p: claims(p, lambda: minimal_claimed(p, 4, p.keys[1], p.keys[0], p.keys[2],
-                                                   p.keys[3], p.P, "m", 60_000, 100, 0, 0)),
+       ready_floor,
        ready=True),
 ]
 

@@ -31,7 +31,7 @@
 --- @include CORRUPT, MAX_RECORD_CEILING, MAX_TEXT, OK, P, RUN_KEY, arg_text, DEPS_BUCKETS
 --- @include DEPS_SEP, BUCKET_DIR, BUCKET_AT, arg_int, arg_wait, lease_refusal, commit
 --- @include check_layout, write, PARTITION, arg_lease, MAX_INT, dec15, raw_run, load_at
---- @include rewatch, lean_layout, lease_bucket, lease_out
+--- @include rewatch, lean_layout, lease_bucket, lease_out, put_run
 local run, expected, record, kind, wk2 = ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[8]
 if ARGV[13] or not ARGV[12] or ARGV[1] ~= P or PARTITION or run == '' or #run > MAX_TEXT
     or #record > MAX_RECORD_CEILING or expected == '0' or not dec15(expected)
@@ -92,13 +92,7 @@ end
 local n = #f
 while n > 1 and f[n] == '' do n = n - 1 end
 local h = table.concat(f, ',', 1, n) .. ','
-local digits = #h .. ''
-if #record <= 8192 then
-  redis.call('SET', k, record .. h .. digits .. #digits)
-else
-  redis.call('SET', k, record)
-  redis.call('SETRANGE', k, #record, h .. digits .. #digits)
-end
+put_run(k, record, h)
 if bucket then lease_out(run, bucket, card) end
 return {OK, false, 0, -1}
 --- @slow

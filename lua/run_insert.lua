@@ -28,7 +28,7 @@
 --- @include CORRUPT, EXISTS, OK, MAX_RECORD_CEILING, arg_text, commit, check_layout, load
 --- @include arg_wait, arg_lease, write, deleted_rev, rewatch
 --- @include P, RUN_KEY, MAX_TEXT, MAX_TTL, WAKE_AHEAD, DEPS_BUCKETS, DEPS_SEP, BUCKET_AT
---- @include BUCKET_DIR, LEASES_BUCKETS, dec15, lean_layout, lease_bucket_in
+--- @include BUCKET_DIR, LEASES_BUCKETS, dec15, lean_layout, lease_bucket_in, put_run
 local run, record, kind, owner, ttl = ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
 local wk, wa, wn, wdl, pv = ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11]
 if ARGV[12] or not pv or run == '' or #run > MAX_TEXT or #record > MAX_RECORD_CEILING
@@ -70,13 +70,7 @@ if held then
     h = h .. ',,,p,' .. wa .. ',' .. wn .. ',' .. wdl .. ',' .. rev .. ',' .. pv .. ',' .. wa .. ','
   end
 end
-local digits = #h .. ''
-if #record <= 8192 then
-  redis.call('SET', k, record .. h .. digits .. #digits)
-else
-  redis.call('SET', k, record)
-  redis.call('SETRANGE', k, #record, h .. digits .. #digits)
-end
+put_run(k, record, h)
 if bound then redis.call('ZADD', P .. LEASES_BUCKETS .. BUCKET_AT .. bound, exp, run) end
 return {OK, tonumber(rev), 0, -1}
 --- @slow

@@ -22,7 +22,7 @@
 --- @include CORRUPT, MAX_RENEW, OK, arg_int, arg_text, LEASES_IX, ix_rem, commit
 --- @include check_layout, load, save, place, drop_claim, put_back
 --- @include P, RUN_KEY, MAX_TEXT, READY_BUCKETS, BUCKET_DIR, dec15, raw_run, lean_layout
---- @include lease_bucket, lease_out
+--- @include lease_bucket, lease_out, trailer
 local who, run, pv = ARGV[2], ARGV[4], ARGV[3]
 if ARGV[5] or not run or who == '' or #who > MAX_TEXT or not dec15(pv)
     or tonumber(pv) > 2147483648 or not lean_layout() then
@@ -46,8 +46,7 @@ if tk ~= '' and tk ~= '0' then h = rev .. string.rep(',', 14) .. tk .. ',' end
 if #h <= region then
   redis.call('SETRANGE', k, len, h .. string.rep(' ', region - #h))
 else
-  local digits = #h .. ''
-  redis.call('SETRANGE', k, len, h .. digits .. #digits)
+  redis.call('SETRANGE', k, len, h .. trailer(#h))
 end
 lease_out(run, bound, card)
 return {OK, {run}, 0, -1}

@@ -154,6 +154,8 @@ class _Core:
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._namespace = str(getattr(store, "namespace", ""))
+        #: The first error that ended a loop (a store failing is retried, not this).
+        self.failure: BaseException | None = None
 
     @property
     def held(self) -> list[str]:
@@ -169,11 +171,10 @@ class _Core:
         for job in jobs:
             job._lost.set()
 
-    def _kept(self, job: Job, since: float) -> bool:
-        """Have the keeper hold ``job``'s lease; False when the keeper is closed (the
+    @staticmethod
+    def _kept(keeper: Keeper, job: Job, since: float) -> bool:
+        """Have ``keeper`` hold ``job``'s lease; False when the keeper is closed (the
         worker was killed as the claim came back): the job is lost, never handled."""
-        keeper: Keeper | None = getattr(self, "_keeper", None)
-        assert keeper is not None
         try:
             keeper.add(job.run, since=since)
         except Closed:
@@ -229,7 +230,7 @@ class _Core:
 
     def _loop_ended(self, error: BaseException) -> None:
         """A bug ended a loop: keep the first such error, say so."""
-        self.failure = getattr(self, "failure", None) or error
+        self.failure = self.failure or error
         log.error("redisstore: worker %r: a loop ended", self.owner, exc_info=error)
 
     def _queue_step(self, pipe: Any, finish: tuple[Job, str, bytes | None]
@@ -266,6 +267,16 @@ class _Core:
             self._finished(job, outcome, error)
         else:
             self._finished(job, outcome, None)
+
+    def _finish(self, job: Job, outcome: str, record: bytes | None) -> Any:
+        """Finish the run alone (no pipeline): the store's call (a coroutine, on an
+        asyncio store), or None for a lost lease (nothing of it is the worker's now)."""
+        if outcome == LOST:
+            return None
+        if record is not None:
+            return self.store.compare_and_set(job.run, job.current.revision, record,
+                                              Release())
+        return self.store.release(self.owner, [job.run])
 
     def _finished(self, job: Job, outcome: str, error: BaseException | None) -> None:
         """Count the run's end; a finish the store refused means the lease was lost."""
@@ -306,8 +317,6 @@ class Worker(_Core):
                          max_takeovers=max_takeovers, poll=poll)
         self._keeper: Keeper | None = None
         self._threads: list[threading.Thread] = []
-        #: The first error that ended a loop (the store failing is retried, not this).
-        self.failure: BaseException | None = None
 
     def start(self) -> Worker:
         """Start the loops (once)."""
@@ -391,19 +400,11 @@ class Worker(_Core):
                                    max_takeovers=self.max_takeovers)
         return (got[0] if got else None), since
 
-    def _finish(self, job: Job, outcome: str, record: bytes | None) -> Any:
-        if outcome == LOST:
-            return None
-        if record is not None:
-            return self.store.compare_and_set(job.run, job.current.revision, record,
-                                              Release())
-        return self.store.release(self.owner, [job.run])
-
     def _work(self, claimed: Claimed, since: float) -> tuple[Job, str, bytes | None]:
         assert self._keeper is not None
         job = Job(claimed, self.owner, self.store)
         self._took(job)
-        if not self._kept(job, since):
+        if not self._kept(self._keeper, job, since):
             return job, LOST, None
         result: Any = None
         error: BaseException | None = None
@@ -436,7 +437,6 @@ class AsyncWorker(_Core):
         self._keeper: AsyncKeeper | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._handlers: dict[str, asyncio.Task[Any]] = {}
-        self.failure: BaseException | None = None
 
     def start(self) -> AsyncWorker:
         """Start the loops as tasks of the running event loop (once)."""
@@ -515,11 +515,9 @@ class AsyncWorker(_Core):
             if finish is not None:
                 job, outcome, record = finish
                 try:
-                    if outcome != LOST and record is not None:
-                        await self.store.compare_and_set(job.run, job.current.revision,
-                                                         record, Release())
-                    elif outcome != LOST:
-                        await self.store.release(self.owner, [job.run])
+                    call = self._finish(job, outcome, record)
+                    if call is not None:
+                        await call
                 except StoreError as error:
                     self._finished(job, outcome, error)
                 else:
@@ -534,7 +532,7 @@ class AsyncWorker(_Core):
         assert self._keeper is not None
         job = AsyncJob(claimed, self.owner, self.store)
         self._took(job)
-        if not self._kept(job, since):
+        if not self._kept(self._keeper, job, since):
             return job, LOST, None
         task = asyncio.get_running_loop().create_task(self.handler(job))
         self._handlers[job.run] = task

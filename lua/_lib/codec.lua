@@ -70,9 +70,22 @@ local function header(s)
 end
 
 -- The header region's trailer: its length in decimal, then the count of those digits.
+-- (A size is an integer under MAX_HEADER: `..` writes it exactly, cheaper than a format.)
 local function trailer(size)
-  local digits = int(size)
+  local digits = size .. ''
   return digits .. #digits
+end
+
+-- Write run key k whole, as a fast path does once every check passed: the record, then
+-- the header region h and its trailer. A small record goes in one SET; a big one is not
+-- copied into a Lua string again (SET, then SETRANGE after it).
+local function put_run(k, record, h)
+  if #record <= 8192 then
+    redis.call('SET', k, record .. h .. trailer(#h))
+  else
+    redis.call('SET', k, record)
+    redis.call('SETRANGE', k, #record, h .. trailer(#h))
+  end
 end
 
 -- The longest header region a run may have (6 digits in the trailer).
