@@ -19,7 +19,14 @@ from datetime import UTC, datetime, timedelta
 import fakeredis
 import redis
 
-from redisstore import ConcurrentUpdate, InstanceLease, InstanceRecord, RedisRepository, Status
+from redisstore import (
+    ConcurrentUpdate,
+    InstanceLease,
+    InstanceRecord,
+    RedisRepository,
+    Status,
+    drop_namespace,
+)
 
 GROUP = "engines-eu"
 
@@ -30,7 +37,17 @@ def connect() -> redis.Redis:
 
 
 def main() -> int:
-    repo = RedisRepository(connect(), namespace=f"example-{uuid.uuid4().hex[:8]}")
+    client = connect()
+    namespace = f"example-{uuid.uuid4().hex[:8]}"
+    repo = RedisRepository(client, namespace=namespace)
+    try:
+        return run(repo)
+    finally:
+        repo.close()
+        drop_namespace(client, namespace)  # an example: its keys go (an engine's stay)
+
+
+def run(repo: RedisRepository) -> int:
     repo.migrate()
     repo.register_group(GROUP)
     start = datetime.now(UTC)
