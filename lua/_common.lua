@@ -32,19 +32,33 @@ local function int(n)
   return string.format('%d', n)
 end
 
+-- The arguments the argument checks read: ARGV, or in a script that runs two operations
+-- (a finish and the next claim), the second one's (ARGV[1], then its own).
+local ARGS = ARGV
+
 -- A canonical decimal integer in [lo, hi] (no sign, no leading zero, at most 16 digits),
--- as a number; nil for anything else.
+-- as a number; nil for anything else. ('0' and '1', the most common, skip the pattern and
+-- tonumber: a pointer comparison each, where the two cost the server about 3,500
+-- instructions.)
 local function decimal(s, lo, hi)
-  if type(s) ~= 'string' or #s == 0 or #s > 16 then return nil end
-  if s ~= '0' and not string.find(s, '^[1-9]%d*$') then return nil end
-  local n = tonumber(s)
+  local n
+  if s == '1' then
+    n = 1
+  elseif s == '0' then
+    n = 0
+  else
+    if type(s) ~= 'string' or #s == 0 or #s > 16 or not string.find(s, '^[1-9]%d*$') then
+      return nil
+    end
+    n = tonumber(s)
+  end
   if n < lo or n > hi then return nil end
   return n
 end
 
 -- An ARGV number, or the BADARG error raised before anything is written.
 local function arg_int(i, lo, hi)
-  local n = decimal(ARGV[i], lo, hi)
+  local n = decimal(ARGS[i], lo, hi)
   if n == nil then
     error('BADARG ARGV[' .. i .. '] must be an integer in [' .. int(lo) .. ', ' ..
       int(hi) .. ']')
@@ -54,7 +68,7 @@ end
 
 -- An optional ARGV flag: 1 for '1', 0 when absent or ''; BADARG for anything else.
 local function arg_flag(i)
-  local s = ARGV[i]
+  local s = ARGS[i]
   if s == nil or s == '' then return 0 end
   if s == '1' then return 1 end
   error('BADARG ARGV[' .. i .. '] must be empty or 1')
@@ -91,8 +105,8 @@ end
 -- The reason for a pcall'd read that failed: 'type' for WRONGTYPE (the key is of another
 -- type: the run is corrupt). Any other error (a cluster key that moved away...) aborts the
 -- script: it comes before any write, so the caller is told nothing was applied.
-local function wrong_type(reply)
-  local err = tostring(reply.err)  -- fakeredis hands a userdata
+local function wrong_type(answer)
+  local err = tostring(answer.err)  -- fakeredis hands a userdata
   if string.sub(err, 1, 9) == 'WRONGTYPE' then return 'type' end
   error('ABORTED ' .. err)
 end

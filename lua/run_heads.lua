@@ -1,17 +1,17 @@
 -- run_heads: the first due entries of an index of a partition (or of both), read only: what
 -- a claim over many partitions reads first to give each partition its share
 -- (redisstore.core.partitions).
--- KEYS[1]  P.."ready" (layout 3 index: from layout 4 not read once migrated; routes the call)
--- KEYS[2]  P.."leases" (layout 3 index: from layout 4 not read once migrated)
+-- KEYS[1]  P.."ready"
+-- KEYS[2]  P.."leases"
 -- KEYS[3]  P.."meta"
 -- KEYS[4]  P.."fanout"
 -- ARGV[1]  key prefix           ARGV[2] index: "ready", "leases" or "any" (both, as claim)
 -- ARGV[3]  limit (at most MAX_CLAIM)
 -- Reply    {OK, {run, score, ...}, pending, wait, {entry, version, ...}, outbox size,
 --          {watch, ...}, {unwatch entry, watch, ...}, unwatch queue size}
---          | {TOO_NEW, layout} | {CORRUPT, what}
---          up to limit entries due now (score <= the server's time) of the layout 3 key and
---          up to limit of the buckets, each source in its order (the caller merges them);
+--          | {TOO_NEW, layout} | {TOO_OLD, layout} | {CORRUPT, what}
+--          up to limit entries due now (score <= the server's time) of each index, each in
+--          its order (the caller merges them);
 --          pending 1 when a dependency's waiters are still being re-indexed (the ready
 --          index's claims finish that); wait: 0 when a source has more due entries than it
 --          answered, else ms until its first entry not yet due, -1 when none; then up to
@@ -23,13 +23,12 @@
 --          watch number) to send (the same way), and its size. A size -1: that queue is
 --          damaged (another type, or more bytes than its entries can take), none of it read.
 -- Entries are not checked against their runs: a stale one makes the partition's share too
--- big, and its claim then hands out fewer. Reads at most 8 empty buckets.
--- Also reads, undeclared (same hash tag): from layout 4 the index's directory and buckets
--- (P.."L/", P.."L|".., P.."Q/", P.."Q|"..), and a partition's P.."outbox", P.."unwatch"
--- and the P.."watch:"..run of its outbox entries.
+-- big, and its claim then hands out fewer.
+-- Also reads, undeclared (same hash tag): a partition's P.."outbox", P.."unwatch" and the
+-- P.."watch:"..run of its outbox entries.
 --- @include CORRUPT, MAX_CLAIM, MAX_TEXT, OK, now_ms, P, FANOUT, META, LEASES_IX, OUTBOX
 --- @include READY_IX, UNWATCH_Q, decimal, TYPES, of_type, WATCH_KEY, arg_int, check_layout
---- @include PARTITION, NS, OLD_IX, MAX_INT, card_of, within, buckets, index_intact
+--- @include PARTITION, MAX_INT, within, index_intact
 local ixs
 if ARGV[2] == 'ready' then
   ixs = {READY_IX}
@@ -40,7 +39,7 @@ elseif ARGV[2] == 'any' then
 else
   error('BADARG ARGV[2] must be ready, leases or any')
 end
-if #KEYS ~= 4 or KEYS[1] ~= READY_IX.old or KEYS[2] ~= LEASES_IX.old or KEYS[3] ~= META
+if #KEYS ~= 4 or KEYS[1] ~= READY_IX.key or KEYS[2] ~= LEASES_IX.key or KEYS[3] ~= META
     or KEYS[4] ~= FANOUT then
   error('BADARG KEYS must be the ready, leases, meta and fanout keys of ARGV[1]')
 end
@@ -75,26 +74,9 @@ local function take(page, n)
   return true, n
 end
 
--- Each index a source or two (the caller merges them all).
+-- Each index (the caller merges them).
 for _, ix in ipairs(ixs) do
-  if (NS < 4 or OLD_IX) and ix.old then
-    take(redis.call('ZRANGE', ix.old, 0, limit, 'WITHSCORES'), 0)
-  end
-  if NS >= 4 and of_type(ix.dir, 'zset') then
-    local n, empty = 0, 0
-    for b in buckets(ix) do
-      local key = ix.pre .. b
-      local size = card_of(key)
-      if size and size > 0 then
-        local more
-        more, n = take(redis.call('ZRANGE', key, 0, limit - n, 'WITHSCORES'), n)
-        if not more then break end
-      else
-        empty = empty + 1
-        if empty >= 8 then break end
-      end
-    end
-  end
+  take(redis.call('ZRANGE', ix.key, 0, limit, 'WITHSCORES'), 0)
 end
 local pending = 0
 if ixs[1] == READY_IX and redis.call('ZCARD', FANOUT) > 0 then pending = 1 end

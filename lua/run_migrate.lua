@@ -1,139 +1,152 @@
--- run_migrate: one bounded step of moving the namespace to layout 4 (one string per run;
--- deletes and poison runs; bucketed indexes).
+-- run_migrate: one bounded step of moving a namespace an earlier library wrote (layouts 1 to
+-- 4) to layout 5, offline: every other script refuses it (TOO_OLD) until the step that
+-- ends the migration records layout 5.
 -- KEYS[1]  P.."meta"
 -- ARGV[1]  key prefix           ARGV[2] SCAN COUNT of this step (at most MAX_MIGRATE)
 -- Reply    {OK, {runs moved, done 0|1, damaged, index entries moved}} | {TOO_NEW, layout}
---          | {CORRUPT, field}
--- The first step records layout 4, old-ix (the layout 3 index keys may hold entries) and a
--- SCAN cursor in meta. From then on every write stores a run as a string and indexes it in
--- buckets, and a library that knows only layouts 1 to 3 refuses the namespace (TOO_NEW)
--- instead of misreading it; runs still in layout 1 keep being read and are rewritten by
--- their next write or by a step here, and entries still in the old index keys keep being
--- claimed (merged in order) until a step moves them. A step does one of: move up to count
--- entries of the old P.."leases", or up to count / 4 of the old P.."ready" (each run's
--- header gets its ready time), or visit one SCAN page of the namespace's keys: convert its
--- layout 1 runs (records of at most MAX_MIGRATE_BYTES in all, at least one run) and move
--- up to count waiters of each old P.."d:"..dep set, keeping the cursor on the page until
--- all of it is done. A damaged run is left as it is and listed in the quarantine as
--- "migrate|run". A pass ends when SCAN's cursor comes back to 0; a pass that moved
--- anything is followed by another, and the first that moves nothing ends the migration:
--- it removes the cursor and old-ix.
--- Also touches, undeclared (same hash tag): P.."r:"..run of each run its SCAN page finds,
--- P.."d:"..dep of each such set it finds, P.."leases" and P.."ready", the buckets and
--- directories of every index, P.."quarantine" (a damaged run).
---- @include CORRUPT, MAX_MIGRATE, MAX_MIGRATE_BYTES, OK, P, int, decimal, arg_int, later
---- @include QUARANTINE, META, LAYOUT, NS, OLD_IX, MAX_INT, of_type, LEASES_IX, READY_IX
---- @include deps_ix, ix_add, commit, check_layout, run_key, load, save
+--          | {CORRUPT, field} | {PARTITIONED, count} | {UNCOUNTED}
+-- A namespace at layout 5, or a new one (no layout recorded, no index keys), is done at
+-- once: a new one's layout is recorded. Else a step visits one SCAN page of the namespace's
+-- keys from meta's migrate-cursor: each run key of layouts 1 to 4 is rewritten in layout 5
+-- (records of at most MAX_MIGRATE_BYTES a step, at least one run; old.lua says how each
+-- field goes), one already in layout 5 is passed over, a damaged one left as it is and
+-- listed in the quarantine as "migrate|run"; the entries of layout 4's buckets go to the
+-- flat indexes, and its buckets and directories go (at most MAX_MIGRATE_ENTRIES a step).
+-- A page cut short by a budget is visited again. A pass ends when SCAN's cursor comes back
+-- to 0; one that moved anything is followed by another (a cursor kept across a restart or
+-- a failover means nothing to the new server process: SCAN may have skipped keys), and the
+-- first that moves nothing ends the migration: meta records layout 5 (layout, v5) and
+-- drops the cursor, the pass's count (migrate-pass) and old-ix; from layout 4, the fan-out
+-- cursors go too (a pending fan-out starts its waiters' set over). A cursor an earlier
+-- library's migration left (without migrate-pass) is not resumed: the first pass starts
+-- at 0. Writes are queued and sent at the end, the meta's first (under maxmemory the
+-- server refuses the step before it writes anything).
+-- Also touches, undeclared (same hash tag): P.."r:"..run of each run its page finds, the
+-- buckets and directories of layout 4's indexes it finds (P.."L|"..bound, P.."L/",
+-- P.."Q|"..bound, P.."Q/", P.."D"..n..":"..dep.."|"..bound, P.."D"..n..":"..dep.."/"),
+-- P.."leases", P.."ready" and P.."d:"..dep (the entries moved; with no layout recorded,
+-- the first two are read), P.."quarantine" (a damaged run), P.."fanout-cursor".
+--- @include CORRUPT, OK, TOO_OLD, MAX_MIGRATE, MAX_MIGRATE_BYTES, MAX_MIGRATE_ENTRIES
+--- @include MAX_RECORD_CEILING, MAX_INT, LAYOUT, P, META, QUARANTINE, FANOUT_CURSOR, RUN_KEY
+--- @include LEASES_BUCKETS, READY_BUCKETS, DEPS_BUCKETS, RECORDED, WRITES, TYPES, READ
+--- @include int, decimal, arg_int, later, of_type, check_layout, commit, writes_ok
+--- @include touch_writes, coalesced, save, old_hash, old_string, old_state, old_index
 local count = arg_int(2, 1, MAX_MIGRATE)
-local bad_layout = check_layout()
-if bad_layout then return bad_layout end
-local first = NS < LAYOUT
-local from = NS
-local got = redis.call('HMGET', META, 'migrate-cursor', 'migrate-moved')
-local cursor, pass_moved = got[1], decimal(got[2] or '0', 0, MAX_INT)
-if cursor and (not string.find(cursor, '^%d+$') or #cursor > 20) then
-  return {CORRUPT, 'meta.migrate-cursor', 0, -1}
-end
-if not pass_moved then return {CORRUPT, 'meta.migrate-moved', 0, -1} end
--- A pass is needed from layout 1 (hash runs), and until the old index keys are empty.
-if not cursor and (from == 1 or first or OLD_IX) then cursor, pass_moved = '0', 0 end
-if not of_type(QUARANTINE, 'hash') then return {CORRUPT, 'quarantine', 0, -1} end
-NS = LAYOUT
-if first then
-  later('HSET', META, 'layout', int(LAYOUT), 'old-ix', '1')
-  OLD_IX = true
-end
-if not cursor then
+local refused = check_layout()
+if refused and refused[1] ~= TOO_OLD then return refused end
+if not refused then
+  -- Layout 5 already, or a new namespace: commit records its layout.
+  if not RECORDED then later('HSETNX', META, 'v5', '1') end
   local bad_write = commit()
   if bad_write then return {CORRUPT, bad_write, 0, -1} end
   return {OK, {0, 1, 0, 0}, 0, -1}
 end
-local moved, damaged, entries = 0, 0, 0
-local function old_page(ix, n)
-  if not of_type(ix.old, 'zset') then return {} end
-  return redis.call('ZRANGE', ix.old, 0, n - 1, 'WITHSCORES')
+local from = refused[2]
+for _, field in ipairs({'migrate-cursor', 'migrate-pass'}) do
+  if redis.call('HSTRLEN', META, field) > 20 then return {CORRUPT, 'meta.' .. field, 0, -1} end
 end
-local leases = old_page(LEASES_IX, count)
-local ready = #leases == 0 and old_page(READY_IX, math.max(1, math.floor(count / 4))) or {}
-for i = 1, #leases, 2 do
-  ix_add(LEASES_IX, leases[i], decimal(leases[i + 1], 0, MAX_INT) or 0)
-  entries = entries + 1
+local got = redis.call('HMGET', META, 'migrate-cursor', 'migrate-pass', 'layout')
+local cursor, pass = '0', 0
+if got[2] then
+  cursor, pass = got[1] or '0', decimal(got[2], 0, MAX_INT)
+  if not pass then return {CORRUPT, 'meta.migrate-pass', 0, -1} end
+  if not string.find(cursor, '^%d+$') then return {CORRUPT, 'meta.migrate-cursor', 0, -1} end
 end
-local bytes = 0
-for i = 1, #ready, 2 do
-  local run, t = ready[i], decimal(ready[i + 1], 0, MAX_INT) or 0
-  local s = load(run)
-  -- A layout 1 run is rewritten whole: records of at most MAX_MIGRATE_BYTES a step.
-  local size = s and s.v == 1 and redis.call('HSTRLEN', run_key(run), 'rec') or 0
-  if entries > 0 and bytes + size > MAX_MIGRATE_BYTES then break end
-  bytes = bytes + size
-  if s and s.v == 1 then moved = moved + 1 end
-  if s then
-    -- The run's state says where its entry is (layout 4): keep it true.
-    ix_add(READY_IX, run, t, s.rx)
-    s.rt = t
-    save(run, s)
-  else
-    ix_add(READY_IX, run, t)  -- a claim that meets it quarantines it
-  end
-  entries = entries + 1
-end
-if #leases > 0 or #ready > 0 then
-  later('HSET', META, 'migrate-cursor', cursor, 'migrate-moved',
-    int(pass_moved + moved + entries))
-  local bad_write = commit()
-  if bad_write then return {CORRUPT, bad_write, 0, -1} end
-  return {OK, {moved, 0, 0, entries}, 0, -1}
-end
--- SCAN's MATCH is a glob: the namespace's own *?[]\ are escaped.
-local pattern = string.gsub(P, '([%*%?%[%]\\])', '\\%1') .. '[rd]:*'
+-- SCAN's MATCH is a glob: the namespace's own *?[]\ are escaped. Run keys and layout 4's
+-- index keys start with these letters (so do a few others: passed over by name).
+local pattern = string.gsub(P, '([%*%?%[%]\\])', '\\%1') .. '[' .. string.sub(RUN_KEY, 1, 1)
+  .. LEASES_BUCKETS .. READY_BUCKETS .. DEPS_BUCKETS .. ']*'
 local page = redis.call('SCAN', cursor, 'MATCH', pattern, 'COUNT', count)
-local whole = true
+local moved, damaged, entries, bytes, work, whole = 0, 0, 0, 0, 0, true
 for _, k in ipairs(page[2]) do
-  local t = redis.call('TYPE', k)
-  t = t.ok or t
-  local kind = string.sub(k, #P + 1, #P + 2)
-  if kind == 'r:' and t == 'hash' then
-    local size = redis.call('HSTRLEN', k, 'rec')
-    if moved > 0 and bytes + size > MAX_MIGRATE_BYTES then
+  local rest, t = string.sub(k, #P + 1), 'none'
+  -- A key SCAN gives twice (while the server rehashes) is visited once: the writes queued
+  -- for it are not made yet, so it would read as it was.
+  if not READ[k] then
+    t = redis.call('TYPE', k)
+    t = t.ok or t
+    TYPES[k], READ[k] = t, true
+  end
+  if t == 'none' then
+    -- Gone since SCAN named it (expired), or a duplicate: nothing to do.
+  elseif string.sub(rest, 1, #RUN_KEY) == RUN_KEY then
+    local run, raw, bad, s = string.sub(rest, #RUN_KEY + 1), nil, nil, nil
+    if t == 'hash' then
+      raw, bad = old_hash(k)
+    elseif t == 'string' then
+      raw, bad = old_string(k)
+    else
+      bad = 'type'
+    end
+    if raw and raw ~= true then
+      s, bad = old_state(raw)
+      -- A record longer than any store writes: layout 5 would never read it.
+      if s and raw.len > MAX_RECORD_CEILING then s, bad = false, 'record' end
+    end
+    if s and bytes > 0 and bytes + raw.size > MAX_MIGRATE_BYTES then
       whole = false
       break
     end
-    local run = string.sub(k, #P + 3)
-    local s, bad = load(run)
     if s then
-      bytes = bytes + size
-      save(run, s)
+      bytes = bytes + raw.size
+      if raw.region then
+        s.len, s.region = raw.len, raw.region
+        save(run, s)
+      else
+        save(run, s, redis.call('HGET', k, 'rec'))
+      end
       moved = moved + 1
-    else
-      -- Counted once, though a page cut by the byte budget is visited again.
+    elseif bad then
+      if not of_type(QUARANTINE, 'hash') then return {CORRUPT, 'quarantine', 0, -1} end
+      -- Counted once, though a page cut by a budget, and every pass, visits it again.
       if redis.call('HEXISTS', QUARANTINE, 'migrate|' .. run) == 0 then
         damaged = damaged + 1
       end
-      later('HSET', QUARANTINE, 'migrate|' .. run, bad or 'missing')
+      later('HSET', QUARANTINE, 'migrate|' .. run, bad)
     end
-  elseif kind == 'd:' and t == 'set' then
-    local ix = deps_ix(string.sub(k, #P + 3))
-    local n = redis.call('SCARD', k)
-    for _, w in ipairs(redis.call('SRANDMEMBER', k, count)) do ix_add(ix, w, 0) end
-    entries = entries + math.min(n, count)
-    if n > count then whole = false end
+  else
+    local ix, dir = old_index(rest)
+    if ix and t == 'zset' then
+      local n = redis.call('ZCARD', k)
+      local take = math.min(n, MAX_MIGRATE_ENTRIES - work)
+      if take > 0 and not dir then
+        local moving = redis.call('ZRANGE', k, 0, take - 1, 'WITHSCORES')
+        for i = 1, #moving, 2 do
+          if ix.scored then
+            later('ZADD', ix.key, moving[i + 1], moving[i])
+          else
+            later('SADD', ix.key, moving[i])
+          end
+        end
+        entries = entries + take
+      end
+      work = work + take
+      if take == n then
+        later('DEL', k)
+      else
+        if take > 0 then later('ZREMRANGEBYRANK', k, 0, take - 1) end
+        whole = false
+      end
+    end
   end
 end
-local done = 0
 if whole then cursor = page[1] end
-pass_moved = pass_moved + moved + entries
-if whole and cursor == '0' and pass_moved == 0 then
-  later('HDEL', META, 'migrate-cursor', 'migrate-moved', 'old-ix')
+pass = pass + moved + entries
+local first, done = nil, 0
+if whole and cursor == '0' and pass == 0 then
+  first = {'HSET', META, 'layout', int(LAYOUT), 'v5', '1'}
+  later('HDEL', META, 'migrate-cursor', 'migrate-pass', 'migrate-moved', 'old-ix')
+  if from == 4 and of_type(FANOUT_CURSOR, 'hash') then later('DEL', FANOUT_CURSOR) end
   done = 1
-elseif whole and cursor == '0' then
-  -- A pass that moved anything is followed by another: a cursor kept across a restart or a
-  -- failover means nothing to the new server process (SCAN may have skipped keys), so
-  -- only a whole pass that finds nothing to move ends the migration.
-  later('HSET', META, 'migrate-cursor', '0', 'migrate-moved', '0')
 else
-  later('HSET', META, 'migrate-cursor', cursor, 'migrate-moved', int(pass_moved))
+  if whole and cursor == '0' then pass = 0 end
+  first = {'HSET', META, 'migrate-cursor', cursor, 'migrate-pass', int(pass)}
+  -- Found by its index keys: recorded, so that it is refused whatever they come to hold.
+  if not got[3] then first[#first + 1], first[#first + 2] = 'layout', int(from) end
 end
-local bad_write = commit()
+table.insert(WRITES, 1, first)
+local bad_write = writes_ok()
 if bad_write then return {CORRUPT, bad_write, 0, -1} end
+touch_writes()
+for _, w in ipairs(coalesced()) do redis.call(unpack(w)) end
 return {OK, {moved, done, damaged, entries}, 0, -1}

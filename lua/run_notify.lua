@@ -10,11 +10,10 @@
 -- ARGV[5]  optional: the dependency's partition d            ARGV[6] the watch of this
 --          partition there as the claim read it (0: none)
 -- Reply    {OK, 1 when the mirror rose else 0} | {CORRUPT, field} | {TOO_NEW, layout}
+--          | {TOO_OLD, layout}
 -- Also touches, undeclared (same hash tag): P.."depv", P.."d:"..dep and the P.."r:" of its
 -- waiters (re-indexed), P.."fanout-cursor", P.."quarantine", P.."wake-ready" (signals),
 -- P.."unwatched" and P.."unwatch" (an unwatch begun).
--- From layout 4 also the buckets and directories of the indexes it reads or changes
--- (P.."Q|".., P.."Q/", P.."D"..#dep..":"..dep.."|".. and "/").
 --- @include CORRUPT, OK, MAX_PARTITIONS, arg_int, FANOUT, PARTITION, MAX_INT, arg_text
 --- @include of_type, commit, check_layout, raise_mirror, notify_dependents, mirror_of, idle
 --- @include unwatch

@@ -4,7 +4,7 @@
 -- Reply    {OK, {next cursor, {"index|run", reason, ...}}}
 --- @include CORRUPT, OK, of_type
 local cursor = ARGV[2]
-if not string.find(cursor, '^%d+$') or #cursor > 20 then
+if type(cursor) ~= 'string' or not string.find(cursor, '^%d+$') or #cursor > 20 then
   error('BADARG ARGV[2] must be a cursor')
 end
 if not of_type(KEYS[1], 'hash') then return {CORRUPT, 'quarantine', 0, -1} end

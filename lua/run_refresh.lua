@@ -1,24 +1,22 @@
 -- run_refresh: re-derive a run's wait from its current record (the caller ran discover on
 -- the record it read at revision expected); changes no record, revision or lease.
 -- KEYS[1]  P.."r:"..run
--- KEYS[2]  P.."ready" (layout 3 index: from layout 4 not read once migrated; routes the call)
+-- KEYS[2]  P.."ready"
 -- KEYS[3]  P.."meta"
 -- ARGV[1]  key prefix           ARGV[2] run               ARGV[3] expected revision
 -- ARGV[4..7] wait: kind ('' none, 'c', 'p', 'a'), dependency/key, seen/interval/due, deadline
 -- ARGV[8]  projection version
+-- ARGV[9..12] optional: a dependency of another partition's watch (arg_wait)
 -- Reply    {REWATCH, unwatched} (its dependency's watch may be undone: watch again, above
 --          unwatched, and send again; nothing written) | {OK, indexed 0|1} | {NOT_FOUND} | {CONFLICT, current} (the record moved on)
---          | {CORRUPT, field} | {TOO_NEW, layout}
+--          | {CORRUPT, field} | {TOO_NEW, layout} | {TOO_OLD, layout}
 -- Also touches, undeclared (same hash tag): P.."leases" and P.."fanout" (their types
 -- checked), P.."d:"..dep (the waiters of its old and new dependency), P.."r:"..dep,
 -- P.."wake-ready" (signals).
 -- In a partition ({ns#p}:) also P.."depv" (dependencies of other partitions), P.."watch:"..run
 -- and P.."outbox" (its writes announced to the partitions waiting on it).
--- From layout 4 also the buckets and directories of the indexes it reads or changes
--- (P.."L|".., P.."L/", P.."Q|".., P.."Q/", P.."D"..#dep..":"..dep.."|".. and "/").
 --- @include CORRUPT, OK, MAX_INT, arg_int, arg_text, commit, check_layout, save, load_at
---- @include place, arg_wait, apply_wait
---- @include rewatch
+--- @include place, arg_wait, apply_wait, rewatch
 local run = arg_text(2)
 local expected = arg_int(3, 0, MAX_INT)
 local w, pv = arg_wait(4)

@@ -1,20 +1,28 @@
 -- run_renew: extend to now + ttl every listed lease that owner holds live.
--- KEYS[1]  P.."leases" (layout 3 index: from layout 4 not read once migrated; routes the call)
+-- KEYS[1]  P.."leases"
 -- KEYS[2]  P.."meta"
 -- ARGV[1]  key prefix           ARGV[2] owner             ARGV[3] ttl ms
 -- ARGV[4..] run ids (distinct, at most MAX_RENEW)
 -- Reply    {OK, {renewed run ids, in the given order}} | {TOO_NEW, layout}
+--          | {TOO_OLD, layout} | {CORRUPT, field}
 --          A corrupt run among them is not renewed (and does not stop the others), nor a
---          poison run (quarantined by claim_expired).
+--          poison run (quarantined by a claim). The grant (its token) stays.
 -- Also touches, undeclared (same hash tag): P.."r:"..run of each listed run, P.."wake-leases"
 -- (a signal, when a lease is due earlier than every other).
--- From layout 4 also the buckets and directories of the indexes it reads or changes
--- (P.."L|".., P.."L/", P.."Q|".., P.."Q/", P.."D"..#dep..":"..dep.."|".. and "/").
+-- Fast path: runs lean_run reads, a ttl of at least WAKE_AHEAD, in a namespace of one
+-- partition at layout 5 (lean_one.lua's lean_renew); any other case, before anything is
+-- written, takes the general code.
 --- @include CORRUPT, MAX_RENEW, OK, arg_int, MAX_TTL, now_ms, arg_text, LEASES_IX
---- @include index_intact, commit, check_layout, load, save, hold
+--- @include index_intact, commit, check_layout, load, save, index_lease, lean_renew
+local reply = lean_renew()
+if reply then
+  return reply
+end
+--- @slow
 local owner = arg_text(2)
 local ttl = arg_int(3, 1, MAX_TTL)
 if #ARGV - 3 > MAX_RENEW then error('BADARG at most ' .. MAX_RENEW .. ' runs per renew') end
+for i = 4, #ARGV do arg_text(i) end
 local bad_layout = check_layout()
 if bad_layout then return bad_layout end
 if not index_intact(LEASES_IX) then return {CORRUPT, 'index:leases', 0, -1} end
@@ -25,9 +33,10 @@ for i = 4, #ARGV do
   local s = load(run)
   -- An expired lease is never renewed: a renewal that arrives after a handoff must not
   -- make the old owner live again. Nor is a poison run's (live again only if the server
-  -- clock stepped back): a write or a release puts it back.
-  if s and s.own == owner and s.exp > now and not s.px then
-    hold(run, s, owner, now + ttl)
+  -- clock stepped back): a write, a release or restore puts it back.
+  if s and s.own == owner and s.exp > now and s.px ~= 'p' then
+    s.exp = now + ttl
+    index_lease(run, s, s.exp)
     save(run, s)
     out[#out + 1] = run
   end

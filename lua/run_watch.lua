@@ -15,7 +15,7 @@
 -- P.."watch-seq" (the last watch number given).
 --- @include CORRUPT, MAX_PARTITIONS, OK, P, WATCH_SEQ, arg_text, int, decimal, TYPES
 --- @include of_type, WATCH_KEY, arg_int, commit, check_layout, later, PARTITION
---- @include version_of, watchers, rewatch_all, MAX_INT, deleted_rev, set_aside
+--- @include version_of, watchers, rewatch_all, MAX_INT, deleted_floor, set_aside
 local run = arg_text(2)
 local all = ARGV[3] == '*' and arg_int(5, 2, MAX_PARTITIONS)
 local watcher = all and 0 or arg_int(3, 0, MAX_PARTITIONS - 1)
@@ -24,7 +24,8 @@ if ARGV[4] ~= nil and ARGV[4] ~= '' then floor = arg_int(4, 0, MAX_INT - 1) end
 if not PARTITION then error('BADARG ARGV[1] must be the prefix of a partition, {ns#p}:') end
 local bad_layout = check_layout()
 if bad_layout then return bad_layout end
-if not deleted_rev() then return {CORRUPT, 'meta.deleted-rev', 0, -1} end
+local floor, bad = deleted_floor()
+if not floor then return {CORRUPT, bad, 0, -1} end
 local key = P .. WATCH_KEY .. run
 -- A damaged watch key is set aside: every partition watches (rewatch_all).
 local ws = watchers(run) or rewatch_all(run)

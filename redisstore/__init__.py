@@ -3,7 +3,9 @@
 Every public name is importable from here; docs/api.md lists them.
 """
 
-from importlib.metadata import PackageNotFoundError
+# Private names: what the package imports for itself is not part of its surface
+# (dir(redisstore) shows __all__ and the submodules).
+from importlib.metadata import PackageNotFoundError as _PackageNotFoundError
 from importlib.metadata import version as _version
 
 from .core.driver import Durability
@@ -34,6 +36,8 @@ from .runs import (
     ClaimInfo,
     Current,
     Discover,
+    Failure,
+    Fenced,
     Free,
     Held,
     Hold,
@@ -52,12 +56,12 @@ from .runs import (
 from .security import acl_rule
 from .shells.aio import AsyncPipeline, AsyncRedisRepository, AsyncRedisRunStore
 from .shells.store import Pipeline, RedisRepository, RedisRunStore
-from .worker import AsyncJob, AsyncWorker, Job, Worker
+from .worker import AsyncJob, AsyncWorker, Job, Retry, Unrecoverable, Worker
 
 try:
     #: The installed version of the package (its metadata; a bare checkout says so).
     __version__ = _version("redisstore")
-except PackageNotFoundError:  # pragma: no cover - imported from a checkout never installed
+except _PackageNotFoundError:  # pragma: no cover - imported from a checkout never installed
     __version__ = "0+unknown"
 
 __all__ = [
@@ -80,6 +84,8 @@ __all__ = [
     "Current",
     "Discover",
     "Durability",
+    "Failure",
+    "Fenced",
     "Free",
     "Held",
     "Hold",
@@ -106,12 +112,14 @@ __all__ = [
     "Release",
     "Repartitioned",
     "Repository",
+    "Retry",
     "RunStore",
     "Seize",
     "Status",
     "StoreError",
     "Unavailable",
     "UnknownGroup",
+    "Unrecoverable",
     "Wait",
     "Worker",
     "__version__",

@@ -52,6 +52,8 @@ IMPORTS = {
     "Spread": ".core.driver",
     "Claimed": ".runs",
     "Current": ".runs",
+    "Failure": ".runs",
+    "Fenced": ".runs",
     "Lease": ".runs",
     "Quarantined": ".runs",
     "RunOps": ".core.runops",

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 if TYPE_CHECKING:
     from .core.driver import Operation, Spread
     from .core.runops import RunOps, Share
-    from .runs import Claimed, Current, Lease
+    from .runs import Claimed, Current, Failure, Fenced, Lease
 
 T = TypeVar("T")
 
@@ -81,6 +81,16 @@ class PartitionOps:
     def delete(self, run: str, expected: int, lease: Lease) -> Operation[None]:
         """See :meth:`RunOps.delete`: in the partition of ``run``."""
         return self._one(run, lambda part: part.delete(run, expected, lease), write=True)
+
+    def finish(self, run: str, expected: int, lease: Fenced, *, record: bytes | None = None,
+               failure: Failure | None = None) -> Operation[None]:
+        """See :meth:`RunOps.finish`: in the partition of ``run``."""
+        return self._one(run, lambda part: part.finish(
+            run, expected, lease, record=record, failure=failure), write=True)
+
+    def restore(self, run: str) -> Operation[bool]:
+        """See :meth:`RunOps.restore`: in the partition of ``run``."""
+        return self._one(run, lambda part: part.restore(run), write=True)
 
     @overload
     def claim_expired(self, owner: str, ttl: int, limit: int = 1, *,

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from .core.partitions import PartitionedOps
     from .core.pipeline import Pending
     from .core.runops import RunOps
-    from .runs import Claimed, Current, Lease
+    from .runs import Claimed, Current, Failure, Fenced, Lease
 
 T = TypeVar("T")
 
@@ -73,6 +73,15 @@ class PipelineOps:
     def delete(self, run: str, expected: int, lease: Lease) -> Pending[None]:
         """Queue :meth:`redisstore.RedisRunStore.delete`."""
         return self._queue(self._ops.delete(run, expected, lease))
+
+    def finish(self, run: str, expected: int, lease: Fenced, *, record: bytes | None = None,
+               failure: Failure | None = None) -> Pending[None]:
+        """Queue :meth:`redisstore.RedisRunStore.finish`."""
+        return self._queue(self._ops.finish(run, expected, lease, record=record, failure=failure))
+
+    def restore(self, run: str) -> Pending[bool]:
+        """Queue :meth:`redisstore.RedisRunStore.restore`."""
+        return self._queue(self._ops.restore(run))
 
     @overload
     def claim_expired(self, owner: str, ttl: int, limit: int = 1, *,

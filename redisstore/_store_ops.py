@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from .core.driver import Operation, Spread
     from .core.partitions import PartitionedOps
     from .core.runops import RunOps
-    from .runs import Claimed, Current, Lease, Quarantined
+    from .runs import Claimed, Current, Failure, Fenced, Lease, Quarantined
 
 T = TypeVar("T")
 
@@ -55,8 +55,9 @@ class StoreOps:
         """What :meth:`get` answers for each of ``runs`` that exists, by run, in the order of
         ``runs``; a run that does not exist is absent from the dict. At most ``MAX_RENEW``
         (150) runs; one round trip (a store of partitions: one per node, at once) but where
-        their records pass ``MAX_CLAIM_BYTES`` (2 MiB), whose rest is read in further calls.
-        Raises ``Corrupt`` for a run whose stored data fails its checks."""
+        their records pass ``MAX_CLAIM_BYTES`` (2 MiB), whose rest is read in further calls,
+        each within the store's ``timeout`` of its own. Raises ``Corrupt`` for a run whose
+        stored data fails its checks."""
         return self._read(self._ops.get_many(runs))
 
     def insert(self, run: str, record: bytes, lease: Lease) -> int:
@@ -90,9 +91,35 @@ class StoreOps:
         revision, so a stale ``expected`` never matches again.
 
         Raises ``NotFound``, ``Conflict(current)`` or ``LeaseRefused(holder)``; nothing is
-        written then. Needs layout 3 (:meth:`migrate`), else ``Misconfigured``.
+        written then.
         """
         self._write(self._ops.delete(run, expected, lease))
+
+    def finish(self, run: str, expected: int, lease: Fenced, *, record: bytes | None = None,
+               failure: Failure | None = None) -> None:
+        """End the grant ``lease`` (a :class:`~redisstore.Fenced`: ``Current.token`` of the
+        claim that took the run) of ``run`` at revision ``expected``, one of three ways:
+
+        - ``record``: write it as revision ``expected + 1`` and free the run (its attempts,
+          takeovers and ``not_before`` start again);
+        - neither: free the run, nothing written;
+        - ``failure``: a failed try: its attempts go up by one; then it is quarantined
+          (``quarantined()`` lists it under ``failed``) if ``failure.final`` or once they
+          reach ``failure.max_attempts``, else freed and held back from ready claims for
+          ``failure.delay`` ms (its ``not_before``).
+
+        Raises ``NotFound``, ``Conflict(current)`` or ``LeaseRefused(holder)`` (the run is
+        not under that grant: another claim, ``Seize`` or release came since); nothing is
+        written then. ``lease.release`` plays no part: a finish always ends the grant.
+        """
+        self._write(self._ops.finish(run, expected, lease, record=record, failure=failure))
+
+    def restore(self, run: str) -> bool:
+        """Put a quarantined run (poison or failed) back: out of the quarantine, its
+        takeovers, attempts and ``not_before`` cleared, claimable again as its lease and
+        wait say. Whether it was quarantined (False: nothing written). Raises
+        ``NotFound``."""
+        return self._write(self._ops.restore(run))
 
     @overload
     def claim_expired(self, owner: str, ttl: int, limit: int = 1, *,
@@ -117,8 +144,7 @@ class StoreOps:
         With ``max_takeovers=N``, a run whose expired lease was already handed to another
         owner ``N`` times since its last write (``Current.takeovers``) is not handed out
         again: it goes to the quarantine as poison (:meth:`quarantined`) until a write or
-        :meth:`release` puts it back. Needs layout 3 (:meth:`migrate`), else
-        ``Misconfigured``.
+        :meth:`release` puts it back.
 
         With ``block=ms``, when nothing is claimable, wait up to ``block`` ms and claim as
         soon as a lease expires (docs/runs.md, "Waiting for work").
@@ -166,10 +192,9 @@ class StoreOps:
 
         ``records=True`` hands back ``Claimed(run, current)`` values, as the other claims
         do. ``max_takeovers=N`` quarantines a poison run among the expired leases, as
-        :meth:`claim_expired` does (needs layout 3, else ``Misconfigured``). With
-        ``block=ms``, when nothing is claimable, wait up to ``block`` ms and claim at
-        whichever comes first: a run made ready or a lease's expiry (docs/runs.md, "One
-        claim for all work").
+        :meth:`claim_expired` does. With ``block=ms``, when nothing is claimable, wait up to
+        ``block`` ms and claim at whichever comes first: a run made ready or a lease's
+        expiry (docs/runs.md, "One claim for all work").
         """
         return self._claim("any", limit, block, lambda: self._ops.claim(
             owner, ttl, limit, records=records, max_takeovers=max_takeovers))

@@ -11,6 +11,9 @@
 - ``redisstore bench [--ops N] [--json] [--plot PNG]``: each store call's rate and
   latency percentiles, in one table (see :mod:`redisstore.bench`).
 - ``redisstore drop --namespace NS --yes``: delete every key of a namespace.
+- ``redisstore dashboard [--namespace NS]... [--host H] [--port P] [--allow-actions
+  --token-file F] [--demo]``: the operator's web dashboard (:mod:`redisstore.dashboard`);
+  ``--demo`` runs it over embedded fakeredis with a workload running.
 - ``redisstore --version``.
 
 The server is ``--url``, else ``REDISSTORE_URL``. A URL's credentials are never printed;
@@ -30,7 +33,7 @@ from typing import Any
 from urllib.parse import unquote
 
 from . import Claim, Free, Held, Hold, LeaseRefused, RedisRunStore, Release, __version__
-from .core.keys import Keyspace
+from .core.keys import Keyspace, check_namespace
 from .core.partitions import MAX_PARTITIONS, partition_of
 from .discovery import json_wait
 from .namespaces import drop_namespace, namespace_keys
@@ -108,6 +111,8 @@ def _guarded(command: str, url: str | None, out: Any, body: Callable[[Any], int]
     except KeyboardInterrupt:
         print(f"redisstore {command}: interrupted", file=out)
         return INTERRUPTED
+    except BrokenPipeError:
+        raise  # the reader of the output went away (`| head -1`): main ends quietly
     except Exception as exc:
         text = _auth_problem(exc) or hide(f"{type(exc).__name__}: {exc}", url)
         print(f"redisstore {command} failed on {redact(url) if url else 'fakeredis'}: {text}",
@@ -229,19 +234,23 @@ def inspect(url: str | None, namespace: str, run: str | None, as_json: bool,
                     lambda o: _inspect(url, namespace, run, as_json, o, scan_limit))
 
 
+def run_layout(client: Any, keys: Keyspace) -> int:
+    """The run layout a namespace (or a partition, ``keys``) is at, as the scripts read it
+    (lua/_lib/layout.lua): 5 where its meta records ``v5``, else its ``layout``; none
+    recorded, 1 when its flat indexes exist (a namespace written before layouts were
+    recorded: not a partition's), else 5 (never written). A damaged field reads as 0."""
+    v5, got = client.hmget(keys.meta, "v5", "layout")
+    if v5 is not None:
+        return 5
+    if got is None:
+        return 1 if keys.partition is None and client.exists(keys.leases, keys.ready) else 5
+    value = got.decode("ascii", "replace") if isinstance(got, bytes) else str(got)
+    return int(value) if value.isdigit() and len(value) <= 7 else 0
+
+
 def index_keys(client: Any, keys: Keyspace, index: str) -> list[bytes]:
-    """Every key that may hold entries of run index ``index`` (``"leases"``, ``"ready"``):
-    its layout 3 sorted set (kept until ``migrate()`` empties it), then layout 4's buckets
-    in order, read from the directory in pages (the scripts' own order; no script runs)."""
-    directory, prefix = keys.buckets(index)
-    found = [getattr(keys, index).encode(), prefix.encode()]
-    offset = 0
-    while True:
-        page = client.zrangebylex(directory, "-", "+", start=offset, num=1000)
-        found += [prefix.encode() + bound for bound in page if bound]
-        offset += len(page)
-        if len(page) < 1000:
-            return found
+    """The key of run index ``index`` (``"leases"``, ``"ready"``): one sorted set."""
+    return [getattr(keys, index).encode()]
 
 
 def _each(client: Any, keys: list[bytes], command: str, *args: Any) -> list[Any]:
@@ -304,7 +313,7 @@ def _inspect(url: str | None, namespace: str, run: str | None, as_json: bool, ou
                 if runs >= scan_limit:
                     truncated = True
                     break
-        layout = client.hget(spaces[0].meta, "layout")
+        layout = run_layout(client, spaces[0])
         counts = [(*_index_counts(client, keys, "leases", now),
                    *_index_counts(client, keys, "ready", now)) for keys in spaces]
         held, held_expired, waiting, ready_now = (sum(c[i] for c in counts) for i in range(4))
@@ -312,8 +321,9 @@ def _inspect(url: str | None, namespace: str, run: str | None, as_json: bool, ou
             "namespace": namespace, "partitions": len(spaces),
             "repository_partitions": repository_partitions(client, namespace),
             "server_time_ms": now,
-            # A namespace with no layout recorded was never written: it starts at 4.
-            "layout": int(layout) if layout else 4,
+            # Below 5 the store refuses it until migrate() (its layout 4 buckets are not
+            # counted above).
+            "layout": layout,
             "runs": runs, f"runs_counted_only_up_to_{scan_limit}": truncated,
             "held": held, "held_expired": held_expired,
             "waiting": waiting, "ready_now": ready_now,
@@ -397,6 +407,46 @@ def clock_skew(samples: list[tuple[str, float, float]]) -> Finding:
     return ("ok", apart, "")
 
 
+#: What a server answers to SELECT of a database it does not have (Redis, Valkey).
+_NO_SUCH_DATABASE = "DB index is out of range"
+
+
+def _missing_database(client: Any) -> Finding:
+    """The finding for a URL whose database the server does not have: every command on
+    the connection fails (its SELECT did), which would read as INFO and TIME denied. How
+    many the server has comes from ``CONFIG GET databases`` on database 0."""
+    import redis
+
+    pool = client.connection_pool
+    db = pool.connection_kwargs.get("db", 0)
+    probe = redis.Redis(connection_pool=redis.ConnectionPool(
+        connection_class=pool.connection_class, **{**pool.connection_kwargs, "db": 0}))
+    try:
+        got, _ = _ask(lambda: probe.config_get("databases"))
+    finally:
+        probe.close()
+    count = str((got or {}).get("databases", ""))
+    if count.isdigit():
+        return ("block", f"database {db} does not exist on this server (it has {count})",
+                f"give a database number below {count} in the URL (0 to {int(count) - 1}; "
+                "redis://host:port/0 is the default)")
+    return ("block", f"database {db} does not exist on this server (SELECT {db}: "
+            f"{_NO_SUCH_DATABASE})", "give a database the server has in the URL "
+            "(redis://host:port/0, the default)")
+
+
+def _print_findings(found: list[Finding], as_json: bool, out: Any) -> int:
+    """Print doctor's findings; its exit code: 1 when one blocks safe use, else 0."""
+    if as_json:
+        print(json.dumps([{"severity": sev, "finding": what, "fix": fix}
+                          for sev, what, fix in found], indent=2), file=out)
+    else:
+        for sev, what, fix in found:
+            print(f"{sev.upper():<6} {what}" + (f"\n       fix: {fix}" if fix else ""),
+                  file=out)
+    return 1 if any(sev == "block" for sev, _, _ in found) else 0
+
+
 def _doctor(url: str | None, namespace: str, as_json: bool, out: Any) -> int:
     client = _client(url)
     try:  # nothing listening, a wrong password: one line and exit 2, not findings
@@ -404,6 +454,9 @@ def _doctor(url: str | None, namespace: str, as_json: bool, out: Any) -> int:
     except Exception as exc:
         if type(exc).__name__ not in ("NoPermissionError", "ResponseError"):
             raise  # a user without +ping is connected all the same
+        if _NO_SUCH_DATABASE in str(exc):
+            # Every later check would fail the same way, and read as denied by the ACL.
+            return _print_findings([_missing_database(client)], as_json, out)
 
     found: list[Finding] = []
     info, denied = _ask(client.info)
@@ -495,14 +548,18 @@ def _doctor(url: str | None, namespace: str, as_json: bool, out: Any) -> int:
         found.append(("block", f"the store cannot run on namespace {namespace!r} ({failed})",
                       f"grant the user acl_rule(namespace, partitions={len(spaces)})"))
     else:
-        got = client.hget(spaces[0].meta, "layout")
-        # A namespace with no layout recorded was never written: it starts at 4.
-        layout = int(got) if got else 4
+        layout = run_layout(client, spaces[0])
         spread = f" over {len(spaces)} partitions" if len(spaces) > 1 else ""
-        found.append(("ok" if layout >= 3 else "info", f"namespace {namespace!r}{spread}: "
-                      f"the store runs; run layout {layout}", "" if layout >= 3 else
-                      "store.migrate() once every node runs this version (half the memory "
-                      "per run; delete and poison runs need it)"))
+        if layout == 5:
+            found.append(("ok", f"namespace {namespace!r}{spread}: the store runs; run "
+                          "layout 5", ""))
+        else:
+            found.append(("block", f"namespace {namespace!r}{spread} is at run layout "
+                          f"{layout}, which this version refuses (every call raises "
+                          "Misconfigured)", "layout 1 to 4: stop every node of the "
+                          "namespace, call store.migrate() once with this version, then "
+                          "start them (docs/runs.md, Layouts and migrate()); another: "
+                          "the version that wrote it"))
         records, _ = _ask(lambda: repository_partitions(client, namespace))
         if records and records > 1:
             found.append(("ok", f"namespace {namespace!r}: its instance repository is spread "
@@ -510,14 +567,7 @@ def _doctor(url: str | None, namespace: str, as_json: bool, out: Any) -> int:
     store.close()
     if cluster_client is not None:
         cluster_client.close()
-    if as_json:
-        print(json.dumps([{"severity": sev, "finding": what, "fix": fix}
-                          for sev, what, fix in found], indent=2), file=out)
-    else:
-        for sev, what, fix in found:
-            print(f"{sev.upper():<6} {what}" + (f"\n       fix: {fix}" if fix else ""),
-                  file=out)
-    return 1 if any(sev == "block" for sev, _, _ in found) else 0
+    return _print_findings(found, as_json, out)
 
 
 def bench_command(url: str | None, ops: int, as_json: bool, plot_to: str | None,
@@ -558,13 +608,84 @@ def drop(url: str | None, namespace: str, yes: bool, out: Any = None) -> int:
     return _guarded("drop", url, out, body)
 
 
+def dashboard(url: str | None, namespaces: list[str], host: str, port: int, *,
+              demo: bool = False, allow_actions: bool = False, token: str | None = None,
+              out: Any = None, ready: Callable[[int], None] | None = None) -> int:
+    """Serve the dashboard on ``host:port`` until Ctrl-C (exit 130); with ``demo``, over a
+    workload of its own (on embedded fakeredis unless ``url``; what it wrote on a server
+    is removed at the end). ``ready`` is told the port once it listens (0 picks one)."""
+    return _guarded("dashboard", url, out, lambda o: _dashboard(
+        url, namespaces, host, port, demo, allow_actions, token, o, ready))
+
+
+def _dashboard(url: str | None, namespaces: list[str], host: str, port: int, demo: bool,
+               allow_actions: bool, token: str | None, out: Any,
+               ready: Callable[[int], None] | None) -> int:
+    import socket
+
+    from .dashboard import app
+    from .dashboard.demo import Workload
+    from .dashboard.serving import server
+
+    listening = socket.create_server((host, port))  # taken now: a busy port fails here
+    client = _client(url)
+    workload = None
+    if demo:
+        suffix = "" if url is None else f"-{uuid.uuid4().hex[:6]}"
+        workload = Workload(client, f"demo-orders{suffix}", f"demo-billing{suffix}")
+        namespaces = [*namespaces, workload.namespace, workload.quiet]
+    label = redact(url) if url else "fakeredis (embedded)"
+    import ipaddress
+
+    try:
+        loopback = ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = host == "localhost"
+    board = app(client, namespaces=namespaces, allow_actions=allow_actions, token=token,
+                label=label, hide=lambda text: hide(text, url),
+                # On loopback only this machine's names: a site whose name another DNS
+                # answer points here gets nothing (DNS rebinding).
+                hosts=("127.0.0.1", "localhost", "::1", host) if loopback else None)
+    bound = listening.getsockname()[1]
+    shown = f"[{host}]" if ":" in host else host
+    try:
+        if workload is not None:
+            workload.start()
+        print(f"redisstore dashboard on http://{shown}:{bound}/ ({label}; "
+              f"{'actions allowed' if allow_actions else 'read-only'}); Ctrl-C stops it",
+              file=out, flush=True)
+        if ready is not None:
+            ready(bound)
+        server(board).run(sockets=[listening])
+    finally:
+        listening.close()
+        if workload is not None:
+            workload.stop()
+            if url is not None:
+                drop_namespace(client, workload.namespace)
+                drop_namespace(client, workload.quiet)
+        board.dashboard.source.close()
+    return 0
+
+
+def namespace_arg(value: str) -> str:
+    """``--namespace``'s check, the one every command uses (as the stores check it): a
+    refusal is the command's usage and one message, before any server is reached."""
+    try:
+        return check_namespace(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            "a namespace must not be empty, nor hold braces or '#' (its keys' hash tag is "
+            f"{{namespace}}, and '#' names one of its partitions'): got {value!r}") from None
+
+
 def parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
     """The ``redisstore`` command's parser, and each command's own parser by its name."""
     parser = argparse.ArgumentParser(
         prog="redisstore", formatter_class=argparse.RawDescriptionHelpFormatter,
         description="redisstore: a distributed lease store on Redis and Valkey.",
-        epilog="The server is --url, else $REDISSTORE_URL, else embedded fakeredis (demo "
-               "and bench only). Credentials in a URL are never printed.")
+        epilog="The server is --url, else $REDISSTORE_URL, else embedded fakeredis (demo, "
+               "bench and dashboard --demo only). Credentials in a URL are never printed.")
     parser.add_argument("--version", action="version", version=f"redisstore {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
@@ -575,18 +696,19 @@ def parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
 
     run_demo = sub.add_parser("demo", help="two engine nodes sharing runs (the default)")
     url_option(run_demo)
-    run_demo.add_argument("--namespace", help="where to write (default: demo-<random>)")
+    run_demo.add_argument("--namespace", type=namespace_arg,
+                          help="where to write (default: demo-<random>)")
     run_demo.add_argument("--keep", action="store_true",
                           help="leave what the demo wrote (to inspect it)")
     run_inspect = sub.add_parser("inspect", help="what a namespace holds, or one run")
     url_option(run_inspect)
-    run_inspect.add_argument("--namespace", required=True)
+    run_inspect.add_argument("--namespace", required=True, type=namespace_arg)
     run_inspect.add_argument("run", nargs="?", help="one run to show")
     run_inspect.add_argument("--json", action="store_true", help="print JSON")
     run_doctor = sub.add_parser("doctor", help="is this server safe for leases? (exit 1 if "
                                 "not)")
     url_option(run_doctor)
-    run_doctor.add_argument("--namespace", default="redisstore",
+    run_doctor.add_argument("--namespace", default="redisstore", type=namespace_arg,
                             help="the namespace to check the store on (default: redisstore)")
     run_doctor.add_argument("--json", action="store_true", help="print JSON")
     run_bench = sub.add_parser("bench", help="how long each store call takes, in one table")
@@ -594,18 +716,60 @@ def parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
     run_bench.add_argument("--ops", type=int, default=500, help="calls per operation")
     run_bench.add_argument("--json", action="store_true", help="print JSON")
     run_bench.add_argument("--plot", metavar="PNG", help="draw the percentiles (matplotlib)")
-    run_bench.add_argument("--namespace", help="where to write (default: bench-<random>); "
+    run_bench.add_argument("--namespace", type=namespace_arg,
+                           help="where to write (default: bench-<random>); "
                            "it is removed afterwards")
     run_drop = sub.add_parser("drop", help="delete every key of a namespace")
     url_option(run_drop)
-    run_drop.add_argument("--namespace", required=True)
+    run_drop.add_argument("--namespace", required=True, type=namespace_arg)
     run_drop.add_argument("--yes", action="store_true", help="really delete")
+    run_dashboard = sub.add_parser("dashboard", help="the operator's web dashboard")
+    url_option(run_dashboard)
+    run_dashboard.add_argument("--namespace", action="append", default=[],
+                               type=namespace_arg, help="a namespace to show (repeat it for "
+                               "more; others are found by a scan the page offers)")
+    run_dashboard.add_argument("--host", default="127.0.0.1",
+                               help="the address to listen on (default: 127.0.0.1, this "
+                                    "machine only)")
+    run_dashboard.add_argument("--port", type=int, default=8080,
+                               help="the port to listen on (default: 8080; 0: any free one)")
+    run_dashboard.add_argument("--allow-actions", action="store_true",
+                               help="let an operator who gives the token release, restore "
+                                    "and delete runs (default: read-only)")
+    run_dashboard.add_argument("--token-file", metavar="F",
+                               help="the file holding the operator's token (with "
+                                    "--allow-actions)")
+    run_dashboard.add_argument("--demo", action="store_true",
+                               help="run a demo workload and show it (embedded fakeredis "
+                                    "unless --url)")
     return parser, {"demo": run_demo, "inspect": run_inspect, "doctor": run_doctor,
-                    "bench": run_bench, "drop": run_drop}
+                    "bench": run_bench, "drop": run_drop, "dashboard": run_dashboard}
+
+
+#: The exit code of a command whose reader went away (``redisstore demo | head -1``):
+#: 128 + SIGPIPE, what a shell reports for a command a closed pipe ended.
+BROKEN_PIPE = 141
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``redisstore`` command."""
+    """Entry point of the ``redisstore`` command. A closed stdout ends it quietly, with
+    exit code :data:`BROKEN_PIPE` (what it was doing cleans up in its ``finally``)."""
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        # Python flushes stdout once more at exit, which would fail again and print
+        # "Exception ignored": point it at the null device (the standard recipe).
+        try:
+            fd = sys.stdout.fileno()
+        except (AttributeError, OSError, ValueError):
+            return BROKEN_PIPE  # not a file (a test's StringIO): nothing is flushed at exit
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, fd)
+        os.close(devnull)
+        return BROKEN_PIPE
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser, commands = parsers()
     run_inspect, run_doctor = commands["inspect"], commands["doctor"]
     run_bench, run_drop = commands["bench"], commands["drop"]
@@ -615,8 +779,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         # nothing of the command's own options.
         commands.get(args.command, parser).error(
             f"unrecognized arguments: {' '.join(unknown)}")
-    if getattr(args, "namespace", None) == "":
-        commands[args.command or "demo"].error("--namespace must not be empty")
     url = getattr(args, "url", None) or os.environ.get("REDISSTORE_URL") or None
     if args.command == "inspect":
         if url is None:
@@ -639,8 +801,42 @@ def main(argv: Sequence[str] | None = None) -> int:
         if url is None:
             run_drop.error("drop needs a server: --url or $REDISSTORE_URL")
         return drop(url, args.namespace, args.yes)
+    if args.command == "dashboard":
+        return _dashboard_args(commands["dashboard"], args, url)
     return demo(url, namespace=getattr(args, "namespace", None),
                 keep=getattr(args, "keep", False))
+
+
+def _dashboard_args(command: argparse.ArgumentParser, args: argparse.Namespace,
+                    url: str | None) -> int:
+    """The dashboard command's checks, each a usage error before anything starts."""
+    import importlib.util
+
+    missing = [m for m in ("starlette", "jinja2", "uvicorn")
+               if importlib.util.find_spec(m) is None]
+    if missing:
+        command.error(f"the dashboard needs {', '.join(missing)}: pip install "
+                      "'redisstore[dashboard]'")
+    if url is None and not args.demo:
+        command.error("dashboard needs a server: --url or $REDISSTORE_URL (or --demo, on "
+                      "embedded fakeredis)")
+    if not 0 <= args.port <= 65535:
+        command.error("--port must be between 0 and 65535")
+    token = None
+    if args.allow_actions:
+        if not args.token_file:
+            command.error("--allow-actions needs --token-file: the operator's token")
+        try:
+            with open(args.token_file, encoding="utf-8") as f:
+                token = f.read().strip()
+        except OSError as exc:
+            command.error(f"cannot read --token-file: {exc.strerror}")
+        if len(token or "") < 16:
+            command.error("the token file must hold a token of 16 characters or more")
+    elif args.token_file:
+        command.error("--token-file is for --allow-actions")
+    return dashboard(url, args.namespace, args.host, args.port, demo=args.demo,
+                     allow_actions=args.allow_actions, token=token)
 
 
 if __name__ == "__main__":

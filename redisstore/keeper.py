@@ -117,6 +117,8 @@ class Keeper:
         self._stopped = False
         self._release_on_close = False
         self._requests: list[tuple[list[str], concurrent.futures.Future[list[str]]]] = []
+        #: When the keeper's thread wakes next on its own (monotonic; 0: it is not asleep).
+        self._waking = 0.0
         self.failure: BaseException | None = None
         self.max_lateness = 0.0
         self._thread = threading.Thread(target=self._run, name=f"redisstore-keeper-{owner}",
@@ -146,7 +148,11 @@ class Keeper:
             else:
                 self._due = min(self._due, since + self.renew_every / 1000)
                 self._urgent = self._urgent or self._due <= now
-            self._cond.notify()
+            # Wake the keeper's thread only if it must act before it would wake anyway: a
+            # worker adds and discards a run per claim, and a wake-up per run (a thread
+            # switch, the lock passed back and forth) cost more than the run's own call.
+            if self._urgent or self._due < self._waking:
+                self._cond.notify()
 
     def add_all(self, runs: Iterable[str], *, since: float | None = None) -> None:
         """:meth:`add` for each of ``runs`` (what a claim returned)."""
@@ -230,10 +236,11 @@ class Keeper:
                 or (bool(self._held) and now >= self._due)
                 or (bool(self._retry) and now >= self._retry_at))
 
-    def _next_wake(self) -> float | None:
-        """How long the keeper's thread may sleep (None: until it is woken)."""
+    def _next_wake(self) -> float:
+        """How long the keeper's thread may sleep: until its next round or retry, or, idle,
+        a period (so that a run added meanwhile, due a period after it, needs no wake-up)."""
         if not self._held:
-            return None
+            return self.renew_every / 1000
         soonest = min(self._due, self._retry_at) if self._retry else self._due
         return max(soonest - time.monotonic(), 0.0)
 
@@ -243,7 +250,10 @@ class Keeper:
             while True:
                 with self._cond:
                     while not self._round_due():
-                        self._cond.wait(self._next_wake())
+                        sleep = self._next_wake()
+                        self._waking = time.monotonic() + sleep
+                        self._cond.wait(sleep)
+                        self._waking = 0.0
                     if self._stopped:
                         return
                     requests, self._requests = self._requests, []

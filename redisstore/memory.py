@@ -28,6 +28,8 @@ from .runs import (
     ClaimInfo,
     Current,
     Discover,
+    Failure,
+    Fenced,
     Free,
     Held,
     Hold,
@@ -39,12 +41,15 @@ from .runs import (
     Release,
     Seize,
     Wait,
+    check_failure,
+    check_fenced,
     check_flag,
     check_lease,
     check_limit,
     check_listing_limit,
     check_max_takeovers,
     check_migrate_count,
+    check_new_lease,
     check_owner,
     check_projection_version,
     check_record,
@@ -108,8 +113,17 @@ class _Run:
     wrev: int = 0
     wpv: int = 0
     poll_time: int | None = None  # last ready-claim time of the current Poll key
-    takeovers: int = 0  # claim_expired handoffs to another owner since the last write
-    poisoned: bool = False  # quarantined by claim_expired(max_takeovers=...)
+    takeovers: int = 0  # expired leases handed to another owner since the run finished
+    attempts: int = 0  # failed tries (failures, expired leases taken) since it finished
+    grants: int = 0  # the last grant's token (the run's lease is held under it)
+    not_before: int | None = None  # a failed try's back-off: no ready claim before it
+    quarantine: str | None = None  # "poison" (max_takeovers) or "failed" (a failure)
+    error: str | None = None  # the failure's text, while quarantined as failed
+    reason: str = ""  # why it is quarantined (the listing's reason)
+
+    @property
+    def poisoned(self) -> bool:
+        return self.quarantine == "poison"
 
 
 class MemoryRunStore(_NothingToClose):
@@ -130,8 +144,9 @@ class MemoryRunStore(_NothingToClose):
         self._runs: dict[str, _Run] = {}
         self._ready: dict[str, int] = {}
         self._dependents: dict[str, set[str]] = {}
-        # The highest revision a deleted run had: insert starts above it (no ABA).
-        self._deleted = [0]
+        # The highest revision and the highest grant token a deleted run had: an id
+        # inserted again starts above both (no ABA, no token used twice).
+        self._deleted = [0, 0]
         self._lock = threading.RLock()
         # Blocked claims wait on it; every write wakes them to look again.
         self._changed = threading.Condition(self._lock)
@@ -174,20 +189,22 @@ class MemoryRunStore(_NothingToClose):
 
     def _current(self, state: _Run, now: int) -> Current:
         return Current(state.rev, state.rec, self._holder(state, now), state.claim,
-                       state.takeovers)
+                       state.takeovers, state.grants if state.own is not None else None,
+                       state.attempts, state.not_before, state.quarantine)
 
     # ------------------------------------------------------------------ writes
 
     def insert(self, run: str, record: bytes, lease: Lease) -> int:
         """Create ``run`` and return its revision: 1 (one above the highest revision a
         deleted run had); raises ``AlreadyExists`` if it exists."""
-        run, record, lease = check_run(run), check_record(record), check_lease(lease)
+        run, record, lease = check_run(run), check_record(record), check_new_lease(lease)
         wait = self._derive(record)
         with self._lock:
             if run in self._runs:
                 raise AlreadyExists(run)
             now = self._clock()
-            state = self._runs[run] = _Run(rev=self._deleted[0] + 1, rec=record)
+            state = self._runs[run] = _Run(rev=self._deleted[0] + 1, rec=record,
+                                           grants=self._deleted[1])
             if isinstance(lease, Claim | Seize):
                 self._take(run, state, lease.owner, now + lease.ttl)
             self._after_write(run, state, wait, now)
@@ -200,15 +217,23 @@ class MemoryRunStore(_NothingToClose):
         wait = self._derive(record)
         with self._lock:
             state, now = self._checked(run, expected, lease)
-            state.rev += 1
-            state.rec = record
-            self._put_back(run, state)
-            state.takeovers = 0
-            if isinstance(lease, Claim | Seize):
-                self._take(run, state, lease.owner, now + lease.ttl)
-            elif isinstance(lease, Release):
-                state.own, state.exp, state.claim = None, 0, None
-            self._after_write(run, state, wait, now)
+            self._written(run, state, record, lease, wait, now)
+
+    def _written(self, run: str, state: _Run, record: bytes, lease: Lease,
+                 wait: Wait | None, now: int) -> None:
+        """A write accepted: the next revision with ``record``, the lease condition's
+        effect, the wait. A checkpoint (``Hold``, ``Fenced`` keeping the lease) keeps the
+        run's counters; every other write starts them again."""
+        state.rev += 1
+        state.rec = record
+        keeps = isinstance(lease, Hold) or (isinstance(lease, Fenced) and not lease.release)
+        self._put_back(run, state, counters=not keeps)
+        state.not_before = None
+        if isinstance(lease, Claim | Seize):
+            self._take(run, state, lease.owner, now + lease.ttl)
+        elif isinstance(lease, Release) or (isinstance(lease, Fenced) and lease.release):
+            state.own, state.exp, state.claim = None, 0, None
+        self._after_write(run, state, wait, now)
 
     def _checked(self, run: str, expected: int, lease: Lease) -> tuple[_Run, int]:
         """The run and the time, once the revision and then the lease condition passed
@@ -222,6 +247,9 @@ class MemoryRunStore(_NothingToClose):
         holder = self._holder(state, now)
         if isinstance(lease, Hold):
             allowed = isinstance(holder, Held) and holder.owner == lease.owner
+        elif isinstance(lease, Fenced):
+            allowed = (isinstance(holder, Held) and holder.owner == lease.owner
+                       and state.grants == lease.token)
         elif isinstance(lease, Claim):
             allowed = (not isinstance(holder, Held) or holder.owner == lease.owner
                        or not holder.live)
@@ -238,6 +266,7 @@ class MemoryRunStore(_NothingToClose):
         with self._lock:
             state, now = self._checked(run, expected, lease)
             self._deleted[0] = max(self._deleted[0], state.rev)
+            self._deleted[1] = max(self._deleted[1], state.grants)
             self._set_wait(run, state, None)
             del self._runs[run]
             self._ready.pop(run, None)
@@ -255,7 +284,7 @@ class MemoryRunStore(_NothingToClose):
                 state = self._runs.get(run)
                 if state is not None and state.own == owner:
                     state.own, state.exp, state.claim = None, 0, None
-                    self._put_back(run, state)
+                    self._put_back(run, state, counters=False)
                     self._reindex(run, state, now, dependency_write=False)
                     released.append(run)
             self._changed.notify_all()
@@ -312,13 +341,11 @@ class MemoryRunStore(_NothingToClose):
             state = self._runs[run]
             takeover = state.own != owner
             if takeover and max_takeovers is not None and state.takeovers >= max_takeovers:
-                state.poisoned = True
+                state.quarantine, state.reason = "poison", f"takeovers={state.takeovers}"
                 continue
             if not budget.fits(state.rec, claimed):
                 break
-            self._take(run, state, owner, now + ttl)
-            if takeover:
-                state.takeovers += 1
+            self._take_expired(run, state, owner, now + ttl)
             claimed.append(run)
         if claimed:
             self._changed.notify_all()  # new leases: blocked claim_expired calls look again
@@ -404,13 +431,11 @@ class MemoryRunStore(_NothingToClose):
                 continue
             takeover = state.own != owner
             if takeover and max_takeovers is not None and state.takeovers >= max_takeovers:
-                state.poisoned = True
+                state.quarantine, state.reason = "poison", f"takeovers={state.takeovers}"
                 continue
             if not budget.fits(state.rec, claimed):
                 break
-            self._take(run, state, owner, now + ttl)
-            if takeover:
-                state.takeovers += 1
+            self._take_expired(run, state, owner, now + ttl)
             claimed.append(run)
         if claimed:
             self._changed.notify_all()  # new leases: blocked claims look again
@@ -432,6 +457,18 @@ class MemoryRunStore(_NothingToClose):
                 if at is not None:
                     remaining = min(remaining, max(at - self._clock(), 1) / 1000)
                 self._changed.wait(min(remaining, wakeups.REARM))
+
+    def _wait_for_work(self, seconds: float, event: threading.Event) -> None:
+        """A worker's wait for work: until a write (every one wakes the waiters),
+        :meth:`_nudge`, or ``seconds``."""
+        with self._changed:
+            if not event.is_set():
+                self._changed.wait(seconds)
+
+    def _nudge(self) -> None:
+        """Wake every worker waiting for work (a stopping worker's loops)."""
+        with self._changed:
+            self._changed.notify_all()
 
     def _ready_due(self) -> int | None:
         return min(self._ready.values(), default=None)
@@ -488,13 +525,61 @@ class MemoryRunStore(_NothingToClose):
         return Migrated()
 
     def quarantined(self, limit: int = 1000) -> list[Quarantined]:
-        """The poison runs ``claim_expired(..., max_takeovers=N)`` stopped handing out (the
-        memory store keeps no index a foreign write could damage)."""
+        """The poison runs ``claim_expired(..., max_takeovers=N)`` stopped handing out and
+        the runs a failure quarantined (the memory store keeps no index a foreign write
+        could damage)."""
         limit = check_listing_limit(limit)
         with self._lock:
-            found = sorted(run for run, s in self._runs.items() if s.poisoned)
-            return [Quarantined("poison", run, f"takeovers={self._runs[run].takeovers}")
-                    for run in found[:limit]]
+            found = sorted((s.quarantine, run) for run, s in self._runs.items()
+                           if s.quarantine is not None)
+            return [Quarantined(index, run, self._runs[run].reason, self._runs[run].error)
+                    for index, run in found[:limit]]
+
+    def finish(self, run: str, expected: int, lease: Fenced, *, record: bytes | None = None,
+               failure: Failure | None = None) -> None:
+        """End the grant ``lease`` (see :meth:`redisstore.RedisRunStore.finish`)."""
+        run, expected, lease = check_run(run), check_revision(expected), check_fenced(lease)
+        failure = check_failure(failure)
+        if record is not None:
+            record = check_record(record)
+            if failure is not None:
+                raise ValueError("finish takes a record or a failure, not both")
+        wait = None if record is None else self._derive(record)
+        with self._lock:
+            state, now = self._checked(run, expected, lease)
+            if record is not None:
+                self._written(run, state, record, Fenced(lease.owner, lease.token, True),
+                              wait, now)
+                return
+            state.own, state.exp, state.claim = None, 0, None
+            self._put_back(run, state, counters=False)
+            if failure is not None:
+                state.attempts += 1
+                if failure.final or (failure.max_attempts is not None
+                                     and state.attempts >= failure.max_attempts):
+                    state.quarantine, state.error = "failed", failure.error
+                    state.reason = "final" if failure.final else f"attempts={state.attempts}"
+                else:
+                    state.not_before = now + failure.delay if failure.delay else None
+            self._reindex(run, state, now, dependency_write=False)
+            self._changed.notify_all()
+
+    def restore(self, run: str) -> bool:
+        """Put a quarantined run back: its counters and back-off cleared, claimable as its
+        lease and wait say; whether it was quarantined."""
+        run = check_run(run)
+        with self._lock:
+            state = self._runs.get(run)
+            if state is None:
+                raise NotFound(run)
+            if state.quarantine is None:
+                return False
+            state.quarantine, state.error, state.reason = None, None, ""
+            state.takeovers = state.attempts = 0
+            state.not_before = None
+            self._reindex(run, state, self._clock(), dependency_write=False)
+            self._changed.notify_all()
+            return True
 
     # ------------------------------------------------------------------ the scripts' steps
 
@@ -508,10 +593,20 @@ class MemoryRunStore(_NothingToClose):
         return Held(state.own, state.exp > now)
 
     def _take(self, run: str, state: _Run, owner: str, exp: int) -> None:
+        """A grant: ``owner`` holds the run until ``exp``, under a new token."""
         if state.own != owner:
             state.claim = None
         state.own, state.exp = owner, exp
+        state.grants += 1
         self._ready.pop(run, None)
+
+    def _take_expired(self, run: str, state: _Run, owner: str, exp: int) -> None:
+        """A claim of an expired lease: the try it ended counts as failed; handed to
+        another owner, it is a takeover."""
+        if state.own != owner:
+            state.takeovers += 1
+        state.attempts += 1
+        self._take(run, state, owner, exp)
 
     def _claim_ready(self, run: str, state: _Run, owner: str, now: int, ttl: int) -> None:
         wait = state.wait
@@ -530,7 +625,8 @@ class MemoryRunStore(_NothingToClose):
 
     def _eligible_at(self, state: _Run, now: int) -> int | None:
         wait = state.wait
-        if state.own is not None or wait is None or state.wrev != state.rev or state.wpv < self._pv:
+        if (state.own is not None or wait is None or state.wrev != state.rev
+                or state.wpv < self._pv or state.quarantine is not None):
             return None
         at: int | None = None
         deadline: int | None = None
@@ -545,6 +641,8 @@ class MemoryRunStore(_NothingToClose):
             deadline = wait.deadline
         if deadline is not None and (at is None or deadline < at):
             at = deadline
+        if at is not None and state.not_before is not None and state.not_before > at:
+            at = state.not_before
         return at
 
     def _reindex(self, run: str, state: _Run, now: int, *, dependency_write: bool) -> None:
@@ -570,10 +668,14 @@ class MemoryRunStore(_NothingToClose):
         state.wait, state.wrev, state.wpv = wait, state.rev, self._pv
 
     @staticmethod
-    def _put_back(run: str, state: _Run) -> None:
-        """A poison run written or released is out of the quarantine, its count restarted."""
-        if state.poisoned:
-            state.poisoned, state.takeovers = False, 0
+    def _put_back(run: str, state: _Run, *, counters: bool) -> None:
+        """A write (``counters``: one that starts the counters again) or a release: a
+        quarantined run is out of the quarantine; a poison one's count restarts."""
+        if state.quarantine == "poison":
+            state.takeovers = 0
+        state.quarantine, state.error, state.reason = None, None, ""
+        if counters:
+            state.takeovers = state.attempts = 0
 
     def _after_write(self, run: str, state: _Run, wait: Wait | None, now: int) -> None:
         self._set_wait(run, state, wait)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from .core.keys import check_namespace
 from .security import glob_escape
 
 #: Keys one ``DEL`` takes.
@@ -14,8 +15,10 @@ BATCH = 500
 
 def namespace_keys(client: Any, namespace: str) -> Iterator[bytes]:
     """The keys of ``namespace``, its own (``{ns}:``) and its partitions' (``{ns#p}:``; no
-    other namespace has a ``#``), by SCAN (bounded steps; never KEYS)."""
-    own = glob_escape("{" + namespace)
+    other namespace has a ``#``), by SCAN (bounded steps; never KEYS). A name no namespace
+    can have (empty, braces, ``#``: ``"ns#0"`` would be partition 0 of ``ns``) raises
+    ``ValueError`` before anything is read."""
+    own = glob_escape("{" + check_namespace(namespace))
     for pattern in (own + "}:*", own + "#*}:*"):
         yield from client.scan_iter(match=pattern, count=1000)
 
@@ -24,9 +27,10 @@ def drop_namespace(client: Any, namespace: str) -> int:
     """Delete every key of ``namespace`` (runs, repository, partitions, meta) on the server
     of ``client`` (a sync redis-py, valkey-py, fakeredis or cluster client), in batches of
     ``BATCH``; how many were deleted. Offline: a store still running there writes again.
-    Nothing outside the namespace is touched."""
-    if not isinstance(namespace, str) or not namespace:
-        raise ValueError(f"namespace must be a non-empty str, got {namespace!r}")
+    Nothing outside the namespace is touched: a name no namespace can have (empty, with
+    braces or ``#``; ``"ns#0"`` names partition 0 of ``ns``) raises ``ValueError`` (a
+    non-str ``TypeError``) and deletes nothing."""
+    check_namespace(namespace)
     batch: list[bytes] = []
     deleted = 0
     for key in namespace_keys(client, namespace):

@@ -8,9 +8,10 @@ operations, so every rule holds as for any write: its wait is derived again by
 
 - A run that stays in its partition is written again as it is (compare_and_set, Release):
   its lease is dropped (its engine is stopped) and its revision goes up by one.
-- A run that moves is inserted in its new partition above its revision (the partition's
-  ``deleted-rev`` is raised to it first, so a stale revision never matches again), then
-  deleted where it was.
+- A run that moves is inserted in its new partition above its revision and its last grant
+  token (the partition's ``deleted-rev`` and ``deleted-tok`` are raised to them first, so a
+  stale revision never matches again and no token is given twice), then deleted where it
+  was.
 - Before the moves, the derived state of dependencies across partitions (mirrors, watches,
   outboxes) is cleared in every partition: the writes rebuild it for the new count.
 
@@ -33,7 +34,7 @@ from .core.partitions import PartitionedOps, check_partitions, partition_of
 from .core.repository_ops import RepositoryOps
 from .core.runops import RunOps
 from .errors import AlreadyExists, ConcurrentUpdate, Corrupt, Misconfigured, NotFound
-from .runs import Discover, Release
+from .runs import MIGRATE_COUNT, Discover, Release
 from .security import glob_escape
 from .shells.sync import Transport
 
@@ -108,6 +109,9 @@ def repartition(client: Any, namespace: str, to: int, *, discover: Discover | No
     # Under way until the end: stores of partitions refuse the namespace meanwhile (their
     # count check reads it), and a run of this step stopped anywhere resumes from here.
     client.hset(meta, mapping={"repartition-from": before, "repartition-to": to})
+    # The namespace's own meta says "layout 5, one partition" by its field v5 (the one
+    # read a store of one partition makes): not once it is spread over partitions.
+    client.hdel(meta, "v5")
     # Every partition of either count is marked too: a store opened before the step, whose
     # calls never read the namespace's own meta again, is refused by each partition's.
     span = max(before, to) if max(before, to) > 1 else 0
@@ -121,11 +125,11 @@ def repartition(client: Any, namespace: str, to: int, *, discover: Discover | No
     new = _ops(namespace, to, discover, projection_version, durability)
     for ops in (*old, *new):
         ops.checks = io.checks
-        while not io.drive(ops.migrate_step(200))[1]:
-            pass  # every partition at the newest layout: delete needs it
+        while not io.drive(ops.migrate_step(MIGRATE_COUNT))[1]:
+            pass  # an older layout moved to 5 first (the scripts refuse it)
     for ops in {o.keys.prefix: o for o in (*old, *new)}.values():
         _clear_dependencies(client, ops.keys)
-    floors: dict[str, int] = {}
+    floors: dict[str, tuple[int, int]] = {}
     arrived: set[str] = set()  # moved in earlier in this step: not written twice
     moved = rewritten = damaged = 0
     for source in old:
@@ -147,7 +151,8 @@ def repartition(client: Any, namespace: str, to: int, *, discover: Discover | No
                                                 Release()))
                 rewritten += 1
                 continue
-            _raise_floor(client, target.keys, current.revision, floors)
+            token = current.token or _last_token(client, source.keys.run(run))
+            _raise_floor(client, target.keys, current.revision, token, floors)
             try:
                 io.drive(target.insert(run, current.record, Release()))
             except AlreadyExists:
@@ -163,6 +168,9 @@ def repartition(client: Any, namespace: str, to: int, *, discover: Discover | No
     _record(client, namespace, span, to)
     if to > 1:
         client.hset(meta, "partitions", to)
+        # The moves wrote through the namespace's own keys too, which record v5 again: it
+        # says "one partition" to a store of one, which then reads no count.
+        client.hdel(meta, "v5")
     client.hdel(meta, "repartition-from", "repartition-to")
     return Repartitioned(moved, rewritten, damaged, before, to)
 
@@ -178,16 +186,33 @@ def _done(what: str, step: str, before: int, under_way: int | None, to: int) -> 
     return before == to and under_way is None
 
 
-def _raise_floor(client: Any, keys: Keyspace, revision: int, floors: dict[str, int]) -> None:
-    """Raise the partition's ``deleted-rev`` to ``revision``: an insert there starts above
-    it, so a run moved in never goes back to a revision it had."""
-    floor = floors.get(keys.prefix)
-    if floor is None:
-        floor = int(client.hget(keys.meta, "deleted-rev") or 0)
-    if revision > floor:
+def _raise_floor(client: Any, keys: Keyspace, revision: int, token: int,
+                 floors: dict[str, tuple[int, int]]) -> None:
+    """Raise the partition's ``deleted-rev`` to ``revision`` and ``deleted-tok`` to
+    ``token``: an insert there starts above both, so a run moved in never goes back to a
+    revision it had, nor gives a grant token it gave (a zombie's fenced write would land)."""
+    got = floors.get(keys.prefix)
+    if got is None:
+        rev, tok = client.hmget(keys.meta, "deleted-rev", "deleted-tok")
+        got = (int(rev or 0), int(tok or 0))
+    if revision > got[0]:
         client.hset(keys.meta, "deleted-rev", revision)
-        floor = revision
-    floors[keys.prefix] = floor
+    if token > got[1]:
+        client.hset(keys.meta, "deleted-tok", token)
+    floors[keys.prefix] = (max(revision, got[0]), max(token, got[1]))
+
+
+def _last_token(client: Any, key: str) -> int:
+    """The last grant token of the run at ``key`` (0: none), which ``get`` gives only
+    while the run is held: the third number of its layout 5 header (lua/_lib/keys.lua).
+    The run was just read whole by the script, so its header is sound."""
+    size = client.strlen(key)
+    end = client.getrange(key, max(size - 7, 0), size - 1)
+    digits = int(end[-1:])
+    region = int(end[-1 - digits:-1])
+    start = size - 1 - digits - region
+    numbers = client.getrange(key, start, start + min(region, 64) - 1).split(b",", 3)
+    return int(numbers[2]) if numbers[2] else 0
 
 
 def _clear_dependencies(client: Any, keys: Keyspace) -> None:

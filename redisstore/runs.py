@@ -42,10 +42,15 @@ class Cap(IntEnum):
     #: holds several, and a claim or renew reads and writes one per run (about 2.6 µs per
     #: KiB), so 100 claims stay within a few ms.
     MAX_TEXT = 2048
-    #: Keys one migration step's SCAN visits.
-    MAX_MIGRATE = 200
+    #: Keys one migration step's SCAN visits: 21-25 µs a run moved, so a step of 100-byte
+    #: runs stays near 2 ms (200 took 4 ms, and up to 11 on a loaded machine).
+    MAX_MIGRATE = 100
     #: Record bytes one migration step rewrites (at least one run, so any record moves).
     MAX_MIGRATE_BYTES = 512 << 10
+    #: Entries (and bounds) one migration step moves out of layout 4's buckets (and
+    #: directories): a bucket holds at most 128 but for foreign writes; a bigger one moves
+    #: over several steps.
+    MAX_MIGRATE_ENTRIES = 1024
     #: Record bytes a claim with ``records=True`` hands back: it stops before the run whose
     #: record would pass them (it always hands back at least one run, so any record comes).
     #: Copying a record into the reply costs about 1.3 ms per MiB.
@@ -57,11 +62,23 @@ class Cap(IntEnum):
     #: Most partitions one logical store spreads over (``partitions=N``): a claim reads
     #: every partition's head, so its cost grows with N.
     MAX_PARTITIONS = 256
+    #: Most bytes of UTF-8 of a failure's error text (``Failure.error``), which the
+    #: quarantine keeps beside the run.
+    MAX_ERROR = 1024
     #: A run due this many ms ahead or more needs no wake-up signal when it is indexed:
     #: every blocked claim claims again within its re-arm period (``wakeups.REARM``, 10 s,
     #: shorter) and learns of it then. Saves the signal's reads on most writes (a lease of
     #: 30 s, a schedule far ahead).
     WAKE_AHEAD = 11_000
+    #: The longest record a write fused with the claim after it (one script: a pipeline's
+    #: finish or compare_and_set, then a claim) may carry; past it, or when the write
+    #: re-indexed runs waiting on its run, the claim goes alone after it (the worst of both
+    #: parts together took 11 ms, each alone under 6).
+    MAX_FUSED_RECORD = 512 << 10
+    #: The longest header region of a run: its numbers, and its three texts of at most
+    #: MAX_TEXT bytes each. A trailer announcing more is corrupt, refused before the region
+    #: is read (a planted region of 999,999 bytes cost a claim of 100 such runs 128 ms).
+    MAX_HEADER = 3 * MAX_TEXT + 512
 
 
 MAX_CLAIM = int(Cap.MAX_CLAIM)
@@ -74,20 +91,20 @@ MAX_CLAIM_BYTES = int(Cap.MAX_CLAIM_BYTES)
 MAX_RECORD = 1 << 20
 
 
-def check_text(name: str, value: object, *, empty: bool = False) -> str:
-    """A str argument, non-empty unless ``empty``, at most MAX_TEXT bytes of UTF-8 (which
-    it must encode to): TypeError / ValueError otherwise."""
+def check_text(name: str, value: object, *, empty: bool = False, cap: int = MAX_TEXT) -> str:
+    """A str argument, non-empty unless ``empty``, at most ``cap`` (MAX_TEXT) bytes of
+    UTF-8 (which it must encode to): TypeError / ValueError otherwise."""
     if not isinstance(value, str):
         raise TypeError(f"{name} must be a str, not {type(value).__name__}")
     if not value and not empty:
         raise ValueError(f"{name} must not be empty")
-    if len(value) > MAX_TEXT // 4:  # only then can the UTF-8 be over the cap
+    if len(value) > cap // 4:  # only then can the UTF-8 be over the cap
         try:
             size = len(value.encode("utf-8", "surrogateescape"))
         except UnicodeEncodeError as exc:
             raise ValueError(f"{name} is not encodable as UTF-8: {exc}") from None
-        if size > MAX_TEXT:
-            raise ValueError(f"{name} is {size} bytes of UTF-8, over the cap of {MAX_TEXT}")
+        if size > cap:
+            raise ValueError(f"{name} is {size} bytes of UTF-8, over the cap of {cap}")
     elif not value.isascii():
         try:
             value.encode("utf-8", "surrogateescape")  # as protocol.text decoded it
@@ -181,7 +198,48 @@ class Release:
     """Write whoever holds the lease; then it is free."""
 
 
-Lease: TypeAlias = Hold | Claim | Seize | Release
+@dataclass(frozen=True, slots=True)
+class Fenced:
+    """Write only while ``owner`` holds the lease under the grant ``token``
+    (``Current.token``, live or expired): no claim, ``Claim``, ``Seize`` or release came
+    since that grant. Then the lease stays (a checkpoint), or with ``release=True`` it is
+    free (the run's step is finished: its attempts and takeovers start again from 0)."""
+
+    owner: str
+    token: int
+    release: bool = False
+
+    def __post_init__(self) -> None:
+        check_text("owner", self.owner)
+        check_int("token", self.token, minimum=1, maximum=MAX_REVISION)
+        check_flag("release", self.release)
+
+
+Lease: TypeAlias = Hold | Claim | Seize | Release | Fenced
+
+#: The most bytes of UTF-8 a :class:`Failure`'s error text may hold.
+MAX_ERROR = int(Cap.MAX_ERROR)
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """What a failed try of a run tells :meth:`~redisstore.RedisRunStore.finish`: the run's
+    ``attempts`` go up by one; then it is quarantined (``quarantined()`` lists it under
+    ``failed`` with ``error``) if ``final`` or once ``attempts`` reach ``max_attempts``, else
+    it is free and held back from ready claims for ``delay`` ms (its ``not_before``).
+    ``error`` is at most ``MAX_ERROR`` (1 KiB) of UTF-8."""
+
+    error: str
+    delay: int = 0
+    max_attempts: int | None = None
+    final: bool = False
+
+    def __post_init__(self) -> None:
+        check_text("error", self.error, empty=True, cap=MAX_ERROR)
+        check_int("delay", self.delay, minimum=0)
+        if self.max_attempts is not None:
+            check_int("max_attempts", self.max_attempts, minimum=1, maximum=2**31)
+        check_flag("final", self.final)
 
 # ---------------------------------------------------------------------------- reads
 
@@ -202,15 +260,23 @@ class ClaimInfo:
 
 @dataclass(frozen=True, slots=True)
 class Current:
-    """A run as stored: its revision, record bytes, lease holder and ready-claim info, and
-    ``takeovers``: how many times ``claim_expired`` handed its expired lease to another
-    owner since its last write (always 0 in a namespace below layout 3)."""
+    """A run as stored: its revision, record bytes, lease holder and ready-claim info;
+    ``takeovers``, how many times a claim handed its expired lease to another owner, and
+    ``attempts``, its failed tries (``finish`` with a failure, and every expired lease a
+    claim took), both since it last finished; ``token``, the grant that holds it (None
+    while free: see :class:`Fenced`); ``not_before``, the backend time before which a ready
+    claim leaves it (None: none); ``quarantined``, ``"failed"`` or ``"poison"`` while it is
+    out of every claim (None: not)."""
 
     revision: int
     record: bytes
     holder: Holder
     claim: ClaimInfo | None = None
     takeovers: int = 0
+    token: int | None = None
+    attempts: int = 0
+    not_before: int | None = None
+    quarantined: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,19 +294,22 @@ class Quarantined:
     ``"d:<dependency>"``) pointed at ``run``, which was ``reason`` (``"missing"``,
     ``"type"`` for a key of another type, or the name of the corrupt field). A poison run
     that ``claim_expired(..., max_takeovers=N)`` stopped handing out is listed under the
-    index ``"poison"`` with the reason ``"takeovers=N"``."""
+    index ``"poison"`` with the reason ``"takeovers=N"``; a run a failure quarantined,
+    under ``"failed"`` with the reason ``"attempts=N"`` or ``"final"`` and its ``error``."""
 
     index: str
     run: str
     reason: str
+    #: The error text of a run quarantined by a failure (``index == "failed"``), else None.
+    error: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Migrated:
-    """What a store's ``migrate()`` did: runs ``moved`` to the current layout, ``damaged``
-    runs left as they were (``quarantined()`` lists them under the index ``"migrate"``), the
-    ``steps`` (one bounded script each) it took, and the index ``entries`` it moved from
-    layout 3's index keys to layout 4's buckets."""
+    """What a store's ``migrate()`` did: runs ``moved`` to the current layout (5),
+    ``damaged`` runs left as they were (``quarantined()`` lists them under the index
+    ``"migrate"``), the ``steps`` (one bounded script each) it took, and the index
+    ``entries`` it moved from layout 4's buckets to the flat indexes."""
 
     moved: int = 0
     damaged: int = 0
@@ -369,11 +438,35 @@ def check_max_record(value: object) -> int:
 
 
 def check_lease(lease: object) -> Lease:
-    """One of Hold, Claim, Seize, Release."""
-    if not isinstance(lease, Hold | Claim | Seize | Release):
+    """One of Hold, Claim, Seize, Release, Fenced."""
+    if not isinstance(lease, Hold | Claim | Seize | Release | Fenced):
         raise TypeError(
-            f"lease must be Hold, Claim, Seize or Release, not {type(lease).__name__}")
+            f"lease must be Hold, Claim, Seize, Release or Fenced, not {type(lease).__name__}")
     return lease
+
+
+def check_new_lease(lease: object) -> Lease:
+    """An insert's lease: one of Hold, Claim, Seize, Release (a new run has no grant to
+    fence)."""
+    lease = check_lease(lease)
+    if isinstance(lease, Fenced):
+        raise TypeError("insert takes Hold, Claim, Seize or Release: a new run has no grant "
+                        "for Fenced to name")
+    return lease
+
+
+def check_fenced(lease: object) -> Fenced:
+    """``finish``'s lease: a Fenced."""
+    if not isinstance(lease, Fenced):
+        raise TypeError(f"lease must be Fenced(owner, token), not {type(lease).__name__}")
+    return lease
+
+
+def check_failure(failure: object) -> Failure | None:
+    """``finish``'s failure: None or a Failure."""
+    if failure is not None and not isinstance(failure, Failure):
+        raise TypeError(f"failure must be a Failure or None, not {type(failure).__name__}")
+    return failure
 
 
 def check_runs(runs: object) -> list[str]:
@@ -494,6 +587,18 @@ class RunStore(Protocol):
         leases, in due order across both, each as :meth:`claim_ready` or
         :meth:`claim_expired` takes it; with ``block``, wait up to that many ms for either
         (a lease's expiry wakes it)."""
+        ...
+
+    def finish(self, run: str, expected: int, lease: Fenced, *, record: bytes | None = None,
+               failure: Failure | None = None) -> None:
+        """End the grant ``lease`` of ``run`` at revision ``expected``: write ``record`` and
+        free it; or free it without a write; or, with ``failure``, count a failed try and
+        free it behind its back-off or quarantine it. ``NotFound``, ``Conflict``,
+        ``LeaseRefused``."""
+        ...
+
+    def restore(self, run: str) -> bool:
+        """Put a quarantined run back (counters cleared); whether it was quarantined."""
         ...
 
     def refresh(self, run: str) -> bool:

@@ -437,6 +437,12 @@ def parse_lib(name: str, text: str, generated: tuple[Generated, ...] = (),
     order = {id(f): i for i, f in enumerate((*inherited, *frags))}
     for frag in frags:
         own = frag.scan.declared
+        for n, ln in sorted(own.items(), key=lambda kv: kv[1]):
+            if n in defines and n not in frag.names:
+                # Scopes are not followed: the lib's own would be sent, and all it needs,
+                # with every script that sends this fragment (on a fast path, dearly).
+                problems.append(f"{file}:{ln}: {frag.names[0]} declares {n}, a name "
+                                f"{defines[n].file} defines: rename it")
         for n, ln in sorted(frag.scan.used.items(), key=lambda kv: kv[1]):
             if n in own:
                 continue
@@ -530,10 +536,8 @@ def check(name: str, text: str, lib: Lib) -> list[str]:
         if n in lib.defines:
             problems.append(f"{file}:{ln}: declares {n}, a name {libfile} defines: rename this "
                             "local (the header cannot tell the two apart)")
-    known = {SLOW} if split_slow(text)[1] is not None else set()
     for n, ln in sorted(scan.used.items(), key=lambda kv: kv[1]):
-        if (n not in lib.defines and n not in LUA_GLOBALS and n not in scan.declared
-                and n not in known):
+        if n not in lib.defines and n not in LUA_GLOBALS and n not in scan.declared:
             problems.append(f"{file}:{ln}: uses {n}, which neither {libfile} nor Lua defines"
                             f"{_suggest(n, lib.defines)}")
     for n, ln in sorted(uses.items(), key=lambda kv: kv[1]):
@@ -656,8 +660,8 @@ def _hoisted(frags: list[Fragment], lib: Lib) -> list[tuple[str, str, int]]:
 #: (below); see :func:`compose`.
 SLOW_MARK = "--- @slow"
 
-#: The function a fast path calls (``return SLOW()``) to hand the call to the slow path.
-SLOW = "SLOW"
+#: The lines around the slow path, made only where the fast path falls through to it.
+SLOW_OPEN, SLOW_CLOSE = "return (function()\n", "end)()\n"
 
 
 def split_slow(text: str) -> tuple[str, str | None, int]:
@@ -672,8 +676,8 @@ def split_slow(text: str) -> tuple[str, str | None, int]:
 
 def paths(text: str, lib: Lib, wanted: Iterable[str]) -> tuple[list[Fragment], list[Fragment]]:
     """The fragments of script ``text`` that ``wanted`` needs, as the script defines them:
-    those its fast path uses, at the top, and those only its slow path uses, inside
-    ``SLOW`` (none without a ``--- @slow`` line)."""
+    those its fast path uses, at the top, and those only its slow path uses, inside the
+    slow path's function (none without a ``--- @slow`` line)."""
     wanted = set(wanted)
     fast, slow, _ = split_slow(text)
     if slow is None:
@@ -688,13 +692,16 @@ def compose(name: str, text: str, lib: Lib, wanted: Iterable[str]) -> Script:
     :func:`_hoisted` writes them), then ``text``; with the line map.
 
     A script with a ``--- @slow`` line has two paths. The fast one, above the line, handles
-    the common case with the few fragments it uses; it hands any other case, before it has
-    written anything, to the slow one (``return SLOW()``), the general code below the line.
-    The fragments only the slow path uses are defined inside ``SLOW``, so a call that stays
-    on the fast path never makes them: Lua makes every function a script defines again on
-    each call, about 1,000 server instructions each, which is what most calls paid for code
-    they never ran. Both paths share the fast path's fragments and their state (a run
-    loaded, the layout checked), so the slow path repeats no read.
+    the common case with the few fragments it uses and returns its answer; any other case it
+    lets fall through, before it has written anything, to the slow one, the general code
+    below the line. The slow path and the fragments only it uses are one function made
+    where the fast path falls through (``return (function() ... end)()``), so a call that
+    stays on the fast path never makes them: Lua makes every function a script defines
+    again on each call, about 1,000 server instructions each, and finds every local a
+    function uses among those captured so far; a slow path defined ahead of the fast one
+    cost the fast path a fifth of its instructions. Both paths share the fast path's
+    fragments and their state (a run loaded, the layout checked), so the slow path repeats
+    no read.
     """
     file = f"{name}.lua"
     parts: list[tuple[str, str, int]] = [(PRELUDE, "<prelude>", 1)]
@@ -705,11 +712,11 @@ def compose(name: str, text: str, lib: Lib, wanted: Iterable[str]) -> Script:
         parts.append((text if text.endswith("\n") else text + "\n", file, 1))
     else:
         parts += _hoisted(eager, lib)
-        parts.append((f"local function {SLOW}()\n", "<slow path>", 1))
+        parts.append((fast, file, 1))
+        parts.append((SLOW_OPEN, "<slow path>", 1))
         parts += _hoisted(lazy, lib)
         parts.append((slow if slow.endswith("\n") else slow + "\n", file, slow_line))
-        parts.append(("end\n", "<slow path>", 2))
-        parts.append((fast, file, 1))
+        parts.append((SLOW_CLOSE, "<slow path>", 2))
     lines: list[tuple[str, int]] = []
     for source, file, first in parts:
         lines += [(file, first + i) for i in range(source.count("\n"))]
@@ -725,8 +732,9 @@ COMMON = "_common"
 #: The libs kept as a folder of files, one a concept (``lua/_lib/keys.lua``...), in the
 #: order the build reads them: a file's fragments may use those of the files before it.
 LIBS: dict[str, tuple[str, ...]] = {
-    "_lib": ("keys", "args", "index", "buckets", "signals", "commit", "layout", "codec",
-             "runs", "partitions", "claims", "leases", "fanout", "taking", "write"),
+    "_lib": ("keys", "args", "index", "signals", "layout", "commit", "codec", "runs",
+             "partitions", "claims", "leases", "fanout", "taking", "write", "finish", "ops",
+             "lean", "lean_write", "lean_one", "old"),
 }
 
 
@@ -783,7 +791,8 @@ def load_all(specs: Iterable[tuple[str, str]],
 
 RUN_NAMES = ("run_now", "run_get", "run_get_many", "run_insert", "run_compare_and_set",
              "run_renew", "run_release", "run_delete", "run_claim_expired", "run_claim_ready",
-             "run_claim", "run_refresh", "run_quarantined", "run_migrate", "run_heads",
+             "run_claim", "run_finish", "run_restore", "run_finish_claim", "run_cas_claim",
+             "run_release_claim", "run_refresh", "run_quarantined", "run_migrate", "run_heads",
              "run_partitions", "run_watch", "run_notify", "run_delivered", "run_unwatch")
 REPO_NAMES = ("repo_save", "repo_load", "repo_delete", "repo_list_in_flight",
               "repo_register_group", "repo_group_exists", "repo_migrate", "repo_partitions")
@@ -890,6 +899,11 @@ RUN_DELETE = _BUILT["run_delete"]
 RUN_CLAIM_EXPIRED = _BUILT["run_claim_expired"]
 RUN_CLAIM_READY = _BUILT["run_claim_ready"]
 RUN_CLAIM = _BUILT["run_claim"]
+RUN_FINISH = _BUILT["run_finish"]
+RUN_RESTORE = _BUILT["run_restore"]
+RUN_FINISH_CLAIM = _BUILT["run_finish_claim"]
+RUN_CAS_CLAIM = _BUILT["run_cas_claim"]
+RUN_RELEASE_CLAIM = _BUILT["run_release_claim"]
 RUN_REFRESH = _BUILT["run_refresh"]
 RUN_QUARANTINED = _BUILT["run_quarantined"]
 RUN_MIGRATE = _BUILT["run_migrate"]
@@ -905,6 +919,7 @@ PARTITION_SCRIPTS = (RUN_WATCH, RUN_NOTIFY, RUN_DELIVERED, RUN_UNWATCH)
 
 RUN_SCRIPTS = (RUN_NOW, RUN_GET, RUN_GET_MANY, RUN_INSERT, RUN_COMPARE_AND_SET, RUN_RENEW,
                RUN_RELEASE, RUN_DELETE, RUN_CLAIM_EXPIRED, RUN_CLAIM_READY, RUN_CLAIM,
+               RUN_FINISH, RUN_RESTORE, RUN_FINISH_CLAIM, RUN_CAS_CLAIM, RUN_RELEASE_CLAIM,
                RUN_REFRESH, RUN_QUARANTINED, RUN_MIGRATE, RUN_HEADS, RUN_PARTITIONS, RUN_WATCH,
                RUN_NOTIFY, RUN_DELIVERED, RUN_UNWATCH)
 

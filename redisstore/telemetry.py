@@ -167,7 +167,9 @@ def operation(call: Call) -> Iterator[Call]:
 
 def worker_run(namespace: str, outcome: str) -> None:
     """Count a run a worker's handler had, by how it ended (``done``, ``released``,
-    ``failed``, ``lost``, ``stopped``)."""
+    ``failed``, ``quarantined``, ``lost``, ``stopped``, ``unknown``): once each, so a
+    try that quarantined the run counts as ``quarantined`` only (``Worker.stats`` counts
+    it under ``failed`` too)."""
     instruments = _instruments()
     if instruments is not None:
         instruments.worker_runs.add(1, {"db.namespace": namespace,

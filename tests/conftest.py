@@ -15,7 +15,6 @@ import servers
 from servers import (
     EPHEMERAL,
     Server,
-    at_layout,
     drop_namespace,
     missing,
     redis62_binary,
@@ -43,7 +42,7 @@ from redisstore.runs import Discover
 SERVER_FIXTURES = frozenset({
     "redis7", "redis62", "redis62_noreplicate", "valkey8", "shared_redis", "namespaces",
     "cluster", "cluster_client", "tenant", "own_redis7", "own_valkey8",
-    "stall_server", "server_store"})
+    "stall_server", "server_store", "dashboard_server"})
 #: Values of a fixture's params that select a real server (``client``, ``backend``,
 #: ``server``... take them): a test given one must be marked ``server``. A value of the
 #: test's own ``parametrize`` counts when it is a server fixture's name (the test fetches
@@ -228,23 +227,16 @@ def namespaces(shared_redis: redis.Redis) -> Iterator[list[str]]:
 
 
 class RedisSuite(RunStoreConformance):
-    """The suite on a redis-py client of some server, in a namespace of run layout
-    ``layout`` (1: as an older library started it; 3: the newest, after ``migrate()``)."""
+    """The suite on a redis-py client of some server, each store in a new namespace (at
+    layout 5 from its first write: older layouts are migrate()'s, tests/test_layout.py)."""
 
     client: Any
-    layout = 3
     #: The store's partitions (one logical store over that many hash tags).
     partitions = 1
 
     def make_store(self, *, discover: Discover | None = None) -> RunStore:
-        namespace = unique_namespace()
-        if self.layout == 1:
-            at_layout(self.client, namespace, 1)
-        store = RedisRunStore(self.client, namespace=namespace, discover=discover,
-                              partitions=self.partitions)
-        if self.layout != 1:
-            store.migrate()
-        return store
+        return RedisRunStore(self.client, namespace=unique_namespace(), discover=discover,
+                             partitions=self.partitions)
 
     def reopen(self, store: RunStore, *, discover: Discover | None,
                projection_version: int) -> RunStore:

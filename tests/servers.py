@@ -306,14 +306,6 @@ def unique_namespace(prefix: str = "rstest") -> str:
     return f"{prefix}-{uuid.uuid4().hex[:12]}"
 
 
-def at_layout(client: Any, namespace: str, layout: int) -> str:
-    """Start ``namespace`` at an older run layout, as a library of that layout would have
-    recorded it on its first write (a new namespace starts at layout 4): for the tests of
-    reading and migrating older layouts. Returns the namespace."""
-    client.hset(f"{{{namespace}}}:meta", "layout", layout)
-    return namespace
-
-
 def drop_namespace(client: redis.Redis, namespace: str) -> None:
     """Delete one namespace's keys from a shared server (never FLUSHALL someone's server)."""
     redisstore.drop_namespace(client, namespace)

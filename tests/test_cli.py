@@ -142,7 +142,7 @@ def test_inspect_doctor_and_drop_see_every_partition_of_a_namespace(monkeypatch:
     one = json.loads(out)
     assert code == 0 and one["holder"] == "me" and 0 < one["lease_ms_left"] <= 600_000
     code, out = run(["doctor", "--url", url, "--namespace", namespace], monkeypatch)
-    assert f"OK     namespace '{namespace}' over 4 partitions: the store runs; run layout 4" \
+    assert f"OK     namespace '{namespace}' over 4 partitions: the store runs; run layout 5" \
         in out  # (not "layout 1, migrate": it read the namespace's own keys)
     assert "its instance repository is spread over 4 partitions" in out
     code, out = run(["drop", "--url", url, "--namespace", namespace, "--yes"], monkeypatch)
@@ -272,7 +272,13 @@ def _interrupted(argv: list[str], after: str | None) -> tuple[int, str]:
     import threading
     import time
 
-    done = subprocess.Popen([sys.executable, "-m", "redisstore", *argv], text=True,
+    # A shell starts a background job with SIGINT ignored, and a child inherits that, so
+    # a suite run as `pytest ... &` would see a Ctrl-C ignored: the child takes it as a
+    # terminal's process does.
+    main = ("import runpy, signal, sys; signal.signal(signal.SIGINT, "
+            "signal.default_int_handler); sys.argv[0] = 'redisstore'; "
+            "runpy.run_module('redisstore', run_name='__main__')")
+    done = subprocess.Popen([sys.executable, "-c", main, *argv], text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     assert done.stdout is not None
     seen: list[str] = []
@@ -390,3 +396,142 @@ def test_a_server_that_needs_a_password_says_how_to_give_it(monkeypatch: pytest.
         assert list(server.client().scan_iter()) == []  # nothing was written
     finally:
         server.stop()
+
+
+@pytest.mark.server
+def test_doctor_names_a_database_the_server_does_not_have(monkeypatch: pytest.MonkeyPatch,
+                                                          redis7: Server) -> None:
+    """SELECT 99 fails on a server of 16 databases, and then every command does: doctor
+    says so, not that INFO and TIME are denied (no advice about ACLs)."""
+    import json
+
+    databases = int(redis7.client().config_get("databases")["databases"])
+    url = f"redis://127.0.0.1:{redis7.port}/99"
+    code, out = run(["doctor", "--url", url], monkeypatch)
+    assert code == 1, out
+    assert f"database 99 does not exist on this server (it has {databases})" in out, out
+    assert "acl_rule" not in out and "+time" not in out and "+info" not in out, out
+    code, out = run(["doctor", "--url", url, "--json"], monkeypatch)
+    findings = json.loads(out)
+    assert code == 1 and [f["severity"] for f in findings] == ["block"], findings
+    assert f"below {databases}" in findings[0]["fix"], findings
+
+
+def _first_line_then_close(argv: list[str]) -> tuple[bytes, int, bytes]:
+    """``redisstore argv | head -1``: run it in a process of its own, unbuffered (as
+    PYTHONUNBUFFERED=1 runs it; buffered, it fails only at exit), read its first line and
+    close the pipe; that line, its exit code and what it wrote to stderr."""
+    import os
+    import subprocess
+    import sys
+    import threading
+
+    env = {k: v for k, v in os.environ.items() if k != "REDISSTORE_URL"}
+    done = subprocess.Popen([sys.executable, "-m", "redisstore", *argv], env={
+        **env, "PYTHONUNBUFFERED": "1"}, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert done.stdout is not None and done.stderr is not None
+    timer = threading.Timer(60, done.kill)
+    timer.start()
+    try:
+        first = done.stdout.readline()
+        done.stdout.close()
+        err = done.stderr.read()
+        return first, done.wait(), err
+    finally:
+        timer.cancel()
+
+
+def test_a_reader_that_goes_away_ends_the_demo_quietly() -> None:
+    first, code, err = _first_line_then_close(["demo"])
+    assert first.startswith(b"store: fakeredis (embedded)"), first
+    assert err == b"", err.decode(errors="replace")
+    assert code == cli.BROKEN_PIPE == 141
+
+
+@pytest.mark.server
+def test_a_reader_that_goes_away_still_leaves_nothing_on_a_server(redis7: Server) -> None:
+    namespace = f"cli-{uuid.uuid4().hex[:8]}"
+    first, code, err = _first_line_then_close(
+        ["demo", "--url", f"redis://127.0.0.1:{redis7.port}/0", "--namespace", namespace])
+    assert first.startswith(b"store: redis://127.0.0.1"), first
+    assert err == b"" and code == 141, err.decode(errors="replace")
+    assert list(redis7.client().scan_iter(match=f"{{{namespace}}}:*")) == []
+
+
+#: Namespaces no command takes: braces break the hash tag ``{namespace}``, and ``#`` names a
+#: partition's (``{ns#0}`` is partition 0 of ``ns``: ``drop`` of ``ns#0`` deleted it).
+BAD_NAMESPACES = ["a{b}", "a}b", "{a}", "a#b", "a#0", ""]
+COMMANDS = {"demo": [], "inspect": [], "doctor": [], "bench": ["--ops", "1"], "drop": ["--yes"]}
+
+
+@pytest.mark.parametrize("namespace", BAD_NAMESPACES)
+def test_every_command_refuses_a_bad_namespace_with_one_message(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        namespace: str) -> None:
+    """Every command refuses it the same way, before it reaches a server (the URL names a
+    closed port: a command that tried would print a failure line instead): its own usage,
+    exit 2, and one message for every command, naming the namespace and the rule."""
+    monkeypatch.setenv("REDISSTORE_URL", "redis://127.0.0.1:1/0")
+    said: dict[str, str] = {}
+    for command, more in COMMANDS.items():
+        with pytest.raises(SystemExit) as exited:
+            cli.main([command, "--namespace", namespace, *more])
+        captured = capsys.readouterr()
+        assert exited.value.code == 2 and captured.out == "", (command, captured)
+        assert f"usage: redisstore {command}" in captured.err, (command, captured.err)
+        said[command] = captured.err.strip().splitlines()[-1].replace(
+            f"redisstore {command}: ", "")
+    message = said["demo"]
+    assert set(said.values()) == {message}, said
+    assert repr(namespace) in message and "braces" in message and "'#'" in message, message
+    assert "empty" in message, message
+
+
+@pytest.mark.parametrize("namespace", ["a#0", "a{b}", "a}b"])
+def test_drop_namespace_refuses_a_name_no_namespace_has(namespace: str) -> None:
+    """``drop_namespace(client, "orders#0")`` deleted partition 0 of namespace "orders"."""
+    import fakeredis
+
+    from redisstore import RedisRunStore, Release, drop_namespace
+
+    client = fakeredis.FakeRedis()
+    store = RedisRunStore(client, namespace="a", partitions=2)
+    for i in range(8):
+        store.insert(f"r{i}", b"x", Release())
+    before = sorted(client.scan_iter())
+    assert any(key.startswith(b"{a#0}:") for key in before)
+    with pytest.raises(ValueError, match="braces or '#'"):
+        drop_namespace(client, namespace)
+    assert sorted(client.scan_iter()) == before
+    store.close()
+
+
+@pytest.mark.server
+def test_doctor_blocks_on_an_older_layout_and_inspect_names_it(
+        monkeypatch: pytest.MonkeyPatch, redis7: Server) -> None:
+    """A namespace an earlier version wrote (layout 4 here) is refused by every call until
+    migrate(): doctor says so with the steps, inspect reports the layout; after
+    migrate() both see layout 5."""
+    import json
+
+    import old_layouts
+
+    from redisstore import RedisRunStore
+
+    url = f"redis://127.0.0.1:{redis7.port}/0"
+    namespace = f"cli-{uuid.uuid4().hex[:8]}"
+    old_layouts.write(redis7.client(), namespace, 4,
+                      {"r1": old_layouts.OldRun(record=b"x", own="me", exp=2**42)})
+    code, out = run(["doctor", "--url", url, "--namespace", namespace], monkeypatch)
+    assert code == 1 and f"BLOCK  namespace '{namespace}' is at run layout 4" in out
+    assert "store.migrate()" in out
+    code, out = run(["inspect", "--url", url, "--namespace", namespace, "--json"],
+                    monkeypatch)
+    assert code == 0 and json.loads(out)["layout"] == 4
+    RedisRunStore(redis7.client(), namespace=namespace).migrate()
+    code, out = run(["doctor", "--url", url, "--namespace", namespace], monkeypatch)
+    assert code == 0 and "the store runs; run layout 5" in out
+    code, out = run(["inspect", "--url", url, "--namespace", namespace, "--json"],
+                    monkeypatch)
+    assert json.loads(out)["layout"] == 5 and json.loads(out)["held"] == 1
+    run(["drop", "--url", url, "--namespace", namespace, "--yes"], monkeypatch)

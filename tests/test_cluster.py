@@ -822,3 +822,23 @@ def test_repartition_repository_on_the_cluster_moves_records_across_nodes(
     nodes = {cluster_client.get_node_from_key(Keyspace(namespace, p).groups).port
              for p in range(3)}
     assert len(nodes) >= 2  # the records did cross nodes
+
+
+@pytest.mark.parametrize("layout", [1, 4])
+def test_migrate_on_a_cluster_scans_the_namespaces_node(cluster_client: RedisCluster,
+                                                         layout: int) -> None:
+    """A namespace an earlier version wrote lives on one node: migrate()'s scripts go there
+    by its slot and SCAN that node's keys; every run and index entry moves."""
+    import old_layouts
+
+    namespace = unique_namespace()
+    runs = {f"r{i}": old_layouts.OldRun(rev=i + 1, record=b"%d" % i, own="n", exp=2**42)
+            for i in range(20)}
+    runs["ready"] = old_layouts.OldRun(record=b"x", wk="a", wn=0, wrev=1, wpv=1, ready=0)
+    old_layouts.write(cluster_client, namespace, layout, runs, bucket=3)
+    store = RedisRunStore(cluster_client, namespace=namespace)
+    assert store.migrate().moved == len(runs)
+    now = store.now()
+    assert store.get_many(list(runs)) == {r: old.expected(now) for r, old in runs.items()}
+    assert cluster_client.zcard(Keyspace(namespace).leases) == 20
+    assert store.claim_ready("me", 600_000, 10) == ["ready"]

@@ -27,6 +27,7 @@ from redisstore import (
     AsyncWorker,
     Job,
     Repository,
+    Retry,
     RunStore,
 )
 from redisstore.conformance import RepositoryConformance, RunStoreConformance
@@ -127,7 +128,8 @@ class AsyncRunSuite(RunStoreConformance, AsyncBackend):
 
 
     def start_worker(self, store: RunStore, handler: Callable[[Job], bytes | None], *,
-                     concurrency: int = 1, max_takeovers: int | None = None) -> Running:
+                     concurrency: int = 1, max_takeovers: int | None = None,
+                     retry: Retry | None = None) -> Running:
         """An ``AsyncWorker`` on the loop thread, whose async handler runs the rule's sync
         one in a thread, with a sync view of its job."""
         assert isinstance(store, Synced)
@@ -138,7 +140,7 @@ class AsyncRunSuite(RunStoreConformance, AsyncBackend):
 
         async def start() -> AsyncWorker:
             return AsyncWorker(store.store, NODE, run, ttl=TTL, concurrency=concurrency,
-                               max_takeovers=max_takeovers, poll=100).start()
+                               max_takeovers=max_takeovers, poll=100, retry=retry).start()
 
         return StartedAsync(loop.run(start()), loop)
 

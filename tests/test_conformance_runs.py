@@ -46,13 +46,6 @@ class TestFakeRedisRunStore(RedisSuite):
         self.clock.advance(ms)
 
 
-class TestFakeRedisRunStoreLayout1(TestFakeRedisRunStore):
-    """Layout 1 (one hash per run), as a namespace stays until ``migrate()``."""
-
-    layout = 1
-    newest_layout = False
-
-
 class TestFakeRedisRunStorePartitioned(TestFakeRedisRunStore):
     """One logical store over 6 partitions (hash tags) of one server."""
 
@@ -64,12 +57,6 @@ class TestRedis7RunStore(RedisSuite):
     @pytest.fixture(autouse=True)
     def _backend(self, redis7: Server) -> None:
         self.client = redis7.client()
-
-
-@pytest.mark.server
-class TestRedis7RunStoreLayout1(TestRedis7RunStore):
-    layout = 1
-    newest_layout = False
 
 
 @pytest.mark.server

@@ -35,8 +35,13 @@ def test_the_check_mode_finds_nothing_stale() -> None:
 def test_every_operation_has_a_known_kind_and_route() -> None:
     ops = _generate.operations()
     assert [op.name for op in ops] == ["now", "get", "get_many", "insert", "compare_and_set",
-                                       "renew", "release", "delete", "claim_expired",
-                                       "claim_ready", "claim", "refresh", "quarantined"]
+                                       "renew", "release", "delete", "finish", "restore",
+                                       "claim_expired", "claim_ready", "claim", "refresh",
+                                       "quarantined"]
+    # finish and restore name one run each: a store of partitions sends them to its own.
+    assert {op.name: (op.kind, op.spec.route) for op in ops
+            if op.name in ("finish", "restore")} == {"finish": ("write", "one:run"),
+                                                     "restore": ("write", "one:run")}
     for op in ops:
         assert op.kind in ("read", "write", "claim")
         kind, _, arg = op.spec.route.partition(":")

@@ -61,6 +61,7 @@ from redisstore import (
     Changed,
     Claim,
     Claimed,
+    Corrupt,
     Current,
     Free,
     Held,
@@ -661,3 +662,111 @@ def test_an_index_entry_scored_inf_gives_a_sane_next_due(plain_client: redis.Red
     finally:
         drop_namespace(plain_client, namespace)
     assert reply[3] == -1 or 0 <= reply[3] < 2**53, reply
+
+
+# ---------------------------------------------------------------------------- a planted record
+# No store writes a record over MAX_RECORD_CEILING (2 MiB): one that is there was planted
+# (a foreign write). Its length is known from the run's header before the record is read,
+# so reading it is refused, not paid for: copying 32 MiB into a script and its reply cost
+# the server 100-140 ms, every other client's time.
+
+PLANTED = 32 << 20
+
+
+def plant(client: redis.Redis, namespace: str, run: str) -> None:
+    """Make ``run``'s record (b"x", one byte) PLANTED bytes long, its header and trailer
+    kept: the value is grown on the server (SETRANGE), its old tail appended after."""
+    key = Keyspace(namespace).run(run)
+    value = client.get(key)
+    assert value is not None and value[:1] == b"x"
+    client.delete(key)
+    client.setrange(key, PLANTED - 1, b"x")
+    client.append(key, value[1:])
+
+
+def light_snapshot(client: redis.Redis, namespace: str) -> dict[bytes, Any]:
+    """:func:`snapshot`, but a string over 1 MiB is its length and its first and last 4 KiB
+    (a run's writes rewrite its record or its header, at the end): the planted record is
+    never read whole here either."""
+    out: dict[bytes, Any] = {}
+    for key in sorted(client.scan_iter(match="{" + namespace + "}:*", count=1000)):
+        kind = client.type(key)
+        if kind == b"string" and client.strlen(key) > 1 << 20:
+            out[key] = (client.strlen(key), client.getrange(key, 0, 4095),
+                        client.getrange(key, -4096, -1))
+        elif kind == b"string":
+            out[key] = client.get(key)
+        elif kind == b"hash":
+            out[key] = sorted(client.hgetall(key).items())
+        elif kind == b"zset":
+            out[key] = client.zrange(key, 0, -1, withscores=True)
+        elif kind == b"set":
+            out[key] = sorted(client.smembers(key))
+        else:
+            out[key] = (kind, client.exists(key))
+    return out
+
+
+def script_usec(client: redis.Redis) -> int | None:
+    """Server time spent in scripts so far (INFO commandstats), or None on fakeredis."""
+    if isinstance(client, fakeredis.FakeRedis):
+        return None
+    stats = client.info("commandstats")
+    return sum(int(stats.get(f"cmdstat_{name}", {}).get("usec", 0))
+               for name in ("evalsha", "eval"))
+
+
+READS = ["get", "get_many"]
+CLAIMS = ["claim", "claim_expired", "claim_ready"]
+
+
+def planted_call(store: RedisRunStore, call: str) -> Any:
+    if call == "get":
+        return store.get("big")
+    if call == "get_many":
+        return store.get_many(["ok", "big"])
+    if call == "claim_ready":
+        return store.claim_ready("me", LONG, 10, records=True)
+    return getattr(store, call)("me", LONG, 10, records=True)
+
+
+@pytest.mark.parametrize("call", READS + CLAIMS)
+def test_a_planted_record_over_the_cap_is_refused_not_copied(plain_client: redis.Redis,
+                                                             call: str) -> None:
+    """get and get_many answer Corrupt(run, "record") and write nothing; a claim with
+    records quarantines the entry (as a damaged one) and hands out the others, the planted
+    run's key left as it was. On a server, the script takes under 10 ms: the record's
+    length comes from the run's header, and the record is never read."""
+    client = plain_client
+    namespace = unique_namespace("hostile")
+    store = RedisRunStore(client, namespace=namespace, discover=lambda r: At(0),
+                          timeout=DEADLINE)
+    kind = Release() if call == "claim_ready" else Claim("dead", 1)
+    try:
+        store.insert("big", b"x", kind)
+        store.insert("ok", b"y", kind)
+        time.sleep(0.005)  # the 1 ms leases have run out
+        # The script in the server's cache first: the time measured is this call's.
+        with contextlib.suppress(StoreError):
+            planted_call(RedisRunStore(client, namespace=unique_namespace("warm")), call)
+        plant(client, namespace, "big")
+        key = Keyspace(namespace).run("big").encode()  # as SCAN names it
+        before = light_snapshot(client, namespace)
+        spent = script_usec(client)
+        if call in READS:
+            with pytest.raises(Corrupt) as caught:
+                planted_call(store, call)
+            assert (caught.value.run, caught.value.field) == ("big", "record")
+            assert light_snapshot(client, namespace) == before
+        else:
+            claimed = planted_call(store, call)
+            assert [c.run for c in claimed] == ["ok"] and claimed[0].current.record == b"y"
+            index = "ready" if call == "claim_ready" else "leases"
+            assert Quarantined(index, "big", "record") in store.quarantined()
+            assert light_snapshot(client, namespace)[key] == before[key]
+        if spent is not None:
+            took = script_usec(client) - spent  # type: ignore[operator]
+            assert took < 10_000, f"{call}: {took} µs of scripts for a planted record"
+    finally:
+        store.close()
+        drop_namespace(client, namespace)

@@ -8,7 +8,7 @@ import logging
 
 import fakeredis
 import pytest
-from servers import at_layout, unique_namespace
+from servers import unique_namespace
 
 from redisstore import Claim, RedisRunStore, Unavailable
 from redisstore.core.keys import Keyspace
@@ -16,7 +16,7 @@ from redisstore.core.keys import Keyspace
 
 def test_a_claim_that_quarantines_warns(caplog: pytest.LogCaptureFixture) -> None:
     client = fakeredis.FakeRedis()
-    store = RedisRunStore(client, namespace=at_layout(client, unique_namespace(), 1))
+    store = RedisRunStore(client, namespace=unique_namespace())
     store.insert("good", b"x", Claim("dead", 1))
     client.zadd(Keyspace(store.namespace).leases, {"ghost": 0})  # a run that is not there
     with caplog.at_level(logging.WARNING, logger="redisstore"):

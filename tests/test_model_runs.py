@@ -179,7 +179,7 @@ class SideBySide(RuleBasedStateMachine):
     def refresh(self, run: str, version: int) -> None:
         self.both(version, "refresh", run)
 
-    @rule(count=st.sampled_from([1, 3, 200]))
+    @rule(count=st.sampled_from([1, 3, 100]))
     def migrate_step(self, count: int) -> None:
         """One bounded step of moving the Redis side's runs to strings, at any point: a
         namespace part hashes, part strings answers exactly as memory does."""

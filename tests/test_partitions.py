@@ -12,8 +12,9 @@ from collections import Counter
 from typing import Any
 
 import fakeredis
+import old_layouts
 import pytest
-from servers import at_layout, unique_namespace
+from servers import unique_namespace
 
 from redisstore import (
     AsyncRedisRunStore,
@@ -356,7 +357,9 @@ def test_a_partial_renew_or_release_is_of_unknown_outcome() -> None:
     for run in runs:
         store.insert(run, b"r", Claim("w", LONG))
     broken = partition_of("r0", 3)
-    client.hset(Keyspace(ns, broken).meta, "layout", 99)  # a newer library's layout
+    newer = Keyspace(ns, broken).meta
+    client.hdel(newer, "v5")
+    client.hset(newer, "layout", 99)  # a newer library's layout (it reads no v5)
     only = [run for run in runs if partition_of(run, 3) == broken]
     for call in (lambda: store.renew("w", runs, LONG), lambda: store.release("w", runs)):
         with pytest.raises(Unavailable) as caught:
@@ -366,10 +369,11 @@ def test_a_partial_renew_or_release_is_of_unknown_outcome() -> None:
         # What the other partitions did, and which runs were not answered for.
         assert caught.value.unanswered == only
         assert caught.value.done == [run for run in runs if run not in only]
-    client.hset(Keyspace(ns, broken).meta, "layout", 4)
+    client.hset(newer, mapping={"layout": 5, "v5": 1})
     freed = [run for run in runs if partition_of(run, 3) != broken]
     assert all(store.get(run).holder == Free() for run in freed)  # the others applied it
-    client.hset(Keyspace(ns, broken).meta, "layout", 99)
+    client.hdel(newer, "v5")
+    client.hset(newer, "layout", 99)
     with pytest.raises(Misconfigured):  # nothing applied anywhere: the answer itself
         store.release("w", only)
 
@@ -725,28 +729,68 @@ def test_outbox_entries_that_stay_or_are_foreign_never_hide_a_delivery(kind: str
 
 
 def test_a_new_namespace_of_partitions_migrates_without_scanning_the_server() -> None:
-    """A new namespace starts at layout 4: it has nothing of an older layout to find, so
+    """A new namespace starts at layout 5: it has nothing of an older layout to find, so
     its migration is one step however many keys the server holds, with partitions or
     without (a namespace an older library started at layout 1 must SCAN for its runs)."""
     client = fakeredis.FakeRedis()
     client.mset({f"foreign:{i}": b"x" for i in range(3000)})
     assert RedisRunStore(client, namespace=unique_namespace(), partitions=4).migrate().steps == 1
     assert RedisRunStore(client, namespace=unique_namespace()).migrate().steps == 1
-    old = at_layout(client, unique_namespace(), 1)
+    old = unique_namespace()
+    old_layouts.write(client, old, 1, {"run": old_layouts.OldRun(record=b"r")})
     assert RedisRunStore(client, namespace=old).migrate().steps > 10
 
 
 def test_a_migration_of_partitions_is_a_call_per_step_each_with_its_deadline() -> None:
-    """A partition with an older layout recorded is migrated in bounded steps, each one
-    call (its own deadline): a big database is many calls, not one that runs out of time."""
+    """Partitions an older library left at layout 4 are migrated in bounded steps, each
+    one call (its own deadline): a big database is many calls, not one that runs out of
+    time."""
     client = fakeredis.FakeRedis()
     client.mset({f"foreign:{i}": b"x" for i in range(3000)})
     ns = unique_namespace()
+    runs = {f"run{i}": old_layouts.OldRun(record=b"r%d" % i) for i in range(4)}
+    old_layouts.write_partitioned(client, ns, 4, runs, 2)
     store = RedisRunStore(client, namespace=ns, partitions=2)
-    store.insert("run", b"r", Release())
-    client.hset(Keyspace(ns, partition=1).meta, "layout", "3")  # as an older library left it
+    with pytest.raises(Misconfigured, match="migrate"):
+        store.get("run0")
+    calls: list[int] = []
+    real = store._io.drive
+
+    def drive(op: Any) -> Any:
+        calls.append(1)
+        return real(op)
+
+    store._io.drive = drive  # type: ignore[method-assign]
     done = store.migrate()
-    assert done.steps > 10
-    assert client.hget(Keyspace(ns, partition=1).meta, "layout") == b"4"
-    assert store.get("run").record == b"r"
+    store._io.drive = real  # type: ignore[method-assign]
+    assert done.steps > 10 and len(calls) == done.steps and done.moved == 4
+    for p in range(2):
+        assert client.hget(Keyspace(ns, partition=p).meta, "layout") == b"5"
+    assert {run: store.get(run).record for run in runs} == {
+        run: old.record for run, old in runs.items()}
     assert store.migrate().steps == 1  # done: one call answers at once
+
+
+@pytest.mark.parametrize("held", [True, False])
+def test_a_run_moved_by_repartition_never_gives_a_grant_token_again(held: bool) -> None:
+    """A zombie of an old grant (owner, token) must never see that token given again in the
+    run's new partition: the floor there rises to the run's last token, read from its
+    header when it is free (get names the token of a held run only)."""
+    from redisstore import Fenced, LeaseRefused, repartition
+
+    client = fakeredis.FakeRedis()
+    ns = unique_namespace()
+    old = RedisRunStore(client, namespace=ns)
+    old.insert("run", b"r", Claim("a", LONG))
+    for rev in (1, 2):  # grants 2 and 3, by the same owner
+        old.compare_and_set("run", rev, b"r", Claim("a", LONG))
+    assert old.get("run").token == 3
+    if not held:
+        old.release("a", ["run"])
+    repartition(client, ns, 3)
+    new = RedisRunStore(client, namespace=ns, partitions=3)
+    current = new.get("run")
+    new.compare_and_set("run", current.revision, b"r", Claim("a", LONG))
+    assert (new.get("run").token or 0) > 3
+    with pytest.raises(LeaseRefused):  # the zombie of grant 3
+        new.compare_and_set("run", current.revision + 1, b"z", Fenced("a", 3))

@@ -10,6 +10,7 @@ and nothing else; with ``Durability`` one ``WAIT`` covers the writes of a round.
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -29,6 +30,8 @@ from redisstore import (
     Claimed,
     Conflict,
     Durability,
+    Failure,
+    Fenced,
     Free,
     Held,
     Hold,
@@ -61,15 +64,28 @@ def loaded(client: Any) -> Any:
 
 @pytest.fixture
 def round_trips(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """The number of commands of each batch the sync shell sends."""
+    """The number of commands of each batch the sync shell sends (by its full path, or by
+    its lean one: a pipeline of one call, or of one fused pair, goes as the store's call)."""
     sent: list[int] = []
-    send = Transport._send
+    send, lean = Transport._send, Transport._lean_send
+    inside = threading.local()  # the full path sends by the lean one too: counted once
 
     def counting(self: Transport, batch: Any, deadline: float) -> Any:
         sent.append(len(batch.commands))
-        return send(self, batch, deadline)
+        inside.send = True
+        try:
+            return send(self, batch, deadline)
+        finally:
+            inside.send = False
+
+    def lean_counting(self: Transport, pool: Any, conn: Any, data: bytes, count: int,
+                      deadline: float) -> Any:
+        if not getattr(inside, "send", False):
+            sent.append(count)
+        return lean(self, pool, conn, data, count, deadline)
 
     monkeypatch.setattr(Transport, "_send", counting)
+    monkeypatch.setattr(Transport, "_lean_send", lean_counting)
     return sent
 
 
@@ -94,7 +110,9 @@ def test_every_call_gets_its_own_answer_in_one_round_trip(
         now = pipe.now()
         many = pipe.get_many(["held", "absent", "new"])
         assert len(pipe) == 11 and not new.done()
-    assert len(round_trips) == 1 and round_trips[0] == 11  # one batch, one command per call
+    # One batch, one command per call, but the write of "done" and the claim queued right
+    # after it: one script (run_cas_claim) runs both.
+    assert round_trips == [10]
 
     assert new.result() == 1 and new.done()
     with pytest.raises(AlreadyExists):
@@ -116,6 +134,278 @@ def test_every_call_gets_its_own_answer_in_one_round_trip(
     assert isinstance(now.result(), int)
     assert many.result() == {"held": store.get("held"), "new": store.get("new")}
     assert store.get("held").record == b"h1"  # every refusal wrote nothing
+
+
+# ---------------------------------------------------- a finish and the next claim: one script
+#: Script names by SHA1 (what an EVALSHA carries).
+NAMES = {script.sha.encode(): script.name for script in scripts.RUN_SCRIPTS}
+
+
+def labels(batch: Any) -> list[str]:
+    """What a batch carries: each EVALSHA's script name, else the command's name."""
+    out = []
+    for command in batch.commands:
+        name = bytes(command[0]).decode().upper() if not isinstance(command[0], int) else ""
+        if name == "EVALSHA":
+            sha = command[1] if isinstance(command[1], bytes) else str(command[1]).encode()
+            out.append(NAMES.get(sha, "?"))
+        else:
+            out.append(name + (" " + bytes(command[1]).decode().upper()
+                               if name == "SCRIPT" else ""))
+    return out
+
+
+@pytest.fixture
+def full_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every call and pipeline sent by the shells' full path, one ``Transport._send`` per
+    batch: the lean paths (a store's plain call packed straight onto a socket, which a
+    pipeline of one call or of one fused pair may take too) are turned off, so that a spy or
+    a fault at ``_send`` sees every round trip. What a reply means is decided by the same
+    Driver either way."""
+    from redisstore.core.driver import Driver
+    from redisstore.shells.aio import AsyncTransport
+    from redisstore.shells.sync import Pool
+
+    async def full(self: AsyncTransport, op: Any) -> Any:
+        driver = Driver(op, self.durability)
+        await self.run(driver)
+        return driver.result()
+
+    monkeypatch.setattr(Pool, "take_lean", lambda self: None)
+    monkeypatch.setattr(AsyncTransport, "_lean_drive", full)
+
+
+@pytest.fixture
+def batches(monkeypatch: pytest.MonkeyPatch, full_path: None) -> list[list[str]]:
+    """What each batch the sync and asyncio shells send carries (:func:`labels`)."""
+    from redisstore.shells.aio import AsyncTransport
+
+    sent: list[list[str]] = []
+    send, asend = Transport._send, AsyncTransport._send
+
+    def spying(self: Transport, batch: Any, deadline: float) -> Any:
+        sent.append(labels(batch))
+        return send(self, batch, deadline)
+
+    async def aspying(self: AsyncTransport, batch: Any, deadline: float) -> Any:
+        sent.append(labels(batch))
+        return await asend(self, batch, deadline)
+
+    monkeypatch.setattr(Transport, "_send", spying)
+    monkeypatch.setattr(AsyncTransport, "_send", aspying)
+    return sent
+
+
+def unit_of_work(client: Any) -> RedisRunStore:
+    """A namespace with a run "job" held by "w" (grant 1), a ready run "next" and an
+    expired lease "dead" of another owner: what a worker's finish and next claim meet."""
+    store = RedisRunStore(loaded(client), namespace=unique_namespace(), discover=ready)
+    store.insert("job", b"todo", Claim("w", LONG))
+    store.insert("next", b"todo", Release())
+    store.insert("dead", b"todo", Claim("other", 1))
+    time.sleep(0.005)  # its 1 ms lease runs out
+    return store
+
+
+def state(store: RedisRunStore) -> dict[str, Any]:
+    """Every run as read, its times (claimed at, not before) as whether it has one."""
+    out = {}
+    for run in ("job", "next", "dead"):
+        current = store.get(run)
+        claim = current.claim
+        out[run] = (current.revision, current.record, current.holder, current.token,
+                    current.takeovers, current.attempts, current.not_before is not None,
+                    current.quarantined, claim and (claim.key, claim.dependency_revision))
+    return out
+
+
+#: A first call of each kind a claim fuses with, and a claim of each kind after it:
+#: (name, the first call, the claim), each a function of a store or a pipeline.
+FUSABLE: list[tuple[str, Any, Any]] = [
+    ("finish-record-claim", lambda s: s.finish("job", 1, Fenced("w", 1), record=b"done"),
+     lambda s: s.claim("w", LONG, 10)),
+    ("finish-free-claim_ready", lambda s: s.finish("job", 1, Fenced("w", 1)),
+     lambda s: s.claim_ready("w", LONG, 10, records=True)),
+    ("finish-failure-claim_expired",
+     lambda s: s.finish("job", 1, Fenced("w", 1), failure=Failure("boom", delay=LONG)),
+     lambda s: s.claim_expired("w", LONG, 10)),
+    ("finish-final-claim", lambda s: s.finish("job", 1, Fenced("w", 1),
+                                              failure=Failure("boom", final=True)),
+     lambda s: s.claim("w", LONG, 10, records=True)),
+    ("cas-claim_ready", lambda s: s.compare_and_set("job", 1, b"todo", Release()),
+     lambda s: s.claim_ready("w", LONG, 10)),
+    ("cas-hold-claim_expired", lambda s: s.compare_and_set("job", 1, b"done", Hold("w")),
+     lambda s: s.claim_expired("w", LONG, 10, max_takeovers=0)),
+    ("release-claim", lambda s: s.release("w", ["job"]), lambda s: s.claim("w", LONG, 10)),
+]
+
+
+def claimed_runs(result: Any) -> list[str]:
+    return [c.run if isinstance(c, Claimed) else c for c in result]
+
+
+@pytest.mark.parametrize(("kind", "first", "claim"), FUSABLE,
+                         ids=[kind for kind, _, _ in FUSABLE])
+def test_a_finish_write_or_release_and_the_next_claim_are_one_script(
+        client: redis.Redis, batches: list[list[str]], kind: str, first: Any,
+        claim: Any) -> None:
+    """A claim queued right after a finish, a compare_and_set or a release is sent with it
+    as one EVALSHA of the fused script (run_finish_claim, run_cas_claim,
+    run_release_claim), and each Pending answers what its call alone would: the same value,
+    the same runs claimed, the same state left, as the two calls made one after the other
+    on a twin namespace."""
+    fused_store, alone = unit_of_work(client), unit_of_work(client)
+    fused_store.now()  # the one-time server check, not in the pipeline's batch
+    batches.clear()
+    with fused_store.pipeline() as pipe:
+        one = first(pipe)
+        two = claim(pipe)
+    script = {"finish": "run_finish_claim", "cas": "run_cas_claim",
+              "release": "run_release_claim"}[kind.split("-")[0]]
+    assert batches == [[script]]  # one round trip, one command: the fused script
+    expected_one, expected_two = first(alone), claim(alone)
+    assert one.result() == expected_one
+    got = two.result()
+    assert claimed_runs(got) == claimed_runs(expected_two)
+    if got and isinstance(got[0], Claimed):
+        assert [c.current.record for c in got] == [c.current.record for c in expected_two]
+    assert state(fused_store) == state(alone)
+    assert fused_store.quarantined() == alone.quarantined()
+
+
+@pytest.mark.parametrize(("refusal", "script", "first"), [
+    (LeaseRefused, "run_finish_claim",
+     lambda s: s.finish("job", 1, Fenced("w", 2), record=b"done")),  # another grant's
+    (Conflict, "run_finish_claim", lambda s: s.finish("job", 5, Fenced("w", 1))),
+    (NotFound, "run_finish_claim",
+     lambda s: s.finish("absent", 1, Fenced("w", 1), failure=Failure("boom"))),
+    (Conflict, "run_cas_claim", lambda s: s.compare_and_set("job", 5, b"x", Release())),
+    (LeaseRefused, "run_cas_claim", lambda s: s.compare_and_set("job", 1, b"x", Hold("me"))),
+], ids=["finish-refused", "finish-conflict", "finish-absent", "cas-conflict", "cas-refused"])
+def test_a_refused_first_call_still_gives_the_claim_its_own_answer(
+        client: redis.Redis, batches: list[list[str]], refusal: type[Exception], script: str,
+        first: Any) -> None:
+    """The fused script runs no claim after a first call it refuses (nothing written): the
+    claim is then sent alone, right after, and answers as it would have; the first call
+    raises its own refusal."""
+    store = unit_of_work(client)
+    store.now()
+    before = store.get("job")
+    batches.clear()
+    with store.pipeline() as pipe:
+        one = first(pipe)
+        two = pipe.claim("w", LONG, 10)
+    with pytest.raises(refusal):
+        one.result()
+    assert sorted(two.result()) == ["dead", "next"]
+    assert batches == [[script], ["run_claim"]]
+    assert store.get("job") == before  # nothing of the refused call was written
+
+
+def test_noscript_of_the_fused_script_loads_it_and_sends_it_again(
+        client: redis.Redis, batches: list[list[str]]) -> None:
+    store = unit_of_work(client)
+    client.script_flush()
+    batches.clear()
+    with store.pipeline() as pipe:
+        done = pipe.finish("job", 1, Fenced("w", 1), record=b"done")
+        nxt = pipe.claim("w", LONG, 10)
+    assert batches == [["run_finish_claim"], ["SCRIPT LOAD", "run_finish_claim"]]
+    assert done.result() is None and sorted(nxt.result()) == ["dead", "next"]
+    assert store.get("job").record == b"done" and store.get("job").holder == Free()
+
+
+def test_a_lost_reply_of_the_fused_script_leaves_both_calls_unknown(
+        client: redis.Redis, monkeypatch: pytest.MonkeyPatch, full_path: None) -> None:
+    """The fused script ran, its reply was lost: neither call can know what it did (each
+    ``Unavailable``, outcome ``unknown``), and neither is sent again: each applied once."""
+    from redisstore.core.outcomes import Exchange, Lost
+
+    store = unit_of_work(client)
+    store.now()
+    send = Transport._send
+
+    def losing(self: Transport, batch: Any, deadline: float) -> Any:
+        got = send(self, batch, deadline)
+        if "run_finish_claim" in labels(batch):
+            return Exchange((), Lost(True, "the test's fault"))
+        return got
+
+    monkeypatch.setattr(Transport, "_send", losing)
+    with store.pipeline() as pipe:
+        done = pipe.finish("job", 1, Fenced("w", 1), record=b"done")
+        nxt = pipe.claim("w", LONG, 10)
+    for pending in (done, nxt):
+        with pytest.raises(Unavailable) as caught:
+            pending.result()
+        assert caught.value.outcome == "unknown"
+    assert (store.get("job").revision, store.get("job").record) == (2, b"done")  # once
+    assert store.get("next").holder == Held("w", True)
+    assert store.get("next").token == 1  # claimed once: its first grant
+
+
+@pytest.mark.server
+def test_an_unconfirmed_fused_call_leaves_a_refused_first_call_its_refusal(
+        redis7: Server) -> None:
+    """With ``Durability`` the fused script's confirmation covers both calls: a first call
+    the script refused wrote nothing and keeps its own refusal, and its claim, sent alone,
+    is unconfirmed as a write alone is; both applied, both are unconfirmed."""
+    namespace = unique_namespace()
+    plain = RedisRunStore(loaded(redis7.client()), namespace=namespace, discover=ready)
+    plain.insert("job", b"todo", Claim("w", LONG))
+    plain.insert("next", b"todo", Release())
+    # No replica answers: every write is applied and unconfirmed.
+    durable = RedisRunStore(redis7.client(), namespace=namespace, discover=ready,
+                            durability=Durability(replicas=1, timeout=50))
+    with durable.pipeline() as pipe:
+        refused = pipe.finish("job", 5, Fenced("w", 1), record=b"done")
+        nxt = pipe.claim("w", LONG, 10)
+    with pytest.raises(Conflict):
+        refused.result()
+    with pytest.raises(Unavailable) as caught:
+        nxt.result()
+    assert caught.value.outcome == "applied_unconfirmed"
+    assert plain.get("next").holder == Held("w", True)  # the claim ran, alone
+    assert plain.get("job").revision == 1
+    with durable.pipeline() as pipe:
+        done = pipe.finish("job", 1, Fenced("w", 1), record=b"done")
+        again = pipe.claim("w", LONG, 10)
+    for pending in (done, again):
+        with pytest.raises(Unavailable) as caught:
+            pending.result()
+        assert caught.value.outcome == "applied_unconfirmed"
+    assert plain.get("job").record == b"done"
+
+
+def test_an_asyncio_pipeline_fuses_a_finish_and_the_next_claim(
+        batches: list[list[str]]) -> None:
+    async def main() -> None:
+        client = fakeredis.FakeAsyncRedis()
+        for script in scripts.RUN_SCRIPTS:
+            await client.script_load(script.source)
+        store = AsyncRedisRunStore(client, namespace=unique_namespace(), discover=ready)
+        await store.insert("job", b"todo", Claim("w", LONG))
+        await store.insert("held", b"todo", Claim("w", LONG))
+        await store.insert("next", b"todo", Release())
+        batches.clear()
+        async with store.pipeline() as pipe:
+            done = pipe.finish("job", 1, Fenced("w", 1), record=b"done")
+            nxt = pipe.claim("w", LONG, 10, records=True)
+        assert batches == [["run_finish_claim"]]
+        assert done.result() is None and [c.run for c in nxt.result()] == ["next"]
+        assert (await store.get("job")).record == b"done"
+        batches.clear()
+        async with store.pipeline() as pipe:  # another grant's finish: refused
+            refused = pipe.finish("held", 1, Fenced("w", 7))
+            released = pipe.release("w", ["job", "held"])
+            after = pipe.claim_ready("w", LONG, 10)
+        assert batches == [["run_finish", "run_release_claim"]]
+        with pytest.raises(LeaseRefused):
+            refused.result()
+        assert released.result() == ["held"] and after.result() == ["held"]
+        await store.aclose()
+
+    asyncio.run(main())
 
 
 def test_the_worker_step_is_one_round_trip(client: redis.Redis,

@@ -60,6 +60,9 @@ def test_scripts_are_shipped_in_the_wheel(tmp_path: Path) -> None:
     metadata = next(n for n in names if n.endswith(".dist-info/METADATA"))
     text = zipfile.ZipFile(wheel).read(metadata).decode()
     assert "Classifier: Typing :: Typed" in text and "License" in text
+    # The packaging takes [project.urls] as written.
+    for label, url in _pyproject()["project"]["urls"].items():
+        assert f"Project-URL: {label}, {url}" in text, label
     # The package index's description: no link into a checkout, no install from one.
     description = text.split("\n\n", 1)[1]
     assert "redisstore[embedded]" in description
@@ -113,6 +116,59 @@ def test_every_public_name_is_in_the_api_doc() -> None:
     assert missing == []
 
 
+def _api_operations() -> list[str]:
+    """The operations docs/api.md's "Operations:" sentence lists (not their options)."""
+    text = (ROOT / "docs" / "api.md").read_text()
+    operations = re.search(r"Operations: (.*?)\(\[runs\.md\]", text, flags=re.DOTALL)
+    assert operations is not None
+    return [op for op in re.findall(r"`(\w+)`", operations.group(1))
+            if op not in ("records", "max_takeovers", "block")]  # options, not operations
+
+
+def test_the_api_doc_lists_every_operation_of_the_run_store_port() -> None:
+    from redisstore.runs import RunStore
+
+    methods = [name for name in vars(RunStore) if not name.startswith("_")]
+    assert len(methods) >= 12 and "compare_and_set" in methods
+    assert [m for m in methods if m not in _api_operations()] == []
+
+
+def test_the_package_root_has_no_public_name_beyond_all_and_its_modules() -> None:
+    """What ``dir(redisstore)`` shows a user is what docs/api.md lists (``__all__``) and
+    the package's own submodules: no name it imported for itself looks public. (Under
+    pytest the package's modules are rewritten as a plugin's, which adds names that are
+    not identifiers: no user sees them.)"""
+    import types
+
+    stray = [name for name in dir(redisstore) if not name.startswith("_")
+             and name.isidentifier()
+             and name not in redisstore.__all__
+             and not (isinstance(value := getattr(redisstore, name), types.ModuleType)
+                      and value.__name__ == f"redisstore.{name}")]
+    assert "runs" in dir(redisstore)  # a submodule: allowed
+    assert stray == []
+
+
+def test_the_contract_says_what_the_code_does() -> None:
+    """docs/contract.md names every error of the hierarchy, says which calls are atomic
+    (over partitions a call of many runs is atomic per partition, and ``Unavailable``'s
+    ``done`` and ``unanswered`` say what was done), and that ``renew`` sets a lease to
+    ``ttl`` from now (it may shorten it: README's usage renews a 30 s lease to 100 ms)."""
+    text = (ROOT / "docs" / "contract.md").read_text()
+    errors = text.split("\n## Errors\n", 1)[1]
+    hierarchy = [name for name in redisstore.__all__
+                 if isinstance(value := getattr(redisstore, name), type)
+                 and issubclass(value, redisstore.StoreError)]
+    assert len(hierarchy) >= 10 and "Closed" in hierarchy
+    assert [name for name in hierarchy if f"`{name}" not in errors] == []
+    words = " ".join(text.split())  # as read, whatever the line breaks
+    assert "Every call is atomic on the backend" not in words
+    assert "`done`" in words and "`unanswered`" in words and "atomic per partition" in words
+    (renew,) = [" ".join(item.split()) for item in text.split("\n- ")
+                if item.startswith("`renew(")]
+    assert "extends" not in renew and "`ttl` ms from now" in renew, renew
+
+
 def _resolve(path: str) -> object:
     """The object a dotted path names, as ``from a.b import c`` finds it: an attribute of
     what comes before it, else a module imported."""
@@ -139,11 +195,7 @@ def _api_paths() -> list[str]:
     caps = re.search(r"`redisstore\.runs\.MAX_CLAIM`((?:, `\w+`)+)", text)
     assert caps is not None
     paths += [f"redisstore.runs.{cap}" for cap in re.findall(r"`(\w+)`", caps.group(1))]
-    operations = re.search(r"Operations: (.*?)\(\[runs\.md\]", text, flags=re.DOTALL)
-    assert operations is not None
-    for op in re.findall(r"`(\w+)`", operations.group(1)):
-        if op in ("records", "max_takeovers", "block"):
-            continue  # options, not operations
+    for op in _api_operations():
         paths += [f"redisstore.RedisRunStore.{op}", f"redisstore.AsyncRedisRunStore.{op}",
                   f"redisstore.MemoryRunStore.{op}"]
     paths += [f"redisstore.{store}.{method}" for store in ("RedisRunStore", "AsyncRedisRunStore")
@@ -280,6 +332,22 @@ def test_published_extras_pin_nothing_and_ci_pins_its_own_tools() -> None:
     assert "--group dev" in ci and "'pip>=25.1'" in ci  # pip 25.1 reads dependency groups
 
 
+def test_the_package_names_its_home_docs_changelog_and_issues() -> None:
+    """The package index lists Project-URLs beside the description (which links nowhere
+    into a checkout): the project's home, and in it the docs, the changelog and where to
+    report a problem. Absolute https URLs (the index takes no relative ones), each into
+    the home, the docs and the changelog at paths this repository has."""
+    urls = _pyproject()["project"].get("urls", {})
+    assert set(urls) >= {"Homepage", "Documentation", "Changelog", "Issues"}, urls
+    home = urls["Homepage"]
+    assert re.fullmatch(r"https://[\w.-]+/[\w.-]+/[\w.-]+", home), home
+    for label, path in (("Documentation", "docs"), ("Changelog", "CHANGELOG.md")):
+        link = re.fullmatch(re.escape(home) + r"/(?:blob|tree)/main/(.+)", urls[label])
+        assert link is not None and link.group(1) == path and (ROOT / path).exists(), \
+            (label, urls[label])
+    assert urls["Issues"] == f"{home}/issues"
+
+
 def test_the_index_description_links_nowhere_into_a_checkout() -> None:
     """The package index shows the long description without the repository around it: a
     relative link there leads nowhere, and an install from '.' installs nothing."""
@@ -323,10 +391,15 @@ def test_a_stall_table_says_over_only_on_a_row_over_its_bound() -> None:
         return b.Figure(scenario, script, layout, 1, server_us=[us] * 3, client_us=[us] * 3,
                         cpu_us=[us] * 3, wait_us=[0] * 3)
 
-    (script, layout, scenario), bound = next(iter(b.EXCEEDS.items()))
-    green = [figure("run_get", "get", 4, 9_000),
-             figure(script, scenario, layout, (b.TARGET_US + bound) // 2)]
-    table = b.table(SimpleNamespace(figures=green, costs=[]))
+    # A documented allowance (there is none today: the table must still tell one apart).
+    script, layout, scenario, bound = "run_claim", 5, "a documented worst case", 15_000
+    b.EXCEEDS[(script, layout, scenario)] = bound
+    try:
+        green = [figure("run_get", "get", 4, 9_000),
+                 figure(script, scenario, layout, (b.TARGET_US + bound) // 2)]
+        table = b.table(SimpleNamespace(figures=green, costs=[]))
+    finally:
+        del b.EXCEEDS[(script, layout, scenario)]
     assert "OVER" not in table and "ok (documented)" in table
     over = b.table(SimpleNamespace(figures=[figure("run_get", "get", 4, 10_001)], costs=[]))
     assert over.count("OVER") == 1

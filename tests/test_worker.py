@@ -29,6 +29,7 @@ from redisstore import (
     Release,
     Seize,
     Worker,
+    scripts,
 )
 from redisstore.shells.sync import Transport
 
@@ -45,26 +46,29 @@ def until(check: Any, what: str, patience: float = 10.0) -> None:
         time.sleep(0.01)
 
 
-def test_a_finish_and_the_next_claim_go_in_one_round_trip(
+def test_a_finish_and_the_next_claim_are_one_script(
         monkeypatch: pytest.MonkeyPatch) -> None:
     store = RedisRunStore(fakeredis.FakeRedis(), namespace=unique_namespace(), discover=ready)
     for i in range(5):
         store.insert(f"run-{i}", b"todo", Release())
-    batches: list[list[str]] = []
+    batches: list[list[bytes]] = []
     send = Transport._send
 
     def counting(self: Transport, batch: Any, deadline: float) -> Any:
-        names = [str(c[1])[:12] for c in batch.commands]
-        batches.append(names)
+        batches.append([bytes(c[1]) for c in batch.commands])
         return send(self, batch, deadline)
 
     worker = Worker(store, "w", lambda job: b"done", ttl=5_000, poll=100)
     monkeypatch.setattr(Transport, "_send", counting)
     with worker:
         until(lambda: worker.stats["done"] == 5, "finished five runs")
-    # Each finish went with the next claim: two calls in a batch of the worker's own
-    # loop (the keeper's renewals go on connections of its own, in batches of one).
-    assert sum(1 for names in batches if len(names) == 2) >= 4
+    # Each finish went with the next claim, in one script of one command (the keeper's
+    # renewals go on connections of its own).
+    fused = scripts.RUN_FINISH_CLAIM.sha.encode()
+    assert sum(1 for names in batches if names == [fused]) >= 4
+    # (A script's first call goes behind its SCRIPT LOAD: nothing else shares a batch.)
+    assert all(len(names) == 1 or names[0] == b"LOAD" for names in batches), batches
+    assert all(store.get(f"run-{i}").record == b"done" for i in range(5))
 
 
 def test_a_handler_answer_that_is_not_bytes_releases_the_run_as_a_failure() -> None:

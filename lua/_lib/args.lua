@@ -27,9 +27,18 @@ local function opt_decimal(s, lo, hi)
 end
 
 local function arg_text(i)
-  local s = ARGV[i]
+  local s = ARGS[i]
   if s == nil or s == '' or #s > MAX_TEXT then
     error('BADARG ARGV[' .. i .. '] must be non-empty text of at most ' .. MAX_TEXT .. ' bytes')
+  end
+  return s
+end
+
+-- The record bytes at ARGV[i] (empty or not), at most MAX_RECORD_CEILING of them.
+local function arg_record(i)
+  local s = ARGS[i]
+  if s == nil or #s > MAX_RECORD_CEILING then
+    error('BADARG ARGV[' .. i .. '] must be a record of at most ' .. MAX_RECORD_CEILING .. ' bytes')
   end
   return s
 end
@@ -56,35 +65,35 @@ local DROPPED = 0
 -- The wait arguments at ARGV[A..A+3] and the projection version at ARGV[A+4], checked:
 -- {wk, wa, wn, wdl} with numbers as numbers (wk '' for none), and pv.
 local function arg_wait(A)
-  local wk, wa = ARGV[A], ARGV[A + 1]
+  local wk, wa = ARGS[A], ARGS[A + 1]
   local w = {wk = wk, wa = wa, wn = false, wdl = false}
   if wk == 'c' then
     arg_text(A + 1)
-    w.wn = opt_decimal(ARGV[A + 2], 0, MAX_INT)
+    w.wn = opt_decimal(ARGS[A + 2], 0, MAX_INT)
   elseif wk == 'p' then
     arg_text(A + 1)
-    w.wn = decimal(ARGV[A + 2], 1, MAX_INT)
+    w.wn = decimal(ARGS[A + 2], 1, MAX_INT)
   elseif wk == 'a' then
-    w.wn = decimal(ARGV[A + 2], 0, MAX_INT)
+    w.wn = decimal(ARGS[A + 2], 0, MAX_INT)
   elseif wk ~= '' then
     error('BADARG ARGV[' .. A .. '] must be a wait kind: c, p, a or empty')
   end
   if wk ~= '' then
     if w.wn == nil then error('BADARG ARGV[' .. (A + 2) .. '] is not a valid number') end
-    w.wdl = opt_decimal(ARGV[A + 3], 0, MAX_INT)
+    w.wdl = opt_decimal(ARGS[A + 3], 0, MAX_INT)
     if w.wdl == nil then error('BADARG ARGV[' .. (A + 3) .. '] is not a valid deadline') end
   end
-  -- ARGV[A + 5..A + 7]: for a dependency in another partition, the version its watch read,
+  -- ARGS[A + 5..A + 7]: for a dependency in another partition, the version its watch read,
   -- that watch's number and the dependency's partition (the last two absent: unnumbered).
-  w.watched = opt_decimal(ARGV[A + 5] or '', 0, MAX_INT)
+  w.watched = opt_decimal(ARGS[A + 5] or '', 0, MAX_INT)
   if w.watched == nil or (w.watched and (wk ~= 'c' or not PARTITION)) then
     error('BADARG ARGV[' .. (A + 5) .. '] must be empty or, for a dependency of a partition, '
       .. 'its watched version')
   end
-  -- ARGV[A + 8]: '1' when the store watched again after a REWATCH (see rewatch).
+  -- ARGS[A + 8]: '1' when the store watched again after a REWATCH (see rewatch).
   w.again = arg_flag(A + 8) == 1
-  w.ws = opt_decimal(ARGV[A + 6] or '', 1, MAX_INT)
-  w.wd = opt_decimal(ARGV[A + 7] or '', 0, MAX_PARTITIONS - 1)
+  w.ws = opt_decimal(ARGS[A + 6] or '', 1, MAX_INT)
+  w.wd = opt_decimal(ARGS[A + 7] or '', 0, MAX_PARTITIONS - 1)
   if w.ws == nil or w.wd == nil or (w.ws and not w.watched) or ((w.ws == false) ~= (w.wd == false)) then
     error('BADARG ARGV[' .. (A + 6) .. '..' .. (A + 7) .. '] must be empty or a watch number '
       .. 'and the partition of the watched dependency')
@@ -92,15 +101,18 @@ local function arg_wait(A)
   return w, arg_int(A + 4, 0, 2147483648)
 end
 
--- The lease arguments at ARGV[A..A+2]: kind, owner, ttl.
+-- The lease arguments at ARGS[A..A+2]: kind, owner, then the ttl ('c' Claim, 's' Seize) or
+-- the grant's token ('f' Fenced keeping the lease, 'F' Fenced releasing it).
 local function arg_lease(A)
-  local kind = ARGV[A]
+  local kind = ARGS[A]
   if kind == 'c' or kind == 's' then
     return kind, arg_text(A + 1), arg_int(A + 2, 1, MAX_TTL)
+  elseif kind == 'f' or kind == 'F' then
+    return kind, arg_text(A + 1), arg_int(A + 2, 1, MAX_INT)
   elseif kind == 'h' then
     return kind, arg_text(A + 1), 0
   elseif kind == 'r' then
     return kind, '', 0
   end
-  error('BADARG ARGV[' .. A .. '] must be a lease kind: h, c, s or r')
+  error('BADARG ARGV[' .. A .. '] must be a lease kind: h, c, s, r, f or F')
 end

@@ -1,101 +1,64 @@
 -- claims.lua: the due entries of an index, in order, for a claim.
 
 -- The due entries of ix (score <= now) in order, with their run's state and index score,
--- visiting at most
--- limit + MAX_VISIT of them (an empty or dropped bucket counts as one) and stopping once
--- out holds limit runs. An entry whose run is missing, of another type or corrupt is
--- quarantined on the way; a bucket of another type is dropped (drop_bucket). Entries are
--- read in pages, the first just a little longer than limit: a claim of one run over a large
--- index copies a few entries into the script, not limit + MAX_VISIT. The offsets hold
--- because every write waits for commit. While migrating to layout 4 the old key's entries
--- are merged in.
+-- visiting at most limit + MAX_VISIT of them and stopping once out holds limit runs. An
+-- entry whose run is missing, of another type or corrupt is quarantined on the way. Entries
+-- are read in pages, each one entry longer than it needs (a claim of one run over a large
+-- index copies three entries into the script, not limit + MAX_VISIT), so that the claim
+-- knows the entry after the ones it visited: ix.after is that entry ({run, score}), false
+-- when the index held no more, true when a page ended exactly there (unknown: read again).
+-- The offsets hold because every write waits for commit. An index key of another type
+-- stops the walk and sets ix.bad (the claim answers CORRUPT, nothing written).
 local function due(ix, limit, out)
   local cap, visits, now = limit + MAX_VISIT, 0, now_ms()
-  local function want() return math.min(math.max(2 * (limit - #out), 8), cap - visits) end
-  local q = NS >= 4 and ix_queue(ix)
-  local old
-  if NS < 4 or OLD_IX then
-    local page, i, read, full = {}, 1, 0, true
-    old = function()
-      if page[i] == nil then
-        local n = want()
-        if not full or n <= 0 then return nil end
-        page = redis.call('ZRANGEBYSCORE', ix.old, '-inf', int(now), 'WITHSCORES', 'LIMIT',
-          read, n)
-        read, full, i = read + n, #page == 2 * n, 1
-      end
-      i = i + 2
-      return page[i - 2], tonumber(page[i - 1])
-    end
-  end
-  local new
-  if NS >= 4 then
-    local bounds, key, bound, page, i, offset, more = buckets(ix), nil, nil, {}, 1, 0, false
-    new = function()
-      while true do
-        if page[i] then
-          local run, score = page[i], tonumber(page[i + 1])
-          i = i + 2
-          if score > now then return nil end  -- buckets are in order: nothing later is due
-          return run, score, bound
-        end
-        local n = want()
-        if n <= 0 then return nil end
-        if not more then
-          bound = bounds()
-          if bound == nil then return nil end
-          key, offset = ix.pre .. bound, 0
-          if q.dropped[bound] then
-            more = false
-          elseif not card_of(key) then
-            if q.ndropped < 8 then drop_bucket(q, bound) end
-            more = false
-          else
-            more = true
-          end
-          if not more then visits = visits + 1 end
-        end
-        if more then
-          page = redis.call('ZRANGE', key, offset, offset + n - 1, 'WITHSCORES')
-          -- An empty bucket (left by a foreign write) counts as a visit: never a wall.
-          if offset == 0 and page[1] == nil then visits = visits + 1 end
-          i, offset, more = 1, offset + n, #page == 2 * n
-        end
-      end
-    end
-  end
-  local seen, ar, as, br, bs, bb = {}, nil, nil, nil, nil, nil
+  local page, i, offset, full = {}, 1, 0, true
   return function()
     while #out < limit and visits < cap do
-      if old and not ar then
-        ar, as = old()
-        if not ar then old = nil end
+      if page[i] == nil then
+        if not full then
+          ix.after = false
+          return nil
+        end
+        local n = math.min(2 * (limit - #out), cap - visits) + 1
+        page = redis.pcall('ZRANGE', ix.key, offset, offset + n - 1, 'WITHSCORES')
+        if page.err then
+          wrong_type(page)
+          ix.bad = true
+          return nil
+        end
+        if offset == 0 then TYPES[ix.key], READ[ix.key] = page[1] and 'zset' or 'none', true end
+        offset, full, i = offset + n, #page == 2 * n, 1
+        if page[1] == nil then
+          ix.after = false
+          return nil
+        end
       end
-      if new and not br then
-        br, bs, bb = new()
-        if not br then new = nil end
-      end
-      local run, score, bound
-      if ar and (not br or as < bs or (as == bs and bytes_before(ar, br))) then
-        run, score, ar = ar, as, nil
-      elseif br then
-        run, score, bound, br = br, bs, bb, nil
-      else
+      local run, score = page[i], tonumber(page[i + 1])
+      if score > now then
+        ix.after = {run, score}
         return nil
       end
+      i = i + 2
       visits = visits + 1
-      if not seen[run] then
-        seen[run] = true
-        if q then
-          q.found[run] = bound ~= nil and score
-          q.at[run] = bound
-        end
-        local s, bad = load(run)
-        if s then return run, s, score end
-        if s == nil then bad = 'missing' end
-        quarantine(ix, run, bad)
-      end
+      local s, bad = load(run)
+      if s then return run, s, score end
+      quarantine(ix, run, bad or 'missing')
+    end
+    if page[i] then
+      ix.after = {page[i], tonumber(page[i + 1])}
+    else
+      ix.after = full
     end
     return nil
   end
+end
+
+-- Whether byte string a sorts before b, as the server compares members (Lua's own < follows
+-- the server's locale). Ids differ early, so the loop is short.
+local function bytes_before(a, b)
+  for i = 1, math.min(#a, #b) do
+    local x, y = string.byte(a, i), string.byte(b, i)
+    if x ~= y then return x < y end
+  end
+  return #a < #b
 end

@@ -1,261 +1,174 @@
--- codec.lua: a run's stored form: the header and trailer of layouts 2 to 4, the hash of layout 1.
+-- codec.lua: a run's stored form in layout 5: the record, its header and the trailer.
 
 local function run_key(run)
   return P .. RUN_KEY .. run
 end
 
-local FIELDS = {'rev', 'own', 'exp', 'ck', 'cdr', 'cat', 'wk', 'wa', 'wn', 'wdl', 'wrev',
-                'wpv', 'pk', 'pt', 'tk', 'px', 'rt'}
-
--- Layout 2 stores these fields as length-prefixed text ("6:node-a"), the others as decimals.
-local TEXT = {own = true, ck = true, wa = true, pk = true}
-
--- Layout 2's header: FIELDS in order, each ended by ',' ('' for absent; absent fields at
--- the end are left out), then room (spaces) left by a header that shrank. decode gives the
--- fields as text (absent: nil), or nil and the field that is malformed.
-local function decode(h)
-  local raw, pos, n = {}, 1, #h
-  for i = 1, #FIELDS do
-    local name, c = FIELDS[i], string.byte(h, pos)
-    if c == nil or c == 32 then break end
-    if TEXT[name] and c ~= 44 then
-      local digits = string.match(h, '^(%d+):', pos)
-      local len = decimal(digits, 0, n)
-      if not len then return nil, name end
-      local from = pos + #digits + 1
-      raw[name] = string.sub(h, from, from + len - 1)
-      pos = from + len
-      if #raw[name] ~= len or string.byte(h, pos) ~= 44 then return nil, name end
-    else
-      local e = string.find(h, ',', pos, true)
-      if not e then return nil, name end
-      if e > pos then raw[name] = string.sub(h, pos, e - 1) end
-      pos = e
-    end
-    pos = pos + 1
-  end
-  if pos <= n and not string.find(h, '^ *$', pos) then return nil, 'header' end
-  return raw
+-- The header region's trailer: its length in decimal, then the count of those digits.
+-- (One format of two integers: `..` of a number formats it as a float, several times
+-- dearer.)
+local function trailer(size)
+  local d = size < 10 and 1 or size < 100 and 2 or size < 1000 and 3 or size < 10000 and 4
+    or size < 100000 and 5 or 6
+  return string.format('%d%d', size, d)
 end
 
-local function text_field(x)
-  if x then return #x .. ':' .. x end
-  return ''
+
+-- Bytes read from the end of a run's value at first: the header and its trailer, and the
+-- whole value of a run whose record is small (then the record needs no read of its own).
+local TAIL = 256
+-- Its offset as GETRANGE takes it (a string: a number argument is formatted as a float).
+local TAIL_FROM = '-256'
+
+-- The header's numbers, one capture each, then the lengths of its texts and where they
+-- start (keys.lua gives the fields).
+local HEADER = '^(%d+),(%d*),(%d*),(%d*),(%d*),([acp]?),(%d*),(%d*),(%d*),(%d*),(%d*),' ..
+  '(%d*),(%d*),(%d*),([fp]?),(%d*),(%d+),(%d+),(%d+):()'
+
+local str_byte, str_find, str_sub = string.byte, string.find, string.sub
+
+-- A stored number (a field HEADER read: digits only): '' is none (false); a decimal of at
+-- most 16 digits, without a leading zero, at most hi; nil for anything else (the field is
+-- corrupt).
+local function num(x, hi)
+  if x == '' then return false end
+  if #x > 16 or (#x > 1 and str_byte(x) == 48) then return nil end
+  local n = tonumber(x)
+  if not n or n > hi then return nil end
+  return n
 end
 
-local function number_field(n)
+local function opt_int(n)
   if n then return int(n) end
   return ''
 end
 
--- The layout 2 header of state s (see decode). Built in one table, without push (a call
--- per field costs more than the rest of the header).
+-- The header of state s (see keys.lua), built in one table.
 local function header(s)
-  local ck, cdr, cat = '', '', ''
-  if s.cat then ck, cdr, cat = text_field(s.ck or ''), number_field(s.cdr), int(s.cat) end
-  local wk, wa, wn, wdl, wrev, wpv, pk, pt = '', '', '', '', '', '', '', ''
+  local own, ck, wa = s.own or '', '', s.wa or ''
+  local cdr, cat = '', ''
+  if s.cat then ck, cdr, cat = s.ck or '', opt_int(s.cdr), int(s.cat) end
+  local wk, wn, wdl, wrev, wpv, pt = '', '', '', '', '', ''
   if s.wk then
-    wk, wn, wdl, wrev, wpv = s.wk, number_field(s.wn), number_field(s.wdl), int(s.wrev),
-      int(s.wpv)
-    wa, pk, pt = text_field(s.wk ~= 'a' and s.wa), text_field(s.pk),
-      number_field(s.pk and s.pt)
+    wk, wn, wdl, wrev, wpv = s.wk, opt_int(s.wn), opt_int(s.wdl), int(s.wrev), int(s.wpv)
+    if s.wk == 'p' then pt = opt_int(s.pt) end
   end
-  local f = {int(s.rev), text_field(s.own), number_field(s.own and s.exp), ck, cdr, cat, wk,
-             wa, wn, wdl, wrev, wpv, pk, pt, number_field(s.tk > 0 and s.tk),
-             number_field(s.px and 1), number_field(NS >= 4 and s.rt)}
-  -- Absent fields at the end are left out (a text field's own bytes may end in ',').
-  local n = #f
-  while n > 1 and f[n] == '' do n = n - 1 end
-  return table.concat(f, ',', 1, n) .. ','
+  local tk, at = '', ''
+  if s.tk > 0 then tk = int(s.tk) end
+  if s.at > 0 then at = int(s.at) end
+  return table.concat({int(s.rev), s.own and int(s.exp) or '', s.tok > 0 and int(s.tok) or '',
+    cdr, cat, wk, wn, wdl, wrev, wpv, pt, tk, at, opt_int(s.nb), s.px or '',
+    opt_int(s.sid), #own, #ck, #wa .. ':' .. own .. ck .. wa}, ',')
 end
 
--- The header region's trailer: its length in decimal, then the count of those digits.
--- (A size is an integer under MAX_HEADER: `..` writes it exactly, cheaper than a format.)
-local function trailer(size)
-  local digits = size .. ''
-  return digits .. #digits
-end
-
--- Write run key k whole, as a fast path does once every check passed: the record, then
--- the header region h and its trailer. A small record goes in one SET; a big one is not
--- copied into a Lua string again (SET, then SETRANGE after it).
+-- Write run key k whole: the record, then the header region h and its trailer. A small
+-- record goes in one SET; a big one is not copied into a Lua string again (SET, then
+-- SETRANGE after it: joined first, a 2 MiB record cost 6-9 ms more, measured).
 local function put_run(k, record, h)
   if #record <= 8192 then
-    redis.call('SET', k, record .. h .. trailer(#h))
+    later('SET', k, record .. h .. trailer(#h))
   else
-    redis.call('SET', k, record)
-    redis.call('SETRANGE', k, #record, h .. trailer(#h))
+    later('SET', k, record)
+    later('SETRANGE', k, #record, h .. trailer(#h))
   end
 end
 
--- The longest header region a run may have (6 digits in the trailer).
-local MAX_HEADER = 999999
-
--- Bytes read from the end of a layout 2 value at first: most headers fit.
-local TAIL = 192
-
--- The raw fields of a layout 2 run (a string: record, header region, trailer), with the
--- record's length and the region's; nil when the key is absent; false and a reason when
--- the value is malformed.
-local function stored_v2(k, tail)
-  if tail == '' then
+-- The state of the run at key k: a table of its fields (numbers as numbers, none as
+-- false) with len (the record's length), region (its header region's) and tail (its last
+-- bytes, the whole value when shorter than TAIL); nil when the key is absent; false and the
+-- field that fails when it is damaged. Every field is checked.
+local function stored(k)
+  READ[k] = true
+  local tail = redis.pcall('GETRANGE', k, TAIL_FROM, '-1')
+  if type(tail) == 'table' then return false, wrong_type(tail) end
+  local n = #tail
+  if n == 0 then
     if redis.call('EXISTS', k) == 1 then return false, 'header' end
     return nil
   end
-  local d = tonumber(string.sub(tail, -1))
-  local size = d and d >= 1 and d <= 6 and decimal(string.sub(tail, -1 - d, -2), 1, MAX_HEADER)
+  local d = str_byte(tail, n) - 48
+  if d < 1 or d > 6 or d + 1 > n then return false, 'header' end
+  -- (Not num: the trailer's bytes are not known to be digits, as HEADER's captures are.)
+  local size = decimal(str_sub(tail, n - d, n - 1), 1, MAX_HEADER)
   if not size then return false, 'header' end
-  local total = #tail
-  if total == TAIL then total = redis.call('STRLEN', k) end
+  local total = n
+  if n == TAIL then total = redis.call('STRLEN', k) end
   local len = total - size - d - 1
   if len < 0 then return false, 'header' end
   local h
-  if size + d + 1 <= #tail then
-    h = string.sub(tail, -size - d - 1, -d - 2)
+  if size + d + 1 <= n then
+    h = str_sub(tail, n - size - d, n - d - 1)
   else
     h = redis.call('GETRANGE', k, len, len + size - 1)
   end
-  local raw, bad = decode(h)
-  if not raw then return false, bad end
-  raw.v, raw.len, raw.region = 2, len, size
-  return raw
-end
-
--- The raw fields of a layout 1 run (a hash), as stored_v2.
-local function stored_v1(k)
-  local v = redis.pcall('HMGET', k, unpack(FIELDS))
-  if v.err then return false, wrong_type(v) end
-  if not v[1] then
-    if redis.call('EXISTS', k) == 1 then return false, 'rev' end
-    return nil
+  local rev, exp, tok, cdr, cat, wk, wn, wdl, wrev, wpv, pt, tk, at, nb, px, sid, lo, lc, lw,
+    pos = string.match(h, HEADER)
+  if not rev then return false, 'header' end
+  lo, lc, lw = num(lo, MAX_HEADER), num(lc, MAX_HEADER), num(lw, MAX_HEADER)
+  if not lo or not lc or not lw then return false, 'header' end
+  local rest = pos + lo + lc + lw
+  if rest - 1 > size or (rest <= size and not str_find(h, '^ *$', rest)) then
+    return false, 'header'
   end
-  -- A run moved to layout 2 by a write is rewritten whole: its record must be there.
-  if NS >= 2 and redis.call('HEXISTS', k, 'rec') == 0 then return false, 'rec' end
-  local raw = {v = 1}
-  for i = 1, #FIELDS do raw[FIELDS[i]] = v[i] or nil end
-  return raw
-end
-
-local function stored(k)
-  READ[k] = true
-  if NS == 1 then return stored_v1(k) end
-  local tail = redis.pcall('GETRANGE', k, -TAIL, -1)
-  if type(tail) == 'table' then
-    wrong_type(tail)
-    return stored_v1(k)
-  end
-  return stored_v2(k, tail)
-end
-
--- The fast paths' reading of a run (docs/design/hot-path.md: few functions, one table, no
--- state). It takes only what it is sure load would take, and more strictly (numbers of at
--- most 15 digits, no field where load ignores one); for anything else it answers nil and the
--- fast path hands the call, before any write, to the slow path, which judges it as today.
-
--- The string functions they call most, as locals (a global's field is two lookups a call).
-local str_byte, str_find, str_sub = string.byte, string.find, string.sub
-
--- Whether x is a canonical decimal of at most 15 digits (so at most MAX_INT - 2).
-local function dec15(x)
-  return x == '0' or (#x <= 15 and str_find(x, '^[1-9]%d*$') ~= nil)
-end
-
--- The field of header h at pos as stored (a text field with its "n:" prefix), '' when
--- empty, and where the next one starts; nil at the header's end; nil, nil when malformed.
-local function raw_field(h, pos, text)
-  local c = str_byte(h, pos)
-  if c == nil or c == 32 then return nil, pos end
-  local e
-  if text and c ~= 44 then
-    local digits = string.match(h, '^(%d+):', pos)
-    if not digits or not dec15(digits) then return nil, nil end
-    e = pos + #digits + 1 + tonumber(digits)
-    if str_byte(h, e) ~= 44 then return nil, nil end
+  local s = {len = len, region = size, tail = n < TAIL and tail or false}
+  s.rev = num(rev, MAX_INT)
+  if not s.rev or s.rev < 1 then return false, 'rev' end
+  if lo > 0 then
+    s.own = str_sub(h, pos, pos + lo - 1)
+    s.exp = num(exp, MAX_INT)
+    if not s.exp then return false, 'exp' end
   else
-    e = str_find(h, ',', pos, true)
-    if not e then return nil, nil end
+    if exp ~= '' then return false, 'exp' end
+    s.own, s.exp = false, false
   end
-  return str_sub(h, pos, e - 1), e + 1
-end
-
--- The layout 2 run at key k as its raw fields, in FIELDS' order ('' for none; the text
--- fields with their "n:" prefix; no table: a fast path makes few), then len (the record's
--- length) and region (its header region's), when its header lies in its last TAIL bytes
--- and load would take every field; else nil.
-local function raw_run(k)
-  local tail = redis.pcall('GETRANGE', k, -TAIL, -1)
-  if type(tail) ~= 'string' or tail == '' then return nil end
-  local n = #tail
-  local d = str_byte(tail, n) - 48
-  if d < 1 or d > 6 then return nil end
-  local size = str_sub(tail, n - d, n - 1)
-  if size == '0' or not dec15(size) then return nil end
-  size = tonumber(size)
-  if size + d + 1 > n then return nil end
-  local len = n
-  if n == TAIL then len = redis.call('STRLEN', k) end
-  len = len - size - d - 1
-  if len < 0 then return nil end
-  local h = str_sub(tail, n - size - d, n - d - 1)
-  local rev, p = raw_field(h, 1)
-  local own, exp, ck, cdr, cat, wk, wa, wn, wdl, wrev, wpv, pk, pt, tk, px, rt
-  if p then own, p = raw_field(h, p, true) end
-  if p then exp, p = raw_field(h, p) end
-  if p then ck, p = raw_field(h, p, true) end
-  if p then cdr, p = raw_field(h, p) end
-  if p then cat, p = raw_field(h, p) end
-  if p and cat then
-    wk, p = raw_field(h, p)
-    if p then wa, p = raw_field(h, p, true) end
-    if p then wn, p = raw_field(h, p) end
-    if p then wdl, p = raw_field(h, p) end
-    if p then wrev, p = raw_field(h, p) end
-    if p then wpv, p = raw_field(h, p) end
-    if p then pk, p = raw_field(h, p, true) end
-    if p then pt, p = raw_field(h, p) end
-    if p then tk, p = raw_field(h, p) end
-    if p then px, p = raw_field(h, p) end
-    if p then rt, p = raw_field(h, p) end
+  s.tok = num(tok, MAX_INT)
+  if s.tok == nil then return false, 'tok' end
+  s.tok = s.tok or 0
+  s.cat = num(cat, MAX_INT)
+  if s.cat == nil then return false, 'cat' end
+  if s.cat then
+    s.ck = str_sub(h, pos + lo, pos + lo + lc - 1)
+    s.cdr = num(cdr, MAX_INT)
+    if s.cdr == nil then return false, 'cdr' end
+  else
+    if lc > 0 or cdr ~= '' then return false, 'cat' end
+    s.ck, s.cdr = false, false
   end
-  if not p or not rev or (p <= #h and not str_find(h, '^ *$', p)) then return nil end
-  own, exp, ck, cdr, cat = own or '', exp or '', ck or '', cdr or '', cat or ''
-  tk, px, rt = tk or '', px or '', rt or ''
-  if rev == '0' or not dec15(rev) or own == '0:' or (own == '') ~= (exp == '')
-      or (exp ~= '' and not dec15(exp)) or (cat == '' and (ck ~= '' or cdr ~= ''))
-      or (cat ~= '' and not dec15(cat)) or (cdr ~= '' and not dec15(cdr))
-      or (px ~= '' and px ~= '1') or (rt ~= '' and not dec15(rt))
-      or (tk ~= '' and (not dec15(tk) or tonumber(tk) > 2147483648)) then
-    return nil
-  end
-  wk, wa, wn, wdl, wrev, wpv = wk or '', wa or '', wn or '', wdl or '', wrev or '', wpv or ''
-  pk, pt = pk or '', pt or ''
-  if wk == '' then
-    if wa ~= '' or wn ~= '' or wdl ~= '' or wrev ~= '' or wpv ~= '' or pk ~= '' or pt ~= '' then
-      return nil
+  if wk ~= '' then
+    s.wk = wk
+    if wk == 'a' then
+      if lw > 0 then return false, 'wa' end
+      s.wa = false
+    else
+      if lw == 0 then return false, 'wa' end
+      s.wa = str_sub(h, pos + lo + lc, rest - 1)
     end
-  elseif (wk ~= 'a' and (wa == '' or wa == '0:')) or (wk == 'a' and wa ~= '')
-      or (wk == 'c' and wn ~= '' and not dec15(wn)) or (wk == 'p' and (wn == '0' or not dec15(wn)))
-      or (wk == 'a' and not dec15(wn)) or (wk ~= 'a' and wk ~= 'c' and wk ~= 'p')
-      or (wdl ~= '' and not dec15(wdl)) or not dec15(wrev) or not dec15(wpv)
-      or pk == '0:' or (pt ~= '' and not dec15(pt)) then
-    return nil
+    s.wn = num(wn, MAX_INT)
+    if s.wn == nil or (wk ~= 'c' and not s.wn) or (wk == 'p' and s.wn < 1) then
+      return false, 'wn'
+    end
+    s.wdl = num(wdl, MAX_INT)
+    if s.wdl == nil then return false, 'wdl' end
+    s.wrev, s.wpv = num(wrev, MAX_INT), num(wpv, MAX_INT)
+    if not s.wrev then return false, 'wrev' end
+    if not s.wpv then return false, 'wpv' end
+    s.pt = num(pt, MAX_INT)
+    if s.pt == nil or (s.pt and wk ~= 'p') then return false, 'pt' end
+  else
+    if lw > 0 or wn ~= '' or wdl ~= '' or wrev ~= '' or wpv ~= '' or pt ~= '' then
+      return false, 'wk'
+    end
+    s.wk, s.wa, s.wn, s.wdl, s.wrev, s.wpv, s.pt = false, false, false, false, false, false,
+      false
   end
-  return rev, own, exp, ck, cdr, cat, wk, wa, wn, wdl, wrev, wpv, pk, pt, tk, px, rt, len, size
-end
-
--- Whether the namespace is as a fast path needs it: one partition (P, nothing after it), at
--- layout 4 as its meta key records (and this library reads it), no migration under way; each field bounded first. With
--- extra, a field of at most 15 bytes read with them: its value (false when absent) after
--- true.
-local function lean_layout(extra)
-  if ARGV[1] ~= P or PARTITION or redis.pcall('HSTRLEN', META, 'layout') ~= 1
-      or redis.call('HSTRLEN', META, 'old-ix') ~= 0
-      or redis.call('HSTRLEN', META, 'partitions') ~= 0
-      or (extra and redis.call('HSTRLEN', META, extra) > 15) then
-    return false
-  end
-  local got = redis.call('HMGET', META, 'layout', 'old-ix', 'partitions', extra or 'layout')
-  -- 4 is what the lean readers read; a library whose newest is below it refuses it (TOO_NEW,
-  -- the slow path's answer).
-  return got[1] == '4' and LAYOUT >= 4 and not got[2] and not got[3], got[4] or false
+  s.tk, s.at, s.nb = num(tk, MAX_TAKEOVERS), num(at, MAX_TAKEOVERS), num(nb, MAX_INT)
+  if s.tk == nil then return false, 'tk' end
+  if s.at == nil then return false, 'at' end
+  if s.nb == nil then return false, 'nb' end
+  s.tk, s.at = s.tk or 0, s.at or 0
+  s.px = px ~= '' and px
+  if s.px == 'p' and not s.own then return false, 'px' end
+  s.sid = num(sid, MAX_INT)
+  if s.sid == nil or s.sid then return false, 'sid' end
+  return s
 end

@@ -2,7 +2,7 @@
 
 -- The type each write command needs of its key.
 local WRITE_TYPES = {ZADD = 'zset', ZREM = 'zset', SADD = 'set', SREM = 'set', HSET = 'hash',
-  HDEL = 'hash', SETRANGE = 'string'}
+  HDEL = 'hash', HSETNX = 'hash', SETRANGE = 'string'}
 
 -- The field a commit answers CORRUPT with when a key its writes name is of another type:
 -- each index key is asked once, and only when the script writes it. Run keys and META were
@@ -14,11 +14,8 @@ local function writes_ok()
     local kind = WRITE_TYPES[command]
     local head = string.sub(k, 1, #runs)
     if kind and k ~= META and head ~= runs and not of_type(k, kind) then
-      if head == P .. DEPS_KEY or string.sub(k, 1, #P + #DEPS_BUCKETS) == P .. DEPS_BUCKETS then
-        return 'index:d'
-      end
+      if string.sub(k, 1, #P + #DEPS_KEY) == P .. DEPS_KEY then return 'index:d' end
       local names = {[LEASES] = 'index:leases', [READY] = 'index:ready',
-        [LEASES_IX.dir] = 'index:leases', [READY_IX.dir] = 'index:ready',
         [FANOUT] = 'index:fanout', [FANOUT_CURSOR] = 'index:fanout-cursor',
         [QUARANTINE] = 'quarantine'}
       return names[k] or 'type'
@@ -35,6 +32,7 @@ local VARIADIC = {ZADD = true, ZREM = true, SADD = true, SREM = true, HSET = tru
 -- the server 1-5 us). Each key still sees its writes in the order queued (only writes to
 -- other keys are passed over); at most 1,000 arguments a call.
 local function coalesced()
+  if #WRITES == 1 then return WRITES end
   local out, last = {}, {}
   for i = 1, #WRITES do
     local w = WRITES[i]
@@ -50,23 +48,30 @@ local function coalesced()
   return out
 end
 
+-- The write commands the server refuses, as a script's first write, under maxmemory (OOM):
+-- it asks only at the first write, and lets every later write through.
+local DENY_OOM = {SET = true, SETRANGE = true, ZADD = true, SADD = true, HSET = true,
+  HSETNX = true}
+
 -- Send the queued writes, or answer the field of a key of the wrong type (nothing sent).
--- The caller returns {CORRUPT, field} for the latter.
+-- The caller returns {CORRUPT, field} for the latter. The first write is one the server
+-- refuses under maxmemory, so an OOM refusal comes before anything is written: the layout's
+-- record, on a namespace's first write, or a mark that changes nothing.
 local function commit()
-  local bad, changes = ix_plan()
+  if #WRITES == 0 then return nil end
+  local bad = writes_ok()
   if bad then return bad end
-  if #WRITES == 0 and changes == 0 then return nil end
-  bad = writes_ok()
-  if bad then return bad end
-  -- Under maxmemory Redis refuses a script's first write (OOM) only if that write is one
-  -- that can grow memory (HDEL, ZREM... are not), and lets every later write through. So
-  -- the first write is always such a one: it records the namespace's layout, which changes
-  -- nothing but a missing meta key. check_layout ran first (NS is the namespace's).
   touch_writes()
-  redis.call('HSETNX', META, 'layout', int(NS))
   local batched = coalesced()
+  if not RECORDED then
+    redis.call('HSET', META, 'layout', LAYOUT, 'v5', '1')
+    RECORDED = true
+  elseif not DENY_OOM[batched[1][1]] then
+    redis.call('HSETNX', META, 'v5', '1')
+  end
   for i = 1, #batched do redis.call(unpack(batched[i])) end
-  ix_apply()
+  -- Sent: a second operation of the script queues afresh (ops.lua's two_ops).
+  WRITES = {}
   send_signals()
   return nil
 end

@@ -1,10 +1,10 @@
--- keys.lua: the namespace's key names, its layouts and the limits of a number.
+-- keys.lua: the namespace's key names, its layout and the limits of a number.
 --
 -- The run store's lib is the folder lua/_lib/, one file a concept, read in the order
 -- redisstore.scripts.LIBS gives: shared fragments of the run store's scripts.
--- redisstore.scripts sends each script with the fragments it uses (a fragment is one top-level `local` definition, with
--- the comment lines right above it, up to the next one), so a script pays only for what it
--- calls.
+-- redisstore.scripts sends each script with the fragments it uses (a fragment is one top-level
+-- `local` definition, with the comment lines right above it, up to the next one), so a script
+-- pays only for what it calls.
 --
 -- The build (redisstore/scripts.py's docstring has it all). A script's header ends with
 --   --- @include name, name, ...      (one or more lines; a bare `--- @include`: none)
@@ -24,56 +24,69 @@
 --   queues its writes (later); commit() sends them at the very end. Redis never rolls a
 --   failed script back, so a script that returns an error or a refusal has written
 --   nothing, and a runaway script stays killable (SCRIPT KILL works until the first write).
---   Trust nothing. Every ARGV number and every stored number must be a canonical decimal
---   integer in range (tonumber alone takes '0x10', ' 5 ', '1e3', 'nan'). A run whose stored
---   data fails is corrupt: the operation on it answers CORRUPT with the field; an index
---   entry that leads to a missing, wrong-type or corrupt run is moved to the quarantine
---   (hash P.."quarantine": "index|run" -> reason) and the claim goes on with the others.
+--   Trust nothing. Every ARGV number and every stored number must be a decimal integer in
+--   range (tonumber alone takes '0x10', ' 5 ', '1e3', 'nan'). A run whose stored data fails
+--   is corrupt: the operation on it answers CORRUPT with the field; an index entry that
+--   leads to a missing, wrong-type or corrupt run is moved to the quarantine (hash
+--   P.."quarantine": "index|run" -> reason) and the claim goes on with the others. A value
+--   is sized before it is read whole.
 --   Bounded work. Every loop visits at most a capped number of entries (see the caps).
 --   ARGV[1] is the namespace's key prefix "{ns}:" (one hash tag: one cluster slot).
 --   Time is read from the server (TIME), once per script and only when a decision needs it.
+--   One layout. These scripts read and write layout 5 only; a namespace an earlier
+--   library wrote is answered TOO_OLD until migrate() (run_migrate, lua/_lib/old.lua: the
+--   only reader of layouts 1 to 4) has moved it.
 --
 -- Replies: {code, payload, dropped, wait}. code: OK 0, NOT_FOUND 1, EXISTS 2,
 -- CONFLICT 3 (payload: stored revision), REFUSED 4 (payload: {owner|false, live 0|1}),
 -- CORRUPT 7 (payload: the field), TOO_NEW 8 (payload: the namespace's layout), TOO_OLD 9
--- (payload: the namespace's layout, below what the call needs), PARTITIONED 10 (payload: the
+-- (payload: the namespace's layout: migrate() it first), PARTITIONED 10 (payload: the
 -- partition count a store of partitions recorded in this meta key, or that a partition
 -- records and the caller's is not), UNCOUNTED 11 (a partition that records no count, to a
--- caller that has not checked the namespace's: nothing written). dropped:
--- index entries moved to the quarantine by this call. wait (claims only, else -1): ms until
--- the index has a claimable entry (0: now, -1: nothing indexed), see wait_after_claim. Bad arguments raise an error whose text starts
--- "BADARG" (a plain string: Redis 6.2 cannot raise a table), before anything is written.
+-- caller that has not checked the namespace's: nothing written). dropped: index entries
+-- moved to the quarantine by this call. wait (claims only, else -1): ms until the index has
+-- a claimable entry (0: now, -1: nothing indexed), see wait_after_claim. Bad arguments raise
+-- an error whose text starts "BADARG" (a plain string: Redis 6.2 cannot raise a table),
+-- before anything is written.
 --
--- Per-run hash P.."r:"..run (layout 1):
---   rec, rev            the record bytes and its revision
---   own, exp            lease owner and expiry (absent while free)
---   ck, cdr, cat        claim info of a ready claim: key ('' none), dependency revision
---                       ('' none), backend claim time; absent when there is none
---   wk, wa, wn, wdl     the discovered wait: kind ('c' Changed, 'p' Poll, 'a' At),
---                       dependency or poll key, seen / interval / due ('' none), deadline
---   wrev, wpv           revision and projection version the wait was derived from
---   pk, pt              the poll key whose last ready claim time pt is saved
---   tk, px              layout 3 only: takeovers since the last write (absent: 0), and
---                       1 while the run is quarantined as poison (absent: not)
--- Indexes: P.."leases" (zset run -> lease expiry, held runs only), P.."ready" (zset run ->
--- backend time the run is eligible from; free runs with a wait only), P.."d:"..dep (set of
--- runs whose wait is Changed(dep)), P.."fanout" (zset dep -> time: dependencies whose
--- waiters are still to be re-indexed, P.."fanout-cursor" their SSCAN cursors).
+-- Layout 5. A run is one string, P.."r:"..run: its record bytes as given, then its header,
+-- then a trailer (the header region's length in decimal, then the count of those digits).
+-- The header is its numbers in a fixed order, each ended by ',' ('' for none), then the
+-- lengths of its three texts, ':' and the texts one after the other; spaces may follow (room
+-- left where a header shrank in place). One string.match reads the numbers (codec.lua):
+--   rev   the revision                  exp   lease expiry (with own: held; else '')
+--   tok   the last grant's token (a counter: each grant of the lease takes the next)
+--   cdr, cat  claim info of a ready claim: dependency revision, backend claim time (ck)
+--   wk, wn, wdl, wrev, wpv  the wait: kind ('c' Changed, 'p' Poll, 'a' At), seen /
+--         interval / due, deadline, the revision and projection version it came from
+--   pt    a Poll wait's last ready claim time (its key is the wait's: wa)
+--   tk    takeovers, at attempts (since the run last finished), nb not before (backend ms)
+--   px    'p' poison (max_takeovers), 'f' failed (finish with a failure): out of the claims
+--   sid   the session holding the lease (none yet: reserved)
+--   own, ck, wa  texts: the lease owner, the claim key, the dependency or poll key
+-- Example, a run held by node-a, waiting At 0: "<record>3,1764504000000,7,,,a,0,,3,1,,,,,,,
+-- 6,0,0:node-a" and its trailer.
+-- Indexes: P.."leases" (zset run -> lease expiry, held runs but poison ones), P.."ready"
+-- (zset run -> backend time the run is eligible from; free runs with a fresh wait),
+-- P.."d:"..dep (set of runs whose wait is Changed(dep)), P.."fanout" (zset dep -> time:
+-- dependencies whose waiters are still to be re-indexed, P.."fanout-cursor" their SSCAN
+-- cursors).
 -- Wake-ups: P.."wake-ready" and P.."wake-leases" (zsets of at most MAX_WAKE tokens, each a
 -- run id, or "#" and the SHA1 of an id longer than 64 bytes, scored by the time of the
 -- signal): a write that makes a run claimable now, or due earlier than the index's head,
 -- adds the run's token; a claim removes the tokens of the runs it takes and, when it leaves
--- claimable work behind, adds one. Signals are sent after the writes, each as a pcall. Blocked claimers pop them with BZPOPMIN
--- (a partition's also publish on the sharded channel of the key's name). A wake key of
--- another type only turns signals off: blocked claimers then claim again within their
--- re-arm period, as they do for writers of library versions that never signal.
--- P.."meta" (hash): layout, the namespace's layout version (absent: a new namespace, at 4,
--- unless P.."leases" or P.."ready" exists: then 1, see read_layout); deleted-rev, the
--- highest revision a deleted run had (absent: 0), above which insert starts.
+-- claimable work behind, adds one. Signals are sent after the writes, each as a pcall.
+-- Blocked claimers pop them with BZPOPMIN (a partition's also publish on the sharded channel
+-- of the key's name). A wake key of another type only turns signals off: blocked claimers
+-- then claim again within their re-arm period.
+-- P.."meta" (hash): layout, the namespace's layout (5; an earlier library refuses a newer
+-- one); v5, '1', which these scripts ask (HEXISTS: a bounded read); deleted-rev and
+-- deleted-tok, the highest revision and grant token a deleted run had (absent: 0), above
+-- which insert starts; partitions, in a store of partitions.
 --
 -- The key names are defined once, in redisstore/core/keys.py (RUN_STORE_KEYS, RUN_STORE_PARTS):
 -- the build writes each as a lib name ahead of this file's, a key as LEASES = P ..
--- 'leases', a part of the names built from a run, a dependency or a bound as RUN_KEY = 'r:'
+-- 'leases', a part of the names built from a run or a dependency as RUN_KEY = 'r:'
 -- (P .. RUN_KEY .. run). Never define or spell one here: use its name.
 
 -- A partition of a store spread over partitions (its prefix is {ns#p}: '#' is reserved in
@@ -93,20 +106,9 @@
 -- P.."outbox" (sorted set): "<partition>|<run>" -> the version of run to deliver there.
 local PARTITION = string.find(P, '#', 1, true) ~= nil
 
--- The newest layout this library reads and writes; a namespace with a newer one is refused.
-local LAYOUT = 4
-
--- The namespace's layout (check_layout reads it): 1, one hash per run; 2, one string per
--- run; 3, layout 2 with deletes and poison runs (tk, px, deleted-rev); 4, layout 3 with
--- bucketed indexes (see index). Every write records it (commit), so a namespace with none
--- recorded has never been written: it starts at 4, the newest (not LAYOUT: a later library
--- must still see 4 there and migrate it), and its migration is done without a SCAN of the
--- server's keys. Only a namespace that recorded an older layout needs migrate().
-local NS = 4
-
--- Layout 4 whose migration has not yet emptied the layout 3 index keys (meta old-ix): an
--- entry may still be there, so claims read both and every removal clears both.
-local OLD_IX = false
+-- The layout these scripts read and write; a namespace with another is refused (TOO_NEW
+-- above it, TOO_OLD below: migrate()).
+local LAYOUT = 5
 
 -- Exact integers in a Lua double: revisions, times, ttls and counts stay at or below it.
 local MAX_INT = 9007199254740991
@@ -115,3 +117,6 @@ local MAX_INT = 9007199254740991
 local MAX_TTL = 140737488355328
 
 local NOW = false
+
+-- The most takeovers or attempts a run counts (the count stops there).
+local MAX_TAKEOVERS = 2147483648

@@ -9,10 +9,11 @@ end
 
 -- A run as read: the reply shape of run_get and of each run a claim with records hands
 -- back: {revision, record, owner|false, live 0|1, claim_key|false, claim_dep_rev|'',
--- claimed_at|false}.
+-- claimed_at|false, takeovers, token|false, attempts, not_before|false, quarantined ''|'p'|'f'}.
 local function current(s, rec)
   local h = holder(s)
-  return {s.rev, rec, h[1], h[2], s.ck or false, opt_text(s.cdr), s.cat or false, s.tk}
+  return {s.rev, rec, h[1], h[2], s.cat and s.ck or false, opt_text(s.cdr), s.cat or false,
+          s.tk, s.own and s.tok or false, s.at, s.nb or false, s.px or ''}
 end
 
 -- Record bytes handed back so far by this claim.
@@ -20,37 +21,24 @@ local SPENT = 0
 
 -- A claim with records (budget > 0 bytes, at most MAX_CLAIM_BYTES) hands back each claimed
 -- run's record: the record of run, or nil when it would take the claim past budget after
--- taken runs (the claim stops before it: the first run always goes), or false when the
--- record is missing (a damaged layout 1 run), quarantined from index ix.
--- The size is checked before the record is read: a record that does not fit costs nothing.
+-- taken runs (the claim stops before it: the first run always goes), or false when it is
+-- longer than any record a store writes (planted), quarantined from index ix unread.
 local function claimed_record(run, s, budget, taken, ix)
-  local size = s.len
-  if s.v == 1 then
-    size = nil
-    if redis.call('HEXISTS', run_key(run), 'rec') == 1 then
-      size = redis.call('HSTRLEN', run_key(run), 'rec')
-    end
-  end
-  if size == nil then
-    quarantine(ix, run, 'rec')
+  if s.len > MAX_RECORD_CEILING then
+    quarantine(ix, run, 'record')
     return false
   end
-  if taken > 0 and SPENT + size > budget then return nil end
-  SPENT = SPENT + size
+  if taken > 0 and SPENT + s.len > budget then return nil end
+  SPENT = SPENT + s.len
   return record_of(run, s)
 end
 
--- READY may hold a run only while it is free and has a wait.
-local function indexable(s)
-  return (not s.own) and s.wk
-end
-
 -- Backend time from which the run in state s is eligible for claim_ready, or nil when it is
--- not (held, no wait, stale metadata, or waiting for a dependency to change). Immediate
--- triggers (an unseen or changed dependency, a poll key seen for the first time) count
--- from now.
+-- not (held, no wait, stale metadata, quarantined, or waiting for a dependency to change).
+-- Immediate triggers (an unseen or changed dependency, a poll key seen for the first time)
+-- count from now; a failed try's not_before holds it back.
 local function eligible_at(s, pv)
-  if s.own or not s.wk or s.wrev ~= s.rev or s.wpv < pv then
+  if s.own or not s.wk or s.wrev ~= s.rev or s.wpv < pv or s.px then
     return nil
   end
   local t = nil
@@ -62,58 +50,74 @@ local function eligible_at(s, pv)
     if s.wn == false or dep_revision(s.wa) ~= s.wn then t = now_ms() end
   end
   if s.wdl and (t == nil or s.wdl < t) then t = s.wdl end
+  if t and s.nb and s.nb > t then t = s.nb end
   return t
 end
 
--- After a claim's writes: how long until index has a claimable entry, in ms (0: one is due
--- now, or pending is true: work is left; -1: nothing), and, when work is left and the
--- claim took some, one token added so that another blocked claimer takes the rest (as
--- advice, like every signal).
+-- After a claim's writes: how long until index ix has a claimable entry, in ms (0: one is
+-- due now, or pending is true: work is left; -1: nothing), and its wake key (key) told so,
+-- as advice: with work left after a claim that took some, one token "~more", so that
+-- another blocked claimer takes the rest (one member: the key never grows by it); with
+-- nothing indexed, no token of it means anything any more: they go (a claim never
+-- takes the tokens of the runs it takes, which would cost it a call each time; a token of
+-- a run due later, earlier than the head, stays: it tells the blocked claimers the new due
+-- time). The entry
+-- after those the claim visited (due's ix.after) and those this script put back (ix.low)
+-- answer without a read, unless a page ended there.
 local function wait_after_claim(key, ix, took, pending)
   local now = now_ms()
-  local run, t = ix_head(ix)
+  local run, t
+  local after = ix.after
+  if after == nil or after == true then
+    run, t = ix_head(ix)
+  elseif after then
+    run, t = after[1], after[2]
+  end
+  if ix.low and (not t or ix.low < t) then run, t = ix.lowrun, ix.low end
   local wait = -1
   if pending or (t and t <= now) then
     wait = 0
   elseif t and t <= MAX_INT then
     wait = math.ceil(t) - now
   end
-  if wait == 0 and took > 0 and run then add_tokens(key, {wake_token(run)}) end
+  if wait < 0 then
+    redis.pcall('ZREMRANGEBYRANK', key, 0, -1)  -- a key of another type: left as it is
+  elseif wait == 0 and took > 0 then
+    redis.pcall('ZADD', key, 'NX', now, '~more')
+    if PARTITION then redis.pcall('SPUBLISH', key, '1') end
+  end
   return wait
 end
 
 -- READY scores as planned by this script (false: removed).
 local PLACED = {}
 
+-- Put run into scored index ix at score t (queued), noting the earliest so put (ix.low).
+local function put(ix, run, t)
+  ix_add(ix, run, t)
+  if not ix.low or t < ix.low then ix.low, ix.lowrun = t, run end
+end
+
 -- Put run where it belongs in READY after a write of its own (its time is recomputed) or of
 -- its dependency (dep_write: a run already eligible keeps its earlier time, so runs are
--- ordered by when their wait became due). was_indexable false: the run was held or had no
--- wait before this write, so READY holds no entry of it to remove (a stray one, written by
--- hand, is dropped by the next claim_ready that meets it). From layout 4 the run's state
--- keeps its score (rt), which finds its entry: the caller saves s after.
-local function place(run, s, pv, dep_write, was_indexable)
+-- ordered by when their wait became due). s.rx says whether READY may hold it.
+local function place(run, s, pv, dep_write)
   local t = eligible_at(s, pv)
   if t and t > MAX_INT then t = MAX_INT end  -- a poll time past MAX_INT: stored, and read back
   if t == nil then
-    if was_indexable ~= false or s.rx then ix_rem(READY_IX, run, s.rx) end
-    PLACED[run], s.rt = false, false
+    if s.rx then ix_rem(READY_IX, run) end
+    PLACED[run], s.rx = false, false
     return
   end
   if dep_write and t == now_ms() then
     local old = PLACED[run]
-    if old == nil and s.rt then
-      old = s.rt
-    elseif old == nil and (NS < 4 or OLD_IX) and of_type(READY, 'zset') then
+    if old == nil and s.rx and of_type(READY, 'zset') then
       old = tonumber(redis.call('ZSCORE', READY, run))
     end
-    if old and old <= t then
-      -- Kept where it is; from layout 4 put there again, in case its entry was lost.
-      if NS >= 4 and PLACED[run] == nil and s.rt then ix_add(READY_IX, run, old, s.rx) end
-      return
-    end
+    if old and old <= t then return end
   end
-  ix_add(READY_IX, run, t, s.rx)
-  PLACED[run], s.rt = t, t
+  put(READY_IX, run, t)
+  PLACED[run], s.rx = t, true
   signal(WAKE_READY, READY_IX, run, t)
 end
 
@@ -124,25 +128,32 @@ end
 
 -- Index run's lease, expiring at exp.
 local function index_lease(run, s, exp)
-  ix_add(LEASES_IX, run, exp, s.lx)
+  put(LEASES_IX, run, exp)
+  s.lx = exp
   signal(WAKE_LEASES, LEASES_IX, run, exp)
 end
 
--- Hand run's lease to owner until exp (the caller saves s).
-local function hold(run, s, owner, exp)
+-- Grant run's lease to owner until exp, under the next token (the caller saves s).
+local function grant(run, s, owner, exp)
   if s.own ~= owner then drop_claim(s) end
-  s.own, s.exp = owner, exp
+  s.own, s.exp, s.tok = owner, exp, s.tok + 1
   index_lease(run, s, exp)
 end
 
--- The lease condition's effect on s: 'c'/'s' hand it to owner for ttl, 'r' frees it,
--- 'h' leaves it.
+-- Free run's lease (the caller saves s).
+local function free(run, s)
+  if not s.own then return end
+  drop_claim(s)
+  if s.lx then ix_rem(LEASES_IX, run) end
+  s.own, s.exp, s.lx = false, false, false
+end
+
+-- The lease condition's effect on s: 'c'/'s' grant it to owner for ttl, 'r' and 'F' free it,
+-- 'h' and 'f' leave it.
 local function apply_lease(run, s, kind, owner, ttl)
   if kind == 'c' or kind == 's' then
-    hold(run, s, owner, now_ms() + ttl)
-  elseif kind == 'r' and s.own then
-    drop_claim(s)
-    s.own, s.exp = false, false
-    ix_rem(LEASES_IX, run, s.lx)
+    grant(run, s, owner, now_ms() + ttl)
+  elseif kind == 'r' or kind == 'F' then
+    free(run, s)
   end
 end

@@ -85,7 +85,7 @@ end
 local function version_of(run)
   local s = load(run)
   if s then return 2 * s.rev end
-  return 2 * (deleted_rev() or 0) + 1
+  return 2 * (deleted_floor() or 0) + 1
 end
 
 -- The partitions watching run here: its watch key is a hash partition -> watch number (of
@@ -147,24 +147,13 @@ local function unwatched_of(d)
 end
 
 -- Whether no run here waits on dep once this script's changes are made, leaving: a run
--- this script takes out of dep's waiters (nil: none). Exact for an index of one bucket;
--- one of more (over BUCKET_MAX waiters once) counts as waited on until it shrinks back.
+-- this script takes out of dep's waiters (nil: none).
 local function idle(dep, leaving)
   local ix = deps_ix(dep)
-  if NS < 4 or OLD_IX then
-    if not of_type(ix.old, 'set') then return false end
-    local n = redis.call('SCARD', ix.old)
-    if n > 1 or (n == 1 and not (leaving and redis.call('SISMEMBER', ix.old, leaving) == 1)) then
-      return false
-    end
-  end
-  if NS >= 4 then
-    if not of_type(ix.dir, 'zset') or TYPES[ix.dir] ~= 'none' then return false end
-    local n = card_of(ix.pre)
-    if n == false or n > 1 then return false end
-    if n == 1 and not (leaving and redis.call('ZSCORE', ix.pre, leaving)) then return false end
-  end
-  return true
+  if not of_type(ix.key, 'set') then return false end
+  local n = redis.call('SCARD', ix.key)
+  return n == 0 or (n == 1 and leaving ~= nil
+                    and redis.call('SISMEMBER', ix.key, leaving) == 1)
 end
 
 -- dep, of partition d, has no waiters here any more: its mirror entry goes, unwatched[d]

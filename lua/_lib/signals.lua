@@ -8,12 +8,10 @@ local function wake_token(run)
 end
 
 -- Wake-up signals, sent after the script's writes (see send_signals): per wake key, the
--- tokens to add and the tokens to remove.
+-- tokens to add.
 local SIGNALS = {}
 
-local UNSIGNALS = {}
-
--- Per index (by its dir), its earliest score before this script's writes, lowered by each
+-- Per index (by its key), its earliest score before this script's writes, lowered by each
 -- signal of an earlier time (false: empty); read at most once.
 local HEADS = {}
 
@@ -26,33 +24,28 @@ local function queue_token(queue, key, run)
   list[#list + 1] = wake_token(run)
 end
 
--- run entered index, claimable from backend time t: wake one blocked claimer when it is
+-- run entered index ix, claimable from backend time t: wake one blocked claimer when it is
 -- claimable now, or due soon and earlier than everything the index held (claimers' timers
 -- were set for a later head) or behind a head that is due now. One due WAKE_AHEAD ms or more ahead needs no signal: every
 -- blocked claim claims again within its re-arm period (shorter) and learns of it then.
-local function signal(key, index, run, t)
+local function signal(key, ix, run, t)
   local now = now_ms()
   if t > now then
     if t - now >= WAKE_AHEAD then return end
-    local head = HEADS[index.dir]
+    local head = HEADS[ix.key]
     if head == nil then
-      local _, h = ix_head(index)
+      local _, h = ix_head(ix)
       head = h or false
     end
     -- A head due later than now has a timer on some node (the claim that saw it set one);
     -- a head due now has none (no claim is blocked, or one is about to take it): signal.
     if head and head <= t and head > now then
-      HEADS[index.dir] = head
+      HEADS[ix.key] = head
       return
     end
-    if not head or t < head then HEADS[index.dir] = t end
+    if not head or t < head then HEADS[ix.key] = t end
   end
   queue_token(SIGNALS, key, run)
-end
-
--- A claim took run: its token, if any, has done its work.
-local function unsignal(key, run)
-  queue_token(UNSIGNALS, key, run)
 end
 
 -- Send the queued signals. They are advice: each command is a pcall, so a wake key of
@@ -76,8 +69,7 @@ end
 
 local function send_signals()
   for _, key in ipairs({WAKE_READY, WAKE_LEASES}) do
-    local gone = UNSIGNALS[key]
-    if gone then redis.pcall('ZREM', key, unpack(gone)) end
     if SIGNALS[key] then add_tokens(key, SIGNALS[key]) end
   end
+  SIGNALS = {}
 end

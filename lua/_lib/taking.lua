@@ -5,8 +5,13 @@
 -- (up to MAX_CLAIM_FANOUT of them), as every claim of the ready index does first. Returns
 -- whether more is pending after this call, or nil and an error reply (nothing written).
 local function reindex_first(pv)
-  if not of_type(FANOUT, 'zset') then return nil, {CORRUPT, 'index:fanout', 0, -1} end
-  local queued = redis.call('ZRANGE', FANOUT, 0, 1)
+  -- Read at once, not typed first: a key of another type answers an error instead.
+  local queued = redis.pcall('ZRANGE', FANOUT, 0, 1)
+  if queued.err then
+    wrong_type(queued)
+    return nil, {CORRUPT, 'index:fanout', 0, -1}
+  end
+  TYPES[FANOUT], READ[FANOUT] = queued[1] and 'zset' or 'none', true
   local pending, more_pending = queued[1], queued[2] ~= nil
   if pending and not index_intact(deps_ix(pending)) then
     -- Its waiters' set was replaced by another type: nothing to re-index, never a wall.
@@ -18,9 +23,11 @@ local function reindex_first(pv)
     if not of_type(FANOUT_CURSOR, 'hash') then
       return nil, {CORRUPT, 'index:fanout-cursor', 0, -1}
     end
-    local cursor = redis.call('HGET', FANOUT_CURSOR, pending) or '0'
-    if not (string.find(cursor, '^%d+$') and #cursor <= 20) and string.sub(cursor, 1, 1) ~= 'b' then
-      cursor = '0'
+    -- A cursor is sized before it is read; a damaged one starts the set over.
+    local cursor = '0'
+    if redis.call('HSTRLEN', FANOUT_CURSOR, pending) <= 20 then
+      cursor = redis.call('HGET', FANOUT_CURSOR, pending) or '0'
+      if not string.find(cursor, '^%d+$') then cursor = '0' end
     end
     cursor = fan_out(pending, cursor, pv, MAX_CLAIM_FANOUT)
     more_pending = more_pending or cursor ~= '0'
@@ -45,33 +52,24 @@ end
 local function take_ready(run, s, owner, ttl, now, pv, budget, strict, out)
   local t = eligible_at(s, pv)
   if t == nil then
-    ix_rem(READY_IX, run, s.rx)
-    -- From layout 4 the run's state says where its entry is: kept true.
-    if s.rt then
-      s.rt = false
-      save(run, s)
-    end
+    ix_rem(READY_IX, run)
+    s.rx = false
   elseif t > now then
-    ix_add(READY_IX, run, t, s.rx)
-    if NS >= 4 and s.rt ~= t then
-      s.rt = t
-      save(run, s)
-    end
+    put(READY_IX, run, t)
   else
     local rec = budget > 0 and claimed_record(run, s, budget, #out + strict, READY_IX)
     if rec == nil then return true end
     if budget == 0 or rec then
-      hold(run, s, owner, now + ttl)
+      grant(run, s, owner, now + ttl)
       s.ck, s.cdr, s.cat = '', false, now
       if s.wk == 'c' then
         s.ck, s.cdr = s.wa, dep_revision(s.wa)
       elseif s.wk == 'p' then
         s.ck, s.pt = s.wa, now
       end
-      ix_rem(READY_IX, run, s.rx)
-      s.rt = false
+      ix_rem(READY_IX, run)
+      s.rx = false
       save(run, s)
-      unsignal(WAKE_READY, run)
       hand_out(out, run, s, budget, rec)
     end
   end
@@ -79,27 +77,28 @@ local function take_ready(run, s, owner, ttl, now, pv, budget, strict, out)
 end
 
 -- One due entry of LEASES, met by a claim: claimed for owner when the run's own lease has
--- expired, re-scored when it was extended, dropped when the run is free, quarantined as
--- poison when bound (max takeovers) says so. True when the claim stops here, as take_ready.
+-- expired (a lost try: attempts + 1; from another owner, a takeover), re-scored when it was
+-- extended, dropped when the run is free or poison, quarantined as poison when bound (max
+-- takeovers) says so. True when the claim stops here, as take_ready.
 local function take_expired(run, s, owner, ttl, now, bound, budget, strict, out)
-  if not s.own or s.px then
-    ix_rem(LEASES_IX, run, s.lx)
+  if not s.own or s.px == 'p' then
+    ix_rem(LEASES_IX, run)
   elseif s.exp > now then
-    ix_add(LEASES_IX, run, s.exp, s.lx)
+    put(LEASES_IX, run, s.exp)
   elseif s.own ~= owner and bound and s.tk >= bound then
-    -- A poison run: out of every claim until a write or a release puts it back.
-    ix_rem(LEASES_IX, run, s.lx)
+    -- A poison run: out of every claim until a write, a release or restore puts it back.
+    ix_rem(LEASES_IX, run)
     later('HSET', QUARANTINE, 'poison|' .. run, 'takeovers=' .. int(s.tk))
     DROPPED = DROPPED + 1
-    s.px = true
+    s.px, s.lx = 'p', false
     save(run, s)
   else
     local rec = budget > 0 and claimed_record(run, s, budget, #out + strict, LEASES_IX)
     if rec == nil then return true end
     if budget == 0 or rec then
-      if s.own ~= owner and NS >= 3 and s.tk < MAX_TAKEOVERS then s.tk = s.tk + 1 end
-      hold(run, s, owner, now + ttl)
-      unsignal(WAKE_LEASES, run)
+      if s.own ~= owner and s.tk < MAX_TAKEOVERS then s.tk = s.tk + 1 end
+      if s.at < MAX_TAKEOVERS then s.at = s.at + 1 end
+      grant(run, s, owner, now + ttl)
       save(run, s)
       hand_out(out, run, s, budget, rec)
     end

@@ -6,9 +6,7 @@ Subclass a suite in a pytest test module and say how to make a fresh, isolated s
 
     class TestMyRunStore(RunStoreConformance):
         def make_store(self, *, discover=None):
-            store = RedisRunStore(client, namespace=unique_name(), discover=discover)
-            store.migrate()  # the newest layout (else set newest_layout = False)
-            return store
+            return RedisRunStore(client, namespace=unique_name(), discover=discover)
 
 A green run is the definition of "implements the contract". Needs pytest (the ``test``
 extra).

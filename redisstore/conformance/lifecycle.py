@@ -1,21 +1,17 @@
 """The end of a lease and of a run, as docs/runs.md gives them: ``release`` (give a lease up
 without a write), ``delete`` (with its revision fence against ABA) and poison runs
 (``Current.takeovers``, ``claim_expired(..., max_takeovers=N)``).
-
-``delete`` and ``max_takeovers`` need the namespace's newest layout on the Redis stores; a
-backend whose namespaces are older sets ``newest_layout = False`` and these rules then
-check that both are refused with ``Misconfigured`` and write nothing.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import Any
 
 import pytest
 
 from ..discovery import json_wait
-from ..errors import Conflict, LeaseRefused, Misconfigured, NotFound
+from ..errors import Conflict, LeaseRefused, NotFound
 from ..runs import (
     MAX_RENEW,
     Claim,
@@ -36,25 +32,6 @@ THIRD = "node-c"
 
 class LifecycleRules(RunSuite):
     """release, delete and poison runs."""
-
-    #: Whether the backend's namespaces are at the newest layout (delete, takeovers).
-    newest_layout: ClassVar[bool] = True
-
-    def _older_layout_refuses(self) -> bool:
-        """On a backend below the newest layout: check that delete and max_takeovers are
-        refused with nothing written, and say so (the rule that needs them ends there)."""
-        if self.newest_layout:
-            return False
-        store = self.make_store()
-        store.insert("run", b"r1", Claim(OTHER, self.short_ttl))
-        self.expire(store)
-        before = store.get("run")
-        with pytest.raises(Misconfigured):
-            store.delete("run", 1, Release())
-        with pytest.raises(Misconfigured):
-            store.claim_expired(ME, LONG, 10, max_takeovers=0)
-        assert store.get("run") == before
-        return True
 
     def _states(self, store: RunStore) -> list[str]:
         """One run per holder state, named for it, the short leases expired."""
@@ -122,11 +99,6 @@ class LifecycleRules(RunSuite):
         store = self.make_store()
         store.insert("run", b"r1", Claim(ME, LONG))
         store.compare_and_set("run", 1, b"r2", Hold(ME))
-        if not self.newest_layout:
-            with pytest.raises(Misconfigured):
-                store.delete("run", 2, Hold(ME))
-            assert store.get("run").revision == 2
-            return
         store.delete("run", 2, Hold(ME))
         with pytest.raises(NotFound):
             store.get("run")
@@ -136,8 +108,6 @@ class LifecycleRules(RunSuite):
         assert store.release(ME, ["run"]) == []
 
     def test_delete_checks_the_revision_first_and_writes_nothing_when_refused(self) -> None:
-        if self._older_layout_refuses():
-            return
         store = self.make_store()
         with pytest.raises(NotFound):
             store.delete("absent", 1, Release())
@@ -151,8 +121,6 @@ class LifecycleRules(RunSuite):
     @pytest.mark.parametrize("kind", ["hold", "claim", "seize", "release"])
     @pytest.mark.parametrize("state", STATES)
     def test_delete_lease_condition(self, kind: str, state: str) -> None:
-        if self._older_layout_refuses():
-            return
         store = self.make_store()
         self.given(store, "run", state)
         if state.endswith("expired"):
@@ -169,8 +137,6 @@ class LifecycleRules(RunSuite):
             assert store.get("run") == before
 
     def test_a_run_inserted_again_never_reuses_a_revision(self) -> None:
-        if self._older_layout_refuses():
-            return
         store = self.make_store()
         store.insert("run", b"r1", Release())
         store.compare_and_set("run", 1, b"r2", Release())
@@ -193,8 +159,6 @@ class LifecycleRules(RunSuite):
         assert store.get("run").revision == 5
 
     def test_deleted_runs_leave_the_indexes(self) -> None:
-        if self._older_layout_refuses():
-            return
         store = self.make_store(discover=json_wait)
         store.insert("held", rec(None), Claim(OTHER, self.short_ttl))
         store.insert("ready", rec({"at": 0}), Release())
@@ -213,8 +177,6 @@ class LifecycleRules(RunSuite):
     # store of partitions).
     @pytest.mark.parametrize("dep", ["{run}dep", "dep"])
     def test_deleting_a_dependency_wakes_its_waiters(self, dep: str) -> None:
-        if self._older_layout_refuses():
-            return
         store = self.make_store(discover=json_wait)
         store.insert(dep, rec(None), Release())
         store.insert("run", rec({"changed": dep, "seen": 1}), Release())
@@ -236,30 +198,22 @@ class LifecycleRules(RunSuite):
             self.expire(store)
             assert store.claim_expired(owner, self.short_ttl, 10) == [run]
 
-    def test_takeovers_count_handoffs_after_expiry_until_a_write(self) -> None:
-        if not self.newest_layout:
-            store = self.make_store()
-            self._taken_over(store, "run", [OTHER, ME])
-            assert store.get("run").takeovers == 0  # not kept below the newest layout
-            return
+    def test_takeovers_count_handoffs_after_expiry_until_a_finishing_write(self) -> None:
         store = self.make_store()
         self._taken_over(store, "run", [OTHER, ME, ME, THIRD])
         assert store.get("run").takeovers == 2  # ME reclaiming its own lease is not one
         store.renew(THIRD, ["run"], LONG)
         assert store.get("run").takeovers == 2
+        # A checkpoint keeps the count (a run that checkpoints, then crashes, is still
+        # counted toward max_takeovers); a write that ends or takes the lease starts it again.
         store.compare_and_set("run", 1, b"r2", Hold(THIRD))
+        assert store.get("run").takeovers == 2
+        store.compare_and_set("run", 2, b"r3", Release())
         assert store.get("run").takeovers == 0
 
     @pytest.mark.parametrize("bound", [0, 2])
     def test_max_takeovers_quarantines_a_poison_run(self, bound: int) -> None:
         store = self.make_store()
-        if not self.newest_layout:
-            store.insert("run", b"r1", Claim(OTHER, self.short_ttl))
-            self.expire(store)
-            with pytest.raises(Misconfigured):
-                store.claim_expired(ME, LONG, 10, max_takeovers=bound)
-            assert self.held(store, "run") == Held(OTHER, False)
-            return
         owners = [ME, OTHER] * 2
         self._taken_over(store, "poison", owners[:bound + 1])
         holder = owners[bound]
@@ -282,8 +236,6 @@ class LifecycleRules(RunSuite):
         assert store.claim_expired(ME, LONG, 10, max_takeovers=bound + 1) == ["poison"]
 
     def test_a_poison_run_put_back_by_release(self) -> None:
-        if self._older_layout_refuses():
-            return
         store = self.make_store(discover=json_wait)
         store.insert("poison", rec({"at": 0}), Claim(OTHER, self.short_ttl))
         self.expire(store)
@@ -297,8 +249,6 @@ class LifecycleRules(RunSuite):
         assert store.claim_ready(ME, LONG, 10) == ["poison"]
 
     def test_a_deleted_poison_run_leaves_the_quarantine(self) -> None:
-        if self._older_layout_refuses():
-            return
         store = self.make_store()
         store.insert("poison", b"r1", Claim(OTHER, self.short_ttl))
         self.expire(store)

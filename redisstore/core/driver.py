@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Generator, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Generic, Protocol, TypeAlias, TypeVar
 
 from .. import scripts, telemetry
@@ -37,6 +37,13 @@ class Call(Generic[T]):
     ``write`` marks a call that may change data: it is sent exactly once, never replayed
     after a failure whose outcome is unknown. ``parse`` turns the raw reply into a value or
     raises the contract's answer (``Conflict``...).
+
+    ``fresh`` gives the call a deadline of its own: the store's ``timeout`` counts again
+    from when it is first sent, instead of what is left of the operation's. For an
+    operation of as many round trips as its data needs, each of which may take the whole
+    ``timeout`` (``get_many`` past its 2 MiB budget: 150 records of 2 MiB are 150 round
+    trips), so that the call ends by a round trip that hangs, not by one that is merely
+    not the first.
     """
 
     script: scripts.Script | None
@@ -44,6 +51,7 @@ class Call(Generic[T]):
     args: tuple[Arg, ...]
     parse: Callable[[Any], T] = field(repr=False)
     write: bool = True
+    fresh: bool = False
 
     def command(self, *, source: bool = False) -> tuple[bytes | int, ...]:
         """The command as sent: EVALSHA sha numkeys keys... args... (or the plain command).
@@ -247,12 +255,28 @@ class Batch:
 
     Every batch is sent once, on a connection of the store's own pool, never through the
     client's retry. ``keys`` name the slot (a cluster shell sends the batch to that slot's
-    node). ``write`` says whether it may change data.
+    node). ``write`` says whether it may change data. ``fresh``: the first sending of a
+    :class:`Call` that has a deadline of its own; the shell starts the deadline again for
+    it (a reload or a read sent again keeps the one it had).
     """
 
     commands: tuple[tuple[bytes | int, ...], ...]
     write: bool
     keys: tuple[str, ...] = ()
+    fresh: bool = False
+
+
+def continued(op: Operation[T], call: Call[Any]) -> Operation[T]:
+    """``op``, which yielded ``call`` already (its arguments checked), as an operation that
+    yields it again, then goes on as ``op`` does: what a pipeline of one call (or of a
+    finish and the claim fused with it) runs as the store runs one call."""
+    settled = yield call
+    while True:
+        try:
+            call = op.send(settled)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+        settled = yield call
 
 
 def ask(call: Call[T]) -> Operation[T]:
@@ -349,6 +373,10 @@ class Machine(Protocol):
         ...
 
 
+#: A driver's batch before it is asked for (Driver.next_batch makes it).
+_UNMADE = Batch((), False)
+
+
 class Driver(Generic[T]):
     """Runs one operation as the batches a shell sends, one after the other.
 
@@ -399,7 +427,14 @@ class Driver(Generic[T]):
 
     def next_batch(self) -> Batch | None:
         """The batch to send now, or None when the operation is over."""
+        if self._batch is _UNMADE:
+            assert self._call is not None
+            self._batch = self._first_batch(self._call)
         return self._batch
+
+    def over(self) -> bool:
+        """Whether the operation is over (its batch is not made to ask)."""
+        return self._batch is None
 
     def receive(self, got: Exchange) -> None:
         """What the batch just sent got back."""
@@ -444,8 +479,15 @@ class Driver(Generic[T]):
         if first is None and not call.write and got.lost is not None \
                 and not got.lost.timed_out and self._retries < READ_RETRIES:
             self._retries += 1
+            if self._batch.fresh:  # sent again within the deadline it already has
+                self._batch = replace(self._batch, fresh=False)
             return  # send the same read again
         self._step(settle(call, self._durability, got))
+
+    def settled(self, value: Any = None, error: BaseException | None = None) -> None:
+        """The operation ran elsewhere (:func:`continued`, sent as one call): its value, or
+        its error."""
+        self._call, self._batch, self._result, self._error = None, None, value, error
 
     def result(self) -> T:
         """The operation's value, or raise its error."""
@@ -475,11 +517,19 @@ class Driver(Generic[T]):
         self._took(call)
 
     def _took(self, call: Call[Any]) -> None:
-        """The operation yielded ``call``: it is the batch to send now."""
+        """The operation yielded ``call``: it is the batch to send now, made when asked
+        (next_batch): a call a pipeline fuses with the next, or sends by the lean path
+        (continued), is never encoded as a batch."""
         self._call, self._reloads, self._retries = call, 0, 0
         if telemetry.recording():  # nothing to record otherwise: no work per call
             self._name(call)
-        self._batch, self._loading = self._batch_of(call), False
+        self._batch, self._loading = _UNMADE, False
+
+    def _first_batch(self, call: Call[Any]) -> Batch:
+        batch = self._batch_of(call)
+        if call.fresh:  # its first sending starts the deadline again (Batch.fresh)
+            batch = replace(batch, fresh=True)
+        return batch
 
     def _name(self, call: Call[Any]) -> None:
         """What telemetry says the call was: its script (or command) and namespace."""

@@ -38,14 +38,15 @@ RUN_STORE_KEYS: dict[str, str] = {
 #: bound, by the name the Lua scripts give them (the build writes ``local RUN_KEY = 'r:'``;
 #: the Lua functions put them together as :class:`Keyspace` does).
 RUN_STORE_PARTS: dict[str, str] = {
-    # prefix + RUN_KEY + run: a run's hash (layout 1) or string (Keyspace.run).
+    # prefix + RUN_KEY + run: a run's string (a hash in layout 1) (Keyspace.run).
     "RUN_KEY": "r:",
-    # prefix + DEPS_KEY + dependency: its waiters' set, up to layout 3 (Keyspace.dependents).
+    # prefix + DEPS_KEY + dependency: its waiters' set (Keyspace.dependents).
     "DEPS_KEY": "d:",
-    # Layout 4's indexes (Keyspace.buckets): the base of each, prefix + LEASES_BUCKETS,
-    # prefix + READY_BUCKETS, and for a dependency's waiters prefix + DEPS_BUCKETS + its
-    # length in bytes + DEPS_SEP + dependency; an index's directory is its base +
-    # BUCKET_DIR, its bucket of bound b its base + BUCKET_AT + b.
+    # Layout 4's indexes (Keyspace.buckets), which only migrate() reads (lua/_lib/old.lua):
+    # the base of each, prefix + LEASES_BUCKETS, prefix + READY_BUCKETS, and for a
+    # dependency's waiters prefix + DEPS_BUCKETS + its length in bytes + DEPS_SEP +
+    # dependency; an index's directory is its base + BUCKET_DIR, its bucket of bound b its
+    # base + BUCKET_AT + b.
     "LEASES_BUCKETS": "L",
     "READY_BUCKETS": "Q",
     "DEPS_BUCKETS": "D",
@@ -119,8 +120,8 @@ class Keyspace:
 
     @property
     def meta(self) -> str:
-        """Hash: the namespace's run layout version (``layout``; absent: a namespace never
-        written, which starts at 4)."""
+        """Hash: the namespace's run layout version (``layout``, 5, and ``v5``; absent: a
+        namespace never written, which starts at 5), ``deleted-rev``, ``deleted-tok``."""
         return self.prefix + _K["META"]
 
     @property
@@ -144,22 +145,23 @@ class Keyspace:
         return self.prefix + _WAKE[kind]
 
     def run(self, run: str) -> str:
-        """The hash of one run: record, revision, lease, claim info, wait metadata."""
+        """The string of one run: record, then its header (revision, lease, claim info,
+        wait...) and trailer; a hash in layout 1."""
         return self.prefix + _P["RUN_KEY"] + run
 
     def dependents(self, dependency: str) -> str:
-        """Set of runs whose wait is ``Changed(dependency)`` (up to layout 3)."""
+        """Set of runs whose wait is ``Changed(dependency)``."""
         return self.prefix + _P["DEPS_KEY"] + dependency
 
     def buckets(self, index: str) -> tuple[str, str]:
-        """Layout 4's keys of ``index`` (``"leases"``, ``"ready"``, or ``"d:<dependency>"``):
-        its directory (sorted set of the buckets' lower bounds, all scored 0) and the prefix
-        of its buckets (the bucket of bound ``b`` is that prefix followed by ``b``; the first
-        bucket's bound is ``""``)."""
+        """Layout 4's keys of ``index`` (``"leases"``, ``"ready"``, or ``"d:<dependency>"``),
+        which only ``migrate()`` reads: its directory (sorted set of the buckets' lower
+        bounds, all scored 0) and the prefix of its buckets (the bucket of bound ``b`` is
+        that prefix followed by ``b``; the first bucket's bound is ``""``)."""
         if index.startswith("d:"):
             dep = index[2:]
-            base = (self.prefix + _P["DEPS_BUCKETS"] + str(len(dep.encode())) + _P["DEPS_SEP"]
-                    + dep)
+            size = len(dep.encode("utf-8", "surrogateescape"))  # any bytes, as the scripts'
+            base = self.prefix + _P["DEPS_BUCKETS"] + str(size) + _P["DEPS_SEP"] + dep
         else:
             base = self.prefix + _P[{"leases": "LEASES_BUCKETS", "ready": "READY_BUCKETS"}[index]]
         return base + _P["BUCKET_DIR"], base + _P["BUCKET_AT"]

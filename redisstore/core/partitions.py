@@ -157,7 +157,7 @@ class Counted:
         """The script that checks and records the count, and its keys: the runs' count
         (``run_partitions``, in the namespace's meta key). The repository's is apart."""
         k = self.keys
-        return scripts.RUN_PARTITIONS, (k.meta, k.leases, k.buckets("leases")[0])
+        return scripts.RUN_PARTITIONS, (k.meta, k.leases)
 
     def count_check(self) -> Operation[None]:
         """Refuse a namespace spread over another number of partitions than this one's, or

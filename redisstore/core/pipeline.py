@@ -27,7 +27,7 @@ from ..shells.wakeups import check_block
 from .driver import Batch, Driver, Durability, Operation, Settled, Spread
 from .outcomes import ErrorReply, Exchange, Lost, Reply
 from .partitions import PartitionedOps
-from .runops import RunOps, runs_only
+from .runops import RunOps, fusable, fused, runs_only
 
 T = TypeVar("T")
 
@@ -36,19 +36,22 @@ class Pending(Generic[T]):
     """What a call queued in a pipeline will answer: :meth:`result` gives its value or
     raises its own error, once the pipeline has been sent."""
 
-    __slots__ = ("_driver", "_error", "_later", "_write")
+    __slots__ = ("_driver", "_error", "_later", "_part", "_write")
 
     def __init__(self, driver: Driver[T] | None, write: bool = True) -> None:
-        self._driver = driver
+        self._driver: Driver[Any] | None = driver
         self._error: BaseException | None = None
         self._write = write
         #: The answer of a blocked claim's wait after the round trip, when it waited.
         self._later: tuple[T] | None = None
+        #: A call that shares one script with its neighbour (runops.fused): which of the
+        #: driver's two answers is its own (None: the driver is its own).
+        self._part: int | None = None
 
     def done(self) -> bool:
         """Whether the call has its answer (the pipeline was sent)."""
         return self._error is not None or (self._driver is not None
-                                           and self._driver.next_batch() is None)
+                                           and self._driver.over())
 
     def result(self) -> T:
         """The call's value, or raise its error (``Conflict``, ``Unavailable``...);
@@ -57,10 +60,12 @@ class Pending(Generic[T]):
             raise self._error
         if self._later is not None:
             return self._later[0]
-        if self._driver is None or self._driver.next_batch() is not None:
+        if self._driver is None or not self._driver.over():
             raise RuntimeError("the pipeline has not been sent yet: leave its with block "
                                "(or call send()) first")
-        return self._driver.result()
+        if self._part is not None:
+            return self._driver.result()[self._part].unwrap()  # type: ignore[no-any-return]
+        return self._driver.result()  # type: ignore[no-any-return]
 
     def _fail(self, error: BaseException) -> None:
         """Answer with ``error``, unless the call has its answer already."""
@@ -124,14 +129,16 @@ class Group:
         self._shared = {}
         commands: list[tuple[bytes | int, ...]] = []
         keys: tuple[str, ...] = ()
-        write = False
+        write = fresh = False
         loads: dict[bytes | int, int] = {}
         size = 0
+        seen: set[int] = set()
         for call in self._calls:
             driver = call._driver
             batch = driver.next_batch() if driver is not None and not call.done() else None
-            if driver is None or batch is None:
-                continue
+            if driver is None or batch is None or id(driver) in seen:
+                continue  # done, or the second of two calls that share a script
+            seen.add(id(driver))
             size += batch_size(batch)
             if self._round and (len(self._round) >= MAX_ROUND_CALLS
                                 or size > MAX_ROUND_BYTES):
@@ -152,13 +159,14 @@ class Group:
             self._round.append((driver, batch, len(own)))
             keys = keys or batch.keys
             write = write or batch.write
+            fresh = fresh or batch.fresh  # a call of the round starts a deadline of its own
         if not self._round:
             return None
         self._confirmed = write and self._durability is not None
         if self._confirmed:
             assert self._durability is not None
             commands.append(self._durability.command())
-        return Batch(tuple(commands), write, keys)
+        return Batch(tuple(commands), write, keys, fresh)
 
     def interrupted(self, why: str) -> None:
         """The shell stopped in the middle (a cancelled task, KeyboardInterrupt): each call
@@ -385,10 +393,26 @@ class Pipelined(PipelineOps):
                      claim: Callable[[], Operation[tuple[list[Any], int]]
                                      | Spread[tuple[list[Any], int]]]) -> Pending[Any]:
         wait = check_block(block)
+        before = self._calls[-1] if self._calls else None
         pending = self._queue(_runs(claim()))
+        if before is not None:
+            self._fuse(before, pending)
         if wait and limit:
             self._blocked.append(Blocked(pending, index, limit, wait, claim))
         return pending
+
+    def _fuse(self, first: Pending[Any], then: Pending[Any]) -> None:
+        """A claim queued right after a finish, a write or a release of a store of one
+        partition: one script runs both (:func:`~redisstore.core.runops.fused`), and each
+        call keeps its own answer."""
+        one, two = first._driver, then._driver
+        if (one is None or two is None or first._part is not None
+                or not fusable(one._call, two._call)):
+            return
+        assert one._call is not None and two._call is not None
+        both = Driver(fused((one._op, one._call), (two._op, two._call)), self._durability)
+        first._driver, first._part = both, 0
+        then._driver, then._part = both, 1
 
     def _still_blocked(self, started: float) -> list[tuple[Blocked, int]]:
         """The claims queued with ``block`` that got nothing in the round trip begun at
@@ -417,6 +441,21 @@ class Pipelined(PipelineOps):
         pending = Pending(Driver(op, self._durability), write)  # checks the arguments now
         self._calls.append(pending)
         return pending
+
+    def _alone(self) -> Driver[Any] | None:
+        """The driver of the pipeline's one call (or of a finish and the claim fused with
+        it), when the pipeline may send it as the store sends one call (no Group, no batch
+        made: the lean path): a store of one partition whose server check passed, and the
+        call not sent. Marks the pipeline sent."""
+        if self._sent or not self._calls or type(self._ops) is not RunOps \
+                or not self._ops.checked():
+            return None
+        driver = self._calls[0]._driver
+        if driver is None or driver._call is None or driver.over() \
+                or any(call._driver is not driver for call in self._calls):
+            return None
+        self._sent = True
+        return driver
 
     def _groups(self, node_of: Callable[[str], Hashable]) -> list[Group]:
         """The calls to send, once, as one group per node (``node_of`` a key's node; one

@@ -8,6 +8,7 @@ which the build writes them into the scripts.
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ from typing import Any, Literal, NamedTuple, TypeAlias, TypeVar, overload
 
 from .. import scripts
 from ..errors import (
+    APPLIED_UNCONFIRMED,
     NOT_APPLIED,
     AlreadyExists,
     Conflict,
@@ -22,6 +24,7 @@ from ..errors import (
     LeaseRefused,
     Misconfigured,
     NotFound,
+    StoreError,
     Unavailable,
 )
 from ..runs import (
@@ -32,6 +35,8 @@ from ..runs import (
     ClaimInfo,
     Current,
     Discover,
+    Failure,
+    Fenced,
     Free,
     Held,
     Hold,
@@ -41,6 +46,8 @@ from ..runs import (
     Quarantined,
     Seize,
     Wait,
+    check_failure,
+    check_fenced,
     check_flag,
     check_lease,
     check_limit,
@@ -48,6 +55,7 @@ from ..runs import (
     check_max_record,
     check_max_takeovers,
     check_migrate_count,
+    check_new_lease,
     check_owner,
     check_projection_version,
     check_record,
@@ -63,9 +71,11 @@ from .driver import (
     Call,
     Durability,
     Operation,
+    Settled,
     Spread,
     ask,
     eviction_policy,
+    parsed,
     preceded,
     text,
 )
@@ -120,13 +130,10 @@ class Share(NamedTuple):
     budget: int
     strict: bool = False
 
-#: The newest layout of the run store's keys that this library reads and writes
-#: (lua/_lib/keys.lua's LAYOUT). A new namespace starts at layout 4; one an older library
-#: started at an older layout stays there until ``migrate()`` moves it.
-LAYOUT = 4
-
-#: The layout ``delete`` and ``max_takeovers`` need (lua/_lib/write.lua's needs_layout_3).
-DELETE_LAYOUT = 3
+#: The layout of the run store's keys that this library reads and writes (lua/_lib/keys.lua's
+#: LAYOUT). A new namespace starts at it; one an older library wrote is refused until
+#: ``migrate()`` moves it.
+LAYOUT = 5
 
 
 #: The wake keys a claim of each index waits on (``"any"``: :meth:`RunOps.claim`'s, both).
@@ -188,9 +195,9 @@ def answer(run: str, namespace: str, opened: int | None = None) -> Callable[[Any
                             "count (nothing was written)")
         if code == Code.TOO_OLD:
             raise Misconfigured(
-                f"namespace {namespace!r} has run layout version {int(payload)}; delete and "
-                f"max_takeovers need layout {DELETE_LAYOUT}: call store.migrate() once every node "
-                "runs this version of redisstore (nothing was written)")
+                f"namespace {namespace!r} has run layout version {int(payload)}, older than "
+                f"this library's {LAYOUT}: stop every node, then call store.migrate() once "
+                "with this version of redisstore (nothing was written)")
         raise ValueError(f"unknown reply code {code!r}")
 
     return parse
@@ -237,6 +244,91 @@ def with_wait(parse: Callable[[Any], Any]) -> Callable[[Any], tuple[Any, int]]:
     return parsed
 
 
+#: The scripts that run a finish, a write or a release and then a claim, as one: by the
+#: first's script (lua/run_*_claim.lua).
+FUSED = {scripts.RUN_FINISH.name: scripts.RUN_FINISH_CLAIM,
+         scripts.RUN_COMPARE_AND_SET.name: scripts.RUN_CAS_CLAIM,
+         scripts.RUN_RELEASE.name: scripts.RUN_RELEASE_CLAIM}
+#: The claim scripts such a script runs second, and the kind it names each by.
+CLAIM_KINDS = {scripts.RUN_CLAIM.name: "any", scripts.RUN_CLAIM_READY.name: "ready",
+               scripts.RUN_CLAIM_EXPIRED.name: "leases"}
+
+
+def fusable(first: Call[Any] | None, then: Call[Any] | None) -> bool:
+    """Whether ``first`` (a finish, a write or a release) and the claim ``then`` go in one
+    script: both of one namespace of one partition (a store of partitions never fuses)."""
+    return (first is not None and then is not None and first.script is not None
+            and then.script is not None and first.script.name in FUSED
+            and then.script.name in CLAIM_KINDS and bool(first.args) and bool(then.args)
+            and first.args[0] == then.args[0] and "#" not in str(first.args[0]))
+
+
+def _resume(op: Operation[T], settled: Settled[Any]) -> Operation[Settled[T]]:
+    """The rest of ``op``, which yielded a call whose answer is ``settled``: its own further
+    calls, then its value or its StoreError."""
+    try:
+        call = op.send(settled)
+        while True:
+            call = op.send((yield call))
+    except StopIteration as stop:
+        return Settled(stop.value)
+    except StoreError as error:
+        return Settled(error=error)
+
+
+def fused(first: tuple[Operation[Any], Call[Any]], then: tuple[Operation[Any], Call[Any]]
+          ) -> Operation[tuple[Settled[Any], Settled[Any]]]:
+    """Two operations, each stepped to its first call (:func:`fusable`: a finish, a write or
+    a release, then a claim), as one: one script runs both calls, and each operation goes on
+    with its own answer; the answer of each (its value, or its error). When the first call
+    is refused (anything but OK), the script runs no claim, and the claim is sent alone after
+    it: answers and errors are those of the two calls, one after the other."""
+    (op1, c1), (op2, c2) = first, then
+    assert c1.script is not None and c2.script is not None
+    parts: list[tuple[Settled[Any], Settled[Any] | None]] = []
+
+    def split(reply: Any) -> tuple[Settled[Any], Settled[Any] | None]:
+        if not isinstance(reply, list) or len(reply) != 2:
+            raise ValueError("not a {first, claim} reply")
+        claim = reply[1]
+        pair = (parsed(c1, reply[0]),
+                None if claim is None or claim is False else parsed(c2, claim))
+        parts.append(pair)
+        return pair
+
+    prefix = str(c1.args[0])
+    keys = (*c1.keys, prefix + "fanout")
+    got = yield Call(FUSED[c1.script.name], keys,
+                     (prefix, len(c1.args) - 1, *c1.args[1:], CLAIM_KINDS[c2.script.name],
+                      *c2.args[1:]), split)
+    s1: Settled[Any]
+    s2: Settled[Any] | None
+    if got.error is None:
+        s1, s2 = got.value  # type: ignore[misc]
+    elif parts and isinstance(got.error, Unavailable) and \
+            got.error.outcome == APPLIED_UNCONFIRMED:
+        # Applied, its confirmation failed: a part the script refused wrote nothing, and
+        # keeps its own answer; an applied one is unconfirmed.
+        s1, s2 = parts[0]
+        s1 = s1 if s1.error is not None else Settled(error=_fresh(got.error))
+        s2 = s2 if s2 is None or s2.error is not None else Settled(error=_fresh(got.error))
+    else:
+        s1, s2 = Settled(error=got.error), Settled(error=_fresh(got.error))
+    r1 = yield from _resume(op1, s1)
+    if s2 is None:  # the claim did not run: alone now
+        s2 = yield c2
+    r2 = yield from _resume(op2, s2)
+    return r1, r2
+
+
+def _fresh(error: StoreError) -> StoreError:
+    """A copy of ``error`` for a second answer (one exception raised from two places would
+    pile up their tracebacks)."""
+    again = copy.copy(error)
+    again.__traceback__ = None
+    return again
+
+
 def runs_only(claim: Operation[tuple[list[Any], int]]) -> Operation[list[Any]]:
     """A claim operation without its wait: what a claim that does not block returns."""
     runs, _ = yield from claim
@@ -253,9 +345,19 @@ def parse_claimed(payload: Any) -> list[Claimed]:
     return [Claimed(text(run), parse_current(current)) for run, current in payload]
 
 
+#: A quarantine mark in a run's reply, as ``Current.quarantined`` says it.
+QUARANTINE_MARKS = {b"": None, b"p": "poison", b"f": "failed"}
+
+
+def _maybe(value: Any) -> int | None:
+    """A reply's number, or None for its false (RESP2: None, RESP3: False)."""
+    return None if value is None or value is False else int(value)
+
+
 def parse_current(payload: list[Any]) -> Current:
     """run_get's payload as a Current."""
-    revision, record, owner, live, key, dep_rev, claimed_at, takeovers = payload
+    (revision, record, owner, live, key, dep_rev, claimed_at, takeovers, token, attempts,
+     not_before, mark) = payload
     claim = None
     if claimed_at is not None and claimed_at is not False:
         claim = ClaimInfo(
@@ -263,18 +365,31 @@ def parse_current(payload: list[Any]) -> Current:
             dependency_revision=int(dep_rev) if dep_rev else None,
             claimed_at=int(claimed_at),
         )
-    return Current(int(revision), bytes(record), holder_of(owner, live), claim, int(takeovers))
+    return Current(int(revision), bytes(record), holder_of(owner, live), claim, int(takeovers),
+                   _maybe(token), int(attempts), _maybe(not_before),
+                   QUARANTINE_MARKS[bytes(mark) if not isinstance(mark, str) else mark.encode()])
 
 
 def lease_args(lease: Lease) -> tuple[str, str, int]:
-    """A lease as (kind, owner, ttl) script arguments."""
+    """A lease as (kind, owner, ttl or token) script arguments."""
     if isinstance(lease, Hold):
         return "h", lease.owner, 0
     if isinstance(lease, Claim):
         return "c", lease.owner, lease.ttl
     if isinstance(lease, Seize):
         return "s", lease.owner, lease.ttl
+    if isinstance(lease, Fenced):
+        return ("F" if lease.release else "f"), lease.owner, lease.token
     return "r", "", 0
+
+
+def failure_args(failure: Failure | None) -> tuple[Arg, Arg, Arg, Arg]:
+    """A finish's failure as (error text, delay, max attempts, final) script arguments ('-'
+    for none)."""
+    if failure is None:
+        return "-", 0, "", ""
+    return (failure.error, failure.delay, _opt(failure.max_attempts),
+            "1" if failure.final else "")
 
 
 def _opt(value: int | None) -> Arg:
@@ -584,14 +699,17 @@ class RunOps:
         """What :meth:`get` answers for each of ``runs`` that exists, by run, in the order of
         ``runs``; a run that does not exist is absent from the dict. At most ``MAX_RENEW``
         (150) runs; one round trip (a store of partitions: one per node, at once) but where
-        their records pass ``MAX_CLAIM_BYTES`` (2 MiB), whose rest is read in further calls.
-        Raises ``Corrupt`` for a run whose stored data fails its checks."""
+        their records pass ``MAX_CLAIM_BYTES`` (2 MiB), whose rest is read in further calls,
+        each within the store's ``timeout`` of its own. Raises ``Corrupt`` for a run whose
+        stored data fails its checks."""
         names = check_runs(runs)
         found: dict[str, Current] = {}
         while names:
+            # Each round trip reads up to 2 MiB of records and may take the whole timeout
+            # (150 records of 2 MiB are 150 of them): each has a deadline of its own.
             payload = yield from ask(Call(scripts.RUN_GET_MANY, (self.keys.meta,),
                                           (self.arg1, MAX_CLAIM_BYTES, *names), self._answer(),
-                                          write=False))
+                                          write=False, fresh=True))
             read, *entries = payload
             for entry in entries:
                 run = text(entry[0])
@@ -609,7 +727,7 @@ class RunOps:
         """Create ``run`` and return its revision: 1, or in a namespace where runs were
         deleted, one above the highest revision a deleted run had (so an id inserted again
         never reuses a revision). Raises ``AlreadyExists`` if it exists."""
-        run, lease = check_run(run), check_lease(lease)
+        run, lease = check_run(run), check_new_lease(lease)
         record = check_record(record, self.max_record_bytes)
         wait, foreign = self._wait(record)
         revision = yield from self._rewatching(foreign, lambda watched: Call(
@@ -669,12 +787,70 @@ class RunOps:
         revision, so a stale ``expected`` never matches again.
 
         Raises ``NotFound``, ``Conflict(current)`` or ``LeaseRefused(holder)``; nothing is
-        written then. Needs layout 3 (:meth:`migrate`), else ``Misconfigured``.
+        written then.
         """
         run, expected, lease = check_run(run), check_revision(expected), check_lease(lease)
         yield from ask(Call(scripts.RUN_DELETE, (self.keys.run(run), *self._write_keys),
                             (self.arg1, run, expected, *lease_args(lease),
                              self.projection_version), self._answer(run)))
+
+    @operation("write", "one:run")
+    def finish(self, run: str, expected: int, lease: Fenced, *, record: bytes | None = None,
+               failure: Failure | None = None) -> Operation[None]:
+        """End the grant ``lease`` (a :class:`~redisstore.Fenced`: ``Current.token`` of the
+        claim that took the run) of ``run`` at revision ``expected``, one of three ways:
+
+        - ``record``: write it as revision ``expected + 1`` and free the run (its attempts,
+          takeovers and ``not_before`` start again);
+        - neither: free the run, nothing written;
+        - ``failure``: a failed try: its attempts go up by one; then it is quarantined
+          (``quarantined()`` lists it under ``failed``) if ``failure.final`` or once they
+          reach ``failure.max_attempts``, else freed and held back from ready claims for
+          ``failure.delay`` ms (its ``not_before``).
+
+        Raises ``NotFound``, ``Conflict(current)`` or ``LeaseRefused(holder)`` (the run is
+        not under that grant: another claim, ``Seize`` or release came since); nothing is
+        written then. ``lease.release`` plays no part: a finish always ends the grant.
+        """
+        run, expected, lease = check_run(run), check_revision(expected), check_fenced(lease)
+        failure = check_failure(failure)
+        if record is not None:
+            record = check_record(record, self.max_record_bytes)
+            if failure is not None:
+                raise ValueError("finish takes a record or a failure, not both")
+        return (yield from self._finish(run, expected, lease, record, failure))
+
+    def _finish(self, run: str, expected: int, lease: Fenced, record: bytes | None,
+                failure: Failure | None) -> Operation[None]:
+        """:meth:`finish`, its arguments checked."""
+        if record is not None:
+            wait, foreign = self._wait(record)
+        else:  # no write: no wait to derive (the run keeps its own)
+            wait, foreign = (*wait_args(None), self.projection_version), None
+        yield from self._rewatching(foreign, lambda watched: self.finish_call(
+            run, expected, lease, record, failure, wait, watched))
+
+    def finish_call(self, run: str, expected: int, lease: Fenced, record: bytes | None,
+                    failure: Failure | None, wait: tuple[Arg, ...],
+                    watched: tuple[Arg, ...] = ()) -> Call[Any]:
+        """run_finish's call, arguments checked and the wait derived."""
+        what = "w" if record is not None else "x" if failure is not None else "r"
+        return Call(scripts.RUN_FINISH, (self.keys.run(run), *self._write_keys),
+                    (self.arg1, run, expected, lease.owner, lease.token, what,
+                     record if record is not None else b"", *failure_args(failure), *wait,
+                     *watched), self._answer_write(run))
+
+    @operation("write", "one:run")
+    def restore(self, run: str) -> Operation[bool]:
+        """Put a quarantined run (poison or failed) back: out of the quarantine, its
+        takeovers, attempts and ``not_before`` cleared, claimable again as its lease and
+        wait say. Whether it was quarantined (False: nothing written). Raises
+        ``NotFound``."""
+        run = check_run(run)
+        restored = yield from ask(Call(scripts.RUN_RESTORE, (self.keys.run(run), *self._write_keys),
+                                       (self.arg1, run, self.projection_version),
+                                       self._answer(run)))
+        return bool(restored)
 
     # A claim's share in one partition is its ``<claim>_call(share, ...)``: its arguments
     # but ``limit`` and ``records`` (a store of partitions calls it so in each).
@@ -708,8 +884,7 @@ class RunOps:
         With ``max_takeovers=N``, a run whose expired lease was already handed to another
         owner ``N`` times since its last write (``Current.takeovers``) is not handed out
         again: it goes to the quarantine as poison (:meth:`quarantined`) until a write or
-        :meth:`release` puts it back. Needs layout 3 (:meth:`migrate`), else
-        ``Misconfigured``.
+        :meth:`release` puts it back.
 
         With ``block=ms``, when nothing is claimable, wait up to ``block`` ms and claim as
         soon as a lease expires (docs/runs.md, "Waiting for work").
@@ -727,9 +902,14 @@ class RunOps:
         """:meth:`claim_expired`'s script, arguments checked, for ``share``."""
         payload, wait = yield from ask(Call(
             scripts.RUN_CLAIM_EXPIRED, (self.keys.leases, self.keys.meta),
-            (self.arg1, owner, ttl, share.limit, share.budget, _opt(max_takeovers),
-             *(("1",) if share.strict else ())), with_wait(self._answer())))
+            self._claim_argv(share, owner, ttl, max_takeovers), with_wait(self._answer())))
         return (parse_claimed(payload) if share.budget else parse_names(payload)), wait
+
+    def _claim_argv(self, share: Share, owner: str, ttl: int, max_takeovers: int | None
+                    ) -> tuple[Arg, ...]:
+        """A claim script's ARGV (every kind's: run_claim's header)."""
+        return (self.arg1, owner, ttl, share.limit, self.projection_version, share.budget,
+                _opt(max_takeovers), "1" if share.strict else "")
 
     @overload
     def claim_ready(self, owner: str, ttl: int, limit: int = 1, *,
@@ -768,8 +948,7 @@ class RunOps:
         payload, wait = yield from ask(Call(
             scripts.RUN_CLAIM_READY,
             (self.keys.ready, self.keys.leases, self.keys.meta, self.keys.fanout),
-            (self.arg1, owner, ttl, share.limit, self.projection_version, share.budget,
-             *(("1",) if share.strict else ())), with_wait(self._answer())))
+            self._claim_argv(share, owner, ttl, None), with_wait(self._answer())))
         return (parse_claimed(payload) if share.budget else parse_names(payload)), wait
 
     @overload
@@ -799,10 +978,9 @@ class RunOps:
 
         ``records=True`` hands back ``Claimed(run, current)`` values, as the other claims
         do. ``max_takeovers=N`` quarantines a poison run among the expired leases, as
-        :meth:`claim_expired` does (needs layout 3, else ``Misconfigured``). With
-        ``block=ms``, when nothing is claimable, wait up to ``block`` ms and claim at
-        whichever comes first: a run made ready or a lease's expiry (docs/runs.md, "One
-        claim for all work").
+        :meth:`claim_expired` does. With ``block=ms``, when nothing is claimable, wait up to
+        ``block`` ms and claim at whichever comes first: a run made ready or a lease's
+        expiry (docs/runs.md, "One claim for all work").
         """
         owner, ttl, limit = check_owner(owner), check_ttl(ttl), check_limit(limit)
         records = check_flag("records", records)
@@ -819,9 +997,7 @@ class RunOps:
         payload, wait = yield from ask(Call(
             scripts.RUN_CLAIM,
             (self.keys.ready, self.keys.leases, self.keys.meta, self.keys.fanout),
-            (self.arg1, owner, ttl, share.limit, self.projection_version, share.budget,
-             _opt(max_takeovers), *(("1",) if share.strict else ())),
-            with_wait(self._answer())))
+            self._claim_argv(share, owner, ttl, max_takeovers), with_wait(self._answer())))
         return (parse_claimed(payload) if share.budget else parse_names(payload)), wait
 
     def heads(self, index: str, limit: int) -> Operation[Heads]:
@@ -923,8 +1099,10 @@ class RunOps:
             (self.arg1, run, revision, *wait, *watched), self._answer_write(run))
 
     def migrate_step(self, count: int) -> Operation[tuple[int, bool, int, int]]:
-        """One bounded step of moving the namespace to the current layout: (runs moved,
-        done, damaged runs left as they were, index entries moved)."""
+        """One bounded step of moving a namespace of layout 1 to 4 to layout 5, offline
+        (lua/run_migrate.lua): (runs moved, done, damaged runs left as they were, entries
+        moved out of layout 4's buckets). At layout 5 already, or on a new namespace, one
+        step that scans nothing is done."""
         count = check_migrate_count(count)
         moved, done, damaged, entries = yield from ask(Call(
             scripts.RUN_MIGRATE, (self.keys.meta,), (self.arg1, count), self._answer()))
@@ -944,7 +1122,8 @@ class RunOps:
                                                  write=False))
             for i in range(0, len(flat) - 1, 2):
                 index, _, run = text(flat[i]).partition("|")
-                found.append(Quarantined(index, run, text(flat[i + 1])))
+                reason, newline, error = text(flat[i + 1]).partition("\n")
+                found.append(Quarantined(index, run, reason, error if newline else None))
             cursor = text(cursor_b)
             if cursor == "0":
                 break

@@ -43,6 +43,7 @@ from ..core.driver import (
     Shell,
     Spread,
     check_io,
+    continued,
     parsed,
     resume,
 )
@@ -1033,6 +1034,8 @@ class AsyncTransport:
             if isinstance(step, Done):
                 return step.value
             call = step
+            if call.fresh:  # a round trip with a deadline of its own (Call.fresh)
+                deadline = _monotonic() + self.timeout / 1000
         driver = Driver.resumed(op, call, durability)
         await self.run(driver, deadline)
         return driver.result()
@@ -1059,10 +1062,14 @@ class AsyncTransport:
         return node_name(self.client, key)
 
     async def run(self, machine: Machine, deadline: float | None = None) -> None:
-        """Send each batch of ``machine`` (a driver, a pipeline), within one deadline."""
+        """Send each batch of ``machine`` (a driver, a pipeline), within one deadline; a
+        ``fresh`` batch (:class:`~redisstore.core.driver.Call`'s ``fresh``) within one of its
+        own, from when it is sent."""
         if deadline is None:
             deadline = time.monotonic() + self.timeout / 1000
         while (batch := machine.next_batch()) is not None:
+            if batch.fresh:
+                deadline = time.monotonic() + self.timeout / 1000
             machine.receive(await self._send(batch, deadline))
 
     async def _send(self, batch: Batch, deadline: float) -> Exchange:
@@ -1251,7 +1258,14 @@ class AsyncPipeline(Pipelined):
         started = time.monotonic()
         if self._io.cluster:
             await self._io.client.initialize()  # once: it learns the layout on first use
-        groups = self._groups(self._io.node_of)
+        alone = None if self._io.cluster else self._alone()
+        if alone is not None:
+            assert alone._call is not None
+            try:
+                alone.settled(await self._io.drive(continued(alone._op, alone._call)))
+            except StoreError as error:
+                alone.settled(error=error)
+        groups = [] if alone is not None else self._groups(self._io.node_of)
         if groups:
             await run_all(self._io, groups)
         for blocked, left in self._still_blocked(started):

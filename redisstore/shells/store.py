@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from .._store_ops import StoreOps
-from ..core.driver import Durability, Operation, Shell, Spread, check_io
+from ..core.driver import Durability, Operation, Shell, Spread, check_io, continued
 from ..core.partitioned_repository import PartitionedRepositoryOps, repository_ops
 from ..core.partitions import PartitionedOps, run_ops
 from ..core.pipeline import Pipelined
@@ -69,7 +69,14 @@ class Pipeline(Pipelined):
         nothing then waits for work, as the store's does (the calls after it in the
         pipeline have their answers already)."""
         started = time.monotonic()
-        groups = self._groups(self._io.node_of)
+        alone = self._alone()
+        if alone is not None:
+            assert alone._call is not None
+            try:
+                alone.settled(self._io.drive(continued(alone._op, alone._call)))
+            except StoreError as error:
+                alone.settled(error=error)
+        groups = [] if alone is not None else self._groups(self._io.node_of)
         try:
             for group in groups:
                 self._io.run(group)
@@ -195,19 +202,21 @@ class RedisRunStore(_Closes, StoreOps, Shell[RunOps | PartitionedOps]):
         return Pipeline(self._io, self._ops, self._claim)
 
     def migrate(self, *, count: int = MIGRATE_COUNT) -> Migrated:
-        """Move the namespace to the newest run layout this library knows, in bounded steps.
+        """Move a namespace an earlier version wrote (run layouts 1 to 4) to layout 5, the
+        only one this version reads, in bounded steps: an offline step.
 
-        A new namespace starts at the newest layout (4): this is needed only for one an
-        older library started at layout 1, 2 or 3, and on a new one it is one step that
-        finds nothing to do. Call it once every node runs a version that knows layout 4:
-        from the first step on, a library that knows only an older layout refuses the
-        namespace (``Misconfigured``) instead of misreading it, while this one reads both
-        and rewrites each run on its next write. Each step is one
-        script that visits at most ``count`` keys of the server (SCAN, at most 200) and
-        rewrites at most 512 KiB of records (at least one run); steps go on until a whole
-        pass is done. Safe to run from several nodes at once, to stop and resume (the
-        cursor is kept in the namespace), and on a new namespace. Damaged runs are left
-        as they are and listed by :meth:`quarantined` under the index ``"migrate"``.
+        Until it is done every other operation on such a namespace raises
+        ``Misconfigured`` and writes nothing: stop every node of the namespace, call this
+        once (from one process, or several: the steps share the work), then start the
+        nodes with this version. A new namespace starts at layout 5, and on one (or on a
+        namespace already moved) this is one step that scans nothing. Each step is one
+        script that visits one SCAN page of at most ``count`` keys of the server (at most
+        200), rewrites at most 512 KiB of records (at least one run) and moves at most
+        1,024 entries of layout 4's bucketed indexes; steps go on until a whole pass over
+        the server's keys moves nothing. Safe to stop and resume (the cursor is kept in
+        the namespace). Damaged runs are left as they are and listed by
+        :meth:`quarantined` under the index ``"migrate"``. docs/runs.md, "Layouts and
+        ``migrate()``", has the rules.
         """
         report = Migrated()
         while True:

@@ -613,6 +613,8 @@ class Transport:
             if isinstance(step, Done):
                 return step.value
             call = step
+            if call.fresh:  # a round trip with a deadline of its own (Call.fresh)
+                deadline = _monotonic() + self.timeout / 1000
         return self._finish(Driver.resumed(op, call, durability), deadline)
 
     def _finish(self, driver: Driver[T], deadline: float) -> T:
@@ -625,6 +627,10 @@ class Transport:
         deadline = time.monotonic() + self.timeout / 1000
         spreading = Spreading(spread, self.durability, self.node_of)
         while (groups := spreading.next_groups()) is not None:
+            if not groups:
+                # Each operation of the fan answered without a call (a count check another
+                # thread's call has made since): nothing to send.
+                continue
             if len(groups) == 1:
                 self.run(groups[0], deadline)
             elif not spreading.patient:
@@ -686,10 +692,14 @@ class Transport:
         return node_name(self.client, key)
 
     def run(self, machine: Machine, deadline: float | None = None) -> None:
-        """Send each batch of ``machine`` (a driver, a pipeline), within one deadline."""
+        """Send each batch of ``machine`` (a driver, a pipeline), within one deadline; a
+        ``fresh`` batch (:class:`~redisstore.core.driver.Call`'s ``fresh``) within one of its
+        own, from when it is sent."""
         if deadline is None:
             deadline = time.monotonic() + self.timeout / 1000
         while (batch := machine.next_batch()) is not None:
+            if batch.fresh:
+                deadline = time.monotonic() + self.timeout / 1000
             machine.receive(self._send(batch, deadline))
 
     def _send(self, batch: Batch, deadline: float) -> Exchange:

@@ -281,10 +281,12 @@ class Wakeups:
                 self._due[kind] = at
                 self._cond.notify_all()
 
-    def wait(self, kind: str, seconds: float, since: float | None = None) -> bool:
+    def wait(self, kind: str, seconds: float, since: float | None = None,
+             event: threading.Event | None = None) -> bool:
         """Block this thread until woken (True), or ``seconds`` (at most REARM) pass.
-        ``since``: when the claim before this wait began (monotonic)."""
-        event = threading.Event()
+        ``since``: when the claim before this wait began (monotonic). ``event``: the event
+        it waits on (a worker's own, which its stop sets too); a new one by default."""
+        event = threading.Event() if event is None else event
         waiter = _Waiter(event.set)
         self._enter(kind, waiter, since)
         try:
@@ -293,10 +295,12 @@ class Wakeups:
             self._leave(kind, waiter)
         return waiter.woken
 
-    async def await_(self, kind: str, seconds: float, since: float | None = None) -> bool:
-        """:meth:`wait` for a task: the event loop runs on meanwhile."""
+    async def await_(self, kind: str, seconds: float, since: float | None = None,
+                     future: asyncio.Future[None] | None = None) -> bool:
+        """:meth:`wait` for a task: the event loop runs on meanwhile. ``future``: the one it
+        waits on (a worker's own, which its stop resolves too); a new one by default."""
         loop = asyncio.get_running_loop()
-        future: asyncio.Future[None] = loop.create_future()
+        future = loop.create_future() if future is None else future
 
         def notify() -> None:
             loop.call_soon_threadsafe(_resolve, future)

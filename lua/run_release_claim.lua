@@ -1,0 +1,16 @@
+-- run_release_claim: release and then a claim, one script (a pipeline that queues the
+-- two sends them so): the claim sees what the first left, in the same atomic step.
+-- KEYS[1]  P.."leases"
+-- KEYS[2]  P.."ready"
+-- KEYS[3]  P.."meta"
+-- KEYS[4]  P.."fanout"
+-- ARGV[1]  key prefix           ARGV[2] n: how many arguments the first takes after the prefix
+-- ARGV[3 .. n + 2] run_release's ARGV[2..]
+-- ARGV[n + 3] the claim's kind: 'ready', 'leases' or 'any'
+-- ARGV[n + 4 ..] run_claim's ARGV[2..]
+-- Reply    {first's reply, claim's reply}: each as its own script answers it; the claim's
+--          false when the first answered anything but OK (the claim did not run: the caller
+--          sends it alone). Both sets of arguments are checked before anything is written.
+-- Also touches, undeclared (same hash tag): what run_release and run_claim touch.
+--- @include two_ops, release_args, op_release
+return two_ops(release_args, op_release)

@@ -1,0 +1,678 @@
+"""What the dashboard's pages read and do, over a server's run stores: the Source seam.
+
+:class:`Source` is the interface every page, the live feed and the actions go through;
+:class:`StoreSource` implements it over one client with bounded reads of the layout-5
+indexes (lua/_lib/keys.lua): ``{ns}:leases`` scored by lease expiry, ``{ns}:ready``
+scored by the time a free run is eligible from, the ``{ns}:quarantine`` hash, and each
+partition's ``{ns#p}:`` copies of them. Every read is a bounded command (ZCOUNT, ZRANGE
+with LIMIT or by rank, HSCAN with COUNT, a run's own script); the only SCAN is
+:meth:`StoreSource.scan`, called on an operator's explicit refresh, bounded and cached.
+
+Three seams wait for the store: :meth:`Source.rates` (per-minute counters the scripts will
+keep), :meth:`Source.events` and :meth:`Source.changes` (the change feed). They answer
+"nothing yet" (an empty list, :class:`NoFeed`) until the store has them.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..core.keys import Keyspace, check_namespace
+from ..errors import Conflict, LeaseRefused, NotFound
+from ..runs import MAX_RENEW, Claim, Current, Fenced, Free, Held
+from ..shells.store import RedisRunStore
+
+#: The states a namespace's runs are counted in, as the pages and /metrics name them.
+STATES = ("held_live", "held_expired", "ready_now", "waiting_time", "quarantined")
+
+#: Most entries one page of a listing shows (one ZRANGE of this many per index).
+PAGE = 50
+#: Lease entries the owners view reads per slice: one get_many per MAX_RENEW of them (each
+#: run's record is read with its header: the store has no header-only read).
+OWNERS_SLICE = 200
+#: Record bytes a run's page shows (the rest is counted, not shown).
+RECORD_SHOWN = 64 << 10
+#: What one explicit scan may do: SCAN calls (COUNT 1000 each), and dependency sets counted.
+SCAN_CALLS = 100
+SCAN_COUNT = 1000
+SCAN_DEPENDENCIES = 1000
+#: Seconds a scan's result is kept before a refresh may scan again.
+SCAN_PAUSE = 5.0
+#: Namespaces whose keyspaces and stores a source keeps at most.
+KEPT = 100
+#: The owner an action on a free run deletes under (``Claim``: refused while another
+#: owner holds the run live). Never used to hold anything: delete ignores the ttl.
+DASHBOARD_OWNER = "redisstore-dashboard"
+
+
+class NoFeed(Exception):
+    """The store has no change feed (yet): the live reader polls :meth:`Source.counts`."""
+
+
+@dataclass(frozen=True, slots=True)
+class Counts:
+    """A namespace's runs by state, from its indexes at server time ``now`` (ms).
+    ``waiting_time``: free runs due later (an ``At``, a ``Poll`` interval, a deadline, a
+    back-off); runs waiting only for a dependency are in no scored index (see
+    :class:`ScanResult`)."""
+
+    namespace: str
+    now: int
+    partitions: int
+    held_live: int
+    held_expired: int
+    ready_now: int
+    waiting_time: int
+    quarantined: int
+
+    def by_state(self) -> dict[str, int]:
+        return {state: getattr(self, state) for state in STATES}
+
+
+@dataclass(frozen=True, slots=True)
+class MinuteCounts:
+    """One minute of a namespace's activity: claims, finishes and takeovers in the minute
+    starting at backend ms ``minute``. Kept by the store's scripts once they count them."""
+
+    minute: int
+    claims: int
+    finishes: int
+    takeovers: int
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One event of the change feed: ``kind`` is ``inserted``, ``written``, ``claimed``
+    (``takeover`` when it took another owner's expired lease), ``released``, ``deleted``,
+    ``quarantined`` or ``restored``; ``time`` the server's ms; ``cursor`` where a reader
+    resumes after it."""
+
+    namespace: str
+    run: str
+    revision: int | None
+    kind: str
+    owner: str | None
+    time: int
+    cursor: str
+    takeover: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One index entry: a run and its score (lease expiry or eligible time, backend ms)."""
+
+    run: str
+    score: int
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    """One page of a listing, and where the next starts (None: this was the last)."""
+
+    entries: list[Entry]
+    next: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class QuarantinePage:
+    """One page of the quarantine: ``(index, run, reason, error)`` rows, the next HSCAN
+    cursor (None: done)."""
+
+    rows: list[tuple[str, str, str, str | None]]
+    next: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Owner:
+    """Runs one owner holds among the lease entries read, and its soonest expiry (ms)."""
+
+    owner: str
+    runs: int
+    live: int
+    soonest: int
+
+
+@dataclass(frozen=True, slots=True)
+class Owners:
+    """The owners of one slice of the leases index (in expiry order): ``read`` entries of
+    ``total``; ``complete`` when the slice reached the end, so the counts are exact."""
+
+    rows: list[Owner]
+    read: int
+    total: int
+    complete: bool
+    next: str | None
+    now: int
+
+
+@dataclass(frozen=True, slots=True)
+class RunView:
+    """A run as its page shows it."""
+
+    namespace: str
+    run: str
+    current: Current
+    now: int
+    expiry: int | None
+    due: int | None
+    quarantine_error: str | None
+    record_text: str
+    record_json: bool
+    record_bytes: int
+    record_cut: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Seen:
+    """What a page showed of a run, which an action must still find: its revision and its
+    grant (``owner`` and ``token``; both None when it was free)."""
+
+    revision: int
+    owner: str | None = None
+    token: int | None = None
+
+    def matches(self, current: Current) -> bool:
+        held = current.holder.owner if isinstance(current.holder, Held) else None
+        return (current.revision, held, current.token) == (self.revision, self.owner,
+                                                           self.token)
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What an action did: ``done``, or refused with ``reason`` and the run as it is now
+    (None: it no longer exists)."""
+
+    done: bool
+    reason: str
+    now: RunView | None = None
+
+
+@dataclass(slots=True)
+class ScanResult:
+    """What one explicit scan of the server found (the keyspace walked by SCAN, bounded):
+    the run namespaces (those with a meta key or an index), runs and dependency sets per
+    namespace, and whether the walk reached the end."""
+
+    at: float
+    namespaces: dict[str, dict[str, int]] = field(default_factory=dict)
+    visited_calls: int = 0
+    complete: bool = False
+
+
+class Source(ABC):
+    """What the dashboard reads and does. Every method is bounded: no page's call may
+    stall the server."""
+
+    #: Where the data comes from, safe to show (credentials redacted).
+    label: str = ""
+
+    @abstractmethod
+    def namespaces(self) -> list[str]:
+        """The namespaces known now: those given, and those the last scan found."""
+
+    @abstractmethod
+    def counts(self, namespace: str) -> Counts:
+        """``namespace``'s runs by state."""
+
+    @abstractmethod
+    def listing(self, namespace: str, state: str, after: str | None = None,
+                limit: int = PAGE) -> Page:
+        """One page of ``namespace``'s runs in ``state`` (a scored state of
+        :data:`STATES`), after the cursor ``after`` (a previous page's ``next``)."""
+
+    @abstractmethod
+    def quarantine(self, namespace: str, after: str | None = None,
+                   limit: int = PAGE) -> QuarantinePage:
+        """One page of ``namespace``'s quarantine."""
+
+    @abstractmethod
+    def owners(self, namespace: str, after: str | None = None) -> Owners:
+        """Who holds ``namespace``'s runs, over one slice of its leases index."""
+
+    @abstractmethod
+    def run(self, namespace: str, run: str) -> RunView | None:
+        """One run (None: it does not exist)."""
+
+    @abstractmethod
+    def release_seen(self, namespace: str, run: str, seen: Seen) -> Outcome:
+        """Free the run's lease, only under the grant and at the revision ``seen``."""
+
+    @abstractmethod
+    def restore_seen(self, namespace: str, run: str, seen: Seen) -> Outcome:
+        """Put a quarantined run back, only while it is as ``seen``."""
+
+    @abstractmethod
+    def delete_seen(self, namespace: str, run: str, seen: Seen) -> Outcome:
+        """Delete the run, only at the revision and under the holder ``seen``."""
+
+    def scan(self) -> ScanResult | None:
+        """Walk the server for namespaces (an operator's explicit refresh only); None when
+        this source cannot."""
+        return None
+
+    def last_scan(self) -> ScanResult | None:
+        """The last scan's result, or None."""
+        return None
+
+    def rates(self, namespace: str) -> list[MinuteCounts]:
+        """Claims, finishes and takeovers per minute over the last hour, oldest first. The
+        store's scripts do not count them yet: empty until they do."""
+        return []
+
+    def events(self, namespace: str, run: str, limit: int = 20) -> list[Change]:
+        """The run's recent events, newest first: from the change feed, once the store has
+        one; empty until then."""
+        return []
+
+    def changes(self, namespace: str, after: str | None, limit: int = 100,
+                block: int | None = None) -> list[Change]:
+        """The feed's events after the cursor ``after`` (None: from now), at most
+        ``limit``, waiting up to ``block`` ms for one. :class:`NoFeed` while the store
+        has no feed: the live reader then polls :meth:`counts`."""
+        raise NoFeed(namespace)
+
+    def close(self) -> None:  # noqa: B027 - a source that opened nothing has nothing to do
+        """Let go of what the source opened."""
+
+
+def _int(value: Any) -> int:
+    return int(float(value))
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def encode_cursor(entry: Entry) -> str:
+    """A listing's cursor: the last entry shown, ``score:run``."""
+    return f"{entry.score}:{entry.run}"
+
+
+def decode_cursor(cursor: str) -> tuple[int, str]:
+    """``(score, run)`` of a cursor; ValueError for one that is not."""
+    score, sep, run = cursor.partition(":")
+    if not sep or not re.fullmatch(r"-?\d{1,20}", score):
+        raise ValueError(f"not a cursor: {cursor!r}")
+    return int(score), run
+
+
+#: Each scored state: its index, and its score range relative to the server time.
+_RANGES = {
+    "held_live": ("leases", False),
+    "held_expired": ("leases", True),
+    "ready_now": ("ready", True),
+    "waiting_time": ("ready", False),
+}
+
+#: A key of some namespace or partition: its tag's name and partition, and the rest.
+_KEY = re.compile(rb"\{([^{}#]+)(?:#(\d+))?\}:(.*)", re.DOTALL)
+#: The run store's keys that mark a namespace as one of runs (the repository has others).
+_RUN_KEYS = frozenset({b"meta", b"leases", b"ready", b"quarantine"})
+
+
+class StoreSource(Source):
+    """:class:`Source` over one redis-py compatible client (``redis.Redis``, fakeredis,
+    valkey-py): a :class:`RedisRunStore` per namespace for runs and actions, and bounded
+    index reads of its own for counts and listings. ``namespaces``: those known without a
+    scan (more come from :meth:`scan`)."""
+
+    def __init__(self, client: Any, namespaces: Iterable[str] = (), *, label: str = "") -> None:
+        self.client = client
+        self.label = label
+        self._given = [check_namespace(ns) for ns in namespaces]
+        self._stores: dict[str, RedisRunStore] = {}
+        self._spaces: dict[str, list[Keyspace]] = {}
+        self._lock = threading.Lock()
+        self._scan: ScanResult | None = None
+
+    # ---------------------------------------------------------------- namespaces
+
+    def namespaces(self) -> list[str]:
+        found = list(self._scan.namespaces) if self._scan else []
+        return sorted(set(self._given) | set(found))
+
+    def last_scan(self) -> ScanResult | None:
+        return self._scan
+
+    def scan(self) -> ScanResult:
+        """Walk the keyspace with SCAN (``SCAN_CALLS`` calls of COUNT ``SCAN_COUNT`` at
+        most) for run namespaces, their runs and dependency sets; cached, and not walked
+        again within ``SCAN_PAUSE`` seconds. The only SCAN the dashboard sends."""
+        with self._lock:
+            if self._scan and time.monotonic() - self._scan.at < SCAN_PAUSE:
+                return self._scan
+            result = ScanResult(at=time.monotonic())
+            deps: list[tuple[str, bytes]] = []
+            cursor: int = 0
+            while result.visited_calls < SCAN_CALLS:
+                cursor, keys = self.client.scan(cursor, match="{*}:*", count=SCAN_COUNT)
+                result.visited_calls += 1
+                for key in keys:
+                    found = _KEY.fullmatch(key if isinstance(key, bytes) else key.encode())
+                    if not found:
+                        continue
+                    ns = found.group(1).decode("utf-8", "replace")
+                    rest = found.group(3)
+                    info = result.namespaces.setdefault(
+                        ns, {"runs": 0, "dependency_sets": 0, "dependency_waiters": 0,
+                             "indexed": 0})
+                    if rest.startswith(b"r:"):
+                        info["runs"] += 1
+                    elif rest in _RUN_KEYS:
+                        info["indexed"] = 1
+                    elif rest.startswith(b"d:") and len(deps) < SCAN_DEPENDENCIES:
+                        deps.append((ns, key))
+                if int(cursor) == 0:
+                    result.complete = True
+                    break
+            # A namespace of the instance repository alone has no run, index or meta.
+            result.namespaces = {ns: info for ns, info in result.namespaces.items()
+                                 if info.pop("indexed") or info["runs"]}
+            if deps:
+                pipe = self.client.pipeline(transaction=False)
+                for _, key in deps:
+                    pipe.scard(key)
+                for (ns, _), size in zip(deps, pipe.execute(), strict=True):
+                    if ns in result.namespaces:
+                        result.namespaces[ns]["dependency_sets"] += 1
+                        result.namespaces[ns]["dependency_waiters"] += int(size)
+            self._scan = result
+            return result
+
+    def _spaces_of(self, namespace: str) -> list[Keyspace]:
+        """The namespace's keyspaces (its partitions' when it has some), read from its meta
+        key the first time (one HGET) and kept."""
+        check_namespace(namespace)
+        spaces = self._spaces.get(namespace)
+        if spaces is None:
+            from ..cli import spaces_of
+
+            if len(self._spaces) >= KEPT:  # any name a URL gives is read: keep few
+                self._spaces.clear()
+            spaces = self._spaces[namespace] = spaces_of(self.client, namespace)
+        return spaces
+
+    def _store(self, namespace: str) -> tuple[RedisRunStore, list[Keyspace]]:
+        """The namespace's store (made on its first run read or action: a store keeps
+        connections of its own, and the counts need none) and keyspaces."""
+        spaces = self._spaces_of(namespace)
+        with self._lock:
+            store = self._stores.get(namespace)
+            if store is None:
+                if len(self._stores) >= KEPT:  # each keeps connections: made again at need
+                    for old in self._stores.values():
+                        old.close()
+                    self._stores.clear()
+                store = RedisRunStore(self.client, namespace=namespace,
+                                      partitions=len(spaces))
+                self._stores[namespace] = store
+            return store, spaces
+
+    def _now(self) -> int:
+        """The server's clock, ms (TIME: what the scripts judge leases by)."""
+        seconds, micros = self.client.time()
+        return int(seconds) * 1000 + int(micros) // 1000
+
+    def close(self) -> None:
+        with self._lock:
+            for store in self._stores.values():
+                store.close()
+            self._stores.clear()
+
+    # ---------------------------------------------------------------- reads
+
+    def counts(self, namespace: str) -> Counts:
+        spaces = self._spaces_of(namespace)
+        now = self._now()
+        pipe = self.client.pipeline(transaction=False)
+        for keys in spaces:
+            pipe.zcount(keys.leases, f"({now}", "+inf")
+            pipe.zcount(keys.leases, "-inf", now)
+            pipe.zcount(keys.ready, "-inf", now)
+            pipe.zcount(keys.ready, f"({now}", "+inf")
+            pipe.hlen(keys.quarantine)
+        got = [int(x) for x in pipe.execute()]
+        sums = [sum(got[i::5]) for i in range(5)]
+        return Counts(namespace, now, len(spaces), *sums)
+
+    def listing(self, namespace: str, state: str, after: str | None = None,
+                limit: int = PAGE) -> Page:
+        index, due = _RANGES[state]
+        spaces = self._spaces_of(namespace)
+        limit = max(1, min(limit, PAGE))
+        now = self._now()
+        low, high = ("-inf", str(now)) if due else (f"({now}", "+inf")
+        bound = None if after is None else decode_cursor(after)
+        found: list[Entry] = []
+        for keys in spaces:
+            found += self._page(getattr(keys, index), low, high, bound, limit + 1)
+        found.sort(key=lambda e: (e.score, e.run.encode("utf-8", "surrogateescape")))
+        shown = found[:limit]
+        return Page(shown, encode_cursor(shown[-1]) if len(found) > limit else None)
+
+    def _page(self, key: str, low: str, high: str, bound: tuple[int, str] | None,
+              count: int) -> list[Entry]:
+        """Up to ``count`` entries of sorted set ``key`` within [low, high] by score, after
+        ``bound`` (score, run) in the set's own order."""
+        if bound is None:
+            got = self.client.zrange(key, low, high, byscore=True, offset=0, num=count,
+                                     withscores=True)
+        else:
+            at = self._position(key, *bound)
+            got = self.client.zrange(key, at, at + count - 1, withscores=True)
+        entries = [Entry(_text(run), _int(score)) for run, score in got]
+        return [e for e in entries if _within(e.score, low, high)]
+
+    def _position(self, key: str, score: int, run: str) -> int:
+        """The rank of the first entry after ``(score, run)``: entries of one score are
+        ordered by their bytes, so a binary search by rank within the score's group finds
+        it in O(log n) calls of O(log N) each, whether or not the cursor's entry is still
+        there. Never an offset: a cursor stays put when entries before it come and go."""
+        member = run.encode("utf-8", "surrogateescape")
+        pipe = self.client.pipeline(transaction=False)
+        pipe.zcount(key, "-inf", f"({score}")
+        pipe.zcount(key, "-inf", score)
+        pipe.zscore(key, member)
+        low, high, own = pipe.execute()
+        if own is not None and _int(own) == score:
+            rank = self.client.zrank(key, member)
+            if rank is not None:
+                return int(rank) + 1
+        for _ in range(64):  # 2**64 entries of one score is more than any set holds
+            if low >= high:
+                break
+            mid = (low + high) // 2
+            at = self.client.zrange(key, mid, mid)
+            if not at or at[0] > member:
+                high = mid
+            else:
+                low = mid + 1
+        return int(low)
+
+    def quarantine(self, namespace: str, after: str | None = None,
+                   limit: int = PAGE) -> QuarantinePage:
+        spaces = self._spaces_of(namespace)
+        # A cursor per partition would not fit in one link: a namespace of partitions
+        # pages through its partitions one after the other, "p/cursor".
+        part, _, cursor = (after or "0/0").partition("/")
+        if not (part.isdigit() and cursor.isdigit()) or int(part) >= len(spaces):
+            raise ValueError(f"not a quarantine cursor: {after!r}")
+        p = int(part)
+        nxt, fields = self.client.hscan(spaces[p].quarantine, int(cursor),
+                                        count=max(1, min(limit, PAGE)))
+        rows = []
+        for name, value in fields.items():
+            index, _, run = _text(name).partition("|")
+            reason, _, error = _text(value).partition("\n")
+            rows.append((index, run, reason, error if index == "failed" else None))
+        rows.sort(key=lambda row: (row[1], row[0]))
+        if int(nxt) != 0:
+            following: str | None = f"{p}/{int(nxt)}"
+        else:
+            following = f"{p + 1}/0" if p + 1 < len(spaces) else None
+        return QuarantinePage(rows, following)
+
+    def owners(self, namespace: str, after: str | None = None) -> Owners:
+        store, spaces = self._store(namespace)
+        bound = None if after is None else decode_cursor(after)
+        entries: list[Entry] = []
+        for keys in spaces:
+            entries += self._page(keys.leases, "-inf", "+inf", bound, OWNERS_SLICE + 1)
+        entries.sort(key=lambda e: (e.score, e.run.encode("utf-8", "surrogateescape")))
+        more = len(entries) > OWNERS_SLICE
+        entries = entries[:OWNERS_SLICE]
+        now = self._now()
+        rows: dict[str, Owner] = {}
+        for start in range(0, len(entries), MAX_RENEW):
+            part = entries[start:start + MAX_RENEW]
+            got = store.get_many([e.run for e in part])
+            for entry in part:
+                current = got.get(entry.run)
+                if current is None or not isinstance(current.holder, Held):
+                    continue  # gone or freed since the index was read
+                owner = current.holder.owner
+                was = rows.get(owner, Owner(owner, 0, 0, entry.score))
+                rows[owner] = Owner(owner, was.runs + 1, was.live + (entry.score > now),
+                                    min(was.soonest, entry.score))
+        pipe = self.client.pipeline(transaction=False)
+        for keys in spaces:
+            pipe.zcard(keys.leases)
+        total = sum(int(x) for x in pipe.execute())
+        return Owners(sorted(rows.values(), key=lambda o: (-o.runs, o.owner)), len(entries),
+                      total, complete=not more and after is None,
+                      next=encode_cursor(entries[-1]) if more else None, now=now)
+
+    def run(self, namespace: str, run: str) -> RunView | None:
+        store, spaces = self._store(namespace)
+        try:
+            current = store.get(run)
+        except NotFound:
+            return None
+        from ..core.partitions import partition_of
+
+        keys = spaces[partition_of(run, len(spaces))]
+        pipe = self.client.pipeline(transaction=False)
+        pipe.zscore(keys.leases, run)
+        pipe.zscore(keys.ready, run)
+        pipe.hget(keys.quarantine, f"failed|{run}")
+        expiry, due, failed = pipe.execute()
+        record = current.record
+        shown = record[:RECORD_SHOWN]
+        text = shown.decode("utf-8", "replace")
+        is_json = False
+        if len(record) <= RECORD_SHOWN:
+            try:
+                text = json.dumps(json.loads(record), indent=2, ensure_ascii=False)
+                is_json = True
+            except ValueError:
+                pass
+        error = None
+        if failed is not None:
+            error = _text(failed).partition("\n")[2] or None
+        return RunView(namespace, run, current, self._now(),
+                       None if expiry is None else _int(expiry),
+                       None if due is None else _int(due), error, text, is_json,
+                       len(record), len(record) > RECORD_SHOWN)
+
+    # ---------------------------------------------------------------- actions
+
+    def _refused(self, namespace: str, run: str, why: str) -> Outcome:
+        return Outcome(False, why, self.run(namespace, run))
+
+    def release_seen(self, namespace: str, run: str, seen: Seen) -> Outcome:
+        """``finish`` with neither record nor failure under the grant seen: one script that
+        checks the revision, then the grant, and frees the lease (no new revision)."""
+        if seen.owner is None or seen.token is None:
+            return self._refused(namespace, run, "the page showed it free: nothing to release")
+        store, _ = self._store(namespace)
+        try:
+            store.finish(run, seen.revision, Fenced(seen.owner, seen.token))
+        except NotFound:
+            return Outcome(False, "it no longer exists")
+        except Conflict as conflict:
+            return self._refused(namespace, run, f"it was written since the page was drawn "
+                                 f"(revision {conflict.current}, the page showed "
+                                 f"{seen.revision})")
+        except LeaseRefused:
+            return self._refused(namespace, run, "its lease changed hands since the page was "
+                                 "drawn")
+        return Outcome(True, "released")
+
+    def delete_seen(self, namespace: str, run: str, seen: Seen) -> Outcome:
+        """``delete`` at the revision seen, under the grant seen (``Fenced``); a run seen
+        free under ``Claim`` of the dashboard's owner, refused while another owner holds it
+        live. One script either way. (A run claimed since the page and left to expire,
+        with no write, is not told apart from a free one: no lease condition refuses
+        every holder.)"""
+        store, _ = self._store(namespace)
+        lease: Fenced | Claim = (Claim(DASHBOARD_OWNER, 1) if seen.owner is None
+                                 or seen.token is None else Fenced(seen.owner, seen.token))
+        try:
+            store.delete(run, seen.revision, lease)
+        except NotFound:
+            return Outcome(False, "it no longer exists")
+        except Conflict as conflict:
+            return self._refused(namespace, run, f"it was written since the page was drawn "
+                                 f"(revision {conflict.current}, the page showed "
+                                 f"{seen.revision})")
+        except LeaseRefused:
+            return self._refused(namespace, run, "its lease changed hands since the page was "
+                                 "drawn")
+        return Outcome(True, "deleted")
+
+    def restore_seen(self, namespace: str, run: str, seen: Seen) -> Outcome:
+        """``restore`` once a read finds the run as seen. The store's restore has no
+        revision or grant condition, so this is two steps, not one script: a write or a
+        claim between the read and the restore is not seen (restore itself still refuses
+        a run that is no longer quarantined, and writes no record, revision or lease)."""
+        store, _ = self._store(namespace)
+        try:
+            current = store.get(run)
+        except NotFound:
+            return Outcome(False, "it no longer exists")
+        if not seen.matches(current):
+            return self._refused(namespace, run, "it changed since the page was drawn")
+        if not store.restore(run):
+            return self._refused(namespace, run, "it is not quarantined")
+        return Outcome(True, "restored")
+
+
+def _within(score: int, low: str, high: str) -> bool:
+    """Whether ``score`` is within a ZRANGE BYSCORE range of ``low`` and ``high``."""
+
+    def above(bound: str) -> bool:
+        if bound == "-inf":
+            return True
+        return score > int(bound[1:]) if bound.startswith("(") else score >= int(bound)
+
+    def below(bound: str) -> bool:
+        if bound == "+inf":
+            return True
+        return score < int(bound[1:]) if bound.startswith("(") else score <= int(bound)
+
+    return above(low) and below(high)
+
+
+def holder_text(current: Current) -> str:
+    """Who holds the run, as a page says it."""
+    if isinstance(current.holder, Free):
+        return "free"
+    return current.holder.owner
+
+
+def as_seen(current: Current) -> Seen:
+    """What a page showing ``current`` asks an action to find."""
+    held = current.holder.owner if isinstance(current.holder, Held) else None
+    return Seen(current.revision, held, current.token if held is not None else None)
+
+
+def states_present(counts: Sequence[Counts]) -> dict[str, int]:
+    """Totals by state over several namespaces."""
+    return {state: sum(getattr(c, state) for c in counts) for state in STATES}
