@@ -543,13 +543,12 @@ def spread(values: list[float]) -> str:
 
 
 def body_start(script: scripts.Script) -> int:
-    """Where the body the server runs first begins in ``script``'s source: after its
-    fragments, and after its slow path (``--- @slow``), whose fragments it defines only
-    when it runs."""
+    """Where the body the server runs first begins in ``script``'s source: after the
+    fragments it defines on every call. (Its slow path, ``--- @slow``, comes after that
+    body, inside a function made only when the fast path leaves the call to it.)"""
     lines = script.source.decode().split("\n")
-    marks = [i for i, (file, line) in enumerate(script.lines) if file == "<slow path>"]
-    first = marks[-1] + 1 if marks else next(
-        i for i, (file, _) in enumerate(script.lines) if file == f"{script.name}.lua")
+    first = next(i for i, (file, _) in enumerate(script.lines)
+                 if file == f"{script.name}.lua")
     return sum(len(line) + 1 for line in lines[:first])
 
 

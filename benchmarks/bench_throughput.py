@@ -65,6 +65,10 @@ Floors and single operations (timed for ``--seconds``):
 - ``EVALSHA floor, 50 tasks`` / ``64 tasks``: the same from that many asyncio tasks on a
   default ``redis.asyncio.Redis()`` (and on coredis, which multiplexes by design, when it
   is installed);
+- ``minimal unit script``: the unit by ``EVALSHA`` of ``minimal/finish_claim.lua`` (the
+  commands a finish and the claim of the next run cannot do without, nothing checked),
+  one call at a time on the everysec server: the floor of the server's CPU per unit,
+  beside the pipeline unit's and BullMQ's per job;
 - ``async compare_and_set, 64 tasks``: each task writes the next revision of its own run;
 - ``compare_and_set, sync`` and ``claim_expired(100)`` (leases/s), on Redis with AOF off,
   with ``appendfsync everysec`` and with ``appendfsync always``, beside a private Postgres
@@ -463,6 +467,18 @@ def raw_floor(port: int, seconds: float) -> Callable[[], int]:
     return run
 
 
+def minimal_unit(client: redis.Redis, namespace: str, jobs: int) -> Callable[[], int]:
+    """The job cycle's unit by EVALSHA of its minimal script (``minimal/finish_claim.lua``:
+    only the commands a finish and the claim of the next cannot do without, no checks),
+    one call at a time, with run_finish_claim's keys and arguments
+    (``bench_instructions.py`` prepares the runs, untimed): the server's floor for a unit."""
+    import bench_instructions  # beside this file
+
+    op = next(o for o in bench_instructions.OPS if o.key == "unit")
+    prepared = bench_instructions.prepare(client, op, jobs, namespace=namespace)
+    return lambda: op.minimal(prepared)
+
+
 def async_floor(port: int, seconds: float, tasks: int) -> Callable[[], int]:
     def run() -> int:
         async def main() -> int:
@@ -630,6 +646,7 @@ class Bound:
 
 
 WORKER_1 = "Worker, concurrency 1 (threads, sync store)"
+MINIMAL_UNIT = "minimal unit script (finish + claim of one), sequential, everysec"
 ASYNC_WORKER_50 = "AsyncWorker, concurrency 50 (asyncio, default client)"
 
 RATIOS = [
@@ -669,6 +686,11 @@ RATIOS = [
     Ratio("server CPU per unit: pipeline unit, one thread / BullMQ per job c=1",
           "unit, concurrency 1 (records + pipeline)", "BullMQ job cycle, concurrency 1",
           "<= 0.6x", metric=SERVER_CPU),
+    # The floor under the row above: the unit's minimal script, which checks nothing.
+    Ratio("server CPU per unit: minimal unit script / BullMQ per job c=1", MINIMAL_UNIT,
+          "BullMQ job cycle, concurrency 1", metric=SERVER_CPU),
+    Ratio("server CPU per unit: pipeline unit, one thread / minimal unit script",
+          "unit, concurrency 1 (records + pipeline)", MINIMAL_UNIT, metric=SERVER_CPU),
     Ratio("server CPU per unit: pipeline unit, 50 tasks / BullMQ per job c=50",
           "unit, concurrency 50 (asyncio, default client)", "BullMQ job cycle, concurrency 50",
           "<= 1.0x", metric=SERVER_CPU),
@@ -852,6 +874,8 @@ def main(argv: list[str] | None = None) -> None:
                 ("claim_ready(100, records=True), everysec", everysec,
                  claim_ready_runs(everysec, f"tp-cr100-{tag}", 20_000, "claim_ready", 100),
                  "runs/s"),
+                (MINIMAL_UNIT, everysec,
+                 minimal_unit(everysec, f"tp-mu-{tag}", args.jobs), "units/s"),
             ]:
                 row(name, unit).add(*timed(target, work))
 
