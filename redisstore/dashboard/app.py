@@ -295,11 +295,28 @@ class Dashboard:
 
     # ---------------------------------------------------------------- posts
 
-    async def scan(self, request: Request) -> Response:
+    def _read_only(self, request: Request) -> Response | None:
+        """The 403 every action answers while actions are off, or None."""
+        if self.guard.allow_actions:
+            return None
+        return self.render(request, "problem.html", 403, title="read-only",
+                           message="this dashboard is read-only: actions are off")
+
+    async def _same_site_form(self, request: Request
+                              ) -> tuple[dict[str, str], Response | None]:
+        """A POST's form, and the 403 of a cross-site one (its Origin or its CSRF token),
+        or None."""
         form = await read_form(request)
         refused = self.guard.cross_site(request, form)
         if refused:
-            return self.render(request, "problem.html", 403, title="refused", message=refused)
+            return form, self.render(request, "problem.html", 403, title="refused",
+                                     message=refused)
+        return form, None
+
+    async def scan(self, request: Request) -> Response:
+        _, refusal = await self._same_site_form(request)
+        if refusal is not None:
+            return refusal
         try:
             await run_in_threadpool(self.source.scan)
         except Exception as exc:
@@ -308,15 +325,13 @@ class Dashboard:
         return RedirectResponse(f"{base}/?scanned=1", status_code=303)
 
     async def login(self, request: Request) -> Response:
-        if not self.guard.allow_actions:
-            return self.render(request, "problem.html", 403, title="read-only",
-                               message="this dashboard is read-only: actions are off")
+        if (closed := self._read_only(request)) is not None:
+            return closed
         if request.method == "GET":
             return self.render(request, "login.html", title="log in")
-        form = await read_form(request)
-        refused = self.guard.cross_site(request, form)
-        if refused:
-            return self.render(request, "problem.html", 403, title="refused", message=refused)
+        form, refusal = await self._same_site_form(request)
+        if refusal is not None:
+            return refusal
         token = form.get("token")
         if not isinstance(token, str) or not self.guard.token_matches(token):
             await asyncio.sleep(WRONG_TOKEN_PAUSE)  # a guess costs time
@@ -328,13 +343,11 @@ class Dashboard:
         return response
 
     async def logout(self, request: Request) -> Response:
-        if not self.guard.allow_actions:
-            return self.render(request, "problem.html", 403, title="read-only",
-                               message="this dashboard is read-only: actions are off")
-        form = await read_form(request)
-        refused = self.guard.cross_site(request, form)
-        if refused:
-            return self.render(request, "problem.html", 403, title="refused", message=refused)
+        if (closed := self._read_only(request)) is not None:
+            return closed
+        _, refusal = await self._same_site_form(request)
+        if refusal is not None:
+            return refusal
         base = str(request.scope.get("root_path", "")).rstrip("/")
         response = RedirectResponse(f"{base}/", status_code=303)
         self.guard.log_out(response, base)
@@ -344,13 +357,11 @@ class Dashboard:
         """An action's POST: read-only, cross-site, a session not logged in and a malformed
         form are refused (403, 403, 403, 400) before anything is sent to the store."""
         name = request.path_params["action"]
-        if not self.guard.allow_actions:
-            return self.render(request, "problem.html", 403, title="read-only",
-                               message="this dashboard is read-only: actions are off")
-        form = await read_form(request)
-        refused = self.guard.cross_site(request, form)
-        if refused:
-            return self.render(request, "problem.html", 403, title="refused", message=refused)
+        if (closed := self._read_only(request)) is not None:
+            return closed
+        form, refusal = await self._same_site_form(request)
+        if refusal is not None:
+            return refusal
         if not self.guard.logged_in(request):
             return self.render(request, "problem.html", 403, title="log in",
                                message="log in with the operator's token to act")

@@ -20,7 +20,7 @@ import re
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -592,18 +592,9 @@ class StoreSource(Source):
         if seen.owner is None or seen.token is None:
             return self._refused(namespace, run, "the page showed it free: nothing to release")
         store, _ = self._store(namespace)
-        try:
-            store.finish(run, seen.revision, Fenced(seen.owner, seen.token))
-        except NotFound:
-            return Outcome(False, "it no longer exists")
-        except Conflict as conflict:
-            return self._refused(namespace, run, f"it was written since the page was drawn "
-                                 f"(revision {conflict.current}, the page showed "
-                                 f"{seen.revision})")
-        except LeaseRefused:
-            return self._refused(namespace, run, "its lease changed hands since the page was "
-                                 "drawn")
-        return Outcome(True, "released")
+        lease = Fenced(seen.owner, seen.token)
+        return self._checked(namespace, run, seen,
+                             lambda: store.finish(run, seen.revision, lease), "released")
 
     def delete_seen(self, namespace: str, run: str, seen: Seen) -> Outcome:
         """``delete`` at the revision seen, under the grant seen (``Fenced``); a run seen
@@ -614,8 +605,15 @@ class StoreSource(Source):
         store, _ = self._store(namespace)
         lease: Fenced | Claim = (Claim(DASHBOARD_OWNER, 1) if seen.owner is None
                                  or seen.token is None else Fenced(seen.owner, seen.token))
+        return self._checked(namespace, run, seen,
+                             lambda: store.delete(run, seen.revision, lease), "deleted")
+
+    def _checked(self, namespace: str, run: str, seen: Seen, write: Callable[[], object],
+                 done: str) -> Outcome:
+        """``write``, a store call checked against the revision and grant ``seen``: its
+        refusal told as the page's reader needs it, with the run's state now."""
         try:
-            store.delete(run, seen.revision, lease)
+            write()
         except NotFound:
             return Outcome(False, "it no longer exists")
         except Conflict as conflict:
@@ -625,7 +623,7 @@ class StoreSource(Source):
         except LeaseRefused:
             return self._refused(namespace, run, "its lease changed hands since the page was "
                                  "drawn")
-        return Outcome(True, "deleted")
+        return Outcome(True, done)
 
     def restore_seen(self, namespace: str, run: str, seen: Seen) -> Outcome:
         """``restore`` once a read finds the run as seen. The store's restore has no
