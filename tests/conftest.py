@@ -14,6 +14,7 @@ import redis
 import servers
 from servers import (
     EPHEMERAL,
+    SUITE_TIMEOUT,
     Server,
     drop_namespace,
     missing,
@@ -236,11 +237,11 @@ class RedisSuite(RunStoreConformance):
 
     def make_store(self, *, discover: Discover | None = None) -> RunStore:
         return RedisRunStore(self.client, namespace=unique_namespace(), discover=discover,
-                             partitions=self.partitions)
+                             partitions=self.partitions, timeout=SUITE_TIMEOUT)
 
     def reopen(self, store: RunStore, *, discover: Discover | None,
                projection_version: int) -> RunStore:
         assert isinstance(store, RedisRunStore)
         return RedisRunStore(self.client, namespace=store.namespace, discover=discover,
                              projection_version=projection_version,
-                             partitions=self.partitions)
+                             partitions=self.partitions, timeout=SUITE_TIMEOUT)

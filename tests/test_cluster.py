@@ -18,6 +18,7 @@ import redis.asyncio
 from conftest import RedisSuite
 from redis.cluster import RedisCluster
 from servers import (
+    SUITE_TIMEOUT,
     Server,
     finish_migration,
     migrate_keys,
@@ -89,7 +90,7 @@ class TestClusterRepository(RepositoryConformance):
     def make_repository(self, *, max_terminal: int = 1024, logger: Any = None) -> Repository:
         return RedisRepository(self.client, namespace=unique_namespace(),
                                max_terminal=max_terminal, logger=logger,
-                               partitions=self.partitions)
+                               partitions=self.partitions, timeout=SUITE_TIMEOUT)
 
 
 class TestClusterRepositoryPartitioned(TestClusterRepository):

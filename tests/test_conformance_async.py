@@ -18,7 +18,7 @@ import fakeredis
 import pytest
 import redis.asyncio
 from conftest import Clock
-from servers import Server, unique_namespace
+from servers import SUITE_TIMEOUT, Server, unique_namespace
 
 from redisstore import (
     AsyncJob,
@@ -113,7 +113,7 @@ class AsyncRunSuite(RunStoreConformance, AsyncBackend):
 
     def make_store(self, *, discover: Discover | None = None) -> RunStore:
         store = AsyncRedisRunStore(self.client, namespace=unique_namespace(), discover=discover,
-                                   partitions=self.partitions)
+                                   partitions=self.partitions, timeout=SUITE_TIMEOUT)
         synced = Synced(store, self.loop)
         synced.migrate()  # the newest layout, as README's start-up does
         return cast(RunStore, synced)
@@ -123,7 +123,7 @@ class AsyncRunSuite(RunStoreConformance, AsyncBackend):
         assert isinstance(store, Synced)
         other = AsyncRedisRunStore(self.client, namespace=store.namespace, discover=discover,
                                    projection_version=projection_version,
-                                   partitions=self.partitions)
+                                   partitions=self.partitions, timeout=SUITE_TIMEOUT)
         return cast(RunStore, Synced(other, self.loop))
 
 
@@ -225,7 +225,7 @@ class AsyncRepositorySuite(RepositoryConformance, AsyncBackend):
     def make_repository(self, *, max_terminal: int = 1024, logger: Any = None) -> Repository:
         repo = AsyncRedisRepository(self.client, namespace=unique_namespace(),
                                     max_terminal=max_terminal, logger=logger,
-                                    partitions=self.partitions)
+                                    partitions=self.partitions, timeout=SUITE_TIMEOUT)
         return cast(Repository, Synced(repo, self.loop))
 
 

@@ -10,7 +10,7 @@ from typing import Any
 import fakeredis
 import pytest
 import redis
-from servers import Server, unique_namespace
+from servers import SUITE_TIMEOUT, Server, unique_namespace
 
 from redisstore import MemoryRepository, RedisRepository, Repository
 from redisstore.conformance import RepositoryConformance
@@ -32,7 +32,7 @@ class TestFakeRedisRepository(RepositoryConformance):
     def make_repository(self, *, max_terminal: int = 1024, logger: Any = None) -> Repository:
         return RedisRepository(self.client, namespace=unique_namespace(),
                                max_terminal=max_terminal, logger=logger,
-                               partitions=self.partitions)
+                               partitions=self.partitions, timeout=SUITE_TIMEOUT)
 
 
 class TestFakeRedisRepositoryPartitioned(TestFakeRedisRepository):
@@ -83,4 +83,4 @@ class TestSharedRedisRepository(RepositoryConformance):
         namespace = unique_namespace()
         self.namespaces.append(namespace)
         return RedisRepository(self.client, namespace=namespace,
-                                    max_terminal=max_terminal, logger=logger)
+                               max_terminal=max_terminal, logger=logger, timeout=SUITE_TIMEOUT)
