@@ -44,7 +44,7 @@ class RunSuite:
 
     clock_is_controlled: ClassVar[bool] = False
     #: On a real clock: the ttl of leases a test lets expire, and the sleep margin after it.
-    short_ttl: ClassVar[int] = 40
+    short_ttl: ClassVar[int] = 100
     margin: ClassVar[int] = 25
 
     # ------------------------------------------------------------------ hooks
