@@ -9,7 +9,7 @@ from importlib.metadata import PackageNotFoundError as _PackageNotFoundError
 from importlib.metadata import version as _version
 
 from .core.driver import Durability
-from .core.pipeline import Pending
+from .core.pending import Pending
 from .errors import (
     AlreadyExists,
     Closed,

@@ -29,14 +29,17 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 from urllib.parse import unquote
 
-from . import Claim, Free, Held, Hold, LeaseRefused, RedisRunStore, Release, __version__
 from .core.keys import Keyspace, check_namespace
-from .core.partitions import MAX_PARTITIONS, partition_of
+from .core.partitions import partition_of
 from .discovery import json_wait
-from .namespaces import drop_namespace, namespace_keys
+from .errors import LeaseRefused
+from .namespaces import drop_namespace, namespace_keys, repository_partitions, spaces_of
+from .runs import Claim, Free, Held, Hold, Release
+from .shells.store import RedisRunStore
 
 
 def redact(url: str) -> str:
@@ -138,26 +141,6 @@ def _auth_problem(exc: Exception) -> str | None:
     if "WRONGPASS" in text or "invalid username-password pair" in text:
         return f"the server refused the URL's user or password: {_HOW_TO_AUTH}"
     return None
-
-
-def _count(got: bytes | None) -> int:
-    """A recorded partition count as it is read (1: none, or one that is not a count)."""
-    count = int(got) if got is not None and got.isdigit() else 1
-    return count if 1 < count <= MAX_PARTITIONS else 1
-
-
-def repository_partitions(client: Any, namespace: str) -> int:
-    """The partition count of ``namespace``'s instance repository."""
-    return _count(client.get(Keyspace(namespace).repo_partitions))
-
-
-def spaces_of(client: Any, namespace: str) -> list[Keyspace]:
-    """The keyspaces ``namespace``'s runs are in: its own, or each of its partitions' when
-    its meta key records a count (read as it is: a damaged count is one partition)."""
-    count = _count(client.hget(Keyspace(namespace).meta, "partitions"))
-    if count == 1:
-        return [Keyspace(namespace)]
-    return [Keyspace(namespace, p) for p in range(count)]
 
 
 def _demo(url: str | None, out: Any, namespace: str | None, keep: bool) -> int:
@@ -686,7 +669,7 @@ def parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
         description="redisstore: a distributed lease store on Redis and Valkey.",
         epilog="The server is --url, else $REDISSTORE_URL, else embedded fakeredis (demo, "
                "bench and dashboard --demo only). Credentials in a URL are never printed.")
-    parser.add_argument("--version", action="version", version=f"redisstore {__version__}")
+    parser.add_argument("--version", action="version", version=f"redisstore {_installed()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     def url_option(command: argparse.ArgumentParser) -> None:
@@ -749,6 +732,14 @@ def parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
 #: The exit code of a command whose reader went away (``redisstore demo | head -1``):
 #: 128 + SIGPIPE, what a shell reports for a command a closed pipe ended.
 BROKEN_PIPE = 141
+
+
+def _installed() -> str:
+    """The installed version of the package (``redisstore.__version__``)."""
+    try:
+        return version("redisstore")
+    except PackageNotFoundError:  # pragma: no cover - a checkout that was never installed
+        return "0+unknown"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

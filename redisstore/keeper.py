@@ -29,7 +29,7 @@ from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from . import telemetry
+from .core import telemetry
 from .errors import Closed, Unavailable
 from .runs import MAX_RENEW, check_owner, check_run, check_runs, check_ttl
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from .core.keys import check_namespace
+from .core.keys import Keyspace, check_namespace
+from .core.partitions import MAX_PARTITIONS
 from .security import glob_escape
 
 #: Keys one ``DEL`` takes.
@@ -41,3 +42,23 @@ def drop_namespace(client: Any, namespace: str) -> int:
     if batch:
         deleted += client.delete(*batch)
     return int(deleted)
+
+
+def _count(got: bytes | None) -> int:
+    """A recorded partition count as it is read (1: none, or one that is not a count)."""
+    count = int(got) if got is not None and got.isdigit() else 1
+    return count if 1 < count <= MAX_PARTITIONS else 1
+
+
+def repository_partitions(client: Any, namespace: str) -> int:
+    """The partition count of ``namespace``'s instance repository."""
+    return _count(client.get(Keyspace(namespace).repo_partitions))
+
+
+def spaces_of(client: Any, namespace: str) -> list[Keyspace]:
+    """The keyspaces ``namespace``'s runs are in: its own, or each of its partitions' when
+    its meta key records a count (read as it is: a damaged count is one partition)."""
+    count = _count(client.hget(Keyspace(namespace).meta, "partitions"))
+    if count == 1:
+        return [Keyspace(namespace)]
+    return [Keyspace(namespace, p) for p in range(count)]

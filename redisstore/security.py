@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from . import scripts
+from .core import scripts
 from .core.keys import Keyspace
 from .core.partitions import check_partitions
 

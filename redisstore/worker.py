@@ -30,7 +30,7 @@ from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
-from . import telemetry
+from .core import telemetry
 from .core.driver import Settled
 from .core.runops import fusable, fused
 from .errors import Closed, Conflict, LeaseRefused, NotFound, StoreError

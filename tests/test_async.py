@@ -32,8 +32,8 @@ from redisstore import (
     StoreError,
     Unavailable,
     aconfirm_write,
-    scripts,
 )
+from redisstore.core import scripts
 from redisstore.shells.aio import AsyncTransport
 
 # serial: timeouts and cancellations timed in flight

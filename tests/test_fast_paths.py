@@ -1,6 +1,6 @@
 """A script's fast path writes what its general code would, byte for byte.
 
-A script with a ``--- @slow`` line (redisstore/scripts.py, ``compose``; lua/_lib/lean.lua)
+A script with a ``--- @slow`` line (redisstore/core/scripts.py, ``compose``; lua/_lib/lean.lua)
 answers the common case with a few functions and hands every other case, before it writes
 anything, to its general code. Each test here runs one random history twice, in two
 namespaces of one server under one controlled clock: once with the shipped scripts, once
@@ -37,12 +37,11 @@ from redisstore import (
     Seize,
     StoreError,
     Wait,
-    scripts,
 )
-from redisstore.core import runops
+from redisstore.core import runops, scripts
 from redisstore.pytest_plugin import START, Clock
 
-#: The scripts that have a fast path, by their attribute in redisstore.scripts.
+#: The scripts that have a fast path, by their attribute in redisstore.core.scripts.
 FAST = [name for name, value in vars(scripts).items()
         if isinstance(value, scripts.Script) and name.isupper()
         and scripts.split_slow((scripts.lua_dir() / f"{value.name}.lua")
@@ -80,7 +79,7 @@ def counted(script: scripts.Script) -> scripts.Script:
 @contextmanager
 def scripts_as(table: dict[str, scripts.Script]) -> Iterator[None]:
     """The scripts of ``table`` (by attribute name) in place of the shipped ones, in
-    redisstore.scripts and in the core's table of fused scripts."""
+    redisstore.core.scripts and in the core's table of fused scripts."""
     saved = {name: getattr(scripts, name) for name in table}
     fused = dict(runops.FUSED)
     try:
@@ -199,7 +198,7 @@ def a_claim(rng: random.Random, owner: str) -> Callable[[Any], Any]:
 
 def raw_call(client: Any, store: RedisRunStore, name: str, keys: tuple[str, ...],
              *args: Any) -> Any:
-    """Script ``name`` (its attribute in redisstore.scripts: the variant in place) sent by
+    """Script ``name`` (its attribute in redisstore.core.scripts: the variant in place) sent by
     EVALSHA with ``keys`` (names after the prefix) and ``args`` after the prefix: its
     reply, or its error (the namespace written NS)."""
     script = getattr(scripts, name)

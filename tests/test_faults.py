@@ -48,8 +48,8 @@ from redisstore import (
     Release,
     Unavailable,
     confirm_write,
-    scripts,
 )
+from redisstore.core import scripts
 from redisstore.discovery import json_wait
 
 # serial: cuts, lost replies and timeouts at their deadlines

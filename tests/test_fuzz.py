@@ -30,8 +30,8 @@ from redisstore import (
     Seize,
     StoreError,
     acl_rule,
-    scripts,
 )
+from redisstore.core import scripts
 from redisstore.core.keys import Keyspace
 
 # serial: a script's time is bounded

@@ -33,8 +33,8 @@ from redisstore import (
     Quarantined,
     RedisRunStore,
     Release,
-    scripts,
 )
+from redisstore.core import scripts
 from redisstore.core.keys import Keyspace
 
 LONG = 600_000

@@ -37,8 +37,8 @@ from redisstore import (
     RedisRunStore,
     Release,
     StoreError,
-    scripts,
 )
+from redisstore.core import scripts
 from redisstore.core.keys import Keyspace
 from redisstore.core.runops import RunOps
 from redisstore.discovery import json_wait

@@ -24,8 +24,8 @@ from redisstore import (
     RedisRepository,
     RedisRunStore,
     Unavailable,
-    scripts,
 )
+from redisstore.core import scripts
 from redisstore.core.driver import MAX_RELOADS, Driver
 from redisstore.core.outcomes import ErrorReply, Exchange, Lost, Reply, error_outcome, split_error
 from redisstore.core.runops import RunOps

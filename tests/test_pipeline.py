@@ -41,8 +41,8 @@ from redisstore import (
     RedisRunStore,
     Release,
     Unavailable,
-    scripts,
 )
+from redisstore.core import scripts
 from redisstore.core.pipeline import Pending
 from redisstore.shells.sync import Transport
 

@@ -16,7 +16,7 @@ import redis
 from servers import Server, redis_binary, start, valkey_binary
 
 import redisstore
-from redisstore import scripts
+from redisstore.core import scripts
 
 ROOT = Path(__file__).resolve().parent.parent
 

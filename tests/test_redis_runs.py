@@ -22,8 +22,8 @@ from redisstore import (
     Release,
     Unavailable,
     confirm_write,
-    scripts,
 )
+from redisstore.core import scripts
 from redisstore.core.keys import Keyspace
 
 LONG = 600_000

@@ -30,9 +30,9 @@ from redisstore import (
     Release,
     Status,
     Unavailable,
-    scripts,
 )
 from redisstore.conformance.repository import RecordingLogger
+from redisstore.core import scripts
 from redisstore.core.driver import Call, ask
 from redisstore.core.keys import Keyspace
 from redisstore.core.repository_ops import RepositoryOps

@@ -1,4 +1,4 @@
-"""The Lua build (redisstore/scripts.py): headers name their includes and the loader holds
+"""The Lua build (redisstore/core/scripts.py): headers name their includes and the loader holds
 them to what the bodies use; a server's line numbers are mapped back to the files; the reply
 codes and the key names come from one definition each; scripts touch the KEYS they declare
 and nothing outside their slot; every header has its fields in order."""
@@ -42,11 +42,10 @@ from redisstore import (
     Release,
     Status,
     Unavailable,
-    scripts,
 )
 from redisstore.core import driver as protocol
 from redisstore.core import keys as keys_module
-from redisstore.core import runops
+from redisstore.core import runops, scripts
 from redisstore.core.driver import Call, ask
 from redisstore.core.keys import Keyspace
 from redisstore.core.outcomes import ErrorReply
@@ -230,7 +229,7 @@ def test_a_lib_that_names_the_codes_itself_does_not_build(tmp_path: Path) -> Non
     message = build_error(tmp_path, {"_lib": lib, "s": script("return b(OK)\n",
                                                                 "--- @include b, OK")},
                           [("s", "_lib")])
-    assert re.search(r"_lib\.lua:16: defines OK, NOT_FOUND, which redisstore\.scripts "
+    assert re.search(r"_lib\.lua:16: defines OK, NOT_FOUND, which redisstore\.core\.scripts "
                      r"generates from Code: delete it", message), message
 
 
@@ -360,8 +359,8 @@ def test_a_lib_that_names_a_key_itself_does_not_build(tmp_path: Path) -> None:
     (tmp_path / "_lib" / "write.lua").write_text(
         (LUA / "_lib" / "write.lua").read_text() + "\nlocal RUN_KEY = 'r:'\n")
     with pytest.raises(scripts.BuildError, match=r"_lib/write\.lua:\d+: defines RUN_KEY, which "
-                       r"redisstore\.scripts generates from redisstore\.core\.keys\.RUN_STORE: "
-                       r"delete"):
+                       r"redisstore\.core\.scripts generates from "
+                       r"redisstore\.core\.keys\.RUN_STORE: delete"):
         scripts.load_all([("run_get", "_lib")], folder=tmp_path)
 
 
@@ -1135,7 +1134,7 @@ def test_a_lib_file_the_order_does_not_list_does_not_build(tmp_path: Path) -> No
     shutil.copytree(LUA, tmp_path / "lua")
     (tmp_path / "lua" / "_lib" / "extra.lua").write_text("-- extra.lua: unlisted.\n")
     with pytest.raises(scripts.BuildError,
-                       match=r"_lib/extra.lua: a lib file redisstore.scripts.LIBS does not"):
+                       match=r"_lib/extra.lua: a lib file redisstore.core.scripts.LIBS does not"):
         scripts.load_all([("run_get", "_lib")], folder=tmp_path / "lua")
 
 
@@ -1148,9 +1147,9 @@ def test_no_lua_file_is_over_400_lines() -> None:
 
 def test_the_built_scripts_file_is_current() -> None:
     """lua/_built.json is what the build makes of the Lua today: else run
-    ``python -m redisstore._build`` (a stale file is never used, but import is slower)."""
+    ``python -m redisstore.build.lua`` (a stale file is never used, but import is slower)."""
     built = scripts.read_built()
-    assert built is not None, "lua/_built.json is stale: run python -m redisstore._build"
+    assert built is not None, "lua/_built.json is stale: run python -m redisstore.build.lua"
     fresh = scripts.load_all(scripts.SHIPPED)
     assert built == fresh
     assert all(built[name].lines == fresh[name].lines for name in fresh)

@@ -36,10 +36,10 @@ from redisstore import (
     RunStore,
     Unavailable,
     acl_rule,
-    scripts,
 )
 from redisstore.conformance import RepositoryConformance
 from redisstore.conformance.readiness import rec
+from redisstore.core import scripts
 from redisstore.core.keys import Keyspace
 from redisstore.core.partitions import partition_of
 from redisstore.discovery import json_wait

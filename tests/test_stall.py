@@ -34,7 +34,7 @@ from typing import Any
 import pytest
 from servers import EPHEMERAL, Server, missing, redis_binary, start
 
-from redisstore import scripts
+from redisstore.core import scripts
 from redisstore.core.driver import Call, Operation
 
 # serial: scripts' time measured on the server

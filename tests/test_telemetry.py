@@ -1,4 +1,4 @@
-"""What redisstore.telemetry records through OpenTelemetry's API: a CLIENT span and a
+"""What redisstore.core.telemetry records through OpenTelemetry's API: a CLIENT span and a
 duration per call, with the database-client attributes, the error's type and an
 Unavailable's outcome; the runs a claim handed out."""
 
@@ -17,7 +17,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from servers import unique_namespace
 
-from redisstore import Claim, Conflict, Hold, RedisRunStore, Unavailable, telemetry
+from redisstore import Claim, Conflict, Hold, RedisRunStore, Unavailable
+from redisstore.core import telemetry
 
 SPANS = InMemorySpanExporter()
 READER = InMemoryMetricReader()

@@ -29,8 +29,8 @@ from redisstore import (
     Release,
     Seize,
     Worker,
-    scripts,
 )
+from redisstore.core import scripts
 from redisstore.shells.sync import Transport
 
 

@@ -51,8 +51,8 @@ from redisstore import (
     Unavailable,
     Worker,
     drop_namespace,
-    scripts,
 )
+from redisstore.core import scripts
 from redisstore.core.outcomes import ErrorReply, Exchange, Lost
 from redisstore.discovery import json_wait
 from redisstore.pytest_plugin import Clock

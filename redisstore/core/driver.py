@@ -14,15 +14,13 @@ from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any, Generic, Protocol, TypeAlias, TypeVar
 
-from .. import scripts, telemetry
 from ..errors import (
     NOT_APPLIED,
     UNKNOWN,
     StoreError,
     Unavailable,
 )
-from . import outcomes
-from .keys import Keyspace
+from . import outcomes, scripts, telemetry
 from .outcomes import ErrorReply, Exchange, Lost, Reply
 
 T = TypeVar("T")
@@ -616,23 +614,3 @@ def config_get(name: str, route: str) -> Operation[str | None]:
         values = {text(reply[i]): reply[i + 1] for i in range(0, len(reply) - 1, 2)}
     value = values.get(name)
     return None if value is None else text(value)
-
-
-
-class _Ops(Protocol):
-    keys: Keyspace
-
-
-OpsT = TypeVar("OpsT", bound=_Ops)
-
-
-class Shell(Generic[OpsT]):
-    """Base of the store classes, sync and async: each holds its operations (``_ops``, a
-    :class:`RunOps` or a ``RepositoryOps``) and a transport that sends them."""
-
-    _ops: OpsT
-
-    @property
-    def namespace(self) -> str:
-        """The namespace the store's keys live in (they share the hash tag ``{namespace}``)."""
-        return self._ops.keys.namespace

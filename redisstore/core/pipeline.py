@@ -21,56 +21,16 @@ from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from .._pipeline_ops import PipelineOps
 from ..errors import NOT_APPLIED, UNKNOWN, StoreError, Unavailable
-from ..shells.wakeups import check_block
 from .driver import Batch, Driver, Durability, Operation, Settled, Spread
 from .outcomes import ErrorReply, Exchange, Lost, Reply
 from .partitions import PartitionedOps
+from .pending import Pending
+from .pipeline_ops import PipelineOps
 from .runops import RunOps, fusable, fused, runs_only
+from .waits import check_block
 
 T = TypeVar("T")
-
-
-class Pending(Generic[T]):
-    """What a call queued in a pipeline will answer: :meth:`result` gives its value or
-    raises its own error, once the pipeline has been sent."""
-
-    __slots__ = ("_driver", "_error", "_later", "_part", "_write")
-
-    def __init__(self, driver: Driver[T] | None, write: bool = True) -> None:
-        self._driver: Driver[Any] | None = driver
-        self._error: BaseException | None = None
-        self._write = write
-        #: The answer of a blocked claim's wait after the round trip, when it waited.
-        self._later: tuple[T] | None = None
-        #: A call that shares one script with its neighbour (runops.fused): which of the
-        #: driver's two answers is its own (None: the driver is its own).
-        self._part: int | None = None
-
-    def done(self) -> bool:
-        """Whether the call has its answer (the pipeline was sent)."""
-        return self._error is not None or (self._driver is not None
-                                           and self._driver.over())
-
-    def result(self) -> T:
-        """The call's value, or raise its error (``Conflict``, ``Unavailable``...);
-        ``RuntimeError`` before the pipeline was sent."""
-        if self._error is not None:
-            raise self._error
-        if self._later is not None:
-            return self._later[0]
-        if self._driver is None or not self._driver.over():
-            raise RuntimeError("the pipeline has not been sent yet: leave its with block "
-                               "(or call send()) first")
-        if self._part is not None:
-            return self._driver.result()[self._part].unwrap()  # type: ignore[no-any-return]
-        return self._driver.result()  # type: ignore[no-any-return]
-
-    def _fail(self, error: BaseException) -> None:
-        """Answer with ``error``, unless the call has its answer already."""
-        if not self.done():
-            self._error = error
 
 
 #: A round trip carries at most this many calls, and at most this many bytes of arguments
@@ -387,7 +347,7 @@ class Pipelined(PipelineOps):
         return len(self._calls)
 
     # The primitives of the calls it queues (PipelineOps, generated from the core:
-    # redisstore/_pipeline_ops.py).
+    # redisstore/core/pipeline_ops.py).
 
     def _queue_claim(self, index: str, limit: int, block: int | None,
                      claim: Callable[[], Operation[tuple[list[Any], int]]

@@ -2,7 +2,7 @@
 scripts' replies mean. The sync and async stores drive the same generators.
 
 Every script answers ``{code, payload, dropped, next_due}`` (see lua/_lib/keys.lua); the codes are
-named once, in :class:`redisstore.scripts.Code` (re-exported here as :class:`Code`), from
+named once, in :class:`redisstore.core.scripts.Code` (re-exported here as :class:`Code`), from
 which the build writes them into the scripts.
 """
 
@@ -14,7 +14,6 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple, TypeAlias, TypeVar, overload
 
-from .. import scripts
 from ..errors import (
     APPLIED_UNCONFIRMED,
     NOT_APPLIED,
@@ -65,6 +64,7 @@ from ..runs import (
     check_ttl,
     check_wait,
 )
+from . import scripts
 from .driver import (
     EVICTING,
     Arg,
@@ -80,6 +80,7 @@ from .driver import (
     text,
 )
 from .keys import Keyspace
+from .waits import KINDS as KINDS
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -91,7 +92,7 @@ Kind: TypeAlias = Literal["read", "write", "claim"]
 @dataclass(frozen=True)
 class Spec:
     """How the rest of the package derives an operation of :class:`RunOps`:
-    redisstore/_generate.py writes the stores', the pipelines' and the store of partitions'
+    redisstore/build/ops.py writes the stores', the pipelines' and the store of partitions'
     methods from it (and from the operation's signature and docstring).
 
     ``kind``: ``"read"`` (no server check first), ``"write"``, or ``"claim"`` (a write that
@@ -136,9 +137,6 @@ class Share(NamedTuple):
 LAYOUT = 5
 
 
-#: The wake keys a claim of each index waits on (``"any"``: :meth:`RunOps.claim`'s, both).
-KINDS: dict[str, tuple[str, ...]] = {"ready": ("ready",), "leases": ("leases",),
-                                     "any": ("ready", "leases")}
 
 #: A script reply's status code: defined in scripts, the one place the Lua side gets them too.
 Code = scripts.Code
@@ -675,7 +673,7 @@ class RunOps:
     # Each public operation is written here once: its signature and docstring (the stores'
     # own, sync and asyncio), its checks, its script call and the parse of its reply. The
     # stores, the pipelines and the store of partitions (PartitionedOps) follow from it:
-    # redisstore/_generate.py writes their methods (redisstore/_*_ops.py) from the
+    # redisstore/build/ops.py writes their methods (redisstore/_*_ops.py) from the
     # @operation beside each. A claim's core answers (runs, wait): the stores hand back
     # the runs, and wait on the wait when blocked.
 

@@ -30,8 +30,7 @@ from collections.abc import Awaitable, Callable, Hashable, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
-from .. import telemetry
-from .._aio_ops import AsyncStoreOps
+from ..core import telemetry
 from ..core.driver import (
     Batch,
     Done,
@@ -40,7 +39,6 @@ from ..core.driver import (
     Machine,
     Operation,
     PerNode,
-    Shell,
     Spread,
     check_io,
     continued,
@@ -71,6 +69,7 @@ from ..runs import (
     Migrated,
 )
 from . import wakeups
+from .aio_ops import AsyncStoreOps
 from .clients import (
     RELEARNING,
     Connections,
@@ -88,6 +87,7 @@ from .clients import (
     relearn_after,
     subscribe_failed,
 )
+from .shell import Shell
 from .sync import _MORE, _pack_one, _replies, lean_error
 from .wakeups import LoopDriver, Nodes, Wakeups, check_block
 
@@ -1363,7 +1363,7 @@ class AsyncRedisRunStore(_Closes, AsyncStoreOps, Shell[RunOps | PartitionedOps])
                 return report
 
     # The primitives of the operations (AsyncStoreOps, generated from the core:
-    # redisstore/_aio_ops.py).
+    # redisstore/shells/aio_ops.py).
 
     async def _read(self, op: Operation[T] | Spread[T]) -> T:
         return await self._io.drive(self._ops.counting(op))

@@ -37,7 +37,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor
 from concurrent.futures import wait as futures_wait
 from typing import Any, TypeVar
 
-from .. import telemetry
+from ..core import telemetry
 from ..core.driver import (
     Batch,
     Done,

@@ -9,10 +9,10 @@ real signatures, overloads and docstrings (for mypy --strict and an IDE alike):
 ==============================  ================  ======================================
 file                            class             inherited by
 ==============================  ================  ======================================
-redisstore/_store_ops.py        ``StoreOps``      :class:`redisstore.RedisRunStore`
-redisstore/_aio_ops.py          ``AsyncStoreOps`` :class:`redisstore.AsyncRedisRunStore`
-redisstore/_pipeline_ops.py     ``PipelineOps``   ``core.pipeline.Pipelined``
-redisstore/_partition_ops.py    ``PartitionOps``  ``core.partitions.PartitionedOps``
+redisstore/shells/store_ops.py        ``StoreOps``      :class:`redisstore.RedisRunStore`
+redisstore/shells/aio_ops.py          ``AsyncStoreOps`` :class:`redisstore.AsyncRedisRunStore`
+redisstore/core/pipeline_ops.py     ``PipelineOps``   ``core.pipeline.Pipelined``
+redisstore/core/partition_ops.py    ``PartitionOps``  ``core.partitions.PartitionedOps``
 ==============================  ================  ======================================
 
 Each method only hands the core's operation to a primitive of its class (``_read``,
@@ -21,7 +21,7 @@ inheriting the mixin writes by hand, once for every operation. The memory refere
 (:mod:`redisstore.memory`) and the port (:class:`redisstore.runs.RunStore`) stay written
 by hand: the tests check the stores against them.
 
-Run ``python -m redisstore._generate`` after changing an operation (it rewrites the files);
+Run ``python -m redisstore.build.ops`` after changing an operation (it rewrites the files);
 ``--check`` only tells whether they are current (tests/test_generated.py does the same).
 """
 
@@ -36,9 +36,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .core.runops import RunOps, Spec
+from ..core.runops import RunOps, Spec
 
-PACKAGE = Path(__file__).resolve().parent
+PACKAGE = Path(__file__).resolve().parents[1]
 WIDTH = 100
 
 #: Where each name an annotation may use comes from (a name neither here nor a builtin stops
@@ -48,18 +48,18 @@ IMPORTS = {
     "Literal": "typing",
     "Callable": "collections.abc",
     "Iterable": "collections.abc",
-    "Operation": ".core.driver",
-    "Spread": ".core.driver",
-    "Claimed": ".runs",
-    "Current": ".runs",
-    "Failure": ".runs",
-    "Fenced": ".runs",
-    "Lease": ".runs",
-    "Quarantined": ".runs",
-    "RunOps": ".core.runops",
-    "Share": ".core.runops",
-    "PartitionedOps": ".core.partitions",
-    "Pending": ".core.pipeline",
+    "Operation": "redisstore.core.driver",
+    "Spread": "redisstore.core.driver",
+    "Claimed": "redisstore.runs",
+    "Current": "redisstore.runs",
+    "Failure": "redisstore.runs",
+    "Fenced": "redisstore.runs",
+    "Lease": "redisstore.runs",
+    "Quarantined": "redisstore.runs",
+    "RunOps": "redisstore.core.runops",
+    "Share": "redisstore.core.runops",
+    "PartitionedOps": "redisstore.core.partitions",
+    "Pending": "redisstore.core.pending",
 }
 BUILTINS = {"str", "int", "bytes", "bool", "float", "None", "list", "tuple", "dict", "T"}
 #: What the generated modules always import at run time.
@@ -300,7 +300,7 @@ BLOCK = "block: int | None = None"
 class Stores(Target):
     """:class:`redisstore.RedisRunStore`'s operations (or the asyncio twin's)."""
 
-    path = "_store_ops.py"
+    path = "shells/store_ops.py"
     cls = "StoreOps"
     about = ("The run store's operations of :class:`redisstore.RedisRunStore`, each the\n"
              "core's (:class:`redisstore.core.runops.RunOps`) handed to the store's ``_read``,\n"
@@ -345,7 +345,7 @@ class Stores(Target):
 class AsyncStores(Stores):
     """:class:`redisstore.AsyncRedisRunStore`'s operations."""
 
-    path = "_aio_ops.py"
+    path = "shells/aio_ops.py"
     cls = "AsyncStoreOps"
     about = ("The run store's operations of :class:`redisstore.AsyncRedisRunStore`, each the\n"
              "core's (:class:`redisstore.core.runops.RunOps`) handed to the store's ``_read``,\n"
@@ -380,7 +380,7 @@ class AsyncStores(Stores):
 class Pipelines(Target):
     """The calls a pipeline queues (:class:`redisstore.core.pipeline.Pipelined`)."""
 
-    path = "_pipeline_ops.py"
+    path = "core/pipeline_ops.py"
     cls = "PipelineOps"
     about = ("The calls a pipeline queues (:class:`redisstore.core.pipeline.Pipelined`, sync and\n"
              "asyncio alike), each the core's operation (:class:`redisstore.core.runops.RunOps`)\n"
@@ -430,7 +430,7 @@ class Pipelines(Target):
 class Partitions(Target):
     """The store of partitions' operations (:class:`redisstore.core.partitions.PartitionedOps`)."""
 
-    path = "_partition_ops.py"
+    path = "core/partition_ops.py"
     cls = "PartitionOps"
     about = ("The run store's operations over partitions\n"
              "(:class:`redisstore.core.partitions.PartitionedOps`): each the core's operation\n"
@@ -526,21 +526,21 @@ def module(target: Target, ops: list[Op]) -> str:
                 if isinstance(part, ast.Name) and part.id not in IMPORTS \
                         and part.id not in BUILTINS:
                     raise ValueError(f"{target.path}: where does {part.id} come from? "
-                                     "Add it to redisstore._generate.IMPORTS")
+                                     "Add it to redisstore.build.ops.IMPORTS")
     imports: dict[str, set[str]] = {m: set(names) for m, names in ALWAYS.items()}
     for name in sorted(used & IMPORTS.keys()):
         imports.setdefault(IMPORTS[name], set()).add(name)
-    runtime = [m for m in sorted(imports) if not m.startswith(".")]
-    local = [m for m in sorted(imports) if m.startswith(".")]
+    runtime = [m for m in sorted(imports) if not m.startswith("redisstore.")]
+    local = sorted((_relative(m, target.path), m) for m in imports if m.startswith("redisstore."))
     lines = [
-        "# Generated by `python -m redisstore._generate` from redisstore/core/runops.py: do not "
+        "# Generated by `python -m redisstore.build.ops` from redisstore/core/runops.py: do not "
         "edit.",
         "# Change the operation in redisstore/core/runops.py (or the generator), then run that "
         "again.",
         f'"""{target.about.splitlines()[0]}',
         *target.about.splitlines()[1:],
         "",
-        "Generated (redisstore/_generate.py): tests/test_generated.py checks it is current.",
+        "Generated (redisstore/build/ops.py): tests/test_generated.py checks it is current.",
         '"""',
         "",
         "from __future__ import annotations",
@@ -549,10 +549,20 @@ def module(target: Target, ops: list[Op]) -> str:
     for source in runtime:
         lines.extend(wrap(0, f"from {source} import ", sorted(imports[source], key=_isort), ""))
     lines += ["", "if TYPE_CHECKING:"]
-    for source in local:
-        lines.extend(wrap(4, f"from {source} import ", sorted(imports[source], key=_isort), ""))
+    for source, absolute in local:
+        lines.extend(wrap(4, f"from {source} import ", sorted(imports[absolute], key=_isort), ""))
     lines += ["", 'T = TypeVar("T")', "", "", ""]
     return "\n".join(lines) + body
+
+
+def _relative(module: str, path: str) -> str:
+    """``module`` (``redisstore.x.y``) as the generated file at ``path`` imports it."""
+    here = ["redisstore", *path.split("/")[:-1]]
+    there = module.split(".")
+    common = 0
+    while common < min(len(here), len(there)) and here[common] == there[common]:
+        common += 1
+    return "." * (len(here) - common + 1) + ".".join(there[common:])
 
 
 def _isort(name: str) -> tuple[int, str]:
@@ -578,10 +588,10 @@ def main(argv: list[str]) -> int:
     if argv[1:] == ["--check"]:
         old = stale()
         for path in old:
-            print(f"{path} is stale: run python -m redisstore._generate", file=sys.stderr)
+            print(f"{path} is stale: run python -m redisstore.build.ops", file=sys.stderr)
         return 1 if old else 0
     if argv[1:]:
-        print("usage: python -m redisstore._generate [--check]", file=sys.stderr)
+        print("usage: python -m redisstore.build.ops [--check]", file=sys.stderr)
         return 2
     for path, text in generated().items():
         if not path.exists() or path.read_text() != text:
