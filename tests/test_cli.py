@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 from servers import EPHEMERAL, Server, missing, redis_binary
 
-from redisstore import acl_rule, cli
+from redisstore import acl_rule
+from redisstore.admin import cli
 
 
 def run(argv: list[str], monkeypatch: pytest.MonkeyPatch, env: str | None = None

@@ -384,7 +384,7 @@ def test_a_blocked_claim_follows_its_slot_to_another_node(
 
 def test_doctor_on_a_cluster_node_checks_the_namespace_on_its_slot_and_the_clocks(
         cluster: list[Server], capsys: pytest.CaptureFixture[str]) -> None:
-    from redisstore import cli
+    from redisstore.admin import cli
 
     namespace = unique_namespace("doctor")
     # Whichever node the URL names, the namespace's calls go to its slot's node.
@@ -620,10 +620,10 @@ def test_a_store_of_partitions_falls_back_to_a_waker_per_partition_without_chann
     """A user whose rule grants no channels (an older acl_rule) cannot subscribe: the
     store's wakers become one per partition and kind, on BZPOPMIN, and still wake claims
     at once; its scripts' refused publishes fail no write."""
+    from redisstore.admin.security import acl_rule
     from redisstore.conformance.readiness import rec
     from redisstore.conformance.wakeups import SLACK, Blocked
     from redisstore.discovery import json_wait
-    from redisstore.security import acl_rule
 
     namespace = unique_namespace("no-channels")
     rule = acl_rule(namespace, cluster=True, partitions=6) + " resetchannels"
@@ -764,10 +764,10 @@ def test_writes_of_a_user_without_channels_reach_blocked_claims_within_a_second(
     """The writer's rule grants no channels (an older acl_rule; a writer of an earlier
     version during a rolling upgrade publishes nothing either): its tokens are found by the
     wakers' sweep once a second, not at the claims' 10 s re-arm."""
+    from redisstore.admin.security import acl_rule
     from redisstore.conformance.readiness import rec
     from redisstore.conformance.wakeups import Blocked
     from redisstore.discovery import json_wait
-    from redisstore.security import acl_rule
 
     namespace = unique_namespace("mute-writer")
     rule = acl_rule(namespace, cluster=True, partitions=6) + " resetchannels"

@@ -21,10 +21,10 @@ import redis
 from servers import REQUIRE, Server, missing, redis_binary, start, unique_namespace
 
 from redisstore import Claim, Failure, Fenced, Hold, NotFound, RedisRunStore, Release
+from redisstore.admin.namespaces import drop_namespace
 from redisstore.dashboard import app
 from redisstore.dashboard.serving import Background
 from redisstore.discovery import json_wait
-from redisstore.namespaces import drop_namespace
 
 pytestmark = [pytest.mark.server, pytest.mark.browser]
 

@@ -134,3 +134,4 @@ def test_below_the_core_imports_nothing_above_it():
 def test_the_floors_are_counted_as_the_house_says():
     # The rule on a known shape: a module of nothing is 1; its importer 2.
     assert floors()["redisstore.errors"] == 1
+

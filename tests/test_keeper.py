@@ -1,4 +1,4 @@
-"""Lease keepers (redisstore.keeper): renewal in batches on connections of their own, the
+"""Lease keepers (redisstore.engine.keeper): renewal in batches on connections of their own, the
 ``valid`` bound, every loss reported, no renewal after a loss; under the fault proxy (cut,
 hung and delayed replies, a partition) on Redis 7 and Valkey 8."""
 
@@ -33,7 +33,7 @@ from redisstore import (
     StoreError,
     Unavailable,
 )
-from redisstore.keeper import DEADLINE, NOT_RENEWED, STOPPED
+from redisstore.engine.keeper import DEADLINE, NOT_RENEWED, STOPPED
 from redisstore.runs import MAX_RENEW
 from redisstore.shells.sync import pool_for
 

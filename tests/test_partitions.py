@@ -320,7 +320,7 @@ def test_an_async_store_of_partitions_shares_the_core() -> None:
 
 
 def test_the_acl_rule_of_a_store_of_partitions_names_every_partition() -> None:
-    from redisstore.security import acl_rule
+    from redisstore.admin.security import acl_rule
 
     rule = acl_rule("t*a", partitions=3)
     assert rule.startswith(

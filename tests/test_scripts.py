@@ -1053,12 +1053,12 @@ def test_partition_scripts_read_the_keys_they_declare(request: pytest.FixtureReq
 def test_the_acl_rule_grants_every_command_the_scripts_send(request: pytest.FixtureRequest,
                                                             backend: str,
                                                             traced: list[Sent]) -> None:
-    """redisstore.security grants a confined user the commands it finds in the scripts'
+    """redisstore.admin.security grants a confined user the commands it finds in the scripts'
     sources (a literal redis.call('X'), redis.pcall('X') or later('X')): a command a
     script sends by a name it computes would be refused to that user. Every command the
     scenarios' scripts sent, on every path they took, is among those found (SPUBLISH: with
     partitions, which acl_rule grants with their channels)."""
-    from redisstore.security import script_commands
+    from redisstore.admin.security import script_commands
 
     client = _client(request, backend)
     prefixes = [run_store_scenario(client), repository_scenario(client),

@@ -37,6 +37,7 @@ from redisstore import (
     Unavailable,
     acl_rule,
 )
+from redisstore.admin.security import glob_escape, script_commands
 from redisstore.conformance import RepositoryConformance
 from redisstore.conformance.readiness import rec
 from redisstore.core import scripts
@@ -44,7 +45,6 @@ from redisstore.core.keys import Keyspace
 from redisstore.core.partitions import partition_of
 from redisstore.discovery import json_wait
 from redisstore.runs import Discover
-from redisstore.security import glob_escape, script_commands
 
 __all__ = ["loop_thread"]  # the async suite's fixture, used here too
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import re
 
-from .core import scripts
-from .core.keys import Keyspace
-from .core.partitions import check_partitions
+from ..core import scripts
+from ..core.keys import Keyspace
+from ..core.partitions import check_partitions
 
 # Every command a shipped script calls: redis.call('X'), redis.pcall('X'), and the writes
 # it queues with later('X') / first('X') (commit() runs them with redis.call).

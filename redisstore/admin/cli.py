@@ -33,13 +33,13 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 from urllib.parse import unquote
 
-from .core.keys import Keyspace, check_namespace
-from .core.partitions import partition_of
-from .discovery import json_wait
-from .errors import LeaseRefused
+from ..core.keys import Keyspace, check_namespace
+from ..core.partitions import partition_of
+from ..discovery import json_wait
+from ..errors import LeaseRefused
+from ..runs import Claim, Free, Held, Hold, Release
+from ..shells.store import RedisRunStore
 from .namespaces import drop_namespace, namespace_keys, repository_partitions, spaces_of
-from .runs import Claim, Free, Held, Hold, Release
-from .shells.store import RedisRunStore
 
 
 def redact(url: str) -> str:
@@ -606,9 +606,9 @@ def _dashboard(url: str | None, namespaces: list[str], host: str, port: int, dem
                ready: Callable[[int], None] | None) -> int:
     import socket
 
-    from .dashboard import app
-    from .dashboard.demo import Workload
-    from .dashboard.serving import server
+    from ..dashboard import app
+    from ..dashboard.demo import Workload
+    from ..dashboard.serving import server
 
     listening = socket.create_server((host, port))  # taken now: a busy port fails here
     client = _client(url)

@@ -29,11 +29,11 @@ from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from .core import telemetry
-from .errors import Closed, Unavailable
-from .runs import MAX_RENEW, check_owner, check_run, check_runs, check_ttl
+from ..core import telemetry
+from ..errors import Closed, Unavailable
+from ..runs import MAX_RENEW, check_owner, check_run, check_runs, check_ttl
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("redisstore.keeper")  # the name it always had
 
 #: Why a keeper gave a run up (``Lost.reason``).
 NOT_RENEWED = "not renewed"  # the store answered without it: expired, or another owner's now

@@ -30,12 +30,11 @@ from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
-from .core import telemetry
-from .core.driver import Settled
-from .core.runops import fusable, fused
-from .errors import Closed, Conflict, LeaseRefused, NotFound, StoreError
-from .keeper import AsyncKeeper, Keeper, Lost
-from .runs import (
+from ..core import telemetry
+from ..core.driver import Settled
+from ..core.runops import fusable, fused
+from ..errors import Closed, Conflict, LeaseRefused, NotFound, StoreError
+from ..runs import (
     MAX_ERROR,
     MAX_RECORD,
     Claimed,
@@ -49,8 +48,9 @@ from .runs import (
     check_record,
     check_ttl,
 )
+from .keeper import AsyncKeeper, Keeper, Lost
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("redisstore.worker")  # the name it always had
 
 #: How long (ms) an idle loop waits for work before it claims again on its own (a run that
 #: becomes claimable wakes it at once, and so does stop()).
@@ -256,8 +256,8 @@ _Loop: TypeAlias = Generator[_Step, Any, None]
 def _one_trip(store: Any) -> bool:
     """Whether the store finishes a run and claims the next in one script: a Redis store of
     one partition (a claim over partitions spans nodes; memory has no scripts)."""
-    from .core.partitions import PartitionedOps
-    from .core.runops import RunOps
+    from ..core.partitions import PartitionedOps
+    from ..core.runops import RunOps
 
     ops = getattr(store, "_ops", None)
     return isinstance(ops, RunOps) and not isinstance(ops, PartitionedOps) \

@@ -18,8 +18,8 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from ..runs import Claim, Hold, Release
 from .namespaces import drop_namespace
-from .runs import Claim, Hold, Release
 
 LONG = 600_000
 
@@ -46,8 +46,8 @@ def run(client: Any, ops: int = 500, progress: Any = None, *,
         namespace: str | None = None) -> list[Row]:
     """Measure each operation ``ops`` times on ``client`` (a redis.Redis or fakeredis), in
     ``namespace`` (default: a new ``bench-<hex>``), whose keys are removed afterwards."""
-    from .discovery import json_wait
-    from .shells.store import RedisRunStore
+    from ..discovery import json_wait
+    from ..shells.store import RedisRunStore
 
     namespace = namespace or f"bench-{uuid.uuid4().hex[:8]}"
     store = RedisRunStore(client, namespace=namespace, discover=json_wait)

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from .core.keys import Keyspace, check_namespace
-from .core.partitions import MAX_PARTITIONS
+from ..core.keys import Keyspace, check_namespace
+from ..core.partitions import MAX_PARTITIONS
 from .security import glob_escape
 
 #: Keys one ``DEL`` takes.
