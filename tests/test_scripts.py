@@ -1138,6 +1138,24 @@ def test_a_lib_file_the_order_does_not_list_does_not_build(tmp_path: Path) -> No
         scripts.load_all([("run_get", "_lib")], folder=tmp_path / "lua")
 
 
+def test_a_lib_fragment_no_script_uses_does_not_build(tmp_path: Path) -> None:
+    shutil.copytree(LUA, tmp_path / "lua")
+    write = tmp_path / "lua" / "_lib" / "write.lua"
+    write.write_text(write.read_text() + "\n-- Nobody calls it.\nlocal function stray(x)\n"
+                     "  return x\nend\n")
+    # One script alone does not tell: only the whole build (every script) does.
+    scripts.load_all([("run_get", "_lib")], folder=tmp_path / "lua")
+    with pytest.raises(scripts.BuildError,
+                       match=r"_lib/write\.lua:\d+: stray: no script uses it: delete it"):
+        scripts.load_all(scripts.SHIPPED, folder=tmp_path / "lua", every=True)
+    with pytest.raises(scripts.BuildError, match="stray: no script uses it"):
+        scripts.write_built(tmp_path / "lua")
+
+
+def test_every_lib_fragment_is_sent_by_some_script() -> None:
+    assert len(scripts.load_all(scripts.SHIPPED, every=True)) == len(scripts.SHIPPED)
+
+
 def test_no_lua_file_is_over_400_lines() -> None:
     """One file a concept: a file that grows past this holds two."""
     long = {str(p.relative_to(LUA)): n for p in LUA.rglob("*.lua")

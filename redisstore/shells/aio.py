@@ -1215,13 +1215,6 @@ def node_wakers(io: AsyncTransport, driver: LoopDriver, timeout: int) -> Nodes:
                  lambda: _relearn_later(io.client, timeout, io.home))
 
 
-def _loop_deadline(deadline: float) -> float:
-    # asyncio.timeout_at takes the loop's clock; ours is time.monotonic (the same clock on
-    # CPython's default loop, but say so rather than rely on it).
-    loop = asyncio.get_running_loop()
-    return loop.time() + (deadline - time.monotonic())
-
-
 class _Closes:
     """``aclose()`` and ``async with``: see :class:`redisstore.RedisRunStore.close`."""
 
