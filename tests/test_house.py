@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import re
 from pathlib import Path
 
 import pytest
@@ -135,3 +136,40 @@ def test_the_floors_are_counted_as_the_house_says():
     # The rule on a known shape: a module of nothing is 1; its importer 2.
     assert floors()["redisstore.errors"] == 1
 
+
+
+ROOT = PACKAGE.parent
+HOUSE = ROOT / "docs" / "design" / "house.md"
+
+
+def floor_rows() -> list[str]:
+    """The floors table of docs/design/house.md, as the floors are."""
+    rooms: dict[int, list[str]] = {}
+    for module, floor in floors().items():
+        short = module.removeprefix("redisstore").removeprefix(".") or "(root)"
+        rooms.setdefault(floor, []).append(short)
+    return [f"| {n} | {', '.join(f'`{m}`' for m in sorted(rooms[n]))} |" for n in sorted(rooms)]
+
+
+def test_the_house_lists_the_floors_as_they_are():
+    text = HOUSE.read_text(encoding="utf-8")
+    section = text[text.index("## Floors"):text.index("## Who owns what")]
+    listed = [line for line in section.splitlines() if re.match(r"\| \d+ \| `", line)]
+    assert listed == floor_rows(), "docs/design/house.md's floors: " + "\n".join(floor_rows())
+    assert f"The highest floor is {max(floors().values())}," in text
+
+
+def test_every_path_the_house_names_exists():
+    # The floors table names modules, not files.
+    text = "\n".join(line for line in HOUSE.read_text(encoding="utf-8").splitlines()
+                     if not re.match(r"\| \d+ \| `", line))
+    names = {n for n in re.findall(r"`([^`\s]+)`", text)
+             if ("/" in n or re.search(r"\.(py|lua|json|md|toml)$", n))
+             and not re.search(r"[<*]", n) and not n.startswith("{")}
+    assert len(names) > 40
+    # A table names its files from its section's folder: the root, the package, a room,
+    # lua/, docs/.
+    places = [ROOT, PACKAGE, *(d for d in PACKAGE.iterdir() if d.is_dir()), ROOT / "lua",
+              ROOT / "lua" / "_lib", ROOT / "docs", ROOT / "docs" / "design"]
+    missing = sorted(n for n in names if not any((place / n).exists() for place in places))
+    assert missing == []
