@@ -69,7 +69,7 @@ dependency with MAX_FANOUT / 4 vs more than MAX_FANOUT waiters, 1 MiB vs MAX_REC
 records, SCAN COUNT MAX_MIGRATE / 4 vs MAX_MIGRATE, a bucket of MAX_MIGRATE_ENTRIES / 4 vs
 more than MAX_MIGRATE_ENTRIES entries): the difference of the medians over the difference
 of the items, from SLOWLOG and from the CPU figures, and how many items one call could take
-within 10 ms of CPU. Nothing is asserted (tests/test_stall.py holds the bound); figures are
+within 10 ms of CPU. Nothing is asserted (tests/lua/test_stall.py holds the bound); figures are
 printed, and with ``--json`` as JSON too::
 
     .venv/bin/python benchmarks/bench_stall.py                  # Redis 7, 300k runs

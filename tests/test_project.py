@@ -258,7 +258,7 @@ def _repo_texts() -> list[Path]:
              ROOT / "docker-compose.yml", ROOT / ".ci" / "run"]
     for folder, pattern in [("docs", "**/*.md"), ("benchmarks", "**/*"),
                             ("redisstore", "**/*.py"), ("examples", "*.py"),
-                            ("lua", "**/*.lua"), ("tests", "*.py")]:
+                            ("lua", "**/*.lua"), ("tests", "**/*.py")]:
         found += [p for p in (ROOT / folder).glob(pattern)
                   if p.is_file() and "__pycache__" not in p.parts]
     return [p for p in found if p.exists()]

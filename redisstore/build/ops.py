@@ -22,7 +22,7 @@ inheriting the mixin writes by hand, once for every operation. The memory refere
 by hand: the tests check the stores against them.
 
 Run ``python -m redisstore.build.ops`` after changing an operation (it rewrites the files);
-``--check`` only tells whether they are current (tests/test_generated.py does the same).
+``--check`` only tells whether they are current (tests/codegen/test_generated.py does the same).
 """
 
 from __future__ import annotations
@@ -540,7 +540,8 @@ def module(target: Target, ops: list[Op]) -> str:
         f'"""{target.about.splitlines()[0]}',
         *target.about.splitlines()[1:],
         "",
-        "Generated (redisstore/build/ops.py): tests/test_generated.py checks it is current.",
+        "Generated (redisstore/build/ops.py): tests/codegen/test_generated.py checks it is "
+        "current.",
         '"""',
         "",
         "from __future__ import annotations",

@@ -9,7 +9,7 @@ scripts as one Lua ``local`` line, ``local LEASES = P .. 'leases'`` for a key
 (:data:`RUN_STORE_KEYS`, :data:`REPOSITORY_KEYS`) and ``local RUN_KEY = 'r:'`` for a part
 of the names built from a run, a dependency or a bound (:data:`RUN_STORE_PARTS`,
 :data:`REPOSITORY_PARTS`); no Lua file spells them. :class:`Keyspace` builds its names from
-the same tables, and tests/test_scripts.py holds the names the scripts build to it.
+the same tables, and tests/lua/test_keys_touched.py holds the names the scripts build to it.
 """
 
 from __future__ import annotations

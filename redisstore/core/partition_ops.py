@@ -4,7 +4,7 @@
 (:class:`redisstore.core.partitions.PartitionedOps`): each the core's operation
 (:class:`redisstore.core.runops.RunOps`) in the partitions its route names.
 
-Generated (redisstore/build/ops.py): tests/test_generated.py checks it is current.
+Generated (redisstore/build/ops.py): tests/codegen/test_generated.py checks it is current.
 """
 
 from __future__ import annotations

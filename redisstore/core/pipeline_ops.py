@@ -4,7 +4,7 @@
 asyncio alike), each the core's operation (:class:`redisstore.core.runops.RunOps`)
 handed to ``_queue``: its arguments are checked at once.
 
-Generated (redisstore/build/ops.py): tests/test_generated.py checks it is current.
+Generated (redisstore/build/ops.py): tests/codegen/test_generated.py checks it is current.
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ sent only to name the slot). A script touches no key outside its KEYS but the on
 from ``P`` while it runs (a claimed run, a dependency's waiters), which its ``Also touches``
 field (``Also reads`` when it only reads them) says: every key shares the hash tag
 ``{namespace}``, so all of them are in the cluster slot of its KEYS (a cluster serves a
-script only keys of that slot). tests/test_scripts.py holds every header to the keys its
+script only keys of that slot). tests/lua/test_keys_touched.py holds every header to the keys its
 operations send and touch.
 
 ``--- @include`` lines (one or more; names separated by commas or spaces; a bare
@@ -837,7 +837,7 @@ SHIPPED = tuple([(n, "_lib") for n in RUN_NAMES] + [(n, "_repo_lib") for n in RE
 #: instead of building them (about 0.2 s). It records the digest of everything the build
 #: reads (:func:`sources_digest`); where that differs (a Lua file or this module edited and
 #: the file not generated again), the scripts are built as before, so a stale file is never
-#: used. tests/test_scripts.py checks that the shipped one is current.
+#: used. tests/lua/test_build.py checks that the shipped one is current.
 BUILT_FILE = "_built.json"
 
 

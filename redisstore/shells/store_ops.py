@@ -4,7 +4,7 @@
 core's (:class:`redisstore.core.runops.RunOps`) handed to the store's ``_read``,
 ``_write`` or ``_claim``.
 
-Generated (redisstore/build/ops.py): tests/test_generated.py checks it is current.
+Generated (redisstore/build/ops.py): tests/codegen/test_generated.py checks it is current.
 """
 
 from __future__ import annotations

@@ -59,7 +59,7 @@ from redisstore.pytest_plugin import Clock
 from redisstore.shells.aio import AsyncTransport
 from redisstore.shells.sync import Transport
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 #: The most seconds a test waits for something the worker does at once.
 PATIENCE = 5.0
 #: How a run a worker had can end (``Worker.stats`` keys besides ``claimed``).

@@ -16,13 +16,13 @@ from typing import Any, cast
 import pytest
 import redis
 import redis.asyncio
+from aio_suites import AsyncRunSuite, LoopThread, Synced
 from conftest import RedisSuite
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from servers import EPHEMERAL, Server, redis_binary, unique_namespace
-from test_conformance_async import AsyncRunSuite, LoopThread, Synced, loop_thread
 
 from redisstore import (
     AsyncRedisRunStore,
@@ -36,8 +36,6 @@ from redisstore import (
 from redisstore.conformance import RepositoryConformance
 from redisstore.runs import Discover
 from redisstore.shells.aio import mux_for
-
-__all__ = ["loop_thread"]  # the async suite's fixture, used here too
 
 PASSWORD = "s3cr3t-tls-password"
 DAY = datetime.timedelta(days=1)

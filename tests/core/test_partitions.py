@@ -232,7 +232,7 @@ def test_foreign_data_in_the_outbox_watch_and_mirror_is_never_a_wall() -> None:
     assert got == ["run"]
     assert outbox(client, ns, "dep") == []
     # A watch key of another type: set aside (quarantined), and the write announced to
-    # every partition (tests/test_partitions_deps.py follows it further).
+    # every partition (tests/core/test_partitions_deps.py follows it further).
     client.delete(d.prefix + "watch:dep")
     client.set(d.prefix + "watch:dep", "x")
     store.compare_and_set("dep", 2, rec(None), Release())

@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 import redis.asyncio
+from aio_suites import LoopThread
 from redis.cluster import RedisCluster
 from servers import Server, redis_binary, start_cluster, unique_namespace
-from test_conformance_async import LoopThread
 
 from redisstore import AsyncRedisRunStore, Claim, RedisRunStore, Release
 from redisstore.conformance.readiness import rec

@@ -16,9 +16,9 @@ import fakeredis
 import pytest
 import redis
 import redis.asyncio
+from aio_suites import LoopThread
 from redis.cluster import RedisCluster
 from servers import Server, redis_binary, start, start_cluster, unique_namespace
-from test_conformance_async import LoopThread
 from test_partitions import _step, _wait_rec
 
 from redisstore import AsyncRedisRunStore, RedisRunStore, Release

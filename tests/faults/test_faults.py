@@ -19,6 +19,7 @@ from typing import Any, cast
 import pytest
 import redis
 import redis.asyncio
+from aio_suites import LoopThread, Synced
 from faultproxy import FaultProxy
 from servers import (
     Server,
@@ -30,7 +31,6 @@ from servers import (
     valkey_binary,
     warm,
 )
-from test_conformance_async import LoopThread, Synced
 
 from redisstore import (
     AsyncRedisRunStore,

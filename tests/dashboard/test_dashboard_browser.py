@@ -311,7 +311,7 @@ def test_the_docs_screenshots_exist() -> None:
     """docs/dashboard.md shows each view; the script that takes them names each."""
     from redisstore.dashboard.screenshots import SHOTS
 
-    docs = Path(__file__).resolve().parent.parent / "docs"
+    docs = Path(__file__).resolve().parents[2] / "docs"
     text = (docs / "dashboard.md").read_text()
     for name in SHOTS:
         assert (docs / f"dashboard-{name}.png").is_file(), name

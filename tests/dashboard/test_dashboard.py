@@ -1,7 +1,7 @@
 """The dashboard on fakeredis: what its Source reads and how (bounded commands only), its
 pages (escaped), its actions (CSRF, read-only, stale pages refused) and its live feed.
 
-The browser drives it in tests/test_dashboard_browser.py; MONITOR on a private server
+The browser drives it in tests/dashboard/test_dashboard_browser.py; MONITOR on a private server
 checks the commands on the wire in the ``server`` test at the end of this file.
 """
 

@@ -13,16 +13,15 @@ import old_layouts
 import pytest
 import redis
 import redis.asyncio
-from conftest import RedisSuite
-from old_layouts import OldRun
-from servers import Server, unique_namespace
-from test_conformance_async import (
+from aio_suites import (
     AsyncRepositorySuite,
     AsyncRunSuite,
     LoopThread,
     Synced,
-    loop_thread,
 )
+from conftest import RedisSuite
+from old_layouts import OldRun
+from servers import Server, unique_namespace
 
 from redisstore import (
     AsyncRedisRepository,
@@ -45,8 +44,6 @@ from redisstore.core.keys import Keyspace
 from redisstore.core.partitions import partition_of
 from redisstore.discovery import json_wait
 from redisstore.runs import Discover
-
-__all__ = ["loop_thread"]  # the async suite's fixture, used here too
 
 # ---------------------------------------------------------------------------- the rule
 

@@ -17,7 +17,7 @@ from faultproxy import FaultProxy
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 from servers import EPHEMERAL, Server, free_port, redis_binary, start, unique_namespace, warm
-from test_hostile_data import snapshot
+from snapshots import snapshot
 
 from redisstore import (
     ConcurrentUpdate,

@@ -649,8 +649,8 @@ def test_a_keeper_over_partitions_loses_only_the_runs_of_the_node_that_failed(
     import os
     import signal
 
+    from aio_suites import LoopThread, Synced
     from redis.cluster import RedisCluster
-    from test_conformance_async import LoopThread, Synced
 
     servers = _cluster_for_outages(tmp_path)
     namespace = unique_namespace("keeper-outage")

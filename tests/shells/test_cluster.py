@@ -15,6 +15,11 @@ from typing import Any
 
 import pytest
 import redis.asyncio
+from aio_suites import (
+    AsyncRepositorySuite,
+    AsyncRunSuite,
+    LoopThread,
+)
 from conftest import RedisSuite
 from redis.cluster import RedisCluster
 from servers import (
@@ -27,12 +32,6 @@ from servers import (
     start_migration,
     unique_namespace,
     valkey_binary,
-)
-from test_conformance_async import (
-    AsyncRepositorySuite,
-    AsyncRunSuite,
-    LoopThread,
-    loop_thread,
 )
 
 from redisstore import (
@@ -49,7 +48,6 @@ from redisstore.conformance import RepositoryConformance
 from redisstore.core.keys import Keyspace
 
 pytestmark = pytest.mark.server
-__all__ = ["loop_thread"]  # the async suites' fixture, used here too
 
 
 @pytest.fixture(scope="module")

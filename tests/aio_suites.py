@@ -1,10 +1,7 @@
-"""Both conformance suites on the asyncio stores: fakeredis (``FakeAsyncRedis``), Redis 7.0
-and Valkey 8.1.
-
-The rules are written once, as sync suites. A small adapter drives an async store from
-them: an event loop runs in a background thread and each method call is one
-``asyncio.run_coroutine_threadsafe(...).result()``. So no async memory reference is needed
-(the memory references already pass the same suites directly)."""
+"""The asyncio stores driven from the sync conformance suites: an event loop in a thread
+(``LoopThread``, the ``loop_thread`` fixture), ``Synced`` (an async object called as a
+sync one), and the suites on them (``AsyncRunSuite``, ``AsyncRepositorySuite``), which
+tests/conformance/test_conformance_async.py runs on every backend and other tests reuse."""
 
 from __future__ import annotations
 
@@ -14,11 +11,8 @@ import threading
 from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from typing import Any, TypeVar, cast
 
-import fakeredis
 import pytest
-import redis.asyncio
-from conftest import Clock
-from servers import Server, unique_namespace
+from servers import unique_namespace
 
 from redisstore import (
     AsyncJob,
@@ -179,45 +173,6 @@ class StartedAsync:
         self._loop.run(self.worker.stop())
 
 
-class TestFakeRedisAsyncRunStore(AsyncRunSuite):
-    clock_is_controlled = True
-
-    @pytest.fixture(autouse=True)
-    def _backend(self, loop_thread: LoopThread, fake_clock: Clock) -> Iterator[None]:
-        self.clock = fake_clock
-        yield from self.connect(loop_thread, fakeredis.FakeAsyncRedis)
-
-    def advance(self, store: RunStore, ms: int) -> None:
-        self.clock.advance(ms)
-
-    def test_the_fake_clock_drives_the_async_fake(self) -> None:
-        """The fake_clock fixture patches what fakeredis answers TIME with: the async fake too."""
-        store = self.make_store()
-        assert store.now() == self.clock.ms
-        self.clock.advance(1234)
-        assert store.now() == self.clock.ms
-
-
-@pytest.mark.server
-class TestRedis7AsyncRunStore(AsyncRunSuite):
-    @pytest.fixture(autouse=True)
-    def _backend(self, loop_thread: LoopThread, redis7: Server) -> Iterator[None]:
-        yield from self.connect(
-            loop_thread, lambda: redis.asyncio.Redis(host="127.0.0.1", port=redis7.port))
-
-
-@pytest.mark.server
-class TestValkey8AsyncRunStore(AsyncRunSuite):
-    @pytest.fixture(autouse=True)
-    def _backend(self, loop_thread: LoopThread, valkey8: Server) -> Iterator[None]:
-        yield from self.connect(
-            loop_thread, lambda: redis.asyncio.Redis(host="127.0.0.1", port=valkey8.port))
-
-
-
-# ---------------------------------------------------------------------------- repository
-
-
 class AsyncRepositorySuite(RepositoryConformance, AsyncBackend):
     #: The repository's partitions (one logical repository over that many hash tags).
     partitions = 1
@@ -227,25 +182,3 @@ class AsyncRepositorySuite(RepositoryConformance, AsyncBackend):
                                     max_terminal=max_terminal, logger=logger,
                                     partitions=self.partitions)
         return cast(Repository, Synced(repo, self.loop))
-
-
-class TestFakeRedisAsyncRepository(AsyncRepositorySuite):
-    @pytest.fixture(autouse=True)
-    def _backend(self, loop_thread: LoopThread) -> Iterator[None]:
-        yield from self.connect(loop_thread, fakeredis.FakeAsyncRedis)
-
-
-@pytest.mark.server
-class TestRedis7AsyncRepository(AsyncRepositorySuite):
-    @pytest.fixture(autouse=True)
-    def _backend(self, loop_thread: LoopThread, redis7: Server) -> Iterator[None]:
-        yield from self.connect(
-            loop_thread, lambda: redis.asyncio.Redis(host="127.0.0.1", port=redis7.port))
-
-
-@pytest.mark.server
-class TestValkey8AsyncRepository(AsyncRepositorySuite):
-    @pytest.fixture(autouse=True)
-    def _backend(self, loop_thread: LoopThread, valkey8: Server) -> Iterator[None]:
-        yield from self.connect(
-            loop_thread, lambda: redis.asyncio.Redis(host="127.0.0.1", port=valkey8.port))

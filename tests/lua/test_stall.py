@@ -40,7 +40,7 @@ from redisstore.core.driver import Call, Operation
 # serial: scripts' time measured on the server
 pytestmark = [pytest.mark.server, pytest.mark.serial, pytest.mark.slow]
 
-BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 BUSY_US = 100_000  # the server's busy-reply-threshold (100 ms), in SLOWLOG's µs
 RUNS = 300_000
 REPEATS = 3
