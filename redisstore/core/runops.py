@@ -64,7 +64,7 @@ from ..runs import (
     check_ttl,
     check_wait,
 )
-from . import scripts
+from . import scripts, telemetry
 from .driver import (
     EVICTING,
     Arg,
@@ -247,9 +247,10 @@ def with_wait(parse: Callable[[Any], Any]) -> Callable[[Any], tuple[Any, int]]:
 FUSED = {scripts.RUN_FINISH.name: scripts.RUN_FINISH_CLAIM,
          scripts.RUN_COMPARE_AND_SET.name: scripts.RUN_CAS_CLAIM,
          scripts.RUN_RELEASE.name: scripts.RUN_RELEASE_CLAIM}
-#: The claim scripts such a script runs second, and the kind it names each by.
-CLAIM_KINDS = {scripts.RUN_CLAIM.name: "any", scripts.RUN_CLAIM_READY.name: "ready",
-               scripts.RUN_CLAIM_EXPIRED.name: "leases"}
+#: The claim scripts such a script runs second, and the kind it names each by: every
+#: ``@operation("claim", "claim:<kind>")`` of :class:`RunOps`, by the script it sends
+#: (``run_<operation>``); made below the class (:func:`claim_kinds`).
+CLAIM_KINDS: dict[str, str] = {}
 
 
 def fusable(first: Call[Any] | None, then: Call[Any] | None) -> bool:
@@ -1126,3 +1127,25 @@ class RunOps:
             if cursor == "0":
                 break
         return sorted(found, key=lambda q: (q.index, q.run))[:limit]
+
+
+def claim_kinds() -> dict[str, str]:
+    """Each claim operation's script (``run_<name>``) and the kind of work it claims (its
+    route's ``claim:<kind>``, one of :data:`waits.KINDS`), read from the ``@operation`` marks
+    of :class:`RunOps`: the one list of the claims, which the fused scripts and telemetry's
+    count of claimed runs follow."""
+    found = {}
+    for name, method in vars(RunOps).items():
+        spec = getattr(method, "__operation__", None)
+        if isinstance(spec, Spec) and spec.kind == "claim":
+            kind = spec.route.removeprefix("claim:")
+            script = f"run_{name}"
+            if kind not in KINDS or not hasattr(scripts, script.upper()):
+                raise TypeError(f"RunOps.{name}: a claim's route is claim:<kind> (one of "
+                                f"{sorted(KINDS)}) and it sends lua/{script}.lua")
+            found[script] = kind
+    return found
+
+
+CLAIM_KINDS.update(claim_kinds())
+telemetry.count_claims(CLAIM_KINDS)

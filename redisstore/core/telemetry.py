@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -42,7 +42,14 @@ except ImportError:  # pragma: no cover
     _FAST = False
 
 _SCOPE = "redisstore"
-_CLAIMS = ("run_claim_ready", "run_claim_expired", "run_claim")
+#: The claim scripts, whose runs are counted: the core's claim operations register them
+#: (:func:`count_claims`, from ``runops.CLAIM_KINDS``).
+_CLAIMS: set[str] = set()
+
+
+def count_claims(names: Iterable[str]) -> None:
+    """Count the runs the scripts ``names`` claim (``redisstore.runs.claimed``)."""
+    _CLAIMS.update(names)
 
 
 class Call:

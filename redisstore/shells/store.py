@@ -226,8 +226,7 @@ class RedisRunStore(_Closes, StoreOps, Shell[RunOps | PartitionedOps]):
             if step[1]:
                 return report
 
-    # The primitives of the operations (StoreOps, generated from the core: redisstore/
-    # _store_ops.py).
+    # The primitives of the operations (StoreOps, generated from the core: store_ops.py).
 
     def _read(self, op: Operation[T] | Spread[T]) -> T:
         return self._io.drive(self._ops.counting(op))

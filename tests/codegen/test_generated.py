@@ -1,15 +1,21 @@
 """The files redisstore/build/ops.py writes from the core's operations: current,
-marked as generated, and the shells' methods the core's own."""
+marked as generated, and the shells' methods the core's own; a run store operation is
+written in five places, and the registries (scripts, claim kinds) derive from them."""
 
 from __future__ import annotations
 
 import inspect
+from pathlib import Path
 
 import pytest
 
 import redisstore
+from redisstore import AsyncRedisRunStore, MemoryRunStore, RedisRunStore, RunStore
 from redisstore.build import ops as _generate
-from redisstore.core.runops import RunOps
+from redisstore.core import runops, scripts, telemetry, waits
+from redisstore.core.partitions import PartitionedOps
+from redisstore.core.pipeline import Pipelined
+from redisstore.core.runops import RunOps, Spec
 
 
 @pytest.mark.parametrize("target", _generate.TARGETS, ids=lambda t: t.path)
@@ -134,3 +140,49 @@ def test_each_public_operation_is_written_by_hand_in_at_most_four_places() -> No
         assert places <= allowed, (op, places - allowed)
         assert len(places) <= 4
         assert {"runs:RunStore", "memory:MemoryRunStore", "runops:RunOps"} <= places
+
+
+def _operations() -> dict[str, Spec]:
+    return {name: method.__operation__ for name, method in vars(RunOps).items()
+            if isinstance(getattr(method, "__operation__", None), Spec)}
+
+
+def test_a_run_store_operation_is_written_in_five_places() -> None:
+    """The port, the memory reference, the core, the script and a conformance rule: each
+    operation is in all five, and nowhere else by hand (the stores, the pipelines and the
+    store of partitions have it from the generated mixins alone)."""
+    conformance = "".join(p.read_text() for p in
+                          (_generate.PACKAGE / "conformance").glob("*.py"))
+    ops = _operations()
+    assert len(ops) >= 15
+    for name, spec in ops.items():
+        places = {
+            "port": hasattr(RunStore, name),
+            "memory": name in vars(MemoryRunStore),
+            "core": name in vars(RunOps),
+            "script": (Path(str(scripts.lua_dir())) / f"run_{name}.lua").is_file(),
+            "conformance": f".{name}(" in conformance,
+        }
+        assert all(places.values()), (name, places)
+        by_hand = [cls.__name__ for cls in (RedisRunStore, AsyncRedisRunStore, Pipelined)
+                   if name in vars(cls)]
+        if spec.route != "own":
+            by_hand += ["PartitionedOps"] if name in vars(PartitionedOps) else []
+        assert by_hand == [], (name, by_hand)
+
+
+def test_the_claim_kinds_come_from_the_operations() -> None:
+    claims = {f"run_{name}": spec.route.removeprefix("claim:")
+              for name, spec in _operations().items() if spec.kind == "claim"}
+    assert claims == runops.CLAIM_KINDS == {"run_claim": "any", "run_claim_ready": "ready",
+                                            "run_claim_expired": "leases"}
+    assert set(claims.values()) <= set(waits.KINDS)
+    assert set(claims) == telemetry._CLAIMS
+
+
+def test_the_scripts_are_the_files_of_lua() -> None:
+    folder = Path(str(scripts.lua_dir()))
+    assert set(scripts.RUN_NAMES) == {p.stem for p in folder.glob("run_*.lua")}
+    assert set(scripts.REPO_NAMES) == {p.stem for p in folder.glob("repo_*.lua")}
+    for name in (*scripts.RUN_NAMES, *scripts.REPO_NAMES):
+        assert getattr(scripts, name.upper()).name == name
