@@ -107,7 +107,7 @@ class Fan:
     A ``patient`` fan is of reads only (or of calls safe to send again, that change nothing
     a caller sees), whose call goes on without the partitions that do not answer: once a
     node has answered, the shell waits for the others only a part of the call's deadline
-    (:func:`redisstore.core.pipeline.patience`) and answers the calls of a node still silent
+    (:func:`redisstore.core.groups.patience`) and answers the calls of a node still silent
     ``Unavailable(outcome="not_applied")``, so the call's next round trip still has time.
     A fan with a write is never patient: its calls get the whole deadline."""
 

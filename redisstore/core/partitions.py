@@ -7,7 +7,7 @@ A call that spans partitions (``renew``, ``release``, the claims, ``quarantined`
 ``migrate``) is a :class:`Spread`: a generator that yields a :class:`Fan` (one operation per
 partition it needs) and gets back each operation's :class:`~redisstore.core.driver.Settled`.
 The shells send a fan's operations grouped by node, one pipelined round trip per node
-(:func:`redisstore.core.pipeline.by_node`); everything else is decided here, once.
+(:func:`redisstore.core.groups.by_node`); everything else is decided here, once.
 """
 
 from __future__ import annotations

@@ -45,19 +45,19 @@ from ..core.driver import (
     parsed,
     resume,
 )
-from ..core.outcomes import ErrorReply, Exchange, Lost, Reply
-from ..core.partitioned_repository import PartitionedRepositoryOps, repository_ops
-from ..core.partitions import PartitionedOps, run_ops
-from ..core.pipeline import (
+from ..core.groups import (
     MAX_ROUND_BYTES,
     MAX_ROUND_CALLS,
     Group,
-    Pipelined,
     Spreading,
     Suspects,
     patience,
     straggled,
 )
+from ..core.outcomes import ErrorReply, Exchange, Lost, Reply
+from ..core.partitioned_repository import PartitionedRepositoryOps, repository_ops
+from ..core.partitions import PartitionedOps, run_ops
+from ..core.pipeline import Pipelined
 from ..core.repository_ops import RepositoryOps
 from ..core.runops import RunOps
 from ..errors import StoreError

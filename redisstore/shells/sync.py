@@ -50,8 +50,8 @@ from ..core.driver import (
     parsed,
     resume,
 )
+from ..core.groups import MIN_PATIENCE, Spreading, Suspects, patience, straggled
 from ..core.outcomes import ErrorReply, Exchange, Lost, Reply, split_error
-from ..core.pipeline import MIN_PATIENCE, Spreading, Suspects, patience, straggled
 from .clients import (
     RELEARNING,
     Connections,

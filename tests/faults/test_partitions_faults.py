@@ -19,9 +19,9 @@ from redis.cluster import RedisCluster
 from servers import cluster_ports, redis_binary, start_cluster, unique_namespace
 
 from redisstore import Conflict, Held, RedisRunStore, Release, Unavailable
+from redisstore.core.groups import SUSPECT_FOR
 from redisstore.core.keys import Keyspace
 from redisstore.core.partitions import partition_of
-from redisstore.core.pipeline import SUSPECT_FOR
 from redisstore.discovery import json_wait
 
 pytestmark = pytest.mark.server
