@@ -40,7 +40,8 @@ import redis
 import redis.asyncio
 from common import own_server
 
-from redisstore import AsyncRedisRunStore, RedisRunStore, Release, scripts
+from redisstore import AsyncRedisRunStore, RedisRunStore, Release
+from redisstore.core import scripts
 from redisstore.core.keys import Keyspace
 from redisstore.core.runops import RunOps
 

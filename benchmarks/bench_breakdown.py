@@ -14,7 +14,8 @@ import uuid
 import redis
 from common import own_server, server_binary
 
-from redisstore import Claim, scripts
+from redisstore import Claim
+from redisstore.core import scripts
 from redisstore.core.driver import Batch
 from redisstore.core.runops import RunOps
 from redisstore.shells.sync import Transport, pool_for

@@ -56,7 +56,8 @@ import redis
 import redis.asyncio
 from common import check_loopback, drop_namespace, own_server, server_binary
 
-from redisstore import AsyncRedisRunStore, Claim, Hold, RedisRunStore, scripts
+from redisstore import AsyncRedisRunStore, Claim, Hold, RedisRunStore
+from redisstore.core import scripts
 from redisstore.core.runops import RunOps
 
 RECORD = b"x" * 128

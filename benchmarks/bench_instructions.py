@@ -70,7 +70,8 @@ from typing import Any
 import redis
 from common import own_server, server_binary
 
-from redisstore import At, Claim, Fenced, Hold, LeaseRefused, RedisRunStore, Release, scripts
+from redisstore import At, Claim, Fenced, Hold, LeaseRefused, RedisRunStore, Release
+from redisstore.core import scripts
 from redisstore.runs import MAX_CLAIM_BYTES
 
 RECORD = b"x" * 100

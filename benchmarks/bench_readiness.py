@@ -23,7 +23,8 @@ from collections.abc import Callable
 import redis
 from common import own_server, pct, server_binary
 
-from redisstore import At, Claim, RedisRunStore, Release, scripts
+from redisstore import At, Claim, RedisRunStore, Release
+from redisstore.core import scripts
 from redisstore.core.runops import RunOps
 from redisstore.discovery import json_wait
 

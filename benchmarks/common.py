@@ -22,7 +22,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import redisstore  # noqa: E402  (after the path above)
-import redisstore.namespaces  # noqa: E402
+import redisstore.admin.namespaces  # noqa: E402
 
 
 def free_port() -> int:
@@ -109,7 +109,7 @@ def check_loopback(host: str) -> None:
 
 def namespace_keys(client: redis.Redis, namespace: str) -> list[bytes]:
     """Every key of the namespace, its partitions' too."""
-    return list(redisstore.namespaces.namespace_keys(client, namespace))
+    return list(redisstore.admin.namespaces.namespace_keys(client, namespace))
 
 
 def drop_namespace(client: redis.Redis, namespace: str) -> int:

@@ -1,5 +1,5 @@
 -- _common.lua: fragments both libs build on (lua/_lib/ for the run store,
--- lua/_repo_lib.lua for the instance repository). redisstore.scripts puts this file's
+-- lua/_repo_lib.lua for the instance repository). redisstore.core.scripts puts this file's
 -- definitions ahead of each lib's own, so a lib and its scripts use them as their own; a
 -- script's header includes them like any lib name.
 

@@ -1,7 +1,7 @@
--- _repo_lib.lua: shared fragments of the instance repository's scripts. redisstore.scripts
+-- _repo_lib.lua: shared fragments of the instance repository's scripts. redisstore.core.scripts
 -- sends each repo_*.lua with the fragments of this file that it uses (a fragment is one
 -- top-level `local` definition, up to the next one); the run store's scripts use _lib.lua.
--- The build is the run store's (lua/_lib.lua's header, redisstore/scripts.py): a script's
+-- The build is the run store's (lua/_lib.lua's header, redisstore/core/scripts.py): a script's
 -- header ends with `--- @include name, ...` naming every fragment of this file its body
 -- uses, and loading fails, with file:line, when header and body disagree.
 --
@@ -24,7 +24,7 @@
 --   index, an evicted record).
 --
 -- Replies: {code, payload, dropped, next_due}, the run store's shape and codes
--- (redisstore.scripts.Code, which the build writes in as one generated line): OK 0, NOT_FOUND 1 (payload false: no record; 'group': the
+-- (redisstore.core.scripts.Code, which the build writes in as one generated line): OK 0, NOT_FOUND 1 (payload false: no record; 'group': the
 -- group is not registered), CONFLICT 3 (payload: stored version), CORRUPT 7 (payload: the
 -- field), TOO_NEW 8 (payload: the stored layout), PARTITIONED 10 (payload: the namespace's
 -- partition count: see spread). No repository script quarantines or schedules anything:

@@ -8,8 +8,13 @@ Every public name is importable from here; docs/api.md lists them.
 from importlib.metadata import PackageNotFoundError as _PackageNotFoundError
 from importlib.metadata import version as _version
 
+from .admin.namespaces import drop_namespace
+from .admin.repartition import Repartitioned, repartition, repartition_repository
+from .admin.security import acl_rule
 from .core.driver import Durability
-from .core.pipeline import Pending
+from .core.pending import Pending
+from .engine.keeper import AsyncKeeper, Keeper, Lost
+from .engine.worker import AsyncJob, AsyncWorker, Job, Retry, Unrecoverable, Worker
 from .errors import (
     AlreadyExists,
     Closed,
@@ -23,10 +28,7 @@ from .errors import (
     Unavailable,
     UnknownGroup,
 )
-from .keeper import AsyncKeeper, Keeper, Lost
 from .memory import MemoryRepository, MemoryRunStore
-from .namespaces import drop_namespace
-from .repartition import Repartitioned, repartition, repartition_repository
 from .repository import InFlightPage, InstanceLease, InstanceRecord, Repository, Status
 from .runs import (
     At,
@@ -53,10 +55,8 @@ from .runs import (
     aconfirm_write,
     confirm_write,
 )
-from .security import acl_rule
 from .shells.aio import AsyncPipeline, AsyncRedisRepository, AsyncRedisRunStore
 from .shells.store import Pipeline, RedisRepository, RedisRunStore
-from .worker import AsyncJob, AsyncWorker, Job, Retry, Unrecoverable, Worker
 
 try:
     #: The installed version of the package (its metadata; a bare checkout says so).

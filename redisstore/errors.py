@@ -6,11 +6,6 @@ whether anything was applied; :mod:`redisstore.core.outcomes` decides it from wh
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from .runs import Holder
-
 
 class StoreError(Exception):
     """Base of every error a store raises for a refused or failed operation."""
@@ -43,7 +38,7 @@ class Conflict(StoreError):
 class LeaseRefused(StoreError):
     """The lease condition was refused; ``holder`` is who holds the lease now."""
 
-    def __init__(self, holder: Holder) -> None:
+    def __init__(self, holder: object) -> None:  # a runs.Holder: runs.py imports this module
         super().__init__(f"lease refused: held as {holder!r}")
         self.holder = holder
 

@@ -80,7 +80,7 @@ def redisstore_redis(redisstore_clock: Clock) -> Any:
 @pytest.fixture
 def redisstore_make_run_store(redisstore_redis: Any) -> Iterator[Callable[..., Any]]:
     """``make(**options)``: a RedisRunStore in a fresh namespace at the newest layout."""
-    from . import RedisRunStore
+    from .shells.store import RedisRunStore
 
     made: list[Any] = []
 
@@ -107,7 +107,7 @@ def redisstore_run_store(redisstore_make_run_store: Callable[..., Any]) -> Any:
 @pytest.fixture
 def redisstore_repository(redisstore_redis: Any) -> Iterator[Any]:
     """A RedisRepository on fakeredis, in a fresh namespace."""
-    from . import RedisRepository
+    from .shells.store import RedisRepository
 
     repo = RedisRepository(redisstore_redis, namespace=f"test-{uuid.uuid4().hex[:12]}")
     yield repo
@@ -117,7 +117,7 @@ def redisstore_repository(redisstore_redis: Any) -> Iterator[Any]:
 @pytest.fixture
 def redisstore_memory_store(redisstore_clock: Clock) -> Any:
     """The memory reference on the test's clock, with the JSON discover."""
-    from . import MemoryRunStore
     from .discovery import json_wait
+    from .memory import MemoryRunStore
 
     return MemoryRunStore(clock=redisstore_clock, discover=json_wait)

@@ -12,6 +12,7 @@ import hypothesis  # noqa: F401  (imported now, not in the terminal summary: see
 import pytest
 import redis
 import servers
+from aio_suites import loop_thread  # noqa: F401  (the fixture, for every test that takes it)
 from servers import (
     EPHEMERAL,
     SUITE_TIMEOUT,
@@ -229,7 +230,7 @@ def namespaces(shared_redis: redis.Redis) -> Iterator[list[str]]:
 
 class RedisSuite(RunStoreConformance):
     """The suite on a redis-py client of some server, each store in a new namespace (at
-    layout 5 from its first write: older layouts are migrate()'s, tests/test_layout.py)."""
+    layout 5 from its first write: older layouts are migrate()'s, tests/core/test_layout.py)."""
 
     client: Any
     #: The store's partitions (one logical store over that many hash tags).

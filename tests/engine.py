@@ -1,6 +1,6 @@
 """An engine's loop over a run store, every call logged for :mod:`history`: the torture
-test's processes and the resharding test's threads run it (tests/test_torture.py,
-tests/test_reshard.py)."""
+test's processes and the resharding test's threads run it (tests/faults/test_torture.py,
+tests/faults/test_reshard.py)."""
 
 from __future__ import annotations
 

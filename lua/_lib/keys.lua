@@ -1,12 +1,12 @@
 -- keys.lua: the namespace's key names, its layout and the limits of a number.
 --
 -- The run store's lib is the folder lua/_lib/, one file a concept, read in the order
--- redisstore.scripts.LIBS gives: shared fragments of the run store's scripts.
--- redisstore.scripts sends each script with the fragments it uses (a fragment is one top-level
+-- redisstore.core.scripts.LIBS gives: shared fragments of the run store's scripts.
+-- redisstore.core.scripts sends each script with the fragments it uses (a fragment is one top-level
 -- `local` definition, with the comment lines right above it, up to the next one), so a script
 -- pays only for what it calls.
 --
--- The build (redisstore/scripts.py's docstring has it all). A script's header ends with
+-- The build (redisstore/core/scripts.py's docstring has it all). A script's header ends with
 --   --- @include name, name, ...      (one or more lines; a bare `--- @include`: none)
 -- naming every fragment of this file its body uses directly, constants and reply codes
 -- too; each included fragment brings the fragments it uses, found by use (a fragment
@@ -16,7 +16,7 @@
 -- is visible only after its definition). The header's KEYS[i] lines name the keys the
 -- caller sends (P.."leases"); any other key a script touches is derived from P, in the same
 -- hash tag and so the same cluster slot, and listed in its `Also touches` line. The reply
--- codes OK ... TOO_NEW are generated from redisstore.scripts.Code: never define them here.
+-- codes OK ... TOO_NEW are generated from redisstore.core.scripts.Code: never define them here.
 -- An error raised here reaches the caller as _lib/<file>.lua:<line>, not the composed line.
 --
 -- Rules every script follows:

@@ -4,7 +4,7 @@
 -- the common case, checks for it everything the general code checks (and more strictly),
 -- and writes exactly the bytes the general code would; anything else it hands, before it
 -- has written anything, to the general code (it answers nil: the script falls through to
--- its slow path). tests/test_fast_paths.py runs histories both ways and compares every
+-- its slow path). tests/lua/test_fast_paths.py runs histories both ways and compares every
 -- reply and every key.
 
 -- Whether the namespace is at layout 5, of one partition, as its meta records.

@@ -4,7 +4,7 @@
 -- checks for it everything the general code checks (more strictly where that is simpler),
 -- writes the bytes the general code would, and answers nil, before it has written
 -- anything, for every other case: the script then falls through to its general code.
--- tests/test_fast_paths.py runs histories both ways and compares every reply and key.
+-- tests/lua/test_fast_paths.py runs histories both ways and compares every reply and key.
 --
 -- Where a fast path writes an index it did not read, it asks the key's type first (ZCARD:
 -- one bounded read, an error for another type), and its first write is one the server

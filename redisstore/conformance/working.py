@@ -15,9 +15,9 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from ..discovery import json_wait
+from ..engine.worker import Job, Retry, Unrecoverable, Worker
 from ..errors import Conflict, LeaseRefused
 from ..runs import Claim, Free, Held, Quarantined, Release, RunStore, Seize
-from ..worker import Job, Retry, Unrecoverable, Worker
 from .base import LONG, OTHER, RunSuite
 from .readiness import rec
 

@@ -14,15 +14,13 @@ from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any, Generic, Protocol, TypeAlias, TypeVar
 
-from .. import scripts, telemetry
 from ..errors import (
     NOT_APPLIED,
     UNKNOWN,
     StoreError,
     Unavailable,
 )
-from . import outcomes
-from .keys import Keyspace
+from . import outcomes, scripts, telemetry
 from .outcomes import ErrorReply, Exchange, Lost, Reply
 
 T = TypeVar("T")
@@ -109,7 +107,7 @@ class Fan:
     A ``patient`` fan is of reads only (or of calls safe to send again, that change nothing
     a caller sees), whose call goes on without the partitions that do not answer: once a
     node has answered, the shell waits for the others only a part of the call's deadline
-    (:func:`redisstore.core.pipeline.patience`) and answers the calls of a node still silent
+    (:func:`redisstore.core.groups.patience`) and answers the calls of a node still silent
     ``Unavailable(outcome="not_applied")``, so the call's next round trip still has time.
     A fan with a write is never patient: its calls get the whole deadline."""
 
@@ -616,23 +614,3 @@ def config_get(name: str, route: str) -> Operation[str | None]:
         values = {text(reply[i]): reply[i + 1] for i in range(0, len(reply) - 1, 2)}
     value = values.get(name)
     return None if value is None else text(value)
-
-
-
-class _Ops(Protocol):
-    keys: Keyspace
-
-
-OpsT = TypeVar("OpsT", bound=_Ops)
-
-
-class Shell(Generic[OpsT]):
-    """Base of the store classes, sync and async: each holds its operations (``_ops``, a
-    :class:`RunOps` or a ``RepositoryOps``) and a transport that sends them."""
-
-    _ops: OpsT
-
-    @property
-    def namespace(self) -> str:
-        """The namespace the store's keys live in (they share the hash tag ``{namespace}``)."""
-        return self._ops.keys.namespace

@@ -4,12 +4,12 @@
 holds only the count).
 
 The Lua scripts build the same names from the prefix (``P``, their ARGV[1]): the build
-(:data:`redisstore.scripts.GENERATED`) writes each entry of the tables below into the
+(:data:`redisstore.core.scripts.GENERATED`) writes each entry of the tables below into the
 scripts as one Lua ``local`` line, ``local LEASES = P .. 'leases'`` for a key
 (:data:`RUN_STORE_KEYS`, :data:`REPOSITORY_KEYS`) and ``local RUN_KEY = 'r:'`` for a part
 of the names built from a run, a dependency or a bound (:data:`RUN_STORE_PARTS`,
 :data:`REPOSITORY_PARTS`); no Lua file spells them. :class:`Keyspace` builds its names from
-the same tables, and tests/test_scripts.py holds the names the scripts build to it.
+the same tables, and tests/lua/test_keys_touched.py holds the names the scripts build to it.
 """
 
 from __future__ import annotations

@@ -28,7 +28,6 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from .. import scripts
 from ..errors import StoreError, Unavailable
 from ..repository import (
     MAX_PAGE,
@@ -45,6 +44,7 @@ from ..repository import (
     to_us,
 )
 from ..runs import check_text
+from . import scripts
 from .driver import Operation, Spread, Steps
 from .keys import Keyspace
 from .partitions import Counted, check_partitions, deferred, partition_of, values_of

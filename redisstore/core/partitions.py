@@ -7,7 +7,7 @@ A call that spans partitions (``renew``, ``release``, the claims, ``quarantined`
 ``migrate``) is a :class:`Spread`: a generator that yields a :class:`Fan` (one operation per
 partition it needs) and gets back each operation's :class:`~redisstore.core.driver.Settled`.
 The shells send a fan's operations grouped by node, one pipelined round trip per node
-(:func:`redisstore.core.pipeline.by_node`); everything else is decided here, once.
+(:func:`redisstore.core.groups.by_node`); everything else is decided here, once.
 """
 
 from __future__ import annotations
@@ -19,8 +19,6 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
-from .. import scripts
-from .._partition_ops import PartitionOps
 from ..errors import NOT_APPLIED, UNKNOWN, Misconfigured, StoreError, Unavailable
 from ..runs import (
     MAX_CLAIM_BYTES,
@@ -34,6 +32,7 @@ from ..runs import (
     check_run,
     check_runs,
 )
+from . import scripts
 from .driver import (
     Call,
     Durability,
@@ -48,6 +47,7 @@ from .driver import (
     preceded,
 )
 from .keys import Keyspace
+from .partition_ops import PartitionOps
 from .runops import KINDS, Heads, RunOps, Share, Uncounted, answer, next_wakeup, warn_once
 
 T = TypeVar("T")
@@ -267,7 +267,7 @@ class PartitionedOps(PartitionOps, Counted):
     :class:`RunOps` per partition. A call of one run is that run's partition's operation,
     unchanged; a call over many runs is a :class:`Spread`. The operations themselves are
     :class:`RunOps`'s, routed as each one's ``@operation`` says (PartitionOps, generated:
-    redisstore/_partition_ops.py); this class writes the routes."""
+    redisstore/core/partition_ops.py); this class writes the routes."""
 
     parts: list[RunOps]
 

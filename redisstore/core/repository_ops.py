@@ -8,7 +8,6 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from .. import scripts
 from ..errors import (
     ConcurrentUpdate,
     Corrupt,
@@ -43,6 +42,7 @@ from ..repository import (
     offset_us,
     to_us,
 )
+from . import scripts
 from .driver import EVICTING, Call, Operation, ask, config_get, eviction_policy, text
 from .keys import Keyspace
 from .runops import Code, Uncounted, partitioned, reply_parts

@@ -2,7 +2,7 @@
 scripts' replies mean. The sync and async stores drive the same generators.
 
 Every script answers ``{code, payload, dropped, next_due}`` (see lua/_lib/keys.lua); the codes are
-named once, in :class:`redisstore.scripts.Code` (re-exported here as :class:`Code`), from
+named once, in :class:`redisstore.core.scripts.Code` (re-exported here as :class:`Code`), from
 which the build writes them into the scripts.
 """
 
@@ -14,7 +14,6 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple, TypeAlias, TypeVar, overload
 
-from .. import scripts
 from ..errors import (
     APPLIED_UNCONFIRMED,
     NOT_APPLIED,
@@ -65,6 +64,7 @@ from ..runs import (
     check_ttl,
     check_wait,
 )
+from . import scripts, telemetry
 from .driver import (
     EVICTING,
     Arg,
@@ -80,6 +80,7 @@ from .driver import (
     text,
 )
 from .keys import Keyspace
+from .waits import KINDS as KINDS
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -91,7 +92,7 @@ Kind: TypeAlias = Literal["read", "write", "claim"]
 @dataclass(frozen=True)
 class Spec:
     """How the rest of the package derives an operation of :class:`RunOps`:
-    redisstore/_generate.py writes the stores', the pipelines' and the store of partitions'
+    redisstore/build/ops.py writes the stores', the pipelines' and the store of partitions'
     methods from it (and from the operation's signature and docstring).
 
     ``kind``: ``"read"`` (no server check first), ``"write"``, or ``"claim"`` (a write that
@@ -136,9 +137,6 @@ class Share(NamedTuple):
 LAYOUT = 5
 
 
-#: The wake keys a claim of each index waits on (``"any"``: :meth:`RunOps.claim`'s, both).
-KINDS: dict[str, tuple[str, ...]] = {"ready": ("ready",), "leases": ("leases",),
-                                     "any": ("ready", "leases")}
 
 #: A script reply's status code: defined in scripts, the one place the Lua side gets them too.
 Code = scripts.Code
@@ -249,9 +247,10 @@ def with_wait(parse: Callable[[Any], Any]) -> Callable[[Any], tuple[Any, int]]:
 FUSED = {scripts.RUN_FINISH.name: scripts.RUN_FINISH_CLAIM,
          scripts.RUN_COMPARE_AND_SET.name: scripts.RUN_CAS_CLAIM,
          scripts.RUN_RELEASE.name: scripts.RUN_RELEASE_CLAIM}
-#: The claim scripts such a script runs second, and the kind it names each by.
-CLAIM_KINDS = {scripts.RUN_CLAIM.name: "any", scripts.RUN_CLAIM_READY.name: "ready",
-               scripts.RUN_CLAIM_EXPIRED.name: "leases"}
+#: The claim scripts such a script runs second, and the kind it names each by: every
+#: ``@operation("claim", "claim:<kind>")`` of :class:`RunOps`, by the script it sends
+#: (``run_<operation>``); made below the class (:func:`claim_kinds`).
+CLAIM_KINDS: dict[str, str] = {}
 
 
 def fusable(first: Call[Any] | None, then: Call[Any] | None) -> bool:
@@ -675,7 +674,7 @@ class RunOps:
     # Each public operation is written here once: its signature and docstring (the stores'
     # own, sync and asyncio), its checks, its script call and the parse of its reply. The
     # stores, the pipelines and the store of partitions (PartitionedOps) follow from it:
-    # redisstore/_generate.py writes their methods (redisstore/_*_ops.py) from the
+    # redisstore/build/ops.py writes their methods (redisstore/_*_ops.py) from the
     # @operation beside each. A claim's core answers (runs, wait): the stores hand back
     # the runs, and wait on the wait when blocked.
 
@@ -1128,3 +1127,25 @@ class RunOps:
             if cursor == "0":
                 break
         return sorted(found, key=lambda q: (q.index, q.run))[:limit]
+
+
+def claim_kinds() -> dict[str, str]:
+    """Each claim operation's script (``run_<name>``) and the kind of work it claims (its
+    route's ``claim:<kind>``, one of :data:`waits.KINDS`), read from the ``@operation`` marks
+    of :class:`RunOps`: the one list of the claims, which the fused scripts and telemetry's
+    count of claimed runs follow."""
+    found = {}
+    for name, method in vars(RunOps).items():
+        spec = getattr(method, "__operation__", None)
+        if isinstance(spec, Spec) and spec.kind == "claim":
+            kind = spec.route.removeprefix("claim:")
+            script = f"run_{name}"
+            if kind not in KINDS or not hasattr(scripts, script.upper()):
+                raise TypeError(f"RunOps.{name}: a claim's route is claim:<kind> (one of "
+                                f"{sorted(KINDS)}) and it sends lua/{script}.lua")
+            found[script] = kind
+    return found
+
+
+CLAIM_KINDS.update(claim_kinds())
+telemetry.count_claims(CLAIM_KINDS)

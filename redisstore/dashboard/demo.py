@@ -19,10 +19,10 @@ from collections import deque
 from typing import Any
 
 from ..discovery import json_wait
+from ..engine.worker import Job, Retry, Unrecoverable, Worker
 from ..errors import StoreError
 from ..runs import Claim, Failure, Fenced, Release
 from ..shells.store import RedisRunStore
-from ..worker import Job, Retry, Unrecoverable, Worker
 
 #: Runs the feeder keeps in the namespace at most (finished ones are deleted).
 POPULATION = 80

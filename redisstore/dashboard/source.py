@@ -392,7 +392,7 @@ class StoreSource(Source):
         check_namespace(namespace)
         spaces = self._spaces.get(namespace)
         if spaces is None:
-            from ..cli import spaces_of
+            from ..admin.namespaces import spaces_of
 
             if len(self._spaces) >= KEPT:  # any name a URL gives is read: keep few
                 self._spaces.clear()

@@ -30,8 +30,7 @@ from collections.abc import Awaitable, Callable, Hashable, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
-from .. import telemetry
-from .._aio_ops import AsyncStoreOps
+from ..core import telemetry
 from ..core.driver import (
     Batch,
     Done,
@@ -40,26 +39,25 @@ from ..core.driver import (
     Machine,
     Operation,
     PerNode,
-    Shell,
     Spread,
     check_io,
     continued,
     parsed,
     resume,
 )
-from ..core.outcomes import ErrorReply, Exchange, Lost, Reply
-from ..core.partitioned_repository import PartitionedRepositoryOps, repository_ops
-from ..core.partitions import PartitionedOps, run_ops
-from ..core.pipeline import (
+from ..core.groups import (
     MAX_ROUND_BYTES,
     MAX_ROUND_CALLS,
     Group,
-    Pipelined,
     Spreading,
     Suspects,
     patience,
     straggled,
 )
+from ..core.outcomes import ErrorReply, Exchange, Lost, Reply
+from ..core.partitioned_repository import PartitionedRepositoryOps, repository_ops
+from ..core.partitions import PartitionedOps, run_ops
+from ..core.pipeline import Pipelined
 from ..core.repository_ops import RepositoryOps
 from ..core.runops import RunOps
 from ..errors import StoreError
@@ -71,6 +69,7 @@ from ..runs import (
     Migrated,
 )
 from . import wakeups
+from .aio_ops import AsyncStoreOps
 from .clients import (
     RELEARNING,
     Connections,
@@ -88,6 +87,7 @@ from .clients import (
     relearn_after,
     subscribe_failed,
 )
+from .shell import Shell
 from .sync import _MORE, _pack_one, _replies, lean_error
 from .wakeups import LoopDriver, Nodes, Wakeups, check_block
 
@@ -1215,13 +1215,6 @@ def node_wakers(io: AsyncTransport, driver: LoopDriver, timeout: int) -> Nodes:
                  lambda: _relearn_later(io.client, timeout, io.home))
 
 
-def _loop_deadline(deadline: float) -> float:
-    # asyncio.timeout_at takes the loop's clock; ours is time.monotonic (the same clock on
-    # CPython's default loop, but say so rather than rely on it).
-    loop = asyncio.get_running_loop()
-    return loop.time() + (deadline - time.monotonic())
-
-
 class _Closes:
     """``aclose()`` and ``async with``: see :class:`redisstore.RedisRunStore.close`."""
 
@@ -1363,7 +1356,7 @@ class AsyncRedisRunStore(_Closes, AsyncStoreOps, Shell[RunOps | PartitionedOps])
                 return report
 
     # The primitives of the operations (AsyncStoreOps, generated from the core:
-    # redisstore/_aio_ops.py).
+    # redisstore/shells/aio_ops.py).
 
     async def _read(self, op: Operation[T] | Spread[T]) -> T:
         return await self._io.drive(self._ops.counting(op))

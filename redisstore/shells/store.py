@@ -10,8 +10,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any, TypeVar
 
-from .._store_ops import StoreOps
-from ..core.driver import Durability, Operation, Shell, Spread, check_io, continued
+from ..core.driver import Durability, Operation, Spread, check_io, continued
 from ..core.partitioned_repository import PartitionedRepositoryOps, repository_ops
 from ..core.partitions import PartitionedOps, run_ops
 from ..core.pipeline import Pipelined
@@ -26,6 +25,8 @@ from ..runs import (
     Migrated,
 )
 from . import wakeups
+from .shell import Shell
+from .store_ops import StoreOps
 from .sync import Transport, node_wakers
 from .wakeups import Wakeups, check_block
 
@@ -225,8 +226,7 @@ class RedisRunStore(_Closes, StoreOps, Shell[RunOps | PartitionedOps]):
             if step[1]:
                 return report
 
-    # The primitives of the operations (StoreOps, generated from the core: redisstore/
-    # _store_ops.py).
+    # The primitives of the operations (StoreOps, generated from the core: store_ops.py).
 
     def _read(self, op: Operation[T] | Spread[T]) -> T:
         return self._io.drive(self._ops.counting(op))

@@ -37,7 +37,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor
 from concurrent.futures import wait as futures_wait
 from typing import Any, TypeVar
 
-from .. import telemetry
+from ..core import telemetry
 from ..core.driver import (
     Batch,
     Done,
@@ -50,8 +50,8 @@ from ..core.driver import (
     parsed,
     resume,
 )
+from ..core.groups import MIN_PATIENCE, Spreading, Suspects, patience, straggled
 from ..core.outcomes import ErrorReply, Exchange, Lost, Reply, split_error
-from ..core.pipeline import MIN_PATIENCE, Spreading, Suspects, patience, straggled
 from .clients import (
     RELEARNING,
     Connections,

@@ -41,23 +41,19 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeAlias, TypeVar
 
 from ..core.driver import Operation, Spread
-from ..core.runops import KINDS
-from ..runs import check_int
+from ..core.waits import ANY as ANY
+from ..core.waits import KINDS as KINDS
+from ..core.waits import LEASES as LEASES
+from ..core.waits import MAX_BLOCK as MAX_BLOCK
+from ..core.waits import READY as READY
+from ..core.waits import check_block as check_block
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-#: The two kinds of work a claimer waits for: ``claim_ready``'s and ``claim_expired``'s.
-READY, LEASES = "ready", "leases"
-#: ``claim``'s: either kind. Its claims wait in a queue of their own, woken by a token of
-#: either kind (whichever claim of the two queues waited longest goes first) and by a due
-#: time of either index. KINDS: the wake keys (and wakers) each kind of claim waits on.
-ANY = "any"
 #: A blocked claimer claims again at least this often (s), signalled or not.
 REARM = 10.0
-#: The longest ``block`` (ms): one day.
-MAX_BLOCK = 86_400_000
 #: The token a timer puts on the server for a due time no claim of its store waits for.
 DUE_TOKEN = "~due"
 #: After a failed ``BZPOPMIN`` (server down, failover, a denied command) the waker tries
@@ -146,11 +142,6 @@ def pop_cap(client: Any) -> float | None:
     if not timeout:
         return None
     return max(float(timeout) - 1.0, float(timeout) / 2)
-
-
-def check_block(block: object) -> int:
-    """``block``: None (do not wait) or an int of ms in [0, MAX_BLOCK]."""
-    return 0 if block is None else check_int("block", block, minimum=0, maximum=MAX_BLOCK)
 
 
 class _Waiter:

@@ -1,0 +1,605 @@
+"""Write the run store's operation methods that follow from the core.
+
+Each public operation of the run store is written once, in :class:`redisstore.core.runops.RunOps`:
+its signature and docstring, its checks, its script call and its reply's parse, with an
+:func:`~redisstore.core.runops.operation` beside it that says what kind it is and how a store of
+partitions routes it. From that one definition this module writes, as mixin classes with
+real signatures, overloads and docstrings (for mypy --strict and an IDE alike):
+
+==============================  ================  ======================================
+file                            class             inherited by
+==============================  ================  ======================================
+redisstore/shells/store_ops.py        ``StoreOps``      :class:`redisstore.RedisRunStore`
+redisstore/shells/aio_ops.py          ``AsyncStoreOps`` :class:`redisstore.AsyncRedisRunStore`
+redisstore/core/pipeline_ops.py     ``PipelineOps``   ``core.pipeline.Pipelined``
+redisstore/core/partition_ops.py    ``PartitionOps``  ``core.partitions.PartitionedOps``
+==============================  ================  ======================================
+
+Each method only hands the core's operation to a primitive of its class (``_read``,
+``_write``, ``_claim``; ``_queue``; ``_one``, ``_each``, ``_claims``), which the class
+inheriting the mixin writes by hand, once for every operation. The memory reference
+(:mod:`redisstore.memory`) and the port (:class:`redisstore.runs.RunStore`) stay written
+by hand: the tests check the stores against them.
+
+Run ``python -m redisstore.build.ops`` after changing an operation (it rewrites the files);
+``--check`` only tells whether they are current (tests/codegen/test_generated.py does the same).
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import sys
+import textwrap
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..core.runops import RunOps, Spec
+
+PACKAGE = Path(__file__).resolve().parents[1]
+WIDTH = 100
+
+#: Where each name an annotation may use comes from (a name neither here nor a builtin stops
+#: the generator: add it here).
+IMPORTS = {
+    "Any": "typing",
+    "Literal": "typing",
+    "Callable": "collections.abc",
+    "Iterable": "collections.abc",
+    "Operation": "redisstore.core.driver",
+    "Spread": "redisstore.core.driver",
+    "Claimed": "redisstore.runs",
+    "Current": "redisstore.runs",
+    "Failure": "redisstore.runs",
+    "Fenced": "redisstore.runs",
+    "Lease": "redisstore.runs",
+    "Quarantined": "redisstore.runs",
+    "RunOps": "redisstore.core.runops",
+    "Share": "redisstore.core.runops",
+    "PartitionedOps": "redisstore.core.partitions",
+    "Pending": "redisstore.core.pending",
+}
+BUILTINS = {"str", "int", "bytes", "bool", "float", "None", "list", "tuple", "dict", "T"}
+#: What the generated modules always import at run time.
+ALWAYS = {"typing": {"TYPE_CHECKING", "TypeVar", "overload"}}
+
+
+@dataclass(frozen=True)
+class Signature:
+    """One signature of an operation: its parameters (without ``self``) and what its
+    operation answers (``X`` of ``Operation[X]``)."""
+
+    params: tuple[inspect.Parameter, ...]
+    answers: str
+
+
+@dataclass(frozen=True)
+class Op:
+    """A public operation of the run store, as :class:`RunOps` defines it."""
+
+    name: str
+    spec: Spec
+    signature: Signature
+    overloads: tuple[Signature, ...]
+    doc: str
+
+    @property
+    def kind(self) -> str:
+        return self.spec.kind
+
+    def args(self, **renamed: str) -> str:
+        """The call of the core with this operation's own arguments (``renamed``: another
+        expression for some)."""
+        return ", ".join(self.arg_list(**renamed))
+
+    def arg_list(self, **renamed: str) -> list[str]:
+        """:meth:`args`, one item an argument."""
+        return call_args(self.signature.params, renamed)
+
+
+def _answers(returns: str) -> str:
+    """``X`` of an ``Operation[X]`` annotation."""
+    node = ast.parse(returns, mode="eval").body
+    if not (isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name)
+            and node.value.id == "Operation"):
+        raise ValueError(f"an operation answers Operation[...], not {returns}")
+    return ast.unparse(node.slice)
+
+
+def runs_of(answers: str) -> str:
+    """What a claim hands back: ``A`` of its operation's ``tuple[A, int]`` (runs, wait)."""
+    node = ast.parse(answers, mode="eval").body
+    if not (isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Tuple)):
+        raise ValueError(f"a claim answers tuple[runs, int], not {answers}")
+    return ast.unparse(node.slice.elts[0])
+
+
+def _signature(function: Callable[..., object]) -> Signature:
+    sig = inspect.signature(function)
+    params = tuple(sig.parameters.values())[1:]
+    for param in params:
+        if not isinstance(param.annotation, str):
+            raise ValueError(f"{function.__qualname__}: every parameter is annotated")
+        if param.kind not in (param.POSITIONAL_OR_KEYWORD, param.KEYWORD_ONLY):
+            raise ValueError(f"{function.__qualname__}: no *args, **kwargs or positional-only")
+    return Signature(params, _answers(str(sig.return_annotation)))
+
+
+def operations() -> list[Op]:
+    """The public operations of :class:`RunOps`, in the order it defines them."""
+    found = []
+    for name, function in vars(RunOps).items():
+        spec = getattr(function, "__operation__", None)
+        if not isinstance(spec, Spec):
+            continue
+        doc = inspect.getdoc(function)
+        if not doc:
+            raise ValueError(f"RunOps.{name} has no docstring: the stores' would be empty")
+        found.append(Op(name, spec, _signature(function),
+                        tuple(_signature(o) for o in typing.get_overloads(function)), doc))
+    return found
+
+
+# ---------------------------------------------------------------------- rendering
+
+
+def param_text(param: inspect.Parameter) -> str:
+    text = f"{param.name}: {param.annotation}"
+    if param.default is not param.empty:
+        text += f" = {param.default!r}"
+    return text
+
+
+def params_text(params: tuple[inspect.Parameter, ...]) -> list[str]:
+    """``self``, the parameters, a ``*`` before the first keyword-only one."""
+    items = ["self"]
+    for param in params:
+        if param.kind is param.KEYWORD_ONLY and "*" not in items:
+            items.append("*")
+        items.append(param_text(param))
+    return items
+
+
+def call_args(params: tuple[inspect.Parameter, ...], renamed: dict[str, str]) -> list[str]:
+    return [renamed.get(p.name, p.name) if p.kind is p.POSITIONAL_OR_KEYWORD
+            else f"{p.name}={renamed.get(p.name, p.name)}" for p in params]
+
+
+def wrap(indent: int, head: str, items: list[str], tail: str, *, orphan: bool = False
+         ) -> list[str]:
+    """``head`` (ending in an opening bracket), ``items`` separated by commas, ``tail`` (from
+    the closing bracket on), within WIDTH: on one line; else continued under the bracket
+    (when it is not far right; ``orphan``: the tail may go on a line of its own, as a
+    signature's return type does); else on hanging lines."""
+    pad = " " * indent
+    one = pad + head + ", ".join(items) + tail
+    if len(one) <= WIDTH:
+        return [one]
+    tries: list[list[str] | None] = []
+    if orphan or len(pad + head) <= WIDTH // 2:
+        tries.append(_fill(pad + head, " " * (indent + len(head)), items, tail, orphan))
+    hanging = _fill(None, pad + "    ", items, tail, False)
+    tries.append(None if hanging is None else [pad + head.rstrip(), *hanging])
+    for lines in tries:
+        if lines is not None and all(len(line) <= WIDTH for line in lines):
+            return lines
+    raise ValueError(f"cannot fit within {WIDTH} columns: {one.strip()}")
+
+
+def _fill(start: str | None, under: str, items: list[str], tail: str,
+          orphan: bool) -> list[str] | None:
+    lines: list[str] = []
+    line = start if start is not None else under
+    fresh = True
+    for i, item in enumerate(items):
+        piece = item + ("," if i < len(items) - 1 else "")
+        gap = "" if fresh else " "
+        if not fresh and len(line + gap + piece) > WIDTH:
+            lines.append(line)
+            line, gap = under, ""
+        line += gap + piece
+        fresh = False
+    if len(line + tail) > WIDTH:
+        if not orphan:
+            return None
+        lines.append(line)
+        line = under + tail.lstrip()
+    else:
+        line += tail
+    lines.append(line)
+    return lines
+
+
+def docstring(indent: int, text: str) -> list[str]:
+    """``text`` as a docstring at ``indent`` (a line too long for WIDTH filled again)."""
+    pad = " " * indent
+    lines = []
+    for line in text.splitlines():
+        if len(pad + line) + 6 <= WIDTH:
+            lines.append(line)
+        else:
+            lines.extend(textwrap.wrap(line, WIDTH - indent - 3))
+    if len(lines) == 1:
+        return [f'{pad}"""{text}"""']
+    body = [pad + line if line else "" for line in lines[1:]]
+    if "\n\n" in text:  # paragraphs: the closing quotes on a line of their own
+        return [f'{pad}"""{lines[0]}', *body, f'{pad}"""']
+    body[-1] += '"""'
+    return [f'{pad}"""{lines[0]}', *body]
+
+
+@dataclass(frozen=True)
+class Method:
+    """What a target makes of one signature of an operation."""
+
+    params: list[str]
+    returns: str
+
+
+class Target:
+    """A generated mixin: its file, class, docstring, primitives and methods."""
+
+    path = ""
+    cls = ""
+    about = ""
+    #: Declarations the mixin starts with: what its methods call (the inheriting class's).
+    primitives = ""
+    asynchronous = False
+
+    def wants(self, op: Op) -> bool:
+        return True
+
+    def overloads(self, op: Op) -> tuple[Signature, ...]:
+        """The overloads to write: the core's but one the same as the implementation (for
+        the core's callers that pass a bool; the port has none)."""
+        return tuple(o for o in op.overloads if o != op.signature)
+
+    def method(self, op: Op, sig: Signature) -> Method:
+        raise NotImplementedError
+
+    def body(self, op: Op) -> list[str]:
+        """The implementation's statements, at 8 columns."""
+        raise NotImplementedError
+
+    def doc(self, op: Op) -> str:
+        return op.doc
+
+    def render(self, ops: list[Op]) -> str:
+        out: list[str] = []
+        for op in ops:
+            if not self.wants(op):
+                continue
+            out.append("")
+            for sig in self.overloads(op):
+                out.append("    @overload")
+                out.extend(self._def(op, sig, " ..."))
+                out.append("")
+            out.extend(self._def(op, op.signature, ""))
+            out.extend(docstring(8, self.doc(op)))
+            out.extend(self.body(op))
+        head = f"class {self.cls}:"
+        return "\n".join([head, *docstring(4, self.about), "",
+                          *self.primitives.strip("\n").splitlines(), *out]) + "\n"
+
+    def _def(self, op: Op, sig: Signature, suffix: str) -> list[str]:
+        made = self.method(op, sig)
+        keyword = "async def" if self.asynchronous else "def"
+        return wrap(4, f"{keyword} {op.name}(", made.params, f") -> {made.returns}:{suffix}",
+                    orphan=True)
+
+
+def _index(op: Op) -> str:
+    return op.spec.route.partition(":")[2]
+
+
+BLOCK = "block: int | None = None"
+
+
+class Stores(Target):
+    """:class:`redisstore.RedisRunStore`'s operations (or the asyncio twin's)."""
+
+    path = "shells/store_ops.py"
+    cls = "StoreOps"
+    about = ("The run store's operations of :class:`redisstore.RedisRunStore`, each the\n"
+             "core's (:class:`redisstore.core.runops.RunOps`) handed to the store's ``_read``,\n"
+             "``_write`` or ``_claim``.")
+    primitives = '''
+    _ops: RunOps | PartitionedOps
+
+    def _read(self, op: Operation[T] | Spread[T]) -> T:
+        """Send a read; its answer."""
+        raise NotImplementedError
+
+    def _write(self, op: Operation[T] | Spread[T]) -> T:
+        """Send a write (the server check first, once); its answer."""
+        raise NotImplementedError
+
+    def _claim(self, index: str, limit: int, block: int | None,
+               claim: Callable[[], Operation[tuple[list[Any], int]]
+                               | Spread[tuple[list[Any], int]]]) -> list[Any]:
+        """Send the claim ``claim()`` makes (again, while ``block`` says to wait for
+        ``index``); its runs."""
+        raise NotImplementedError
+'''
+    awaits = ""
+
+    def method(self, op: Op, sig: Signature) -> Method:
+        params = params_text(sig.params)
+        if op.kind == "claim":
+            return Method([*params, BLOCK] if "*" in params else [*params, "*", BLOCK],
+                          runs_of(sig.answers))
+        return Method(params, sig.answers)
+
+    def body(self, op: Op) -> list[str]:
+        ret = "return " if op.signature.answers != "None" else ""
+        core = f"self._ops.{op.name}({op.args()})"
+        if op.kind == "claim":
+            return wrap(8, f'return {self.awaits}self._claim("{_index(op)}", limit, block, '
+                        f"lambda: self._ops.{op.name}(", op.arg_list(), "))")
+        primitive = "_read" if op.kind == "read" else "_write"
+        return wrap(8, f"{ret}{self.awaits}self.{primitive}(", [core], ")")
+
+
+class AsyncStores(Stores):
+    """:class:`redisstore.AsyncRedisRunStore`'s operations."""
+
+    path = "shells/aio_ops.py"
+    cls = "AsyncStoreOps"
+    about = ("The run store's operations of :class:`redisstore.AsyncRedisRunStore`, each the\n"
+             "core's (:class:`redisstore.core.runops.RunOps`) handed to the store's ``_read``,\n"
+             "``_write`` or ``_claim``.")
+    primitives = '''
+    _ops: RunOps | PartitionedOps
+
+    async def _read(self, op: Operation[T] | Spread[T]) -> T:
+        """Send a read; its answer."""
+        raise NotImplementedError
+
+    async def _write(self, op: Operation[T] | Spread[T]) -> T:
+        """Send a write (the server check first, once); its answer."""
+        raise NotImplementedError
+
+    async def _claim(self, index: str, limit: int, block: int | None,
+                     claim: Callable[[], Operation[tuple[list[Any], int]]
+                                     | Spread[tuple[list[Any], int]]]) -> list[Any]:
+        """Send the claim ``claim()`` makes (again, while ``block`` says to wait for
+        ``index``, without blocking the event loop); its runs."""
+        raise NotImplementedError
+'''
+    asynchronous = True
+    awaits = "await "
+
+    def doc(self, op: Op) -> str:
+        if op.kind == "claim":
+            return op.doc + "\n\nA blocked call waits without blocking the event loop."
+        return op.doc
+
+
+class Pipelines(Target):
+    """The calls a pipeline queues (:class:`redisstore.core.pipeline.Pipelined`)."""
+
+    path = "core/pipeline_ops.py"
+    cls = "PipelineOps"
+    about = ("The calls a pipeline queues (:class:`redisstore.core.pipeline.Pipelined`, sync and\n"
+             "asyncio alike), each the core's operation (:class:`redisstore.core.runops.RunOps`)\n"
+             "handed to ``_queue``: its arguments are checked at once.")
+    primitives = '''
+    _ops: RunOps | PartitionedOps
+
+    def _queue(self, op: Operation[T] | Spread[T], *, write: bool = True) -> Pending[T]:
+        """Queue ``op``."""
+        raise NotImplementedError
+
+    def _queue_claim(self, index: str, limit: int, block: int | None,
+                     claim: Callable[[], Operation[tuple[list[Any], int]]
+                                     | Spread[tuple[list[Any], int]]]) -> Pending[Any]:
+        """Queue the claim ``claim()`` makes: its runs, without its wait. With ``block``,
+        a claim that got nothing waits for ``index`` after the round trip, as the store's
+        does."""
+        raise NotImplementedError
+'''
+
+    def wants(self, op: Op) -> bool:
+        return op.spec.pipeline
+
+    def method(self, op: Op, sig: Signature) -> Method:
+        params = params_text(sig.params)
+        if op.kind != "claim":
+            return Method(params, f"Pending[{sig.answers}]")
+        answers = "Any" if sig is op.signature else runs_of(sig.answers)
+        return Method([*params, BLOCK] if "*" in params else [*params, "*", BLOCK],
+                      f"Pending[{answers}]")
+
+    def doc(self, op: Op) -> str:
+        note = f" ({op.spec.queued})" if op.spec.queued else ""
+        if op.kind == "claim":
+            note = (": with ``block``, a claim that got nothing in the pipeline's round trip"
+                    "\n        waits for work after it, as the store's does")
+        return f"Queue :meth:`redisstore.RedisRunStore.{op.name}`{note}."
+
+    def body(self, op: Op) -> list[str]:
+        if op.kind == "claim":
+            return wrap(8, f'return self._queue_claim("{_index(op)}", limit, block, '
+                        f"lambda: self._ops.{op.name}(", op.arg_list(), "))")
+        read = ", write=False" if op.kind == "read" else ""
+        return wrap(8, f"return self._queue(self._ops.{op.name}(", op.arg_list(), f"){read})")
+
+
+class Partitions(Target):
+    """The store of partitions' operations (:class:`redisstore.core.partitions.PartitionedOps`)."""
+
+    path = "core/partition_ops.py"
+    cls = "PartitionOps"
+    about = ("The run store's operations over partitions\n"
+             "(:class:`redisstore.core.partitions.PartitionedOps`): each the core's operation\n"
+             "(:class:`redisstore.core.runops.RunOps`) in the partitions its route names.")
+    primitives = '''
+    parts: list[RunOps]
+
+    def _one(self, run: str, make: Callable[[RunOps], Operation[T]], *,
+             write: bool) -> Operation[T]:
+        """A call of one run in its partition."""
+        raise NotImplementedError
+
+    def _each(self, runs: Iterable[str],
+              call: Callable[[RunOps, list[str]], Operation[T]]) -> Spread[T]:
+        """A call over many runs: one in each partition, with its runs."""
+        raise NotImplementedError
+
+    def _claims(self, index: str, checks: Operation[tuple[list[Any], int]], limit: int,
+                records: bool, claim: Callable[[RunOps, Share], Operation[tuple[list[Any], int]]]
+                ) -> Spread[tuple[list[Any], int]]:
+        """A claim over every partition's ``index`` (``checks``: the core's, for its
+        arguments' checks), each share by ``claim``."""
+        raise NotImplementedError
+'''
+
+    def wants(self, op: Op) -> bool:
+        return op.spec.route != "own"
+
+    def overloads(self, op: Op) -> tuple[Signature, ...]:
+        """Every overload of the core: the shells call these with a bool."""
+        return op.overloads
+
+    def method(self, op: Op, sig: Signature) -> Method:
+        kind, _, _ = op.spec.route.partition(":")
+        if kind not in ("each", "claim"):
+            return Method(params_text(sig.params), f"Operation[{sig.answers}]")
+        # A Spread is invariant: an overloaded one's implementation answers Spread[Any].
+        spread = "Any" if op.overloads and sig is op.signature else sig.answers
+        return Method(params_text(sig.params), f"Spread[{spread}]")
+
+    def doc(self, op: Op) -> str:
+        kind, _, arg = op.spec.route.partition(":")
+        how = {"first": "partition 0's (each partition's leases are judged by its own "
+                        "server's clock)",
+               "one": f"in the partition of ``{arg}``",
+               "each": f"the runs of ``{arg}`` by partition, one call in each, the answer in "
+                       "the caller's order",
+               "claim": ("a claim over every partition's "
+                         + ("two indexes" if arg == "any" else f"``{arg}`` index")
+                         + " (:meth:`_claim`)")}
+        return f"See :meth:`RunOps.{op.name}`: {how[kind]}."
+
+    def body(self, op: Op) -> list[str]:
+        kind, _, arg = op.spec.route.partition(":")
+        name = op.name
+        if kind == "first":
+            return [f"        return self.parts[0].{name}({op.args()})"]
+        if kind == "one":
+            return wrap(8, f"return self._one({arg}, lambda part: part.{name}(", op.arg_list(),
+                        f"), write={op.kind != 'read'})")
+        if kind == "each":
+            return wrap(8, f"return self._each({arg}, lambda part, group: part.{name}(",
+                        op.arg_list(**{arg: "group"}), "))")
+        if kind == "claim":
+            # The core's own call makes its checks; each partition's share goes to
+            # <claim>_call(share, the claim's arguments but limit and records).
+            share = [p.name for p in op.signature.params if p.name not in ("limit", "records")]
+            return [*wrap(8, f"checks = self.parts[0].{name}(", op.arg_list(), ")"),
+                    *wrap(8, "return self._claims(", [
+                        f'"{arg}"', "checks", "limit", "records",
+                        f"lambda part, share: part.{name}_call({', '.join(['share', *share])})"],
+                        ")")]
+        raise ValueError(f"RunOps.{name}: unknown route {op.spec.route!r}")
+
+
+TARGETS: list[Target] = [Stores(), AsyncStores(), Pipelines(), Partitions()]
+
+
+def module(target: Target, ops: list[Op]) -> str:
+    """The text of ``target``'s file."""
+    body = target.render(ops)
+    tree = ast.parse(body)
+    used = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
+    for node in ast.walk(tree):
+        annotations: list[ast.expr | None] = []
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            annotations = [a.annotation for a in (*node.args.args, *node.args.kwonlyargs)]
+            annotations.append(node.returns)
+        elif isinstance(node, ast.AnnAssign):
+            annotations = [node.annotation]
+        for annotation in annotations:
+            for part in ast.walk(annotation) if annotation is not None else ():
+                if isinstance(part, ast.Name) and part.id not in IMPORTS \
+                        and part.id not in BUILTINS:
+                    raise ValueError(f"{target.path}: where does {part.id} come from? "
+                                     "Add it to redisstore.build.ops.IMPORTS")
+    imports: dict[str, set[str]] = {m: set(names) for m, names in ALWAYS.items()}
+    for name in sorted(used & IMPORTS.keys()):
+        imports.setdefault(IMPORTS[name], set()).add(name)
+    runtime = [m for m in sorted(imports) if not m.startswith("redisstore.")]
+    local = sorted((_relative(m, target.path), m) for m in imports if m.startswith("redisstore."))
+    lines = [
+        "# Generated by `python -m redisstore.build.ops` from redisstore/core/runops.py: do not "
+        "edit.",
+        "# Change the operation in redisstore/core/runops.py (or the generator), then run that "
+        "again.",
+        f'"""{target.about.splitlines()[0]}',
+        *target.about.splitlines()[1:],
+        "",
+        "Generated (redisstore/build/ops.py): tests/codegen/test_generated.py checks it is "
+        "current.",
+        '"""',
+        "",
+        "from __future__ import annotations",
+        "",
+    ]
+    for source in runtime:
+        lines.extend(wrap(0, f"from {source} import ", sorted(imports[source], key=_isort), ""))
+    lines += ["", "if TYPE_CHECKING:"]
+    for source, absolute in local:
+        lines.extend(wrap(4, f"from {source} import ", sorted(imports[absolute], key=_isort), ""))
+    lines += ["", 'T = TypeVar("T")', "", "", ""]
+    return "\n".join(lines) + body
+
+
+def _relative(module: str, path: str) -> str:
+    """``module`` (``redisstore.x.y``) as the generated file at ``path`` imports it."""
+    here = ["redisstore", *path.split("/")[:-1]]
+    there = module.split(".")
+    common = 0
+    while common < min(len(here), len(there)) and here[common] == there[common]:
+        common += 1
+    return "." * (len(here) - common + 1) + ".".join(there[common:])
+
+
+def _isort(name: str) -> tuple[int, str]:
+    """isort's order by type: constants, classes, the rest."""
+    if name.isupper() and len(name) > 1:
+        return 0, name
+    return (1, name) if name[0].isupper() else (2, name)
+
+
+def generated() -> dict[Path, str]:
+    """Every generated file's path and text, made now from the core."""
+    ops = operations()
+    return {PACKAGE / target.path: module(target, ops) for target in TARGETS}
+
+
+def stale() -> list[Path]:
+    """The generated files that differ from what the core makes now."""
+    return [path for path, text in generated().items()
+            if not path.exists() or path.read_text() != text]
+
+
+def main(argv: list[str]) -> int:
+    if argv[1:] == ["--check"]:
+        old = stale()
+        for path in old:
+            print(f"{path} is stale: run python -m redisstore.build.ops", file=sys.stderr)
+        return 1 if old else 0
+    if argv[1:]:
+        print("usage: python -m redisstore.build.ops [--check]", file=sys.stderr)
+        return 2
+    for path, text in generated().items():
+        if not path.exists() or path.read_text() != text:
+            path.write_text(text)
+            print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

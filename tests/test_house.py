@@ -1,0 +1,175 @@
+"""The house's plan, measured: every module's floor, no circle, the core on the ground.
+
+A module's floor is one more than the highest floor of the package's modules it imports (a
+module importing nothing of the package is floor 1). Every import counts: at the top, in a
+function, or for the type checker alone (``if TYPE_CHECKING:``). ``from P import n`` counts
+the module ``P.n`` when there is one, else ``P`` itself. docs/design/house.md lists the
+floors these tests compute.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import re
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "redisstore"
+
+#: The highest floor a module may stand on: the goal, not reached yet (see the test).
+MAX_FLOOR = 7
+#: The highest floor today: it may only come down (lower it as the chain shortens).
+CEILING = 15
+#: What the core may import besides itself and the standard library: the ports' values and
+#: errors, which import nothing but each other (see docs/design/house.md).
+BELOW_CORE = frozenset({"redisstore.errors", "redisstore.runs", "redisstore.repository"})
+
+
+def modules() -> dict[str, tuple[Path, bool]]:
+    """Each module of the package by dotted name: its file, whether it is a package."""
+    found = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+        package = parts[-1] == "__init__"
+        if package:
+            parts.pop()
+        found[".".join(parts)] = (path, package)
+    return found
+
+
+@functools.cache
+def imports() -> dict[str, frozenset[str]]:
+    """The package's modules each module imports, wherever the import is written."""
+    mods = modules()
+    edges: dict[str, frozenset[str]] = {}
+    for name, (path, package) in mods.items():
+        out: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                out.update(a.name for a in node.names if a.name in mods)
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = name.split(".") if package else name.split(".")[:-1]
+                    base = base[: len(base) - node.level + 1]
+                    target = ".".join([*base, *([node.module] if node.module else [])])
+                else:
+                    target = node.module or ""
+                if target.split(".")[0] != "redisstore":
+                    continue
+                for alias in node.names:
+                    sub = f"{target}.{alias.name}"
+                    out.add(sub if sub in mods else target)
+        out.discard(name)
+        edges[name] = frozenset(out & mods.keys())
+    return edges
+
+
+def circles() -> list[list[str]]:
+    """Every circle of imports found by a depth-first walk (each as the modules on it)."""
+    edges = imports()
+    found: list[list[str]] = []
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def walk(module: str) -> None:
+        state[module] = 1
+        stack.append(module)
+        for other in sorted(edges[module]):
+            if state.get(other) == 1:
+                found.append([*stack[stack.index(other):], other])
+            elif other not in state:
+                walk(other)
+        stack.pop()
+        state[module] = 2
+
+    for module in sorted(edges):
+        if module not in state:
+            walk(module)
+    return found
+
+
+def floors() -> dict[str, int]:
+    """Each module's floor (the import graph has no circle: see the test)."""
+    edges = imports()
+
+    @functools.cache
+    def floor(module: str) -> int:
+        return 1 + max((floor(other) for other in edges[module]), default=0)
+
+    return {module: floor(module) for module in edges}
+
+
+def test_no_circle_of_imports():
+    assert circles() == []
+
+
+def test_no_module_stands_above_the_ceiling():
+    assert not circles()
+    assert max(floors().values()) <= CEILING
+
+
+@pytest.mark.xfail(strict=True, reason="the core's chain (scripts, driver, runops, partitions, "
+                   "pipeline) and the stores and the package above it stand 15 floors high: "
+                   "docs/design/house.md says what remains")
+def test_no_module_stands_above_the_highest_floor():
+    assert not circles()
+    high = {m: f for m, f in floors().items() if f > MAX_FLOOR}
+    assert high == {}, sorted(high.items(), key=lambda item: item[1])
+
+
+def test_the_core_imports_only_the_core_and_the_ports_values():
+    edges = imports()
+    core = {m for m in edges if m == "redisstore.core" or m.startswith("redisstore.core.")}
+    wrong = {m: sorted(o for o in edges[m] if o not in core and o not in BELOW_CORE)
+             for m in core}
+    assert {m: o for m, o in wrong.items() if o} == {}
+
+
+def test_below_the_core_imports_nothing_above_it():
+    edges = imports()
+    assert {m: sorted(edges[m] - BELOW_CORE) for m in BELOW_CORE if edges[m] - BELOW_CORE} == {}
+
+
+def test_the_floors_are_counted_as_the_house_says():
+    # The rule on a known shape: a module of nothing is 1; its importer 2.
+    assert floors()["redisstore.errors"] == 1
+
+
+
+ROOT = PACKAGE.parent
+HOUSE = ROOT / "docs" / "design" / "house.md"
+
+
+def floor_rows() -> list[str]:
+    """The floors table of docs/design/house.md, as the floors are."""
+    rooms: dict[int, list[str]] = {}
+    for module, floor in floors().items():
+        short = module.removeprefix("redisstore").removeprefix(".") or "(root)"
+        rooms.setdefault(floor, []).append(short)
+    return [f"| {n} | {', '.join(f'`{m}`' for m in sorted(rooms[n]))} |" for n in sorted(rooms)]
+
+
+def test_the_house_lists_the_floors_as_they_are():
+    text = HOUSE.read_text(encoding="utf-8")
+    section = text[text.index("## Floors"):text.index("## Who owns what")]
+    listed = [line for line in section.splitlines() if re.match(r"\| \d+ \| `", line)]
+    assert listed == floor_rows(), "docs/design/house.md's floors: " + "\n".join(floor_rows())
+    assert f"The highest floor is {max(floors().values())}," in text
+
+
+def test_every_path_the_house_names_exists():
+    # The floors table names modules, not files.
+    text = "\n".join(line for line in HOUSE.read_text(encoding="utf-8").splitlines()
+                     if not re.match(r"\| \d+ \| `", line))
+    names = {n for n in re.findall(r"`([^`\s]+)`", text)
+             if ("/" in n or re.search(r"\.(py|lua|json|md|toml)$", n))
+             and not re.search(r"[<*]", n) and not n.startswith("{")}
+    assert len(names) > 40
+    # A table names its files from its section's folder: the root, the package, a room,
+    # lua/, docs/.
+    places = [ROOT, PACKAGE, *(d for d in PACKAGE.iterdir() if d.is_dir()), ROOT / "lua",
+              ROOT / "lua" / "_lib", ROOT / "docs", ROOT / "docs" / "design"]
+    missing = sorted(n for n in names if not any((place / n).exists() for place in places))
+    assert missing == []
