@@ -13,6 +13,7 @@ from .core.pipeline import Pending
 from .errors import (
     AlreadyExists,
     Closed,
+    Compacted,
     ConcurrentUpdate,
     Conflict,
     Corrupt,
@@ -23,6 +24,7 @@ from .errors import (
     Unavailable,
     UnknownGroup,
 )
+from .feed import Changes, Event, Feed
 from .keeper import AsyncKeeper, Keeper, Lost
 from .memory import MemoryRepository, MemoryRunStore
 from .namespaces import drop_namespace
@@ -74,17 +76,21 @@ __all__ = [
     "AsyncWorker",
     "At",
     "Changed",
+    "Changes",
     "Claim",
     "ClaimInfo",
     "Claimed",
     "Closed",
+    "Compacted",
     "ConcurrentUpdate",
     "Conflict",
     "Corrupt",
     "Current",
     "Discover",
     "Durability",
+    "Event",
     "Failure",
+    "Feed",
     "Fenced",
     "Free",
     "Held",

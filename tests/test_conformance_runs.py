@@ -12,10 +12,12 @@ from servers import Server
 
 from redisstore import MemoryRunStore, RedisRunStore, RunStore
 from redisstore.conformance import RunStoreConformance
+from redisstore.conformance.feed import FeedRules
+from redisstore.feed import Feed
 from redisstore.runs import Discover
 
 
-class TestMemoryRunStore(RunStoreConformance):
+class TestMemoryRunStore(RunStoreConformance, FeedRules):
     clock_is_controlled = True
 
     @pytest.fixture(autouse=True)
@@ -24,6 +26,9 @@ class TestMemoryRunStore(RunStoreConformance):
 
     def make_store(self, *, discover: Discover | None = None) -> RunStore:
         return MemoryRunStore(clock=self.clock, discover=discover)
+
+    def make_feed_store(self, feed: Feed) -> RunStore:
+        return MemoryRunStore(clock=self.clock, feed=feed)
 
     def reopen(self, store: RunStore, *, discover: Discover | None,
                projection_version: int) -> RunStore:

@@ -1,0 +1,312 @@
+"""The change feed's values: what ``store.changes(...)`` answers, its options and its cursor.
+
+Every store kind keeps the feed the same way (docs/contract.md, "The change feed"): per
+partition, an ordered log of *entries*, each written by the call (the script) that made its
+changes, and each listing one or more *events* (a claim of 100 runs is one entry of 100
+events). An entry has an id ``"<ms>-<seq>"`` (the server's time when written, then a
+sequence: a Redis stream id), and it names the id of the entry before it (``prev``): a reader
+that finds the entry after its position naming another predecessor knows entries were lost
+in between (trimmed by retention, a failover, a repartition) and raises :class:`Compacted`
+instead of skipping them silently.
+
+**The cursor** is opaque to callers: ``"f1:"`` then one position per partition, joined by
+``","``. A position is an entry id (everything up to and including that entry was read),
+``"<id>/<n>"`` (the first ``n`` events of that entry were read) or ``""`` (nothing read yet:
+from the oldest entry retained, without a gap check). ``0-0`` is the position before a
+partition's first entry ever.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+from .errors import Compacted
+from .runs import MAX_MS, check_int
+
+#: The kinds of events, in the contract's words.
+KINDS = ("inserted", "written", "claimed", "released", "deleted", "quarantined", "restored")
+Kind = Literal["inserted", "written", "claimed", "released", "deleted", "quarantined",
+               "restored"]
+
+#: What the size bound counts an entry as: ``retention_mb`` keeps at most
+#: ``retention_mb * 2**20 // ENTRY_BYTES`` entries a partition (a Redis stream is trimmed by
+#: count, and an entry of a few events of ids and owners of usual lengths takes about this).
+ENTRY_BYTES = 128
+
+#: The most events one ``changes`` call answers.
+MAX_CHANGES = 1000
+
+#: The position before a partition's first entry.
+ORIGIN = "0-0"
+
+_ID = re.compile(r"(\d{1,20})-(\d{1,20})")
+_PREFIX = "f1:"
+
+
+@dataclass(frozen=True, slots=True)
+class Feed:
+    """How long a store's change feed keeps its entries: ``retention_ms`` (default one
+    hour) and ``retention_mb`` (default 64, counted as ``ENTRY_BYTES`` an entry), a
+    partition at a time; the older entries go, at the writes that follow. An entry is
+    dropped once either bound says so; a reader whose position was dropped gets
+    :class:`~redisstore.Compacted`."""
+
+    retention_ms: int = 3_600_000
+    retention_mb: float = 64.0
+
+    def __post_init__(self) -> None:
+        check_int("retention_ms", self.retention_ms, minimum=1, maximum=MAX_MS)
+        mb = self.retention_mb
+        if isinstance(mb, bool) or not isinstance(mb, int | float):
+            raise TypeError(f"retention_mb must be a number, got {type(mb).__name__}")
+        if not (mb * 2**20 >= ENTRY_BYTES and mb <= 2**20):
+            raise ValueError(f"retention_mb must be in [{ENTRY_BYTES / 2**20}, {2**20}], "
+                             f"got {mb!r}")
+
+    @property
+    def max_entries(self) -> int:
+        """The size bound as a count of entries a partition."""
+        return int(self.retention_mb * 2**20) // ENTRY_BYTES
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One change of one run: ``kind`` (``inserted``, ``written``, ``claimed``,
+    ``released``, ``deleted``, ``quarantined``, ``restored``; ``takeover`` for a claim of
+    another owner's expired lease), the run's ``revision`` after it (a deleted run's last
+    one), the ``owner`` whose call made it (None for a call that names none), the server's
+    ``time`` (UTC ms) and the ``cursor`` that resumes the feed right after it."""
+
+    run: str
+    revision: int
+    kind: Kind
+    owner: str | None
+    time: int
+    cursor: str
+    takeover: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Changes:
+    """What ``changes`` answers: the ``events`` in order (at most ``limit``), and the
+    ``cursor`` to pass as ``after`` next (past the last event, or where the call looked when
+    there was none)."""
+
+    events: list[Event]
+    cursor: str
+
+
+def check_changes(after: object, limit: object, block: object) -> tuple[str | None, int,
+                                                                        int | None]:
+    """The arguments of ``changes``, checked: ``ValueError``/``TypeError`` before anything
+    is read."""
+    if after is not None and not isinstance(after, str):
+        raise TypeError(f"after must be a cursor (str) or None, got {type(after).__name__}")
+    limit = check_int("limit", limit, minimum=1, maximum=MAX_CHANGES)
+    if block is not None:
+        block = check_int("block", block, minimum=0, maximum=MAX_MS)
+    return after, limit, block
+
+
+def id_key(entry_id: str) -> tuple[int, int]:
+    """An entry id as a number pair, for ordering."""
+    match = _ID.fullmatch(entry_id)
+    if match is None:
+        raise ValueError(f"not an entry id: {entry_id!r}")
+    return int(match.group(1)), int(match.group(2))
+
+
+@dataclass(frozen=True, slots=True)
+class Position:
+    """One partition's place in the feed: after entry ``id`` (None: nothing read yet, from
+    the oldest retained), having read ``read`` events of it (None: all of them)."""
+
+    id: str | None
+    read: int | None = None
+
+    def text(self) -> str:
+        if self.id is None:
+            return ""
+        return self.id if self.read is None else f"{self.id}/{self.read}"
+
+
+def decode(cursor: str | None, partitions: int) -> list[Position]:
+    """The positions of ``cursor`` (None: each partition from its oldest entry retained).
+    A cursor that is not one: ``ValueError``. One of another partition count (the namespace
+    was repartitioned since): :class:`Compacted`, resuming from the oldest entries."""
+    if cursor is None:
+        return [Position(None)] * partitions
+    if not cursor.startswith(_PREFIX):
+        raise ValueError(f"not a feed cursor: {cursor!r}")
+    positions = []
+    for part in cursor[len(_PREFIX):].split(","):
+        if part == "":
+            positions.append(Position(None))
+            continue
+        entry_id, sep, read = part.partition("/")
+        if _ID.fullmatch(entry_id) is None or (sep and not re.fullmatch(r"\d{1,9}", read)):
+            raise ValueError(f"not a feed cursor: {cursor!r}")
+        positions.append(Position(entry_id, int(read) if sep else None))
+    if len(positions) != partitions:
+        raise Compacted(cursor, encode([Position(None)] * partitions),
+                        f"the cursor has {len(positions)} partitions, the store {partitions}")
+    return positions
+
+
+def encode(positions: list[Position]) -> str:
+    """The cursor of ``positions``."""
+    return _PREFIX + ",".join(p.text() for p in positions)
+
+
+# ---------------------------------------------------------------------------- reading
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One entry of a partition's log: its ``id``, the id of the entry before it
+    (``prev``, ``ORIGIN`` for the first), the ``owner`` of the call that wrote it (None: it
+    named none) and its events as ``(run, kind, revision, takeover)``."""
+
+    id: str
+    prev: str
+    owner: str | None
+    items: tuple[tuple[str, Kind, int, bool], ...]
+
+    @property
+    def time(self) -> int:
+        return id_key(self.id)[0]
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    """What a partition's log holds past a position: up to the count asked of its entries
+    in order (from the position's own entry on, when it was read partly), and its last
+    entry's id (None: the log is empty) for a position past it."""
+
+    entries: list[Entry]
+    last: str | None
+
+
+def gap(position: Position, found: Found) -> tuple[Position, str] | None:
+    """Where a reader at ``position`` must resume, and why, when entries past it are gone;
+    None when the log holds everything past it (``found`` is what the log holds from it)."""
+    if position.id is None:
+        return None
+    entries = found.entries
+    if position.read is not None:
+        if entries and entries[0].id == position.id:
+            return None
+        lost = True
+    elif entries:
+        lost = entries[0].prev != position.id
+    else:
+        # Nothing past it: fine unless the log ends before it (a failover lost the entries
+        # up to it, or the log was dropped and begun again).
+        last = found.last
+        lost = (position.id != ORIGIN if last is None
+                else id_key(last) < id_key(position.id))
+        if lost:
+            return Position(last or ORIGIN), "the feed ends before the cursor"
+        return None
+    if not lost:
+        return None
+    if not entries:
+        return Position(found.last or ORIGIN), "the cursor's entry is no longer retained"
+    return Position(entries[0].prev), "entries past the cursor are no longer retained"
+
+
+def events_of(partitions: list[tuple[Position, Found]], limit: int) -> tuple[list[Event],
+                                                                             list[Position]]:
+    """The next ``limit`` events over every partition's log (each in its order; across
+    partitions by entry time, then partition), and the positions after them."""
+    # A partition read from its oldest entry that has none: before its first entry.
+    positions = [Position(ORIGIN) if p.id is None and not f.entries else p
+                 for p, f in partitions]
+    heads: list[tuple[tuple[int, int], int, int, int]] = []  # (id, partition, entry, skip)
+    for index, (position, found) in enumerate(partitions):
+        if found.entries:
+            skip = 0
+            if position.read is not None and found.entries[0].id == position.id:
+                skip = position.read
+            heads.append((id_key(found.entries[0].id), index, 0, skip))
+    events: list[Event] = []
+    while heads and len(events) < limit:
+        heads.sort()
+        _, index, at, skip = heads.pop(0)
+        entry = partitions[index][1].entries[at]
+        items = entry.items
+        take = min(len(items) - skip, limit - len(events))
+        for n in range(skip, skip + take):
+            run, kind, revision, takeover = items[n]
+            positions[index] = (Position(entry.id) if n + 1 == len(items)
+                                else Position(entry.id, n + 1))
+            events.append(Event(run, revision, kind, entry.owner, entry.time,
+                                encode(positions), takeover))
+        if skip + take == len(items):
+            positions[index] = Position(entry.id)
+            if at + 1 < len(partitions[index][1].entries):
+                following = partitions[index][1].entries[at + 1]
+                heads.append((id_key(following.id), index, at + 1, 0))
+    return events, positions
+
+
+class Log:
+    """One partition's log kept in this process (the memory reference's): appended by the
+    calls that change runs, trimmed by the feed's bounds at each append."""
+
+    def __init__(self, feed: Feed) -> None:
+        self.feed = feed
+        self.entries: list[Entry] = []
+        self.last = ORIGIN
+
+    def append(self, now: int, owner: str | None,
+               items: list[tuple[str, Kind, int, bool]]) -> None:
+        if not items:
+            return
+        ms, seq = id_key(self.last)
+        entry_id = f"{ms}-{seq + 1}" if now <= ms else f"{now}-0"
+        self.entries.append(Entry(entry_id, self.last, owner, tuple(items)))
+        self.last = entry_id
+        # The bounds, as XADD's MINID and MAXLEN apply them: never the entry just added.
+        oldest = now - self.feed.retention_ms
+        drop = 0
+        while (len(self.entries) - drop > 1
+               and (len(self.entries) - drop > self.feed.max_entries
+                    or self.entries[drop].time < oldest)):
+            drop += 1
+        del self.entries[:drop]
+
+    def find(self, position: Position, count: int) -> Found:
+        entries = self.entries
+        if position.id is None:
+            chosen = entries[:count]
+        else:
+            mark = id_key(position.id)
+            start = 0
+            while start < len(entries) and id_key(entries[start].id) < mark:
+                start += 1
+            if (position.read is None and start < len(entries)
+                    and entries[start].id == position.id):
+                start += 1
+            chosen = entries[start:start + count]
+        return Found(chosen, entries[-1].id if entries else None)
+
+
+#: The feed a store keeps unless told otherwise.
+DEFAULT = Feed()
+
+
+def answer(after: str | None, found: list[tuple[Position, Found]],
+           limit: int) -> Changes:
+    """What ``changes`` answers from what each partition's log holds past its position:
+    :class:`Compacted` (resuming each partition that lost entries from its oldest retained),
+    else up to ``limit`` events and the cursor after them."""
+    gaps = [gap(p, f) for p, f in found]
+    lost = [g for g in gaps if g is not None]
+    if lost:
+        resume = [g[0] if g is not None else p for g, (p, _) in zip(gaps, found, strict=True)]
+        raise Compacted(after or "", encode(resume), lost[0][1])
+    events, moved = events_of(found, limit)
+    return Changes(events, encode(moved))
