@@ -3,22 +3,26 @@
 Every store kind keeps the feed the same way (docs/contract.md, "The change feed"): per
 partition, an ordered log of *entries*, each written by the call (the script) that made its
 changes, and each listing one or more *events* (a claim of 100 runs is one entry of 100
-events). An entry has an id ``"<ms>-<seq>"`` (the server's time when written, then a
-sequence: a Redis stream id), and it names the id of the entry before it (``prev``): a reader
-that finds the entry after its position naming another predecessor knows entries were lost
-in between (trimmed by retention, a failover, a repartition) and raises :class:`Compacted`
-instead of skipping them silently.
+events). An entry has an id ``"<ms>-<n>"`` (the server's time when written, then a
+sequence: a Redis stream id) and a number, ``seq``: the partition's count of entries ever
+written, kept beside the log and written in the same step. A reader at entry ``seq`` whose
+next entry is not ``seq + 1``, or whose partition counts another number than ``seq`` while
+holding nothing past it, knows entries were lost (trimmed by retention, a failover that lost
+the last writes, a log dropped) and gets :class:`Compacted` instead of a silent gap. (A
+number costs the server a ``HINCRBY`` a write; naming the entry before instead would cost an
+``XREVRANGE``, twice as dear: benchmarks/bench_feed.py.)
 
 **The cursor** is opaque to callers: ``"f1:"`` then one position per partition, joined by
-``","``. A position is an entry id (everything up to and including that entry was read),
-``"<id>/<n>"`` (the first ``n`` events of that entry were read) or ``""`` (nothing read yet:
-from the oldest entry retained, without a gap check). ``0-0`` is the position before a
-partition's first entry ever.
+``","``. A position is ``"<id>@<seq>"`` (everything up to and including that entry was
+read), ``"<id>@<seq>/<k>"`` (the first ``k`` events of that entry were read) or ``""``
+(nothing read yet: from the oldest entry retained, unchecked). ``0-0@0`` is the position
+before a partition's first entry ever.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -38,10 +42,11 @@ ENTRY_BYTES = 128
 #: The most events one ``changes`` call answers.
 MAX_CHANGES = 1000
 
-#: The position before a partition's first entry.
+#: The id before a partition's first entry.
 ORIGIN = "0-0"
 
 _ID = re.compile(r"(\d{1,20})-(\d{1,20})")
+_PART = re.compile(r"(\d{1,20}-\d{1,20})@(\d{1,20})(?:/(\d{1,9}))?")
 _PREFIX = "f1:"
 
 
@@ -120,16 +125,23 @@ def id_key(entry_id: str) -> tuple[int, int]:
 
 @dataclass(frozen=True, slots=True)
 class Position:
-    """One partition's place in the feed: after entry ``id`` (None: nothing read yet, from
-    the oldest retained), having read ``read`` events of it (None: all of them)."""
+    """One partition's place in the feed: after entry ``id``, number ``seq`` (``id`` None:
+    nothing read yet, from the oldest retained), having read ``read`` events of it (None:
+    all of them)."""
 
     id: str | None
+    seq: int = 0
     read: int | None = None
 
     def text(self) -> str:
         if self.id is None:
             return ""
-        return self.id if self.read is None else f"{self.id}/{self.read}"
+        at = f"{self.id}@{self.seq}"
+        return at if self.read is None else f"{at}/{self.read}"
+
+
+#: From the oldest entry retained, unchecked.
+START = Position(None)
 
 
 def decode(cursor: str | None, partitions: int) -> list[Position]:
@@ -137,20 +149,21 @@ def decode(cursor: str | None, partitions: int) -> list[Position]:
     A cursor that is not one: ``ValueError``. One of another partition count (the namespace
     was repartitioned since): :class:`Compacted`, resuming from the oldest entries."""
     if cursor is None:
-        return [Position(None)] * partitions
+        return [START] * partitions
     if not cursor.startswith(_PREFIX):
         raise ValueError(f"not a feed cursor: {cursor!r}")
     positions = []
     for part in cursor[len(_PREFIX):].split(","):
         if part == "":
-            positions.append(Position(None))
+            positions.append(START)
             continue
-        entry_id, sep, read = part.partition("/")
-        if _ID.fullmatch(entry_id) is None or (sep and not re.fullmatch(r"\d{1,9}", read)):
+        match = _PART.fullmatch(part)
+        if match is None:
             raise ValueError(f"not a feed cursor: {cursor!r}")
-        positions.append(Position(entry_id, int(read) if sep else None))
+        entry_id, seq, read = match.groups()
+        positions.append(Position(entry_id, int(seq), None if read is None else int(read)))
     if len(positions) != partitions:
-        raise Compacted(cursor, encode([Position(None)] * partitions),
+        raise Compacted(cursor, encode([START] * partitions),
                         f"the cursor has {len(positions)} partitions, the store {partitions}")
     return positions
 
@@ -165,12 +178,12 @@ def encode(positions: list[Position]) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Entry:
-    """One entry of a partition's log: its ``id``, the id of the entry before it
-    (``prev``, ``ORIGIN`` for the first), the ``owner`` of the call that wrote it (None: it
-    named none) and its events as ``(run, kind, revision, takeover)``."""
+    """One entry of a partition's log: its ``id``, its number ``seq`` (1 for the partition's
+    first entry ever), the ``owner`` of the call that wrote it (None: it named none) and its
+    events as ``(run, kind, revision, takeover)``."""
 
     id: str
-    prev: str
+    seq: int
     owner: str | None
     items: tuple[tuple[str, Kind, int, bool], ...]
 
@@ -182,47 +195,48 @@ class Entry:
 @dataclass(frozen=True, slots=True)
 class Found:
     """What a partition's log holds past a position: up to the count asked of its entries
-    in order (from the position's own entry on, when it was read partly), and its last
-    entry's id (None: the log is empty) for a position past it."""
+    in order (from the position's own entry on, when it was read partly), and how many
+    entries the partition has written in all (``count``: its last entry's ``seq``)."""
 
     entries: list[Entry]
-    last: str | None
+    count: int
 
 
-def gap(position: Position, found: Found) -> tuple[Position, str] | None:
-    """Where a reader at ``position`` must resume, and why, when entries past it are gone;
-    None when the log holds everything past it (``found`` is what the log holds from it)."""
+def gap(position: Position, found: Found) -> str | None:
+    """Why a reader at ``position`` has lost entries (``found``: what the log holds from
+    it), or None when the log holds everything past it."""
     if position.id is None:
         return None
     entries = found.entries
     if position.read is not None:
-        if entries and entries[0].id == position.id:
+        if entries and entries[0].id == position.id and entries[0].seq == position.seq:
             return None
-        lost = True
-    elif entries:
-        lost = entries[0].prev != position.id
-    else:
-        # Nothing past it: fine unless the log ends before it (a failover lost the entries
-        # up to it, or the log was dropped and begun again).
-        last = found.last
-        lost = (position.id != ORIGIN if last is None
-                else id_key(last) < id_key(position.id))
-        if lost:
-            return Position(last or ORIGIN), "the feed ends before the cursor"
+        return "the cursor's entry is no longer retained"
+    if entries:
+        if entries[0].seq == position.seq + 1:
+            return None
+        return "entries past the cursor are no longer retained"
+    if found.count == position.seq:
         return None
-    if not lost:
-        return None
-    if not entries:
-        return Position(found.last or ORIGIN), "the cursor's entry is no longer retained"
-    return Position(entries[0].prev), "entries past the cursor are no longer retained"
+    if found.count < position.seq:
+        return "the feed ends before the cursor (a failover lost its last entries)"
+    return "entries past the cursor are no longer retained"
+
+
+def resume_at(oldest: Entry | None, count: int) -> Position:
+    """Where a reader that lost entries of a partition goes on: at that partition's oldest
+    entry retained (all of it unread), or past its last number when it holds none."""
+    if oldest is None:
+        return Position(ORIGIN, count)
+    return Position(oldest.id, oldest.seq, 0)
 
 
 def events_of(partitions: list[tuple[Position, Found]], limit: int) -> tuple[list[Event],
                                                                              list[Position]]:
     """The next ``limit`` events over every partition's log (each in its order; across
     partitions by entry time, then partition), and the positions after them."""
-    # A partition read from its oldest entry that has none: before its first entry.
-    positions = [Position(ORIGIN) if p.id is None and not f.entries else p
+    # A partition read from its oldest entry that has none: past its last number.
+    positions = [Position(ORIGIN, f.count) if p.id is None and not f.entries else p
                  for p, f in partitions]
     heads: list[tuple[tuple[int, int], int, int, int]] = []  # (id, partition, entry, skip)
     for index, (position, found) in enumerate(partitions):
@@ -240,12 +254,12 @@ def events_of(partitions: list[tuple[Position, Found]], limit: int) -> tuple[lis
         take = min(len(items) - skip, limit - len(events))
         for n in range(skip, skip + take):
             run, kind, revision, takeover = items[n]
-            positions[index] = (Position(entry.id) if n + 1 == len(items)
-                                else Position(entry.id, n + 1))
+            positions[index] = (Position(entry.id, entry.seq) if n + 1 == len(items)
+                                else Position(entry.id, entry.seq, n + 1))
             events.append(Event(run, revision, kind, entry.owner, entry.time,
                                 encode(positions), takeover))
         if skip + take == len(items):
-            positions[index] = Position(entry.id)
+            positions[index] = Position(entry.id, entry.seq)
             if at + 1 < len(partitions[index][1].entries):
                 following = partitions[index][1].entries[at + 1]
                 heads.append((id_key(following.id), index, at + 1, 0))
@@ -259,17 +273,20 @@ class Log:
     def __init__(self, feed: Feed) -> None:
         self.feed = feed
         self.entries: list[Entry] = []
-        self.last = ORIGIN
+        self.last = ORIGIN  # the last id given (a stream's last-generated id)
+        self.count = 0  # entries ever written (the partition's number)
 
     def append(self, now: int, owner: str | None,
                items: list[tuple[str, Kind, int, bool]]) -> None:
         if not items:
             return
-        ms, seq = id_key(self.last)
-        entry_id = f"{ms}-{seq + 1}" if now <= ms else f"{now}-0"
-        self.entries.append(Entry(entry_id, self.last, owner, tuple(items)))
+        ms, n = id_key(self.last)
+        entry_id = f"{ms}-{n + 1}" if now <= ms else f"{now}-0"
+        self.count += 1
+        self.entries.append(Entry(entry_id, self.count, owner, tuple(items)))
         self.last = entry_id
-        # The bounds, as XADD's MINID and MAXLEN apply them: never the entry just added.
+        # The bounds, as XADD's MAXLEN and XTRIM's MINID apply them: never the entry just
+        # added.
         oldest = now - self.feed.retention_ms
         drop = 0
         while (len(self.entries) - drop > 1
@@ -279,6 +296,7 @@ class Log:
         del self.entries[:drop]
 
     def find(self, position: Position, count: int) -> Found:
+        """Up to ``count`` entries from ``position`` on (XRANGE's answer)."""
         entries = self.entries
         if position.id is None:
             chosen = entries[:count]
@@ -291,22 +309,27 @@ class Log:
                     and entries[start].id == position.id):
                 start += 1
             chosen = entries[start:start + count]
-        return Found(chosen, entries[-1].id if entries else None)
+        return Found(chosen, self.count)
+
+    def oldest(self) -> Entry | None:
+        return self.entries[0] if self.entries else None
 
 
 #: The feed a store keeps unless told otherwise.
 DEFAULT = Feed()
 
 
-def answer(after: str | None, found: list[tuple[Position, Found]],
-           limit: int) -> Changes:
+def answer(after: str | None, found: list[tuple[Position, Found]], limit: int,
+           oldest: Callable[[int], Entry | None]) -> Changes:
     """What ``changes`` answers from what each partition's log holds past its position:
-    :class:`Compacted` (resuming each partition that lost entries from its oldest retained),
-    else up to ``limit`` events and the cursor after them."""
+    :class:`Compacted` when one lost entries (``oldest(partition)``: its oldest entry
+    retained, where it resumes; the others resume where they were), else up to ``limit``
+    events and the cursor after them."""
     gaps = [gap(p, f) for p, f in found]
     lost = [g for g in gaps if g is not None]
     if lost:
-        resume = [g[0] if g is not None else p for g, (p, _) in zip(gaps, found, strict=True)]
-        raise Compacted(after or "", encode(resume), lost[0][1])
+        resume = [p if g is None else resume_at(oldest(index), f.count)
+                  for index, (g, (p, f)) in enumerate(zip(gaps, found, strict=True))]
+        raise Compacted(after or "", encode(resume), lost[0])
     events, moved = events_of(found, limit)
     return Changes(events, encode(moved))

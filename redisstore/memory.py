@@ -200,7 +200,8 @@ class MemoryRunStore(_NothingToClose):
         deadline = time.monotonic() + (block or 0) / 1000
         with self._changed:
             while True:
-                page = answer(after, [(p, log.find(p, limit)) for p in positions], limit)
+                page = answer(after, [(p, log.find(p, limit)) for p in positions], limit,
+                              lambda _: log.oldest())
                 remaining = deadline - time.monotonic()
                 if page.events or remaining <= 0:
                     return page

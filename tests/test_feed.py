@@ -26,20 +26,23 @@ def logs(count: int, feed: Feed | None = None) -> list[Log]:
 def read(parts: list[Log], after: str | None, limit: int = 1000) -> tuple[list[Event], str]:
     positions = decode(after, len(parts))
     page = answer(after, [(p, log.find(p, limit)) for p, log in zip(positions, parts,
-                                                                       strict=True)], limit)
+                                                                       strict=True)], limit,
+                  lambda index: parts[index].oldest())
     return page.events, page.cursor
 
 
 def test_the_cursor_holds_one_position_per_partition_and_round_trips() -> None:
-    positions = [Position(None), Position("17-0"), Position("18-3", 2), Position(ORIGIN)]
+    positions = [Position(None), Position("17-0", 4), Position("18-3", 5, 2),
+                 Position(ORIGIN, 0)]
     cursor = encode(positions)
-    assert cursor == "f1:,17-0,18-3/2,0-0"
+    assert cursor == "f1:,17-0@4,18-3@5/2,0-0@0"
     assert decode(cursor, 4) == positions
     assert decode(None, 3) == [Position(None)] * 3
 
 
-@pytest.mark.parametrize("cursor", ["", "f1", "f2:0-0", "f1:1", "f1:1-x", "f1:1-1/",
-                                    "f1:1-1/-2", "f1:1-1/1/1", "f1: 1-1", "f1:0x1-1"])
+@pytest.mark.parametrize("cursor", ["", "f1", "f2:0-0@0", "f1:1", "f1:1-x", "f1:1-1",
+                                    "f1:1-1@", "f1:1-1@1/", "f1:1-1@1/-2", "f1:1-1@1/1/1",
+                                    "f1: 1-1@1", "f1:0x1-1@1", "f1:1-1@-1"])
 def test_a_cursor_that_is_not_one_is_a_value_error(cursor: str) -> None:
     with pytest.raises(ValueError):
         decode(cursor, 1)
@@ -47,8 +50,8 @@ def test_a_cursor_that_is_not_one_is_a_value_error(cursor: str) -> None:
 
 def test_a_cursor_of_another_partition_count_is_compacted_from_the_start() -> None:
     with pytest.raises(Compacted) as lost:
-        decode("f1:5-0,6-0", 3)
-    assert lost.value.after == "f1:5-0,6-0"
+        decode("f1:5-0@1,6-0@1", 3)
+    assert lost.value.after == "f1:5-0@1,6-0@1"
     assert decode(lost.value.resume, 3) == [Position(None)] * 3
 
 
@@ -101,7 +104,7 @@ def test_a_cursor_across_partitions_after_one_partition_trimmed() -> None:
     resume = decode(lost.value.resume, 2)
     assert resume[1] == decode(cursor, 2)[1]  # b's position untouched
     events, _ = read([a, b], lost.value.resume)
-    assert [e.run for e in events] == ["b1", "a3", "a4"]
+    assert [e.run for e in events] == ["b1", "a3", "a4"]  # a from its oldest retained
 
 
 def test_a_partial_entry_trimmed_under_the_reader_is_compacted() -> None:
@@ -116,36 +119,40 @@ def test_a_partial_entry_trimmed_under_the_reader_is_compacted() -> None:
 
 
 def test_a_feed_that_ends_before_the_cursor_lost_entries() -> None:
-    """A failover to a replica that had not received the last entries: the log's last entry
-    is older than the cursor's. Found at once, not when the next entry comes."""
+    """A failover to a replica that had not received the last entries: the partition counts
+    fewer entries than the cursor's. Found at once, not when the next entry comes; and
+    still found after new entries came, which reuse the lost numbers."""
     (log,) = logs(1)
     log.append(1, "x", [("r1", "inserted", 1, False)])
     log.append(2, "x", [("r2", "inserted", 1, False)])
     _, cursor = read([log], None)
-    log.entries.pop()  # the failover
-    log.last = log.entries[-1].id
+    log.entries.pop()  # the failover: the last entry and its number are gone
+    log.count, log.last = 1, log.entries[-1].id
     with pytest.raises(Compacted) as lost:
         read([log], cursor)
     assert "ends before" in lost.value.reason
-    # The entries written after the failover reuse no position the reader trusts: the
-    # first one names the log's last entry, not the cursor's, so it is still a gap.
-    log.append(3, "x", [("r3", "inserted", 1, False)])
+    assert [e.run for e in read([log], lost.value.resume)[0]] == ["r1"]
+    log.append(3, "x", [("r3", "inserted", 1, False)])  # number 2 again
+    log.append(4, "x", [("r4", "inserted", 1, False)])
     with pytest.raises(Compacted):
         read([log], cursor)
-    assert [e.run for e in read([log], lost.value.resume)[0]] == ["r3"]
 
 
-def test_a_feed_dropped_and_begun_again_is_compacted() -> None:
+def test_a_log_dropped_is_compacted_unless_the_reader_had_read_it_all() -> None:
+    """The log's key is gone (set aside as damaged, dropped) while the partition's number
+    stays: a reader that had read every entry loses nothing; one behind it lost the rest."""
     (log,) = logs(1)
     log.append(1, "x", [("r1", "inserted", 1, False)])
-    _, cursor = read([log], None)
-    fresh = Log(Feed())  # the key deleted: a new log from the origin
-    with pytest.raises(Compacted):
-        read([fresh], cursor)
-    fresh.append(5, "x", [("r2", "inserted", 1, False)])
+    _, behind = read([log], None)
+    log.append(2, "x", [("r2", "inserted", 1, False)])
+    _, caught_up = read([log], behind)
+    log.entries.clear()
+    assert read([log], caught_up)[0] == []
     with pytest.raises(Compacted) as lost:
-        read([fresh], cursor)
-    assert [e.run for e in read([fresh], lost.value.resume)[0]] == ["r2"]
+        read([log], behind)
+    log.append(5, "x", [("r3", "inserted", 1, False)])
+    assert [e.run for e in read([log], caught_up)[0]] == ["r3"]
+    assert [e.run for e in read([log], lost.value.resume)[0]] == ["r3"]
 
 
 def test_entry_ids_keep_rising_when_the_clock_does_not() -> None:
@@ -153,7 +160,7 @@ def test_entry_ids_keep_rising_when_the_clock_does_not() -> None:
     for now in (100, 100, 99, 101):
         log.append(now, None, [("r", "written", 1, False)])
     assert [e.id for e in log.entries] == ["100-0", "100-1", "100-2", "101-0"]
-    assert [e.prev for e in log.entries] == [ORIGIN, "100-0", "100-1", "100-2"]
+    assert [e.seq for e in log.entries] == [1, 2, 3, 4]
 
 
 def test_feed_bounds_are_checked() -> None:
