@@ -56,6 +56,7 @@ IMPORTS = {
     "Fenced": ".runs",
     "Lease": ".runs",
     "Quarantined": ".runs",
+    "Changes": ".feed",
     "RunOps": ".core.runops",
     "Share": ".core.runops",
     "PartitionedOps": ".core.partitions",

@@ -9,7 +9,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Literal, Protocol, TypeAlias, overload, runtime_checkable
+from typing import TYPE_CHECKING, Literal, Protocol, TypeAlias, overload, runtime_checkable
+
+if TYPE_CHECKING:
+    from .feed import Changes
 
 from .errors import NotFound
 
@@ -607,6 +610,11 @@ class RunStore(Protocol):
 
     def quarantined(self, limit: int = 1000) -> list[Quarantined]:
         """Up to ``limit`` quarantined index entries and poison runs, with the reason."""
+        ...
+
+    def changes(self, after: str | None = None, limit: int = 100, *,
+                block: int | None = None) -> Changes:
+        """The change feed's events after the cursor ``after`` (docs/contract.md)."""
         ...
 
 

@@ -12,12 +12,11 @@ from servers import Server
 
 from redisstore import MemoryRunStore, RedisRunStore, RunStore
 from redisstore.conformance import RunStoreConformance
-from redisstore.conformance.feed import FeedRules
 from redisstore.feed import Feed
 from redisstore.runs import Discover
 
 
-class TestMemoryRunStore(RunStoreConformance, FeedRules):
+class TestMemoryRunStore(RunStoreConformance):
     clock_is_controlled = True
 
     @pytest.fixture(autouse=True)
@@ -27,8 +26,8 @@ class TestMemoryRunStore(RunStoreConformance, FeedRules):
     def make_store(self, *, discover: Discover | None = None) -> RunStore:
         return MemoryRunStore(clock=self.clock, discover=discover)
 
-    def make_feed_store(self, feed: Feed) -> RunStore:
-        return MemoryRunStore(clock=self.clock, feed=feed)
+    def make_feed_store(self, feed: Feed, *, discover: Discover | None = None) -> RunStore:
+        return MemoryRunStore(clock=self.clock, discover=discover, feed=feed)
 
     def reopen(self, store: RunStore, *, discover: Discover | None,
                projection_version: int) -> RunStore:
