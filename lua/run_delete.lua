@@ -23,7 +23,7 @@
 --- @include CORRUPT, OK, int, arg_int, later, QUARANTINE, META, MAX_INT, arg_text
 --- @include LEASES_IX, READY_IX, ix_rem, commit, check_layout, run_key, SEEN, GONE
 --- @include deleted_floor, announce, load_at, arg_lease, apply_wait, notify_dependents
---- @include lease_refusal
+--- @include lease_refusal, feed_note
 local run = arg_text(2)
 local expected = arg_int(3, 0, MAX_INT - 2)
 local kind, owner, token = arg_lease(4)
@@ -44,6 +44,7 @@ if s.px then later('HDEL', QUARANTINE, (s.px == 'p' and 'poison|' or 'failed|') 
 if s.rev > floor then later('HSET', META, 'deleted-rev', int(s.rev)) end
 if s.tok > tok then later('HSET', META, 'deleted-tok', int(s.tok)) end
 SEEN[run] = GONE
+feed_note(run, 'd', s.rev, owner)
 notify_dependents(run, pv)
 announce(run, 2 * s.rev + 1)
 local bad_write = commit()

@@ -18,6 +18,7 @@ from .engine.worker import AsyncJob, AsyncWorker, Job, Retry, Unrecoverable, Wor
 from .errors import (
     AlreadyExists,
     Closed,
+    Compacted,
     ConcurrentUpdate,
     Conflict,
     Corrupt,
@@ -28,6 +29,7 @@ from .errors import (
     Unavailable,
     UnknownGroup,
 )
+from .feed import Changes, Event, Feed
 from .memory import MemoryRepository, MemoryRunStore
 from .repository import InFlightPage, InstanceLease, InstanceRecord, Repository, Status
 from .runs import (
@@ -74,17 +76,21 @@ __all__ = [
     "AsyncWorker",
     "At",
     "Changed",
+    "Changes",
     "Claim",
     "ClaimInfo",
     "Claimed",
     "Closed",
+    "Compacted",
     "ConcurrentUpdate",
     "Conflict",
     "Corrupt",
     "Current",
     "Discover",
     "Durability",
+    "Event",
     "Failure",
+    "Feed",
     "Fenced",
     "Free",
     "Held",

@@ -132,3 +132,19 @@ class Closed(StoreError, RuntimeError):
     """A call on a :class:`~redisstore.Keeper` (or ``AsyncKeeper``) that is closed, or that
     stopped on an error (then its ``__cause__``): nothing was done. Also a ``RuntimeError``,
     as the keeper raised before it had this class."""
+
+
+class Compacted(StoreError):
+    """``changes(after=cursor)`` where entries past ``cursor`` are gone: trimmed by the
+    feed's retention, lost in a failover, or dropped by a repartition. Nothing is skipped
+    silently: ``resume`` is the cursor to read on from (the oldest entries still retained
+    where entries were lost, the cursor's own positions elsewhere), ``after`` the one
+    given, ``reason`` what was found."""
+
+    def __init__(self, after: str, resume: str, reason: str = "") -> None:
+        super().__init__(f"the change feed past this cursor is gone ({reason}); "
+                         f"resume from {resume!r}" if reason else
+                         f"the change feed past this cursor is gone; resume from {resume!r}")
+        self.after = after
+        self.resume = resume
+        self.reason = reason

@@ -15,7 +15,17 @@ from datetime import UTC, datetime
 from typing import Any, Literal, TypeVar, overload
 
 from . import repository as repo
-from .errors import AlreadyExists, ConcurrentUpdate, Conflict, LeaseRefused, NotFound, UnknownGroup
+from .errors import (
+    AlreadyExists,
+    ConcurrentUpdate,
+    Conflict,
+    LeaseRefused,
+    Misconfigured,
+    NotFound,
+    UnknownGroup,
+)
+from .feed import DEFAULT as DEFAULT_FEED
+from .feed import Changes, Feed, Kind, Log, answer, check_changes, decode
 from .repository import InstanceRecord, Logger
 from .runs import (
     MAX_CLAIM_BYTES,
@@ -135,9 +145,14 @@ class MemoryRunStore(_NothingToClose):
     """
 
     def __init__(self, *, clock: Callable[[], int] | None = None,
-                 discover: Discover | None = None, projection_version: int = 1) -> None:
+                 discover: Discover | None = None, projection_version: int = 1,
+                 feed: Feed | None = DEFAULT_FEED) -> None:
         if discover is not None and not callable(discover):
             raise TypeError("discover must be a callable taking record bytes, or None")
+        if feed is not None and not isinstance(feed, Feed):
+            raise TypeError(f"feed must be a Feed or None, got {type(feed).__name__}")
+        # The change feed (docs/contract.md): one log, as a store of one partition has.
+        self._log = Log(feed) if feed is not None else None
         self._clock = clock or system_clock
         self._discover = discover
         self._pv = check_projection_version(projection_version)
@@ -161,7 +176,36 @@ class MemoryRunStore(_NothingToClose):
         other._runs, other._ready, other._dependents = self._runs, self._ready, self._dependents
         other._deleted = self._deleted
         other._lock, other._changed = self._lock, self._changed
+        other._log = self._log
         return other
+
+    # ------------------------------------------------------------------ the change feed
+
+    def _note(self, owner: str | None, items: list[tuple[str, Kind, int, bool]],
+              now: int | None = None) -> None:
+        """One entry of the feed for the call that made these changes (under the lock)."""
+        if self._log is not None and items:
+            self._log.append(self._clock() if now is None else now, owner, items)
+
+    def changes(self, after: str | None = None, limit: int = 100, *,
+                block: int | None = None) -> Changes:
+        """The feed's events after the cursor ``after`` (None: from the oldest retained),
+        at most ``limit``; with ``block``, wait up to that many ms for one. ``Compacted``
+        when entries past ``after`` are gone (see docs/contract.md, "The change feed")."""
+        after, limit, block = check_changes(after, limit, block)
+        if self._log is None:
+            raise Misconfigured("this store was opened without a change feed (feed=None)")
+        log = self._log
+        positions = decode(after, 1)
+        deadline = time.monotonic() + (block or 0) / 1000
+        with self._changed:
+            while True:
+                page = answer(after, [(p, log.find(p, limit)) for p in positions], limit,
+                              lambda _: log.oldest())
+                remaining = deadline - time.monotonic()
+                if page.events or remaining <= 0:
+                    return page
+                self._changed.wait(min(remaining, wakeups.REARM))
 
     # ------------------------------------------------------------------ reads
 
@@ -208,6 +252,7 @@ class MemoryRunStore(_NothingToClose):
             if isinstance(lease, Claim | Seize):
                 self._take(run, state, lease.owner, now + lease.ttl)
             self._after_write(run, state, wait, now)
+            self._note(_owner_of(lease), [(run, "inserted", state.rev, False)], now)
             return state.rev
 
     def compare_and_set(self, run: str, expected: int, record: bytes, lease: Lease) -> None:
@@ -218,6 +263,7 @@ class MemoryRunStore(_NothingToClose):
         with self._lock:
             state, now = self._checked(run, expected, lease)
             self._written(run, state, record, lease, wait, now)
+            self._note(_owner_of(lease), [(run, "written", state.rev, False)], now)
 
     def _written(self, run: str, state: _Run, record: bytes, lease: Lease,
                  wait: Wait | None, now: int) -> None:
@@ -271,6 +317,7 @@ class MemoryRunStore(_NothingToClose):
             del self._runs[run]
             self._ready.pop(run, None)
             self._wake_dependents(run, now)
+            self._note(_owner_of(lease), [(run, "deleted", state.rev, False)], now)
             self._changed.notify_all()
 
     def release(self, owner: str, runs: Iterable[str]) -> list[str]:
@@ -287,6 +334,8 @@ class MemoryRunStore(_NothingToClose):
                     self._put_back(run, state, counters=False)
                     self._reindex(run, state, now, dependency_write=False)
                     released.append(run)
+            self._note(owner, [(run, "released", self._runs[run].rev, False)
+                               for run in released], now)
             self._changed.notify_all()
             return released
 
@@ -334,6 +383,7 @@ class MemoryRunStore(_NothingToClose):
                          if s.own is not None and s.exp <= now and not s.poisoned)
         budget = _Budget(records)
         claimed: list[str] = []
+        events: list[tuple[str, Kind, int, bool]] = []
         # As the script: it visits at most limit + MAX_VISIT index entries.
         for _, run in expired[:limit + MAX_VISIT]:
             if len(claimed) == limit:
@@ -342,11 +392,14 @@ class MemoryRunStore(_NothingToClose):
             takeover = state.own != owner
             if takeover and max_takeovers is not None and state.takeovers >= max_takeovers:
                 state.quarantine, state.reason = "poison", f"takeovers={state.takeovers}"
+                events.append((run, "quarantined", state.rev, False))
                 continue
             if not budget.fits(state.rec, claimed):
                 break
             self._take_expired(run, state, owner, now + ttl)
             claimed.append(run)
+            events.append((run, "claimed", state.rev, takeover))
+        self._note(owner, events, now)
         if claimed:
             self._changed.notify_all()  # new leases: blocked claim_expired calls look again
         return self._claimed(claimed, records, now)
@@ -403,6 +456,7 @@ class MemoryRunStore(_NothingToClose):
         # most limit + MAX_VISIT times, each entry handled as the claim of its kind does.
         budget = _Budget(records)
         claimed: list[str] = []
+        events: list[tuple[str, Kind, int, bool]] = []
         visits = {"ready": 0, "leases": 0}
         while len(claimed) < limit:
             due = [(t, run.encode("utf-8", "surrogateescape"), "ready", run)
@@ -428,15 +482,19 @@ class MemoryRunStore(_NothingToClose):
                 else:
                     self._claim_ready(run, state, owner, now, ttl)
                     claimed.append(run)
+                    events.append((run, "claimed", state.rev, False))
                 continue
             takeover = state.own != owner
             if takeover and max_takeovers is not None and state.takeovers >= max_takeovers:
                 state.quarantine, state.reason = "poison", f"takeovers={state.takeovers}"
+                events.append((run, "quarantined", state.rev, False))
                 continue
             if not budget.fits(state.rec, claimed):
                 break
             self._take_expired(run, state, owner, now + ttl)
             claimed.append(run)
+            events.append((run, "claimed", state.rev, takeover))
+        self._note(owner, events, now)
         if claimed:
             self._changed.notify_all()  # new leases: blocked claims look again
         return self._claimed(claimed, records, now)
@@ -477,8 +535,8 @@ class MemoryRunStore(_NothingToClose):
         return min((s.exp for s in self._runs.values() if s.own is not None and not s.poisoned),
                    default=None)
 
-    def _claim_ready_now(self, owner: str, ttl: int, limit: int, records: bool,
-                         now: int) -> list[str] | list[Claimed]:
+    def _claim_ready_runs(self, owner: str, ttl: int, limit: int, records: bool,
+                          now: int) -> list[str] | list[Claimed]:
         budget = _Budget(records)
         claimed: list[str] = []
         while len(claimed) < limit:
@@ -499,6 +557,13 @@ class MemoryRunStore(_NothingToClose):
                 else:
                     self._ready[run] = at
         return self._claimed(claimed, records, now)
+
+    def _claim_ready_now(self, owner: str, ttl: int, limit: int, records: bool,
+                         now: int) -> list[str] | list[Claimed]:
+        claimed = self._claim_ready_runs(owner, ttl, limit, records, now)
+        runs = [c if isinstance(c, str) else c.run for c in claimed]
+        self._note(owner, [(run, "claimed", self._runs[run].rev, False) for run in runs], now)
+        return claimed
 
     def _claimed(self, runs: list[str], records: bool,
                  now: int) -> list[str] | list[Claimed]:
@@ -550,6 +615,7 @@ class MemoryRunStore(_NothingToClose):
             if record is not None:
                 self._written(run, state, record, Fenced(lease.owner, lease.token, True),
                               wait, now)
+                self._note(lease.owner, [(run, "written", state.rev, False)], now)
                 return
             state.own, state.exp, state.claim = None, 0, None
             self._put_back(run, state, counters=False)
@@ -561,6 +627,8 @@ class MemoryRunStore(_NothingToClose):
                     state.reason = "final" if failure.final else f"attempts={state.attempts}"
                 else:
                     state.not_before = now + failure.delay if failure.delay else None
+            kind: Kind = "quarantined" if state.quarantine is not None else "released"
+            self._note(lease.owner, [(run, kind, state.rev, False)], now)
             self._reindex(run, state, now, dependency_write=False)
             self._changed.notify_all()
 
@@ -577,7 +645,9 @@ class MemoryRunStore(_NothingToClose):
             state.quarantine, state.error, state.reason = None, None, ""
             state.takeovers = state.attempts = 0
             state.not_before = None
-            self._reindex(run, state, self._clock(), dependency_write=False)
+            now = self._clock()
+            self._reindex(run, state, now, dependency_write=False)
+            self._note(None, [(run, "restored", state.rev, False)], now)
             self._changed.notify_all()
             return True
 
@@ -687,6 +757,11 @@ class MemoryRunStore(_NothingToClose):
         for waiter in sorted(self._dependents.get(run, ())):
             self._reindex(waiter, self._runs[waiter], now, dependency_write=True)
 
+
+
+def _owner_of(lease: Lease) -> str | None:
+    """The owner a lease condition names (None: ``Release()``)."""
+    return None if isinstance(lease, Release) else lease.owner
 
 
 def _order(expiry: datetime | None) -> float | int:

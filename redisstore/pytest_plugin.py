@@ -66,8 +66,14 @@ def redisstore_clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
 
     clock = Clock()
     # The half millisecond keeps TIME's microseconds exact whatever the float rounding.
-    monkeypatch.setattr(server_mixin, "time", SimpleNamespace(time=lambda: (clock.ms + 0.5)
-                                                              / 1000))
+    moved = SimpleNamespace(time=lambda: (clock.ms + 0.5) / 1000)
+    monkeypatch.setattr(server_mixin, "time", moved)
+    try:  # the ids XADD gives (the change feed's times) by the same clock
+        from fakeredis.model import _stream
+    except ImportError:  # pragma: no cover - a fakeredis that keeps streams elsewhere
+        pass
+    else:
+        monkeypatch.setattr(_stream, "time", moved)
     return clock
 
 

@@ -609,6 +609,11 @@ class RunStore(Protocol):
         """Up to ``limit`` quarantined index entries and poison runs, with the reason."""
         ...
 
+    def changes(self, after: str | None = None, limit: int = 100, *,
+                block: int | None = None) -> Changes:
+        """The change feed's events after the cursor ``after`` (docs/contract.md)."""
+        ...
+
 
 def confirm_write(store: RunStore, run: str, revision: int | None, record: bytes) -> bool:
     """After an ``Unavailable`` insert or compare_and_set, tell whether it is the one stored.
@@ -647,3 +652,70 @@ def _is_the_write(current: Current, revision: int | None, record: bytes) -> bool
     # The record carries the writer's fresh token: the same bytes at the revision it wrote
     # can only be its own write.
     return revision in (None, current.revision) and current.record == record
+
+
+# ---------------------------------------------------------------------------- the change feed
+# Its values (redisstore.feed holds its logic: cursors, gaps, the answer).
+
+#: The kinds of events, in the contract's words.
+KINDS = ("inserted", "written", "claimed", "released", "deleted", "quarantined", "restored")
+Kind = Literal["inserted", "written", "claimed", "released", "deleted", "quarantined",
+               "restored"]
+
+#: What the size bound counts an entry as: ``retention_mb`` keeps at most
+#: ``retention_mb * 2**20 // ENTRY_BYTES`` entries a partition (a Redis stream is trimmed by
+#: count, and an entry of a few events of ids and owners of usual lengths takes about this).
+ENTRY_BYTES = 128
+
+
+@dataclass(frozen=True, slots=True)
+class Feed:
+    """How long a store's change feed keeps its entries: ``retention_ms`` (default one
+    hour) and ``retention_mb`` (default 64, counted as ``ENTRY_BYTES`` an entry), a
+    partition at a time; the older entries go, at the writes that follow. An entry is
+    dropped once either bound says so; a reader whose position was dropped gets
+    :class:`~redisstore.Compacted`."""
+
+    retention_ms: int = 3_600_000
+    retention_mb: float = 64.0
+
+    def __post_init__(self) -> None:
+        check_int("retention_ms", self.retention_ms, minimum=1, maximum=MAX_MS)
+        mb = self.retention_mb
+        if isinstance(mb, bool) or not isinstance(mb, int | float):
+            raise TypeError(f"retention_mb must be a number, got {type(mb).__name__}")
+        if not (mb * 2**20 >= ENTRY_BYTES and mb <= 2**20):
+            raise ValueError(f"retention_mb must be in [{ENTRY_BYTES / 2**20}, {2**20}], "
+                             f"got {mb!r}")
+
+    @property
+    def max_entries(self) -> int:
+        """The size bound as a count of entries a partition."""
+        return int(self.retention_mb * 2**20) // ENTRY_BYTES
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One change of one run: ``kind`` (``inserted``, ``written``, ``claimed``,
+    ``released``, ``deleted``, ``quarantined``, ``restored``; ``takeover`` for a claim of
+    another owner's expired lease), the run's ``revision`` after it (a deleted run's last
+    one), the ``owner`` whose call made it (None for a call that names none), the server's
+    ``time`` (UTC ms) and the ``cursor`` that resumes the feed right after it."""
+
+    run: str
+    revision: int
+    kind: Kind
+    owner: str | None
+    time: int
+    cursor: str
+    takeover: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Changes:
+    """What ``changes`` answers: the ``events`` in order (at most ``limit``), and the
+    ``cursor`` to pass as ``after`` next (past the last event, or where the call looked when
+    there was none)."""
+
+    events: list[Event]
+    cursor: str

@@ -19,6 +19,7 @@ from redisstore import (
     AsyncRedisRepository,
     AsyncRedisRunStore,
     AsyncWorker,
+    Feed,
     Job,
     Repository,
     Retry,
@@ -105,9 +106,20 @@ class AsyncRunSuite(RunStoreConformance, AsyncBackend):
     #: The store's partitions (one logical store over that many hash tags).
     partitions = 1
 
+    #: The feed of the next store make_store makes (make_feed_store sets it).
+    feed: Feed | None = None
+
+    def make_feed_store(self, feed: Feed, *, discover: Discover | None = None) -> RunStore:
+        self.feed = feed
+        try:
+            return self.make_store(discover=discover)
+        finally:
+            self.feed = None
+
     def make_store(self, *, discover: Discover | None = None) -> RunStore:
         store = AsyncRedisRunStore(self.client, namespace=unique_namespace(), discover=discover,
-                                   partitions=self.partitions, timeout=SUITE_TIMEOUT)
+                                   partitions=self.partitions, feed=self.feed,
+                                   timeout=SUITE_TIMEOUT)
         synced = Synced(store, self.loop)
         synced.migrate()  # the newest layout, as README's start-up does
         return cast(RunStore, synced)

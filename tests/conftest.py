@@ -26,7 +26,7 @@ from servers import (
     valkey_binary,
 )
 
-from redisstore import RedisRunStore, RunStore
+from redisstore import Feed, RedisRunStore, RunStore
 from redisstore.conformance import RunStoreConformance
 from redisstore.pytest_plugin import Clock
 from redisstore.runs import Discover
@@ -236,9 +236,20 @@ class RedisSuite(RunStoreConformance):
     #: The store's partitions (one logical store over that many hash tags).
     partitions = 1
 
+    #: The feed of the next store make_store makes (make_feed_store sets it).
+    feed: Feed | None = None
+
     def make_store(self, *, discover: Discover | None = None) -> RunStore:
         return RedisRunStore(self.client, namespace=unique_namespace(), discover=discover,
-                             partitions=self.partitions, timeout=SUITE_TIMEOUT)
+                             partitions=self.partitions, feed=self.feed,
+                             timeout=SUITE_TIMEOUT)
+
+    def make_feed_store(self, feed: Feed, *, discover: Discover | None = None) -> RunStore:
+        self.feed = feed
+        try:
+            return self.make_store(discover=discover)
+        finally:
+            self.feed = None
 
     def reopen(self, store: RunStore, *, discover: Discover | None,
                projection_version: int) -> RunStore:

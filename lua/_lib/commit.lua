@@ -61,15 +61,21 @@ local function commit()
   if #WRITES == 0 then return nil end
   local bad = writes_ok()
   if bad then return bad end
+  if #FEED_EVENTS > 0 and not feed_ok() then return 'feed' end
   touch_writes()
   local batched = coalesced()
-  if not RECORDED then
+  if FEED_MAX then
+    -- A namespace with a feed records no v5 (layout.lua): its writes take this code.
+    if not RECORDED then redis.call('HSET', META, 'layout', LAYOUT) end
+    RECORDED = true
+  elseif not RECORDED then
     redis.call('HSET', META, 'layout', LAYOUT, 'v5', '1')
     RECORDED = true
   elseif not DENY_OOM[batched[1][1]] then
     redis.call('HSETNX', META, 'v5', '1')
   end
   for i = 1, #batched do redis.call(unpack(batched[i])) end
+  feed_send()
   -- Sent: a second operation of the script queues afresh (ops.lua's two_ops).
   WRITES = {}
   send_signals()

@@ -19,6 +19,7 @@ end
 -- and with a failure count an attempt, then hold it back by the failure's delay or, at its
 -- last attempt (or a final one), quarantine it as failed with its error text.
 local function finish_run(run, s, failure, pv)
+  local by = s.own
   put_back(run, s, false)
   free(run, s)
   if failure then
@@ -34,6 +35,7 @@ local function finish_run(run, s, failure, pv)
   end
   place(run, s, pv, false)
   save(run, s)
+  feed_note(run, s.px and 'q' or 'r', s.rev, by)
 end
 
 -- Put run (state s) back from the quarantine: its counters and back-off cleared, claimable
@@ -44,5 +46,6 @@ local function restore_run(run, s, pv)
   s.nb = false
   place(run, s, pv, false)
   save(run, s)
+  feed_note(run, 'b', s.rev, false)
   return true
 end

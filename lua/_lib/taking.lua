@@ -70,6 +70,7 @@ local function take_ready(run, s, owner, ttl, now, pv, budget, strict, out)
       ix_rem(READY_IX, run)
       s.rx = false
       save(run, s)
+      feed_note(run, 'c', s.rev, owner)
       hand_out(out, run, s, budget, rec)
     end
   end
@@ -92,14 +93,17 @@ local function take_expired(run, s, owner, ttl, now, bound, budget, strict, out)
     DROPPED = DROPPED + 1
     s.px, s.lx = 'p', false
     save(run, s)
+    feed_note(run, 'q', s.rev, owner)
   else
     local rec = budget > 0 and claimed_record(run, s, budget, #out + strict, LEASES_IX)
     if rec == nil then return true end
     if budget == 0 or rec then
+      local code = s.own ~= owner and 't' or 'c'
       if s.own ~= owner and s.tk < MAX_TAKEOVERS then s.tk = s.tk + 1 end
       if s.at < MAX_TAKEOVERS then s.at = s.at + 1 end
       grant(run, s, owner, now + ttl)
       save(run, s)
+      feed_note(run, code, s.rev, owner)
       hand_out(out, run, s, budget, rec)
     end
   end

@@ -64,6 +64,7 @@ end
 -- one write, indexes. Every write clears not_before and puts a quarantined run back; a
 -- checkpoint (kind 'h' or 'f': the lease stays) keeps its takeovers and attempts.
 local function write(run, s, rev, record, kind, owner, ttl, w, pv)
+  local code = s.rev and 'w' or 'i'  -- an insert's state is fresh(): no revision yet
   s.rev = rev
   -- From here on the run is this state for every read of the script: an insert's run was
   -- GONE, and a run waiting on itself must see its own new revision.
@@ -74,6 +75,7 @@ local function write(run, s, rev, record, kind, owner, ttl, w, pv)
   apply_wait(run, s, w, pv)
   place(run, s, pv, false)
   save(run, s, record)
+  feed_note(run, code, rev, owner)
   notify_dependents(run, pv)
   announce(run, 2 * rev)
 end

@@ -86,7 +86,7 @@ def acl_rule(namespace: str, *, durability: bool = False, server_checks: bool = 
         raise ValueError(f"namespace {namespace!r} has whitespace or control characters: it "
                          "cannot be one word of an ACL rule (choose one without them)")
     commands = {"evalsha", "eval", "script|load", "time", "bzpopmin", "zadd",
-                *script_commands()}
+                "xrange", "xread", "hget", "hset", *script_commands()}
     if not migrate:
         commands.discard("scan")
     if durability or aof:

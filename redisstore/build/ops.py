@@ -56,6 +56,7 @@ IMPORTS = {
     "Fenced": "redisstore.runs",
     "Lease": "redisstore.runs",
     "Quarantined": "redisstore.runs",
+    "Changes": "redisstore.feed",
     "RunOps": "redisstore.core.runops",
     "Share": "redisstore.core.runops",
     "PartitionedOps": "redisstore.core.partitions",

@@ -31,6 +31,7 @@ from ..runs import (
 )
 from .base import ACCEPTS, LONG, ME, OTHER, STATES, RunSuite, lease_of
 from .claiming import ClaimRules
+from .feed import FeedRules
 from .fencing import FencingRules
 from .lifecycle import LifecycleRules
 from .readiness import ReadinessRules
@@ -478,7 +479,7 @@ class LeaseRules(RunSuite):
 
 
 class RunStoreConformance(LeaseRules, ReadinessRules, LifecycleRules, WakeupRules,
-                          ClaimRules, FencingRules, WorkerRules):
+                          ClaimRules, FencingRules, WorkerRules, FeedRules):
     """The whole leased run backend contract as pytest tests.
 
     Implement :meth:`make_store` (and :meth:`reopen`, for the projection-version rules).

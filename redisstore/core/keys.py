@@ -32,6 +32,7 @@ RUN_STORE_KEYS: dict[str, str] = {
     "UNWATCHED": "unwatched",  # Keyspace.unwatched
     "UNWATCH_Q": "unwatch",  # Keyspace.unwatch
     "WATCH_SEQ": "watch-seq",  # Keyspace.watch_seq
+    "FEED": "feed",  # the change feed
 }
 
 #: The parts of the run store's key names built from a run, a dependency or an index's
@@ -123,6 +124,11 @@ class Keyspace:
         """Hash: the namespace's run layout version (``layout``, 5, and ``v5``; absent: a
         namespace never written, which starts at 5), ``deleted-rev``, ``deleted-tok``."""
         return self.prefix + _K["META"]
+
+    @property
+    def feed(self) -> str:
+        """The change feed's stream (docs/design/feed.md)."""
+        return self.prefix + _K["FEED"]
 
     @property
     def quarantine(self) -> str:

@@ -20,6 +20,8 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 from ..errors import NOT_APPLIED, UNKNOWN, Misconfigured, StoreError, Unavailable
+from ..feed import Changes, Feed, Position, check_changes, decode, gap
+from ..feed import answer as feed_answer
 from ..runs import (
     MAX_CLAIM_BYTES,
     Cap,
@@ -626,6 +628,42 @@ class PartitionedOps(PartitionOps, Counted):
                                    patient=True)  # counted by now where the first needed it
         return heads, acks, [d for d in unread if (d, "outbox") in acks]
 
+    def set_feed(self, feed: Feed | None) -> None:
+        """See :meth:`RunOps.set_feed`: each partition's."""
+        for part in self.parts:
+            part.set_feed(feed)
+
+    def changes(self, after: str | None = None, limit: int = 100, *,
+                block: int | None = None) -> Spread[Changes]:
+        """See :meth:`RunOps.changes`: every partition's feed, one position each in the
+        cursor; a page interleaves them by time."""
+        after, limit, block = check_changes(after, limit, block)
+        self.parts[0].feed_on()
+        positions = decode(after, self.n)
+        return Spread(self._changes(after, positions, limit, block))
+
+    def _changes(self, after: str | None, positions: list[Position], limit: int,
+                 block: int | None) -> Steps[Changes]:
+        deadline = time.monotonic() + (block or 0) / 1000
+        while True:
+            answers = yield from fan(part.feed_read(p, limit)
+                                     for part, p in zip(self.parts, positions, strict=True))
+            found = [(p, got.unwrap()) for p, got in zip(positions, answers, strict=True)]
+            lost = [d for d, (p, f) in enumerate(found) if gap(p, f) is not None]
+            oldest: dict[int, Any] = {}
+            if lost:
+                got_oldest = yield from fan(self.parts[d].feed_oldest() for d in lost)
+                oldest = {d: got.unwrap() for d, got in zip(lost, got_oldest, strict=True)}
+            page = feed_answer(after, found, limit, oldest.get)
+            left = int((deadline - time.monotonic()) * 1000)
+            if page.events or left <= 0:
+                return page
+            # Each partition's stream in a cluster slot of its own: a short wait on each, at
+            # once, then a read of all.
+            now = decode(page.cursor, self.n)
+            yield from fan(part.feed_wait(p, min(left, PARTITION_FEED_WAIT))
+                           for part, p in zip(self.parts, now, strict=True))
+
     def quarantined(self, limit: int = 1000) -> Spread[list[Quarantined]]:
         """See :meth:`RunOps.quarantined`: every partition's, merged."""
         limit = check_listing_limit(limit)
@@ -652,6 +690,11 @@ class PartitionedOps(PartitionOps, Counted):
         steps = [got.unwrap() for got in answers]
         return (sum(s[0] for s in steps), all(s[1] for s in steps),
                 sum(s[2] for s in steps), sum(s[3] for s in steps))
+
+
+#: The longest ``XREAD BLOCK`` a blocked ``changes`` over partitions sends each at a time
+#: (ms): every partition waits at once, and the read of all follows the slowest.
+PARTITION_FEED_WAIT = 250
 
 
 def deferred(call: Callable[..., Operation[T]], *args: Any) -> Callable[[], Operation[T]]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple, TypeAlias, TypeVar, overload
@@ -26,6 +27,8 @@ from ..errors import (
     StoreError,
     Unavailable,
 )
+from ..feed import Changes, Entry, check_changes, decode, gap
+from ..feed import answer as feed_answer
 from ..runs import (
     MAX_CLAIM_BYTES,
     Changed,
@@ -79,6 +82,7 @@ from .driver import (
     preceded,
     text,
 )
+from .feedops import FeedOps
 from .keys import Keyspace
 from .waits import KINDS as KINDS
 
@@ -137,6 +141,10 @@ class Share(NamedTuple):
 LAYOUT = 5
 
 
+
+#: The longest ``XREAD BLOCK`` a blocked ``changes`` sends at a time (ms): below every
+#: store's call deadline; it reads again and waits again until its ``block`` is over.
+FEED_WAIT = 1000
 
 #: A script reply's status code: defined in scripts, the one place the Lua side gets them too.
 Code = scripts.Code
@@ -472,7 +480,7 @@ def _version(score: Any) -> int:
     return int(value) if value.is_integer() and 0 <= value <= MAX_INT else -1
 
 
-class RunOps:
+class RunOps(FeedOps):
     """The run store's operations over one namespace, as pure generators of calls.
 
     Before the store's first write, :meth:`server_check` runs once: it refuses a server
@@ -616,8 +624,9 @@ class RunOps:
         return answer(run, self.keys.namespace, self.opened)
 
     def checked(self) -> bool:
-        """Whether :meth:`server_check` has passed for this client."""
-        return self.checks >= self._needed
+        """Whether :meth:`server_check` has passed for this client (and this store's feed
+        bounds are recorded)."""
+        return self.checks >= self._needed and self.feed_recorded
 
     def guarded(self, op: Operation[T] | Spread[T]) -> Operation[T] | Spread[T]:
         """``op`` preceded, until it has passed once, by :meth:`server_check`."""
@@ -656,6 +665,7 @@ class RunOps:
                                     f"aof={self.durability.aof}) needs (WAITAOF: Redis >= 7.2, "
                                     "Valkey >= 8)")
             self.checks.add(name)
+        yield from self.record_feed()
 
     def _policy(self) -> Operation[str | None]:
         try:
@@ -1106,6 +1116,29 @@ class RunOps:
         moved, done, damaged, entries = yield from ask(Call(
             scripts.RUN_MIGRATE, (self.keys.meta,), (self.arg1, count), self._answer()))
         return int(moved), bool(done), int(damaged), int(entries)
+
+    @operation("read", "own", pipeline=False)
+    def changes(self, after: str | None = None, limit: int = 100, *,
+                block: int | None = None) -> Operation[Changes]:
+        """The change feed's events after the cursor ``after`` (None: from the oldest
+        retained), at most ``limit`` (<= 1000); with ``block``, wait up to that many ms for
+        one. Raises ``Compacted`` (with where to resume) when entries past ``after`` are
+        gone, ``Misconfigured`` on a store opened without ``feed=Feed(...)``. See
+        docs/contract.md, "The change feed"."""
+        after, limit, block = check_changes(after, limit, block)
+        self.feed_on()
+        (position,) = decode(after, 1)
+        deadline = time.monotonic() + (block or 0) / 1000
+        while True:
+            found = yield from self.feed_read(position, limit)
+            oldest: dict[int, Entry | None] = {}
+            if gap(position, found) is not None:
+                oldest[0] = yield from self.feed_oldest()
+            page = feed_answer(after, [(position, found)], limit, oldest.get)
+            left = int((deadline - time.monotonic()) * 1000)
+            if page.events or left <= 0:
+                return page
+            yield from self.feed_wait(decode(page.cursor, 1)[0], min(left, FEED_WAIT))
 
     @operation("read", "own", pipeline=False)
     def quarantined(self, limit: int = 1000) -> Operation[list[Quarantined]]:

@@ -732,7 +732,7 @@ COMMON = "_common"
 #: The libs kept as a folder of files, one a concept (``lua/_lib/keys.lua``...), in the
 #: order the build reads them: a file's fragments may use those of the files before it.
 LIBS: dict[str, tuple[str, ...]] = {
-    "_lib": ("keys", "args", "index", "signals", "layout", "commit", "codec", "runs",
+    "_lib": ("keys", "args", "index", "signals", "feed", "layout", "commit", "codec", "runs",
              "partitions", "claims", "leases", "fanout", "taking", "write", "finish", "ops",
              "lean", "lean_write", "lean_one", "old"),
 }

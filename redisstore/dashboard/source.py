@@ -24,8 +24,11 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..core.feedops import parse_events
 from ..core.keys import Keyspace, check_namespace
-from ..errors import Conflict, LeaseRefused, NotFound
+from ..core.partitions import PartitionedOps
+from ..errors import Compacted, Conflict, LeaseRefused, NotFound
+from ..feed import ENTRY_BYTES, ORIGIN, Feed, Position, encode
 from ..runs import MAX_RENEW, Claim, Current, Fenced, Free, Held
 from ..shells.store import RedisRunStore
 
@@ -47,6 +50,9 @@ SCAN_DEPENDENCIES = 1000
 SCAN_PAUSE = 5.0
 #: Namespaces whose keyspaces and stores a source keeps at most.
 KEPT = 100
+#: The entries of each partition's feed a run's page looks through for its recent events.
+EVENTS_LOOKED = 200
+
 #: The owner an action on a free run deletes under (``Claim``: refused while another
 #: owner holds the run live). Never used to hold anything: delete ignores the ttl.
 DASHBOARD_OWNER = "redisstore-dashboard"
@@ -282,6 +288,13 @@ class Source(ABC):
         """Let go of what the source opened."""
 
 
+def _keeps_feed(store: RedisRunStore) -> bool:
+    """Whether ``store`` was opened with the namespace's change feed."""
+    ops = store._ops
+    part = ops.parts[0] if isinstance(ops, PartitionedOps) else ops
+    return part.feed is not None
+
+
 def _int(value: Any) -> int:
     return int(float(value))
 
@@ -328,6 +341,8 @@ class StoreSource(Source):
         self.label = label
         self._given = [check_namespace(ns) for ns in namespaces]
         self._stores: dict[str, RedisRunStore] = {}
+        #: Per namespace: where the last read of its feed "from now" ended.
+        self._tails: dict[str, str] = {}
         self._spaces: dict[str, list[Keyspace]] = {}
         self._lock = threading.Lock()
         self._scan: ScanResult | None = None
@@ -411,9 +426,75 @@ class StoreSource(Source):
                         old.close()
                     self._stores.clear()
                 store = RedisRunStore(self.client, namespace=namespace,
-                                      partitions=len(spaces))
+                                      partitions=len(spaces), feed=self._feed_of(spaces))
                 self._stores[namespace] = store
             return store, spaces
+
+    def _feed_of(self, spaces: list[Keyspace]) -> Feed | None:
+        """The change feed the namespace records (meta's ``feed``), or None."""
+        recorded = self.client.hget(spaces[0].meta, "feed")
+        if recorded is None:
+            return None
+        match = re.fullmatch(rb"([1-9]\d{0,8}):([1-9]\d{0,14})", bytes(recorded))
+        if match is None:
+            return None
+        return Feed(retention_ms=int(match.group(2)),
+                    retention_mb=int(match.group(1)) * ENTRY_BYTES / 2**20)
+
+    def _tail(self, spaces: list[Keyspace]) -> str:
+        """A cursor past every entry the namespace's feed holds now (one per partition):
+        a reader from it sees what comes next."""
+        positions = []
+        for space in spaces:
+            last = self.client.xrevrange(space.feed, count=1)
+            if last:
+                entry_id, fields = last[0]
+                positions.append(Position(_text(entry_id), int(fields[b"n"])))
+            else:
+                positions.append(Position(ORIGIN, int(self.client.hget(space.meta, "feed-n")
+                                                      or 0)))
+        return encode(positions)
+
+    def changes(self, namespace: str, after: str | None, limit: int = 100,
+                block: int | None = None) -> list[Change]:
+        """The namespace's change feed after ``after`` (None: from now); :class:`NoFeed`
+        where the namespace records none. A cursor whose entries are gone starts again
+        where the feed resumes (the page's counts are read again anyway)."""
+        store, spaces = self._store(namespace)
+        if not _keeps_feed(store):
+            raise NoFeed(namespace)
+        fresh = after is None
+        if after is None:
+            # From now: from where the last read from now ended (the live reader passes
+            # None until it has an event's cursor), else the feed's end.
+            after = self._tails.get(namespace) or self._tail(spaces)
+        try:
+            page = store.changes(after=after, limit=limit, block=block)
+        except Compacted as lost:
+            page = store.changes(after=lost.resume, limit=limit)
+        if fresh:
+            self._tails[namespace] = page.cursor
+        return [Change(namespace, e.run, e.revision, e.kind, e.owner, e.time, e.cursor,
+                       e.takeover) for e in page.events]
+
+    def events(self, namespace: str, run: str, limit: int = 20) -> list[Change]:
+        """The run's recent events, newest first: from the last ``EVENTS_LOOKED`` entries
+        of each partition's feed (bounded: a run quiet for longer shows none)."""
+        store, spaces = self._store(namespace)
+        if not _keeps_feed(store):
+            return []
+        found: list[Change] = []
+        for space in spaces:
+            for entry_id, fields in self.client.xrevrange(space.feed, count=EVENTS_LOOKED):
+                items = parse_events(bytes(fields[b"e"]))
+                owner = _text(fields[b"o"]) or None
+                when = int(_text(entry_id).split("-")[0])
+                for name, kind, revision, takeover in reversed(items):
+                    if name == run:
+                        found.append(Change(namespace, name, revision, kind, owner, when,
+                                            "", takeover))
+        found.sort(key=lambda c: c.time, reverse=True)
+        return found[:limit]
 
     def _now(self) -> int:
         """The server's clock, ms (TIME: what the scripts judge leases by)."""

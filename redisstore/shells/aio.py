@@ -61,6 +61,7 @@ from ..core.pipeline import Pipelined
 from ..core.repository_ops import RepositoryOps
 from ..core.runops import RunOps
 from ..errors import StoreError
+from ..feed import Feed
 from ..repository import MAX_PAGE, InFlightPage, InstanceRecord, Logger
 from ..runs import (
     MAX_RECORD,
@@ -1287,10 +1288,12 @@ class AsyncRedisRunStore(_Closes, AsyncStoreOps, Shell[RunOps | PartitionedOps])
     def __init__(self, client: Any, *, namespace: str = "redisstore",
                  discover: Discover | None = None, projection_version: int = 1,
                  durability: Durability | None = None, timeout: int = 5000,
-                 max_record_bytes: int = MAX_RECORD, partitions: int = 1) -> None:
+                 max_record_bytes: int = MAX_RECORD, partitions: int = 1,
+                 feed: Feed | None = None) -> None:
         durability, timeout = check_io(durability, timeout)
         self._ops = run_ops(namespace, discover, projection_version, durability=durability,
                             max_record_bytes=max_record_bytes, partitions=partitions)
+        self._ops.set_feed(feed)
         self._io = AsyncTransport(client, durability, timeout)
         self._ops.checks = self._io.checks
         self._wake: Wakeups | None = None

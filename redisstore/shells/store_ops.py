@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from ..core.driver import Operation, Spread
     from ..core.partitions import PartitionedOps
     from ..core.runops import RunOps
+    from ..feed import Changes
     from ..runs import Claimed, Current, Failure, Fenced, Lease, Quarantined
 
 T = TypeVar("T")
@@ -202,6 +203,15 @@ class StoreOps:
     def refresh(self, run: str) -> bool:
         """Re-derive the run's wait from its current record; True if it now has one."""
         return self._write(self._ops.refresh(run))
+
+    def changes(self, after: str | None = None, limit: int = 100, *, block: int | None = None
+                ) -> Changes:
+        """The change feed's events after the cursor ``after`` (None: from the oldest
+        retained), at most ``limit`` (<= 1000); with ``block``, wait up to that many ms for
+        one. Raises ``Compacted`` (with where to resume) when entries past ``after`` are
+        gone, ``Misconfigured`` on a store opened without ``feed=Feed(...)``. See
+        docs/contract.md, "The change feed"."""
+        return self._read(self._ops.changes(after, limit, block=block))
 
     def quarantined(self, limit: int = 1000) -> list[Quarantined]:
         """Index entries that claims dropped as damaged (a run missing, of another type, or

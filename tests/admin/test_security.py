@@ -181,7 +181,7 @@ class ConfinedSuite(RedisSuite):
         client = self.clients[namespace] = redis.Redis(
             **confine(self.server, namespace, partitions=self.partitions))
         store = RedisRunStore(client, namespace=namespace, discover=discover,
-                              partitions=self.partitions)
+                              partitions=self.partitions, feed=self.feed)
         store.migrate()
         return store
 
@@ -270,7 +270,7 @@ class TestConfinedAsyncRunStore(AsyncRunSuite):
     def make_store(self, *, discover: Discover | None = None) -> RunStore:
         namespace = unique_namespace()
         store = AsyncRedisRunStore(self._client(namespace), namespace=namespace,
-                                   discover=discover)
+                                   discover=discover, feed=self.feed)
         synced = Synced(store, self.loop)
         synced.migrate()
         return cast(RunStore, synced)

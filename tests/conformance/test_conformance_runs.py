@@ -12,6 +12,7 @@ from servers import Server
 
 from redisstore import MemoryRunStore, RedisRunStore, RunStore
 from redisstore.conformance import RunStoreConformance
+from redisstore.feed import Feed
 from redisstore.runs import Discover
 
 
@@ -24,6 +25,9 @@ class TestMemoryRunStore(RunStoreConformance):
 
     def make_store(self, *, discover: Discover | None = None) -> RunStore:
         return MemoryRunStore(clock=self.clock, discover=discover)
+
+    def make_feed_store(self, feed: Feed, *, discover: Discover | None = None) -> RunStore:
+        return MemoryRunStore(clock=self.clock, discover=discover, feed=feed)
 
     def reopen(self, store: RunStore, *, discover: Discover | None,
                projection_version: int) -> RunStore:

@@ -798,3 +798,30 @@ def test_on_the_wire_every_page_sends_bounded_commands_only(own_redis7: Any) -> 
             assert "LIMIT 0" in command.upper(), command
     store.close()
     redis.Redis.close(client)
+
+
+@pytest.mark.parametrize("partitions", [1, 3])
+def test_the_source_reads_a_namespaces_change_feed(partitions: int) -> None:
+    """Where the namespace records a change feed, the live reader's ``changes`` and a run
+    page's ``events`` come from it (``None``: from now); elsewhere ``NoFeed`` and none."""
+    from redisstore import Feed
+
+    client = fakeredis.FakeRedis()
+    store = RedisRunStore(client, namespace="fed", partitions=partitions, feed=Feed())
+    store.insert("old", b"x", Release())
+    source = StoreSource(client, ["fed", "plain"])
+    assert source.changes("fed", None) == []  # from now: not the older entries
+    store.insert("job", b"x", Claim("node", 60_000))
+    store.compare_and_set("job", 1, b"y", Hold("node"))
+    changes = source.changes("fed", None)  # from where the last read from now ended
+    assert [(c.run, c.kind) for c in changes] == [("job", "inserted"), ("job", "written")]
+    store.release("node", ["job"])
+    assert [(c.run, c.kind) for c in source.changes("fed", changes[-1].cursor)] == [
+        ("job", "released")]
+    recent = source.events("fed", "job")
+    assert [(c.kind, c.revision, c.owner) for c in recent] == [
+        ("released", 2, "node"), ("written", 2, "node"), ("inserted", 1, "node")]
+    RedisRunStore(client, namespace="plain").insert("a", b"x", Release())
+    with pytest.raises(NoFeed):
+        source.changes("plain", None)
+    assert source.events("plain", "a") == []

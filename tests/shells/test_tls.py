@@ -153,7 +153,8 @@ class TestTlsAsyncRunStore(AsyncRunSuite):
             host="127.0.0.1", port=tls_redis.port, **tls_redis.connect))
 
     def make_store(self, *, discover: Discover | None = None) -> RunStore:
-        store = AsyncRedisRunStore(self.client, namespace=unique_namespace(), discover=discover)
+        store = AsyncRedisRunStore(self.client, namespace=unique_namespace(), discover=discover,
+                                   feed=self.feed)
         synced = Synced(store, self.loop)
         synced.migrate()
         return cast(RunStore, synced)

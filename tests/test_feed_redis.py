@@ -1,0 +1,167 @@
+"""The change feed on the Redis stores, beyond the conformance rules (which every store kind
+runs): what the stream holds, the cost rule of one entry per call, a pipeline's events in
+order, a damaged stream key refused, a feed off costing nothing. On fakeredis, and on a
+real Redis 7 (``server`` tier)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import fakeredis
+import pytest
+from conftest import unique_namespace
+
+from redisstore import (
+    At,
+    Claim,
+    Corrupt,
+    Feed,
+    Fenced,
+    Free,
+    Hold,
+    LeaseRefused,
+    Misconfigured,
+    RedisRunStore,
+    Release,
+)
+from redisstore.feed import Event
+
+
+def ready(record: bytes) -> At | None:
+    return At(0) if record.startswith(b"ready") else None
+
+
+@pytest.fixture(params=["fakeredis", pytest.param("redis7", marks=pytest.mark.server)])
+def client(request: pytest.FixtureRequest) -> Any:
+    if request.param == "fakeredis":
+        return fakeredis.FakeRedis()
+    return request.getfixturevalue("redis7").client()
+
+
+def store_of(client: Any, **options: Any) -> RedisRunStore:
+    store = RedisRunStore(client, namespace=unique_namespace(), discover=ready,
+                          feed=Feed(), **options)
+    store.migrate()
+    return store
+
+
+def kinds(events: list[Event]) -> list[tuple[str, str]]:
+    return [(e.run, e.kind) for e in events]
+
+
+def test_a_claim_of_100_runs_is_one_entry(client: Any) -> None:
+    store = store_of(client)
+    for n in range(100):
+        store.insert(f"r{n:03}", b"ready", Release())
+    before = client.xlen(f"{{{store.namespace}}}:feed")
+    assert len(store.claim("me", 60_000, 100)) == 100
+    assert client.xlen(f"{{{store.namespace}}}:feed") == before + 1
+    (_entry_id, fields), = client.xrevrange(f"{{{store.namespace}}}:feed", count=1)
+    assert fields[b"o"] == b"me" and fields[b"e"].count(b":r") == 100
+
+
+def test_a_pipelines_events_are_in_its_order(client: Any) -> None:
+    store = store_of(client)
+    store.insert("a", b"x", Claim("me", 60_000))
+    # Every script loaded first: a call answered NOSCRIPT is sent again after the others
+    # of its round trip (which the feed then shows as the server applied them).
+    with store.pipeline() as p:
+        p.compare_and_set("a", 1, b"x1", Hold("me"))
+        p.release("me", ["absent"])
+        p.claim("you", 60_000, 0)
+        p.insert("warm", b"x", Release())
+    cursor = store.changes().cursor
+    with store.pipeline() as p:
+        p.compare_and_set("a", 2, b"x2", Hold("me"))
+        p.insert("b", b"ready", Release())
+        p.compare_and_set("a", 7, b"x3", Hold("me"))  # refused: no event
+        p.release("me", ["a"])
+        p.claim("you", 60_000, 1)
+    assert kinds(store.changes(after=cursor).events) == [
+        ("a", "written"), ("b", "inserted"), ("a", "released"), ("b", "claimed")]
+
+
+def test_a_finish_and_the_next_claim_in_one_script_are_an_entry_each(client: Any) -> None:
+    """One entry per call: the pipeline's finish and claim, sent as one script, are two."""
+    store = store_of(client)
+    store.insert("a", b"done", Claim("me", 60_000))
+    store.insert("b", b"ready", Release())
+    current = store.get("a")
+    assert current.token is not None
+    key = f"{{{store.namespace}}}:feed"
+    before = client.xlen(key)
+    with store.pipeline() as p:
+        p.finish("a", 1, Fenced("me", current.token), record=b"done2")
+        claim = p.claim("me", 60_000, 1)
+    assert claim.result() == ["b"]
+    assert client.xlen(key) == before + 2
+    assert kinds(store.changes().events)[-2:] == [("a", "written"), ("b", "claimed")]
+
+
+def test_a_namespace_with_a_feed_leaves_its_writes_to_the_general_code(client: Any) -> None:
+    """The fast paths read only meta's v5, which a namespace with a feed does not record:
+    they cost a namespace without one nothing, and never write past a feed."""
+    store = store_of(client)
+    store.insert("a", b"x", Release())
+    meta = f"{{{store.namespace}}}:meta"
+    assert client.hget(meta, "v5") is None and client.hget(meta, "layout") == b"5"
+    plain = RedisRunStore(client, namespace=unique_namespace(), discover=ready)
+    plain.insert("a", b"x", Release())
+    assert client.hget(f"{{{plain.namespace}}}:meta", "v5") == b"1"
+
+
+def test_a_damaged_stream_key_refuses_every_write_and_every_read(client: Any) -> None:
+    store = store_of(client)
+    store.insert("a", b"x", Claim("me", 60_000))
+    store.insert("r", b"ready", Release())
+    key = f"{{{store.namespace}}}:feed"
+    client.delete(key)
+    client.set(key, "not a stream")
+    for write in (lambda: store.insert("b", b"x", Release()),
+                  lambda: store.compare_and_set("a", 1, b"y", Hold("me")),
+                  lambda: store.release("me", ["a"]),
+                  lambda: store.claim("me", 60_000, 1)):
+        with pytest.raises(Corrupt) as refused:
+            write()
+        assert refused.value.field == "feed"
+    assert store.get("a").revision == 1 and store.get("r").holder == Free()
+    with pytest.raises(Corrupt):
+        store.changes()
+
+
+def test_a_refused_write_leaves_no_entry(client: Any) -> None:
+    store = store_of(client)
+    store.insert("a", b"x", Claim("other", 60_000))
+    key = f"{{{store.namespace}}}:feed"
+    before = client.xlen(key)
+    with pytest.raises(LeaseRefused):
+        store.compare_and_set("a", 1, b"y", Hold("me"))
+    assert store.renew("other", ["a"], 60_000) == ["a"]
+    assert client.xlen(key) == before
+
+
+def test_a_store_without_a_feed_writes_none_and_says_so(client: Any) -> None:
+    store = RedisRunStore(client, namespace=unique_namespace(), discover=ready)
+    store.insert("a", b"ready", Release())
+    store.claim("me", 60_000, 1)
+    assert client.exists(f"{{{store.namespace}}}:feed") == 0
+    with pytest.raises(Misconfigured):
+        store.changes()
+
+
+def test_a_feed_dropped_under_its_readers_is_compacted(client: Any) -> None:
+    """The stream deleted (set aside as damaged, or by hand): meta's count stays, so a
+    reader behind its end is told, and one that had read it all goes on."""
+    from redisstore import Compacted
+
+    store = store_of(client)
+    store.insert("a", b"x", Release())
+    behind = store.changes().cursor
+    store.insert("b", b"x", Release())
+    caught_up = store.changes(after=behind).cursor
+    client.delete(f"{{{store.namespace}}}:feed")
+    assert store.changes(after=caught_up).events == []
+    with pytest.raises(Compacted):
+        store.changes(after=behind)
+    store.insert("c", b"x", Release())
+    assert kinds(store.changes(after=caught_up).events) == [("c", "inserted")]
