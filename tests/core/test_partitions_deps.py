@@ -127,8 +127,10 @@ def test_a_blocked_claim_finds_a_waiter_behind_a_big_outbox_at_once(
         backends: dict[str, list[Server]], where: str, shell: str) -> None:
     """An outbox of more entries than a claim reads (2,000 deliveries that make nothing
     claimable), then a waiter's dependency written in another partition: a claim blocked
-    before that write gets the waiter within 2 s, where it slept its whole re-arm (10 s)
-    once its one claim's 100 entries missed it. Twice, each a fresh pair."""
+    before that write is woken with the waiter well before its block (9 s) ends, where it
+    slept its whole re-arm (10 s) once its one claim's 100 entries missed it. Twice, each a
+    fresh pair. (The bound is the block's, not a speed: the outbox takes 20 claims' reads,
+    which a loaded machine stretches; 2 s failed at 4.2 s under load.)"""
     from redisstore.conformance.wakeups import Blocked
 
     ns = unique_namespace("deps-wake")
@@ -141,7 +143,7 @@ def test_a_blocked_claim_finds_a_waiter_behind_a_big_outbox_at_once(
             io.call("insert", dep, rec(None), Release())
             io.call("insert", waiter, rec({"changed": dep, "seen": 1}), Release())
             assert io.call("claim_ready", "me", LONG, 10) == []
-            blocked = Blocked(lambda: io.call("claim_ready", "me", LONG, 1, block=5000))
+            blocked = Blocked(lambda: io.call("claim_ready", "me", LONG, 1, block=9000))
             time.sleep(0.5)  # the claim is blocked
             # Deliveries that make nothing claimable: their dependencies have no waiter.
             io.raw.zadd(home.prefix + "outbox",
@@ -149,7 +151,8 @@ def test_a_blocked_claim_finds_a_waiter_behind_a_big_outbox_at_once(
             since = time.monotonic()
             io.call("compare_and_set", dep, 1, rec(None), Release())
             assert blocked.get() == [waiter]
-            assert blocked.returned - since < 2.0, blocked.returned - since
+            # Woken, not answered by the claim its block's end makes.
+            assert blocked.returned - since < 8.0, blocked.returned - since
             io.raw.delete(home.prefix + "outbox")
     finally:
         io.close()
