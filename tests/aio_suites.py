@@ -12,14 +12,13 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from typing import Any, TypeVar, cast
 
 import pytest
-from servers import SUITE_TIMEOUT, unique_namespace
+from servers import SUITE_TIMEOUT, FeedOnNextStore, unique_namespace
 
 from redisstore import (
     AsyncJob,
     AsyncRedisRepository,
     AsyncRedisRunStore,
     AsyncWorker,
-    Feed,
     Job,
     Repository,
     Retry,
@@ -102,19 +101,9 @@ class AsyncBackend:
 # ---------------------------------------------------------------------------- run store
 
 
-class AsyncRunSuite(RunStoreConformance, AsyncBackend):
+class AsyncRunSuite(FeedOnNextStore, RunStoreConformance, AsyncBackend):
     #: The store's partitions (one logical store over that many hash tags).
     partitions = 1
-
-    #: The feed of the next store make_store makes (make_feed_store sets it).
-    feed: Feed | None = None
-
-    def make_feed_store(self, feed: Feed, *, discover: Discover | None = None) -> RunStore:
-        self.feed = feed
-        try:
-            return self.make_store(discover=discover)
-        finally:
-            self.feed = None
 
     def make_store(self, *, discover: Discover | None = None) -> RunStore:
         store = AsyncRedisRunStore(self.client, namespace=unique_namespace(), discover=discover,

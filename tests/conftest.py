@@ -16,6 +16,7 @@ from aio_suites import loop_thread  # noqa: F401  (the fixture, for every test t
 from servers import (
     EPHEMERAL,
     SUITE_TIMEOUT,
+    FeedOnNextStore,
     Server,
     drop_namespace,
     missing,
@@ -26,7 +27,7 @@ from servers import (
     valkey_binary,
 )
 
-from redisstore import Feed, RedisRunStore, RunStore
+from redisstore import RedisRunStore, RunStore
 from redisstore.conformance import RunStoreConformance
 from redisstore.pytest_plugin import Clock
 from redisstore.runs import Discover
@@ -228,7 +229,7 @@ def namespaces(shared_redis: redis.Redis) -> Iterator[list[str]]:
         drop_namespace(shared_redis, namespace)
 
 
-class RedisSuite(RunStoreConformance):
+class RedisSuite(FeedOnNextStore, RunStoreConformance):
     """The suite on a redis-py client of some server, each store in a new namespace (at
     layout 5 from its first write: older layouts are migrate()'s, tests/core/test_layout.py)."""
 
@@ -236,20 +237,10 @@ class RedisSuite(RunStoreConformance):
     #: The store's partitions (one logical store over that many hash tags).
     partitions = 1
 
-    #: The feed of the next store make_store makes (make_feed_store sets it).
-    feed: Feed | None = None
-
     def make_store(self, *, discover: Discover | None = None) -> RunStore:
         return RedisRunStore(self.client, namespace=unique_namespace(), discover=discover,
                              partitions=self.partitions, feed=self.feed,
                              timeout=SUITE_TIMEOUT)
-
-    def make_feed_store(self, feed: Feed, *, discover: Discover | None = None) -> RunStore:
-        self.feed = feed
-        try:
-            return self.make_store(discover=discover)
-        finally:
-            self.feed = None
 
     def reopen(self, store: RunStore, *, discover: Discover | None,
                projection_version: int) -> RunStore:

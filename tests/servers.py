@@ -331,3 +331,32 @@ async def awarm(client: Any) -> None:
 
     store = AsyncRedisRunStore(client, namespace="warm-" + uuid.uuid4().hex[:8])
     await store.renew("w", ["w"], 1000)
+
+
+#: The backends a test parametrized by ``backend`` runs on (:func:`backend_client`).
+BACKENDS = ["fakeredis", *(pytest.param(b, marks=pytest.mark.server)
+                           for b in ("redis7", "redis62", "valkey8"))]
+
+
+def backend_client(request: pytest.FixtureRequest, backend: str) -> Any:
+    """A client of ``backend`` (one of :data:`BACKENDS`): fakeredis, or a fixture's server."""
+    if backend == "fakeredis":
+        import fakeredis
+
+        return fakeredis.FakeRedis()
+    server: Server = request.getfixturevalue(backend)
+    return server.client()
+
+
+class FeedOnNextStore:
+    """The conformance suites' ``make_feed_store`` for a suite whose ``make_store`` passes
+    ``feed=self.feed``: the feed of the next store it makes."""
+
+    feed: Any = None
+
+    def make_feed_store(self, feed: Any, *, discover: Any = None) -> Any:
+        self.feed = feed
+        try:
+            return self.make_store(discover=discover)  # type: ignore[attr-defined]
+        finally:
+            self.feed = None

@@ -10,11 +10,10 @@ import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import fakeredis
 import pytest
-from servers import Server, unique_namespace
+from servers import BACKENDS, backend_client, unique_namespace
 
 from redisstore import (
     Unavailable,
@@ -388,16 +387,6 @@ def _line_of(text: str, pattern: str, first: int = 1) -> int:
     return next(i for i, line in enumerate(text.split("\n"), first) if re.search(pattern, line))
 
 
-def _client(request: pytest.FixtureRequest, backend: str) -> Any:
-    if backend == "fakeredis":
-        return fakeredis.FakeRedis()
-    server: Server = request.getfixturevalue(backend)
-    return server.client()
-
-
-BACKENDS = ["fakeredis", *(pytest.param(b, marks=pytest.mark.server)
-                           for b in ("redis7", "redis62", "valkey8"))]
-
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_an_error_in_the_lib_names_its_line_in_the_lib(request: pytest.FixtureRequest,
@@ -408,7 +397,7 @@ def test_an_error_in_the_lib_names_its_line_in_the_lib(request: pytest.FixtureRe
     call = Call(scripts.RUN_CLAIM_EXPIRED, (keys.leases, keys.meta),
                 (keys.prefix, "me", "soon", 10), lambda r: r)  # ttl 'soon': arg_int raises
     with pytest.raises(Unavailable) as caught:
-        Transport(_client(request, backend)).drive(ask(call))
+        Transport(backend_client(request, backend)).drive(ask(call))
     message = str(caught.value)
     assert "run_claim_expired: server error: " in message, message
     assert f"{arg_int.file}:{line}: BADARG ARGV[3]" in message, message
@@ -423,7 +412,7 @@ def test_an_error_in_a_body_names_its_line_in_the_script(request: pytest.Fixture
     call = Call(scripts.RUN_QUARANTINED, (keys.quarantine,), (keys.prefix, "x"), lambda r: r,
                 write=False)
     with pytest.raises(Unavailable) as caught:
-        Transport(_client(request, backend)).drive(ask(call))
+        Transport(backend_client(request, backend)).drive(ask(call))
     assert f"run_quarantined.lua:{line}: BADARG ARGV[2]" in str(caught.value)
 
 
@@ -435,7 +424,7 @@ def test_a_script_that_does_not_compile_names_its_line(request: pytest.FixtureRe
     bad = build(tmp_path, {"_t": LIB, "s": script("local x = = b(1)\nreturn x\n")},
                 [("s", "_t")])["s"]
     with pytest.raises(Unavailable) as caught:
-        Transport(_client(request, backend)).drive(ask(Call(bad, ("{n}:k",), ("{n}:",),
+        Transport(backend_client(request, backend)).drive(ask(Call(bad, ("{n}:k",), ("{n}:",),
                                                             lambda r: r)))
     doing = "s" if backend == "fakeredis" else "SCRIPT LOAD s"
     assert re.match(rf"{doing}: server error: .*: s\.lua:6: unexpected symbol",

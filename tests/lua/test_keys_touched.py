@@ -16,12 +16,11 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import fakeredis
 import old_layouts
 import pytest
 from old_layouts import OldRun
 from redis.crc import key_slot
-from servers import Server, unique_namespace
+from servers import backend_client, unique_namespace
 
 from redisstore import (
     At,
@@ -52,16 +51,6 @@ from redisstore.shells.sync import Pool
 LONG = 600_000
 LUA = Path(str(scripts.lua_dir()))
 
-
-def _client(request: pytest.FixtureRequest, backend: str) -> Any:
-    if backend == "fakeredis":
-        return fakeredis.FakeRedis()
-    server: Server = request.getfixturevalue(backend)
-    return server.client()
-
-
-BACKENDS = ["fakeredis", *(pytest.param(b, marks=pytest.mark.server)
-                           for b in ("redis7", "redis62", "valkey8"))]
 
 
 # ---------------------------------------------------------------------------- headers
@@ -568,7 +557,7 @@ def repository_scenario(client: Any) -> str:
 def test_scripts_read_the_keys_they_declare(request: pytest.FixtureRequest, backend: str,
                                            traced: list[Sent], scenario: Any,
                                            group: str) -> None:
-    client = _client(request, backend)
+    client = backend_client(request, backend)
     prefix = scenario(client)
     runs = runs_of(client, prefix)
     # The store of partitions the scenario opens asks its partition first.
@@ -625,7 +614,7 @@ def partitioned_scenario(client: Any) -> list[str]:
 def test_partition_scripts_read_the_keys_they_declare(request: pytest.FixtureRequest,
                                                      backend: str,
                                                      traced: list[Sent]) -> None:
-    client = _client(request, backend)
+    client = backend_client(request, backend)
     called: set[str] = set()
     for prefix in partitioned_scenario(client):
         sent = [s for s in traced if prefix_of(s.argv[0]) == prefix]
@@ -650,7 +639,7 @@ def test_the_acl_rule_grants_every_command_the_scripts_send(request: pytest.Fixt
     partitions, which acl_rule grants with their channels)."""
     from redisstore.admin.security import script_commands
 
-    client = _client(request, backend)
+    client = backend_client(request, backend)
     prefixes = [run_store_scenario(client), repository_scenario(client),
                 *partitioned_scenario(client)]
     sent = {"memory|usage" if command[0].upper() == "MEMORY" else command[0].lower()
