@@ -141,18 +141,24 @@ def test_a_keeper_that_dies_reports_every_run_and_raises() -> None:
     keeper.close()
 
 
+# The keeper's first round loads its scripts on connections of its own (a fresh fakeredis
+# connection compiles them); a ttl of 300 ms left too little room for that on a loaded
+# machine, so the starvation tests give each round 900 ms and block for three ttls.
+STARVED_TTL = 900
+
+
 @pytest.mark.server
 def test_a_saturated_store_pool_does_not_starve_the_keeper(redis7: Server) -> None:
     client = redis.Redis(connection_pool=redis.BlockingConnectionPool(
         host="127.0.0.1", port=redis7.port, max_connections=1))
     store = RedisRunStore(client, namespace=unique_namespace())
     lost: list[Lost] = []
-    with Keeper(store, "me", 300, on_lost=lost.append) as keeper:
-        take(store, keeper, "run", ttl=300)
+    with Keeper(store, "me", STARVED_TTL, on_lost=lost.append) as keeper:
+        take(store, keeper, "run", ttl=STARVED_TTL)
         pool = pool_for(client.connection_pool)
         held, _ = pool.acquire(time.monotonic() + 1)  # the store's only connection, busy
         try:
-            time.sleep(0.9)
+            time.sleep(3 * STARVED_TTL / 1000)
             assert keeper.valid("run") and lost == []
         finally:
             pool.release(held)
@@ -163,16 +169,18 @@ def test_an_async_keeper_is_not_starved_by_a_busy_event_loop() -> None:
     async def main() -> None:
         store = AsyncRedisRunStore(fakeredis.FakeAsyncRedis(), namespace=unique_namespace())
         lost: list[Lost] = []
-        async with AsyncKeeper(store, "me", 300, on_lost=lost.append) as keeper:
+        async with AsyncKeeper(store, "me", STARVED_TTL, on_lost=lost.append) as keeper:
             since = time.monotonic()
-            await store.insert("run", b"r", Claim("me", 300))
-            await store.insert("stolen", b"r", Claim("me", 300))
+            await store.insert("run", b"r", Claim("me", STARVED_TTL))
+            await store.insert("stolen", b"r", Claim("me", STARVED_TTL))
             keeper.add_all(["run", "stolen"], since=since)
-            time.sleep(0.9)  # the caller's loop blocked for three ttls
+            time.sleep(3 * STARVED_TTL / 1000)  # the caller's loop blocked for three ttls
             assert keeper.valid("run")
             assert (await store.get("run")).holder == Held("me", True)
             await store.compare_and_set("stolen", 1, b"x", Seize("thief", 60_000))
-            await asyncio.sleep(0.3)
+            waited = time.monotonic() + 3 * STARVED_TTL / 1000
+            while not lost and time.monotonic() < waited:
+                await asyncio.sleep(0.01)
             assert lost == [Lost("stolen", NOT_RENEWED)]  # delivered on this loop
             assert await keeper.arelease(["run"]) == ["run"]
         assert keeper.runs == []
