@@ -25,6 +25,7 @@ from .errors import (
     LeaseRefused,
     Misconfigured,
     NotFound,
+    SessionLapsed,
     StoreError,
     Unavailable,
     UnknownGroup,
@@ -46,6 +47,7 @@ from .runs import (
     Held,
     Hold,
     Holder,
+    InSession,
     Lease,
     Migrated,
     Poll,
@@ -57,6 +59,7 @@ from .runs import (
     aconfirm_write,
     confirm_write,
 )
+from .sessions import AsyncSession, Session, SessionInfo
 from .shells.aio import AsyncPipeline, AsyncRedisRepository, AsyncRedisRunStore
 from .shells.store import Pipeline, RedisRepository, RedisRunStore
 
@@ -73,6 +76,7 @@ __all__ = [
     "AsyncPipeline",
     "AsyncRedisRepository",
     "AsyncRedisRunStore",
+    "AsyncSession",
     "AsyncWorker",
     "At",
     "Changed",
@@ -97,6 +101,7 @@ __all__ = [
     "Hold",
     "Holder",
     "InFlightPage",
+    "InSession",
     "InstanceLease",
     "InstanceRecord",
     "Job",
@@ -121,6 +126,9 @@ __all__ = [
     "Retry",
     "RunStore",
     "Seize",
+    "Session",
+    "SessionInfo",
+    "SessionLapsed",
     "Status",
     "StoreError",
     "Unavailable",
