@@ -6,19 +6,21 @@
 -- KEYS[3]  P.."ready"
 -- KEYS[4]  P.."meta"
 -- ARGV[1]  key prefix           ARGV[2] run               ARGV[3] record bytes
--- ARGV[4]  lease kind: 'h' Hold, 'c' Claim, 's' Seize, 'r' Release
--- ARGV[5]  owner ('' for Release)                          ARGV[6] ttl ms ('0' without one)
+-- ARGV[4]  lease kind: 'h' Hold, 'c' Claim, 's' Seize, 'r' Release, 'j' InSession
+-- ARGV[5]  owner ('' for Release)
+-- ARGV[6]  ttl ms ('0' without one); for 'j' the session id
 -- ARGV[7..10] wait: kind ('' none, 'c', 'p', 'a'), dependency/key, seen/interval/due, deadline
 -- ARGV[11] projection version
 -- ARGV[12..15] optional: a dependency of another partition's watch (arg_wait)
 -- Reply    {REWATCH, unwatched} (its dependency's watch may be undone: watch again, above
 --          unwatched, and send again; nothing written) | {OK, revision} | {EXISTS}
---          | {CORRUPT, field} | {TOO_NEW, layout} | {TOO_OLD, layout}; nothing written but
+--          | {CORRUPT, field} | {TOO_NEW, layout} | {TOO_OLD, layout}
+--          | {SESSION_LAPSED, id} (InSession: not owner's live session); nothing written but
 --          on OK
 -- Also touches, undeclared (same hash tag): P.."r:"..dep (its dependency's revision),
 -- P.."d:"..dep (the waiters of its dependency), P.."d:"..run and the P.."r:" of those
 -- waiters (re-indexed), P.."fanout", P.."fanout-cursor", P.."wake-ready" and
--- P.."wake-leases" (signals).
+-- P.."wake-leases" (signals); for InSession, P.."sessions" and P.."s:"..id (its runs).
 -- In a partition ({ns#p}:) also P.."depv" (dependencies of other partitions), P.."watch:"..run
 -- and P.."outbox" (its writes announced to the partitions waiting on it).
 -- Fast path: a new run under Release() or Claim() of at least WAKE_AHEAD ms, with no wait
@@ -27,7 +29,7 @@
 -- the general code.
 --- @include CORRUPT, EXISTS, OK, arg_record, arg_text, commit, check_layout
 --- @include arg_wait, arg_lease, write, deleted_floor, rewatch, run_key, fresh, READ
---- @include lean_insert
+--- @include lean_insert, lease_refusal
 local reply = lean_insert()
 if reply then
   return reply
@@ -45,6 +47,10 @@ if redis.call('EXISTS', k) == 1 then return {EXISTS, false, 0, -1} end
 READ[k] = true
 local floor, tok = deleted_floor()
 if not floor then return {CORRUPT, tok, 0, -1} end
+if kind == 'j' then  -- InSession: owner's live session, which the run joins
+  local lapsed = lease_refusal({own = false}, kind, owner, ttl)
+  if lapsed then return lapsed end
+end
 local again = rewatch(w)
 if again then return again end
 write(run, fresh(tok), floor + 1, record, kind, owner, ttl, w, pv)

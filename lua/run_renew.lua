@@ -6,7 +6,8 @@
 -- Reply    {OK, {renewed run ids, in the given order}} | {TOO_NEW, layout}
 --          | {TOO_OLD, layout} | {CORRUPT, field}
 --          A corrupt run among them is not renewed (and does not stop the others), nor a
---          poison run (quarantined by a claim). The grant (its token) stays.
+--          poison run (quarantined by a claim). The grant (its token) stays. A run held
+--          under a live session is answered and left as it is (it lives with the session).
 -- Also touches, undeclared (same hash tag): P.."r:"..run of each listed run, P.."wake-leases"
 -- (a signal, when a lease is due earlier than every other).
 -- Fast path: runs lean_run reads, a ttl of at least WAKE_AHEAD, in a namespace of one
@@ -35,9 +36,12 @@ for i = 4, #ARGV do
   -- make the old owner live again. Nor is a poison run's (live again only if the server
   -- clock stepped back): a write, a release or restore puts it back.
   if s and s.own == owner and s.exp > now and s.px ~= 'p' then
-    s.exp = now + ttl
-    index_lease(run, s, s.exp)
-    save(run, s)
+    -- A session's run lives with its session: answered, unchanged.
+    if not s.sid then
+      s.exp = now + ttl
+      index_lease(run, s, s.exp)
+      save(run, s)
+    end
     out[#out + 1] = run
   end
 end

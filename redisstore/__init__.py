@@ -55,11 +55,12 @@ from .runs import (
     Release,
     RunStore,
     Seize,
+    SessionInfo,
     Wait,
     aconfirm_write,
     confirm_write,
 )
-from .sessions import AsyncSession, Session, SessionInfo
+from .sessions import AsyncSession, Session
 from .shells.aio import AsyncPipeline, AsyncRedisRepository, AsyncRedisRunStore
 from .shells.store import Pipeline, RedisRepository, RedisRunStore
 

@@ -52,6 +52,7 @@ from .runs import (
     Quarantined,
     Release,
     Seize,
+    SessionInfo,
     Wait,
     check_failure,
     check_fenced,
@@ -71,7 +72,7 @@ from .runs import (
     check_ttl,
     check_wait,
 )
-from .sessions import CLOSE_STEP, ClaimKind, Session, SessionInfo, check_session
+from .sessions import CLOSE_STEP, ClaimKind, Session, check_session
 from .shells import wakeups
 from .shells.wakeups import check_block
 

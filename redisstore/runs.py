@@ -306,6 +306,18 @@ class Current:
 
 
 @dataclass(frozen=True, slots=True)
+class SessionInfo:
+    """A session as listed (``store.sessions()``): its ``id`` and ``owner``, ``expires``
+    (backend ms; a lapsed session's runs are expired from then on) and the ``runs`` it
+    holds."""
+
+    id: str
+    owner: str
+    expires: int
+    runs: int
+
+
+@dataclass(frozen=True, slots=True)
 class Claimed:
     """A run that a claim with ``records=True`` handed out, as it stands once claimed
     (``current.holder`` is the claimer's live lease): no ``get`` needed after the claim."""

@@ -3,7 +3,6 @@ alive by one call whatever their number (docs/contract.md, "Sessions")."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Literal, Protocol, overload
 
 from .core.waits import check_block
@@ -24,18 +23,6 @@ ClaimKind = Literal["any", "ready", "expired"]
 
 #: The most runs one step of ``close`` releases, and one keepalive reports.
 CLOSE_STEP = MAX_RENEW
-
-
-@dataclass(frozen=True, slots=True)
-class SessionInfo:
-    """A session as listed (``store.sessions()``): its ``id`` and ``owner``, ``expires``
-    (backend ms; a lapsed session's runs are expired from then on) and the ``runs`` it
-    holds."""
-
-    id: str
-    owner: str
-    expires: int
-    runs: int
 
 
 class SessionBackend(Protocol):

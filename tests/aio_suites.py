@@ -18,6 +18,7 @@ from redisstore import (
     AsyncJob,
     AsyncRedisRepository,
     AsyncRedisRunStore,
+    AsyncSession,
     AsyncWorker,
     Job,
     Repository,
@@ -65,9 +66,20 @@ class Synced:
         method = cast(Callable[..., Awaitable[Any]], attribute)
 
         def call(*args: Any, **kwargs: Any) -> Any:
-            return self._loop.run(_awaited(method(*args, **kwargs)))
+            got = self._loop.run(_awaited(method(*args, **kwargs)))
+            return SyncedSession(got, self._loop) if isinstance(got, AsyncSession) else got
 
         return call
+
+
+class SyncedSession(Synced):
+    """A sync view of an ``AsyncSession`` (``with`` closes it, as ``Session``'s does)."""
+
+    def __enter__(self) -> SyncedSession:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 async def _awaited(awaitable: Awaitable[T]) -> T:
@@ -104,7 +116,10 @@ class AsyncBackend:
 class AsyncRunSuite(FeedOnNextStore, RunStoreConformance, AsyncBackend):
     #: The store's partitions (one logical store over that many hash tags).
     partitions = 1
-    keeps_sessions = False
+
+    @property
+    def keeps_sessions(self) -> bool:  # type: ignore[override]
+        return self.partitions == 1  # sessions over partitions come next
 
     def make_store(self, *, discover: Discover | None = None) -> RunStore:
         store = AsyncRedisRunStore(self.client, namespace=unique_namespace(), discover=discover,

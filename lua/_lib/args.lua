@@ -101,11 +101,18 @@ local function arg_wait(A)
   return w, arg_int(A + 4, 0, 2147483648)
 end
 
--- The lease arguments at ARGS[A..A+2]: kind, owner, then the ttl ('c' Claim, 's' Seize) or
--- the grant's token ('f' Fenced keeping the lease, 'F' Fenced releasing it).
+-- The lease arguments at ARGS[A..A+2]: kind, owner, then the ttl ('c' Claim, 's' Seize),
+-- the grant's token ('f' Fenced keeping the lease, 'F' Fenced releasing it) or the session
+-- id ('j' InSession: text, checked against the session by lease_refusal).
 local function arg_lease(A)
   local kind = ARGS[A]
-  if kind == 'c' or kind == 's' then
+  if kind == 'j' then
+    local sid = ARGS[A + 2] or ''
+    if #sid > 20 or not string.find(sid, '^[1-9]%d*$') then
+      error('BADARG ARGV[' .. (A + 2) .. '] must be a session id')
+    end
+    return kind, arg_text(A + 1), sid
+  elseif kind == 'c' or kind == 's' then
     return kind, arg_text(A + 1), arg_int(A + 2, 1, MAX_TTL)
   elseif kind == 'f' or kind == 'F' then
     return kind, arg_text(A + 1), arg_int(A + 2, 1, MAX_INT)
@@ -114,5 +121,5 @@ local function arg_lease(A)
   elseif kind == 'r' then
     return kind, '', 0
   end
-  error('BADARG ARGV[' .. A .. '] must be a lease kind: h, c, s, r, f or F')
+  error('BADARG ARGV[' .. A .. '] must be a lease kind: h, c, s, r, f, F or j')
 end

@@ -169,6 +169,6 @@ local function stored(k)
   s.px = px ~= '' and px
   if s.px == 'p' and not s.own then return false, 'px' end
   s.sid = num(sid, MAX_INT)
-  if s.sid == nil or s.sid then return false, 'sid' end
+  if s.sid == nil or (s.sid and (not s.own or s.sid < 1)) then return false, 'sid' end
   return s
 end

@@ -17,11 +17,12 @@ end
 
 -- End the grant of run (state s, its revision and grant checked) without a write: free it,
 -- and with a failure count an attempt, then hold it back by the failure's delay or, at its
--- last attempt (or a final one), quarantine it as failed with its error text.
-local function finish_run(run, s, failure, pv)
+-- last attempt (or a final one), quarantine it as failed with its error text. A session's
+-- run leaves it, told (the session's keepalive reports it) unless its holder ended it.
+local function finish_run(run, s, failure, pv, told)
   local by = s.own
   put_back(run, s, false)
-  free(run, s)
+  free(run, s, told)
   if failure then
     if s.at < MAX_TAKEOVERS then s.at = s.at + 1 end
     if failure.final or (failure.max and s.at >= failure.max) then

@@ -62,7 +62,7 @@
 --   pt    a Poll wait's last ready claim time (its key is the wait's: wa)
 --   tk    takeovers, at attempts (since the run last finished), nb not before (backend ms)
 --   px    'p' poison (max_takeovers), 'f' failed (finish with a failure): out of the claims
---   sid   the session holding the lease (none yet: reserved)
+--   sid   the session holding the lease (sessions.lua: its expiry is the session's)
 --   own, ck, wa  texts: the lease owner, the claim key, the dependency or poll key
 -- Example, a run held by node-a, waiting At 0: "<record>3,1764504000000,7,,,a,0,,3,1,,,,,,,
 -- 6,0,0:node-a" and its trailer.

@@ -13,8 +13,12 @@ local function lean_meta()
 end
 
 -- A claim's arguments at ARGV[b..b+6] (run_claim's ARGV[2..8]) when each is what the fast
--- path takes, as claim_args reads them; else nil (the general code checks them again).
+-- path takes, as claim_args reads them; else nil (the general code checks them again). A
+-- session's claim (ARGV[b+7]), and any claim in a namespace that has sessions (whose
+-- lapsed ones a claim puts into LEASES first, and whose expiries its wait counts), are the
+-- general code's.
 local function lean_claim_args(b)
+  if (ARGV[b + 7] or '') ~= '' or redis.call('EXISTS', SESSION_LEASES) == 1 then return nil end
   local owner, bound, strict = ARGV[b], ARGV[b + 5] or '', ARGV[b + 6] or ''
   local a = {owner = owner, ttl = decimal(ARGV[b + 1], 1, MAX_TTL),
              limit = decimal(ARGV[b + 2], 0, MAX_CLAIM), pv = decimal(ARGV[b + 3], 0, 2147483648),

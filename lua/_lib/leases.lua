@@ -9,11 +9,13 @@ end
 
 -- A run as read: the reply shape of run_get and of each run a claim with records hands
 -- back: {revision, record, owner|false, live 0|1, claim_key|false, claim_dep_rev|'',
--- claimed_at|false, takeovers, token|false, attempts, not_before|false, quarantined ''|'p'|'f'}.
+-- claimed_at|false, takeovers, token|false, attempts, not_before|false, quarantined ''|'p'|'f',
+-- session id|false}.
 local function current(s, rec)
   local h = holder(s)
   return {s.rev, rec, h[1], h[2], s.cat and s.ck or false, opt_text(s.cdr), s.cat or false,
-          s.tk, s.own and s.tok or false, s.at, s.nb or false, s.px or ''}
+          s.tk, s.own and s.tok or false, s.at, s.nb or false, s.px or '',
+          s.sid and int(s.sid) or false}
 end
 
 -- Record bytes handed back so far by this claim.
@@ -133,27 +135,44 @@ local function index_lease(run, s, exp)
   signal(WAKE_LEASES, LEASES_IX, run, exp)
 end
 
--- Grant run's lease to owner until exp, under the next token (the caller saves s).
+-- Grant run's lease to owner until exp, under the next token (the caller saves s); under
+-- the session this script grants under, if any (SESSION.join: the run joins its set, with
+-- no LEASES entry of its own, and its expiry is the session's). A run taken from another
+-- session leaves it (told).
 local function grant(run, s, owner, exp)
   if s.own ~= owner then drop_claim(s) end
-  s.own, s.exp, s.tok = owner, exp, s.tok + 1
-  index_lease(run, s, exp)
+  local join = SESSION.join
+  if s.sid and int(s.sid) ~= join then SESSION.leave(run, s, true) end
+  s.own, s.tok = owner, s.tok + 1
+  if not join then
+    s.exp = exp
+    index_lease(run, s, exp)
+    return
+  end
+  if s.lx then
+    ix_rem(LEASES_IX, run)
+    s.lx = false
+  end
+  if not s.sid then later('SADD', P .. SESSION_RUNS .. join, run) end
+  s.sid, s.exp = tonumber(join), SESSION.exp
 end
 
--- Free run's lease (the caller saves s).
-local function free(run, s)
+-- Free run's lease (the caller saves s); a session's run leaves it, told unless its holder
+-- freed it under its grant (told false).
+local function free(run, s, told)
   if not s.own then return end
   drop_claim(s)
   if s.lx then ix_rem(LEASES_IX, run) end
+  SESSION.leave(run, s, told)
   s.own, s.exp, s.lx = false, false, false
 end
 
--- The lease condition's effect on s: 'c'/'s' grant it to owner for ttl, 'r' and 'F' free it,
--- 'h' and 'f' leave it.
+-- The lease condition's effect on s: 'c'/'s' grant it to owner for ttl, 'j' under the
+-- session SESSION.join, 'r' and 'F' free it, 'h' and 'f' leave it.
 local function apply_lease(run, s, kind, owner, ttl)
-  if kind == 'c' or kind == 's' then
+  if kind == 'c' or kind == 's' or kind == 'j' then
     grant(run, s, owner, now_ms() + ttl)
   elseif kind == 'r' or kind == 'F' then
-    free(run, s)
+    free(run, s, kind == 'r')
   end
 end

@@ -56,7 +56,7 @@ local function op_finish(a)
     if again then return again end
     write(a.run, s, s.rev + 1, a.record, 'F', a.owner, a.token, a.w, a.pv)
   else
-    finish_run(a.run, s, a.failure, a.pv)
+    finish_run(a.run, s, a.failure, a.pv, false)
   end
   local bad_write = commit()
   if bad_write then return {CORRUPT, bad_write, 0, -1} end
@@ -78,7 +78,7 @@ local function op_release(a)
   for _, run in ipairs(a.runs) do
     local s = load(run)
     if s and s.own == a.owner then
-      finish_run(run, s, nil, a.pv)
+      finish_run(run, s, nil, a.pv, true)
       out[#out + 1] = run
     end
   end
@@ -91,7 +91,8 @@ end
 local function claim_args()
   local a = {owner = arg_text(2), ttl = arg_int(3, 1, MAX_TTL), limit = arg_int(4, 0, MAX_CLAIM),
              pv = arg_int(5, 0, 2147483648), budget = arg_int(6, 0, MAX_CLAIM_BYTES),
-             bound = opt_decimal(ARGS[7] or '', 0, MAX_TAKEOVERS), strict = arg_flag(8)}
+             bound = opt_decimal(ARGS[7] or '', 0, MAX_TAKEOVERS), strict = arg_flag(8),
+             session = SESSION.arg(9)}
   if a.bound == nil then
     error('BADARG ARGV[7] must be empty or an integer in [0, ' .. MAX_TAKEOVERS .. ']')
   end
@@ -102,7 +103,13 @@ end
 local function op_claim(kind, a)
   local bad_layout = check_layout()
   if bad_layout then return bad_layout end
+  if a.session then  -- a session's claim: its runs go under the session, live or refused
+    local sn, lapsed = SESSION.live(a.session, a.owner)
+    if not sn then return lapsed end
+    SESSION.join, SESSION.exp = a.session, sn.exp
+  end
   local ready, leases = kind ~= 'leases', kind ~= 'ready'
+  if leases then SESSION.sweep(a.limit + MAX_VISIT) end
   local more_pending = false
   if ready then
     local bad
@@ -154,6 +161,12 @@ local function op_claim(kind, a)
   if ready then wait = wait_after_claim(WAKE_READY, READY_IX, #out, more_pending) end
   if leases then
     local lease_wait = wait_after_claim(WAKE_LEASES, LEASES_IX, #out, false)
+    -- A session's runs are due at its expiry: the first one's counts as a lease's.
+    local _, at = SESSION.head()
+    if at then
+      local session_wait = at <= now_ms() and 0 or math.ceil(at) - now_ms()
+      if lease_wait < 0 or session_wait < lease_wait then lease_wait = session_wait end
+    end
     if wait < 0 or (lease_wait >= 0 and lease_wait < wait) then wait = lease_wait end
   end
   return {OK, out, DROPPED, wait}

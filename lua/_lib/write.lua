@@ -50,12 +50,19 @@ local function put_back(run, s, counters)
 end
 
 -- The refusal of a write or delete under lease condition kind by owner (and, for Fenced,
--- its grant's token), or nil. Only a Claim over another owner's lease needs the clock.
+-- its grant's token; for InSession, its session id), or nil. Only a Claim (or InSession)
+-- over another owner's lease needs the clock. An InSession accepted as a Claim then needs
+-- owner's live session: this script's grant goes under it (SESSION.join).
 local function lease_refusal(s, kind, owner, token)
   if (kind == 'h' and s.own ~= owner)
       or ((kind == 'f' or kind == 'F') and (s.own ~= owner or s.tok ~= token))
-      or (kind == 'c' and s.own and s.own ~= owner and holder(s)[2] == 1) then
+      or ((kind == 'c' or kind == 'j') and s.own and s.own ~= owner and holder(s)[2] == 1) then
     return {REFUSED, holder(s), 0, -1}
+  end
+  if kind == 'j' then
+    local sn, lapsed = SESSION.live(token, owner)
+    if not sn then return lapsed end
+    SESSION.join, SESSION.exp = token, sn.exp
   end
   return nil
 end

@@ -45,6 +45,16 @@ class SessionRules(RunSuite):
 
     # ------------------------------------------------------------------ helpers
 
+    @property
+    def lapsing(self) -> int:
+        """The ttl of a session a rule lets lapse: three short ttls, so that on a real clock
+        the calls a rule makes under it before it lapses have room."""
+        return 3 * self.short_ttl
+
+    def lapse(self, store: RunStore) -> None:
+        """Let every session of :attr:`lapsing` opened before now lapse."""
+        self.advance(store, self.lapsing)
+
     def open(self, store: RunStore, owner: str = ME, ttl: int = LONG) -> Session:
         return cast(Session, cast(Any, store).open_session(owner, ttl))
 
@@ -144,14 +154,15 @@ class SessionRules(RunSuite):
     def test_runs_live_exactly_while_it_does(self) -> None:
         store = self.make_store(discover=json_wait)
         self.ready_runs(store, "a", "b")
-        session = self.open(store, ttl=self.short_ttl)
+        ttl = 8 * self.short_ttl  # room on a real clock between the sleeps and the reads
+        session = self.open(store, ttl=ttl)
         assert session.claim(2) == ["a", "b"]
-        self.advance(store, self.short_ttl // 2)
+        self.advance(store, ttl * 6 // 10)
         assert session.keepalive() == []
-        self.advance(store, self.short_ttl // 2 + 1)  # past the opening's ttl: kept alive
+        self.advance(store, ttl * 6 // 10)  # past the opening's ttl: kept alive
         assert store.get("a").holder == Held(ME, True)
         assert store.renew(ME, ["a", "b"], 1) == ["a", "b"]  # returns them, changes nothing
-        self.advance(store, self.short_ttl)
+        self.advance(store, ttl)
         for run in ("a", "b"):  # all at once
             assert store.get(run).holder == Held(ME, False)
         assert store.renew(ME, ["a", "b"], LONG) == []
@@ -159,9 +170,9 @@ class SessionRules(RunSuite):
     def test_keepalive_never_revives_it(self) -> None:
         store = self.make_store(discover=json_wait)
         self.ready_runs(store, "a")
-        session = self.open(store, ttl=self.short_ttl)
+        session = self.open(store, ttl=self.lapsing)
         assert session.claim() == ["a"]
-        self.expire(store)
+        self.lapse(store)
         with pytest.raises(SessionLapsed) as lapsed:
             session.keepalive()
         assert isinstance(lapsed.value, LeaseRefused) and lapsed.value.session == session.id
@@ -174,10 +185,10 @@ class SessionRules(RunSuite):
     def test_its_expired_runs_are_taken_over_in_due_order(self) -> None:
         store = self.make_store(discover=json_wait)
         self.ready_runs(store, "a", "b", "c")
-        session = self.open(store, ttl=self.short_ttl)
+        session = self.open(store, ttl=self.lapsing)
         assert session.claim(2) == ["a", "b"]
-        store.insert("own", b"r", Claim(OTHER, 10 * self.short_ttl))
-        self.expire(store)
+        store.insert("own", b"r", Claim(OTHER, 10 * self.lapsing))
+        self.lapse(store)
         # Due at the session's expiry (before the lease that expires later), bounded by
         # limit, as takeovers.
         taken = store.claim_expired(OTHER, LONG, 1)
@@ -193,9 +204,9 @@ class SessionRules(RunSuite):
         store = self.make_store(discover=json_wait)
         self.ready_runs(store, "a")
         for owner in (ME, OTHER):  # one takeover already
-            session = self.open(store, owner, self.short_ttl)
+            session = self.open(store, owner, self.lapsing)
             assert session.claim(max_takeovers=5) in (["a"], [])
-            self.expire(store)
+            self.lapse(store)
         assert store.get("a").takeovers == 1
         assert store.claim(ME, LONG, max_takeovers=1) == []
         assert store.get("a").quarantined == "poison"
@@ -203,28 +214,28 @@ class SessionRules(RunSuite):
     def test_a_blocked_claim_wakes_at_its_expiry(self) -> None:
         store = self.make_store(discover=json_wait)
         self.ready_runs(store, "a")
-        session = self.open(store, ttl=self.short_ttl)
+        session = self.open(store, ttl=self.lapsing)
         assert session.claim() == ["a"]
-        mover = self.advance_soon(store, self.short_ttl)
+        mover = self.advance_soon(store, self.lapsing)
         try:
-            assert store.claim(OTHER, LONG, block=10 * self.short_ttl + 2_000) == ["a"]
+            assert store.claim(OTHER, LONG, block=10 * self.lapsing + 2_000) == ["a"]
         finally:
             mover.join()
 
     def test_a_claim_blocked_under_it_stops_when_it_lapses(self) -> None:
         store = self.make_store(discover=json_wait)
-        session = self.open(store, ttl=self.short_ttl)
+        session = self.open(store, ttl=self.lapsing)
         errors: list[BaseException] = []
 
         def wait() -> None:
             try:
-                session.claim(block=20 * self.short_ttl + 2_000)
+                session.claim(block=20 * self.lapsing + 2_000)
             except BaseException as e:
                 errors.append(e)
 
         waiter = threading.Thread(target=wait)
         waiter.start()
-        mover = self.advance_soon(store, self.short_ttl)
+        mover = self.advance_soon(store, self.lapsing)
         mover.join()
         store.insert("late", READY, Release())  # a write: the blocked claim looks again
         waiter.join(30)
@@ -255,10 +266,10 @@ class SessionRules(RunSuite):
     def test_a_seized_run_outlives_it(self) -> None:
         store = self.make_store(discover=json_wait)
         self.ready_runs(store, "a")
-        session = self.open(store, ttl=self.short_ttl)
+        session = self.open(store, ttl=self.lapsing)
         assert session.claim() == ["a"]
         store.compare_and_set("a", 1, b"r", Seize(OTHER, LONG))
-        self.expire(store)
+        self.lapse(store)
         assert store.get("a").holder == Held(OTHER, True)
         assert store.claim_expired(ME, LONG) == []
 
@@ -282,9 +293,9 @@ class SessionRules(RunSuite):
     def test_closing_a_lapsed_session_releases_what_is_left(self) -> None:
         store = self.make_store(discover=json_wait)
         self.ready_runs(store, "a", "b")
-        with self.open(store, ttl=self.short_ttl) as session:
+        with self.open(store, ttl=self.lapsing) as session:
             assert session.claim(2) == ["a", "b"]
-            self.expire(store)
+            self.lapse(store)
             assert store.claim_expired(OTHER, LONG) in (["a"], ["b"])
         left = ({"a", "b"} - {r for r in "ab" if store.get(r).holder == Held(OTHER, True)})
         assert [store.get(r).holder for r in left] == [Free()]

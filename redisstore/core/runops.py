@@ -24,6 +24,7 @@ from ..errors import (
     LeaseRefused,
     Misconfigured,
     NotFound,
+    SessionLapsed,
     StoreError,
     Unavailable,
 )
@@ -43,10 +44,12 @@ from ..runs import (
     Held,
     Hold,
     Holder,
+    InSession,
     Lease,
     Poll,
     Quarantined,
     Seize,
+    SessionInfo,
     Wait,
     check_failure,
     check_fenced,
@@ -199,6 +202,8 @@ def answer(run: str, namespace: str, opened: int | None = None) -> Callable[[Any
         if code == Code.UNCOUNTED:
             raise Uncounted(f"namespace {namespace!r}: a partition records no partition "
                             "count (nothing was written)")
+        if code == Code.SESSION_LAPSED:
+            raise SessionLapsed(text(payload))
         if code == Code.TOO_OLD:
             raise Misconfigured(
                 f"namespace {namespace!r} has run layout version {int(payload)}, older than "
@@ -364,7 +369,10 @@ def _maybe(value: Any) -> int | None:
 def parse_current(payload: list[Any]) -> Current:
     """run_get's payload as a Current."""
     (revision, record, owner, live, key, dep_rev, claimed_at, takeovers, token, attempts,
-     not_before, mark) = payload
+     not_before, mark) = payload[:12]
+    # The session a run is held under: a 13th field (the fast paths, which never read a
+    # session's run, answer 12).
+    session = payload[12] if len(payload) > 12 else None
     claim = None
     if claimed_at is not None and claimed_at is not False:
         claim = ClaimInfo(
@@ -374,10 +382,11 @@ def parse_current(payload: list[Any]) -> Current:
         )
     return Current(int(revision), bytes(record), holder_of(owner, live), claim, int(takeovers),
                    _maybe(token), int(attempts), _maybe(not_before),
-                   QUARANTINE_MARKS[bytes(mark) if not isinstance(mark, str) else mark.encode()])
+                   QUARANTINE_MARKS[bytes(mark) if not isinstance(mark, str) else mark.encode()],
+                   text(session) if session else None)
 
 
-def lease_args(lease: Lease) -> tuple[str, str, int]:
+def lease_args(lease: Lease) -> tuple[str, str, int | str]:
     """A lease as (kind, owner, ttl or token) script arguments."""
     if isinstance(lease, Hold):
         return "h", lease.owner, 0
@@ -387,6 +396,8 @@ def lease_args(lease: Lease) -> tuple[str, str, int]:
         return "s", lease.owner, lease.ttl
     if isinstance(lease, Fenced):
         return ("F" if lease.release else "f"), lease.owner, lease.token
+    if isinstance(lease, InSession):
+        return "j", lease.owner, lease.session
     return "r", "", 0
 
 
@@ -480,7 +491,83 @@ def _version(score: Any) -> int:
     return int(value) if value.is_integer() and 0 <= value <= MAX_INT else -1
 
 
-class RunOps(FeedOps):
+class SessionOps:
+    """A session's steps on a store of one partition (docs/design/sessions.md): not
+    operations of the run store's own (``Session`` sends them), so no generated method has
+    them. Arguments are checked by ``Session`` and ``open_session``."""
+
+    keys: Keyspace
+    arg1: str
+    projection_version: int
+
+    def _answer(self, run: str = "") -> Callable[[Any], Any]:
+        raise NotImplementedError
+
+    def _claim_argv(self, share: Share, owner: str, ttl: int, max_takeovers: int | None
+                    ) -> tuple[Arg, ...]:
+        raise NotImplementedError
+
+    def session_open(self, owner: str, ttl: int) -> Operation[str]:
+        """A new session of ``owner``, live ``ttl`` ms from now: its id."""
+        sid = yield from ask(Call(
+            scripts.RUN_SESSION_OPEN,
+            (self.keys.sessions, self.keys.session_leases, self.keys.session_seq,
+             self.keys.meta), (self.arg1, owner, ttl), self._answer()))
+        return text(sid)
+
+    def session_keepalive(self, session: str, owner: str) -> Operation[list[str]]:
+        """Keep ``session`` live; the runs others took from it since the last one."""
+        told = yield from ask(Call(
+            scripts.RUN_SESSION_KEEPALIVE,
+            (self.keys.sessions, self.keys.session_leases, self.keys.meta),
+            (self.arg1, session, owner), self._answer()))
+        return [text(run) for run in told]
+
+    def session_claim(self, kind: str, session: str, owner: str, ttl: int, limit: int,
+                      records: bool, max_takeovers: int | None
+                      ) -> Operation[tuple[list[Any], int]]:
+        """A claim of ``kind`` (``any``, ``ready``, ``expired``) under ``session``."""
+        if limit == 0:
+            return [], -1
+        share = Share(limit, MAX_CLAIM_BYTES if records else 0)
+        bound = None if kind == "ready" else max_takeovers
+        script, keys = {
+            "any": (scripts.RUN_CLAIM, (self.keys.ready, self.keys.leases, self.keys.meta,
+                                        self.keys.fanout)),
+            "ready": (scripts.RUN_CLAIM_READY, (self.keys.ready, self.keys.leases,
+                                                self.keys.meta, self.keys.fanout)),
+            "expired": (scripts.RUN_CLAIM_EXPIRED, (self.keys.leases, self.keys.meta)),
+        }[kind]
+        payload, wait = yield from ask(Call(
+            script, keys, (*self._claim_argv(share, owner, ttl, bound), session),
+            with_wait(self._answer())))
+        return (parse_claimed(payload) if share.budget else parse_names(payload)), wait
+
+    def session_close(self, session: str, owner: str, count: int
+                      ) -> Operation[tuple[int, bool]]:
+        """One step of ``close``: runs released, and whether the session is ended."""
+        released, done = yield from ask(Call(
+            scripts.RUN_SESSION_CLOSE,
+            (self.keys.sessions, self.keys.session_leases, self.keys.leases, self.keys.ready,
+             self.keys.meta), (self.arg1, session, owner, count, self.projection_version),
+            self._answer()))
+        return int(released), bool(int(done))
+
+    def sessions_page(self, offset: int, count: int) -> Operation[tuple[list[SessionInfo], int]]:
+        """A page of the sessions from ``offset``: those listed, and how many entries it
+        read (fewer than ``count``: the last page)."""
+        reply = yield from ask(Call(
+            scripts.RUN_SESSIONS, (self.keys.session_leases, self.keys.sessions),
+            (self.arg1, offset, count), lambda r: r, write=False))
+        code, payload = reply_parts(reply)
+        if code != Code.OK:
+            raise ValueError(f"unknown reply code {code!r}")
+        found = [SessionInfo(text(sid), text(owner), int(expires), int(runs))
+                 for sid, owner, expires, runs in payload]
+        return found, int(reply[2])
+
+
+class RunOps(FeedOps, SessionOps):
     """The run store's operations over one namespace, as pure generators of calls.
 
     Before the store's first write, :meth:`server_check` runs once: it refuses a server

@@ -100,6 +100,7 @@ class Code(IntEnum):
     PARTITIONED = 10
     UNCOUNTED = 11
     REWATCH = 12
+    SESSION_LAPSED = 13
 
 
 @dataclass(frozen=True)
@@ -732,7 +733,8 @@ COMMON = "_common"
 #: The libs kept as a folder of files, one a concept (``lua/_lib/keys.lua``...), in the
 #: order the build reads them: a file's fragments may use those of the files before it.
 LIBS: dict[str, tuple[str, ...]] = {
-    "_lib": ("keys", "args", "index", "signals", "feed", "layout", "commit", "codec", "runs",
+    "_lib": ("keys", "args", "index", "signals", "feed", "layout", "commit", "codec", "sessions",
+             "runs",
              "partitions", "claims", "leases", "fanout", "taking", "write", "finish", "ops",
              "lean", "lean_write", "lean_one", "old"),
 }
@@ -946,6 +948,10 @@ RUN_WATCH: Script
 RUN_NOTIFY: Script
 RUN_DELIVERED: Script
 RUN_UNWATCH: Script
+RUN_SESSION_OPEN: Script
+RUN_SESSION_KEEPALIVE: Script
+RUN_SESSION_CLOSE: Script
+RUN_SESSIONS: Script
 REPO_SAVE: Script
 REPO_LOAD: Script
 REPO_DELETE: Script

@@ -65,10 +65,14 @@ from ..feed import Feed
 from ..repository import MAX_PAGE, InFlightPage, InstanceRecord, Logger
 from ..runs import (
     MAX_RECORD,
+    MAX_RENEW,
     MIGRATE_COUNT,
     Discover,
     Migrated,
+    SessionInfo,
+    check_listing_limit,
 )
+from ..sessions import AsyncSession, check_session
 from . import wakeups
 from .aio_ops import AsyncStoreOps
 from .clients import (
@@ -88,6 +92,7 @@ from .clients import (
     relearn_after,
     subscribe_failed,
 )
+from .sessions import SessionSteps
 from .shell import Shell
 from .sync import _MORE, _pack_one, _replies, lean_error
 from .wakeups import LoopDriver, Nodes, Wakeups, check_block
@@ -1280,7 +1285,7 @@ class AsyncPipeline(Pipelined):
             await self.send()
 
 
-class AsyncRedisRunStore(_Closes, AsyncStoreOps, Shell[RunOps | PartitionedOps]):
+class AsyncRedisRunStore(_Closes, SessionSteps, AsyncStoreOps, Shell[RunOps | PartitionedOps]):
     """The leased run backend on a ``redis.asyncio`` client: the asyncio twin of
     :class:`redisstore.RedisRunStore`, with the same options, methods (``async def``),
     errors and semantics. A cancelled write is of unknown outcome (see the module)."""
@@ -1360,6 +1365,24 @@ class AsyncRedisRunStore(_Closes, AsyncStoreOps, Shell[RunOps | PartitionedOps])
 
     # The primitives of the operations (AsyncStoreOps, generated from the core:
     # redisstore/shells/aio_ops.py).
+
+    async def open_session(self, owner: str, ttl: int) -> AsyncSession:
+        """:meth:`RedisRunStore.open_session`."""
+        owner, ttl = check_session(owner, ttl)
+        return AsyncSession(self, await self._session_open(owner, ttl), owner, ttl)
+
+    async def sessions(self, limit: int = 1000) -> list[SessionInfo]:
+        """:meth:`RedisRunStore.sessions`."""
+        limit = check_listing_limit(limit)
+        found: list[SessionInfo] = []
+        offset = 0
+        while len(found) < limit:
+            page, read = await self._sessions_page(offset, MAX_RENEW)
+            found += page
+            offset += read
+            if read < MAX_RENEW:
+                break
+        return found[:limit]
 
     async def _read(self, op: Operation[T] | Spread[T]) -> T:
         return await self._io.drive(self._ops.counting(op))

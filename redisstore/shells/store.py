@@ -21,11 +21,16 @@ from ..feed import Feed
 from ..repository import MAX_PAGE, InFlightPage, InstanceRecord, Logger
 from ..runs import (
     MAX_RECORD,
+    MAX_RENEW,
     MIGRATE_COUNT,
     Discover,
     Migrated,
+    SessionInfo,
+    check_listing_limit,
 )
+from ..sessions import Session, check_session
 from . import wakeups
+from .sessions import SessionSteps
 from .shell import Shell
 from .store_ops import StoreOps
 from .sync import Transport, node_wakers
@@ -103,7 +108,7 @@ class Pipeline(Pipelined):
             self.send()
 
 
-class RedisRunStore(_Closes, StoreOps, Shell[RunOps | PartitionedOps]):
+class RedisRunStore(_Closes, SessionSteps, StoreOps, Shell[RunOps | PartitionedOps]):
     """The leased run backend on a ``redis.Redis``-compatible client.
 
     Every method is one server-side Lua script, one round trip (``refresh`` reads, then
@@ -230,6 +235,26 @@ class RedisRunStore(_Closes, StoreOps, Shell[RunOps | PartitionedOps]):
                 return report
 
     # The primitives of the operations (StoreOps, generated from the core: store_ops.py).
+
+    def open_session(self, owner: str, ttl: int) -> Session:
+        """A new session of ``owner``, live ``ttl`` ms from now (docs/contract.md,
+        "Sessions"); on a store of one partition."""
+        owner, ttl = check_session(owner, ttl)
+        return Session(self, self._session_open(owner, ttl), owner, ttl)
+
+    def sessions(self, limit: int = 1000) -> list[SessionInfo]:
+        """Up to ``limit`` sessions: live ones, and lapsed ones that still hold runs, by
+        expiry, read a page of ``MAX_RENEW`` at a time."""
+        limit = check_listing_limit(limit)
+        found: list[SessionInfo] = []
+        offset = 0
+        while len(found) < limit:
+            page, read = self._sessions_page(offset, MAX_RENEW)
+            found += page
+            offset += read
+            if read < MAX_RENEW:
+                break
+        return found[:limit]
 
     def _read(self, op: Operation[T] | Spread[T]) -> T:
         return self._io.drive(self._ops.counting(op))

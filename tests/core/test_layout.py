@@ -226,7 +226,8 @@ DAMAGES: dict[str, Callable[[bytes], bytes]] = {
                                                   "rev", b"1"),
     "takeovers over the cap": lambda v: with_field5(v, "tk", b"2147483649"),
     "a token that is not a number": lambda v: with_field5(v, "tok", b"x"),
-    "a session id": lambda v: with_field5(v, "sid", b"5"),
+    "a session id that is no number": lambda v: with_field5(v, "sid", b"x"),
+    "a session id of 0": lambda v: with_field5(v, "sid", b"0"),
     "a number with a leading zero": lambda v: with_field5(v, "at", b"01"),
 }
 

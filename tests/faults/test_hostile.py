@@ -253,7 +253,7 @@ CORRUPT_FIELDS = [
     ("at", "01", "at"), ("at", "1e3", "header"), ("at", str(2**63), "at"),
     ("nb", "01", "nb"), ("nb", str(2**63), "nb"), ("nb", "inf", "header"),
     ("px", "x", "header"), ("px", "pf", "header"),
-    ("sid", "1", "sid"), ("sid", "01", "sid"), ("sid", "nan", "header"),
+    ("sid", "0", "sid"), ("sid", "01", "sid"), ("sid", "nan", "header"),
     ("lo", "3", "header"), ("lo", "99", "header"), ("lo", "02", "header"),
     ("lo", "", "header"), ("lo", "0", "header"),  # "me" is then junk after the texts
     ("lc", "5", "header"), ("lc", "x", "header"), ("lw", "1", "header"),
@@ -662,6 +662,12 @@ ARGVS: dict[str, tuple[tuple[str, ...], tuple[Any, ...], int, tuple[int, ...]]] 
     # Its entries are not ids: a claim sends back every entry a queue holds, a foreign one
     # of any length too, to remove it (never a wall); they are only compared.
     "run_delivered": (("p:outbox",), ("outbox", "1|dep", 2), 2, ()),
+    "run_session_open": (("sessions", "session_leases", "session_seq", "meta"), ("me", LONG),
+                         3, (2,)),
+    "run_session_keepalive": (("sessions", "session_leases", "meta"), ("1", "me"), 3, (3,)),
+    "run_session_close": (("sessions", "session_leases", "leases", "ready", "meta"),
+                          ("1", "me", 10, 1), 5, (3,)),
+    "run_sessions": (("session_leases", "sessions"), (0, 10), 3, ()),
 }
 
 

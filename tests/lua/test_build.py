@@ -241,6 +241,11 @@ SCHEMA_NAMES: dict[str, dict[str, tuple[str, Callable[[Keyspace], str]]]] = {
         "UNWATCH_Q": ("UNWATCH_Q", lambda k: k.unwatch),
         "WATCH_SEQ": ("WATCH_SEQ", lambda k: k.watch_seq),
         "FEED": ("FEED", lambda k: k.feed),
+        "SESSIONS": ("SESSIONS", lambda k: k.sessions),
+        "SESSION_LEASES": ("SESSION_LEASES", lambda k: k.session_leases),
+        "SESSION_SEQ": ("SESSION_SEQ", lambda k: k.session_seq),
+        "session runs": ("P .. SESSION_RUNS .. '7'", lambda k: k.session_runs("7")),
+        "session told": ("P .. SESSION_TOLD .. '7'", lambda k: k.session_told("7")),
         "run": ("run_key('a:b')", lambda k: k.run("a:b")),
         "dependents": ("deps_ix('dé|p').key", lambda k: k.dependents("dé|p")),
         # Layout 4's index keys, which only run_migrate meets (old.lua's old_index reads

@@ -37,6 +37,7 @@ from redisstore import (
     RedisRepository,
     RedisRunStore,
     Release,
+    Seize,
     Status,
 )
 from redisstore.core import driver as protocol
@@ -207,6 +208,7 @@ FIRST_KEY = frozenset({
     "HINCRBY", "ZADD", "ZREM", "ZSCORE", "ZRANGE", "ZRANGEBYSCORE", "ZCARD", "ZCOUNT", "ZRANK",
     "ZMSCORE", "ZRANGEBYLEX", "ZREVRANGEBYLEX", "ZREMRANGEBYRANK", "SADD", "SREM", "SSCAN",
     "SISMEMBER", "SCARD", "SMEMBERS", "SRANDMEMBER", "RPUSH", "HKEYS", "ZRANDMEMBER",
+    "LLEN", "LRANGE", "LTRIM",
     # A sharded channel is routed as a key: it must be in the script's slot, as keys are.
     "SPUBLISH",
 })
@@ -216,7 +218,7 @@ SECOND_KEY = frozenset({"MEMORY"})
 NO_KEYS = frozenset({"TIME", "SCAN", "PING"})
 WRITES = frozenset({
     "SET", "SETRANGE", "INCR", "INCRBY", "APPEND", "HSET", "HDEL", "HSETNX", "HINCRBY", "ZADD",
-    "ZREM", "ZREMRANGEBYRANK", "SADD", "SREM", "DEL", "UNLINK", "RPUSH", "RENAME",
+    "ZREM", "ZREMRANGEBYRANK", "SADD", "SREM", "DEL", "UNLINK", "RPUSH", "RENAME", "LTRIM",
 })
 
 TRACE = "__trace"
@@ -523,6 +525,31 @@ def run_store_scenario(client: Any) -> str:
     if heads is not None:
         store._io.drive(heads("ready", 10))
         store._io.drive(heads("leases", 10))
+    # Sessions: runs taken under one by each claim and by InSession writes, one seized from
+    # it (told at the keepalive), renewed, released, deleted; the listing; one that lapses
+    # (its runs put into the leases index and taken over), and a close.
+    if hasattr(store, "open_session"):
+        session = store.open_session("s", LONG)
+        for run in ("s1", "s2", "s3"):
+            store.insert(run, b"at:", Release())
+        session.claim(1)
+        session.claim_ready(1)
+        s4 = store.insert("s4", b"plain", session.lease)
+        s3 = store.get("s3").revision
+        store.compare_and_set("s3", s3, b"plain", session.lease)
+        store.compare_and_set("s4", s4, b"plain", Seize("b", LONG))
+        store.renew("s", ["s1"], LONG)
+        session.keepalive()
+        store.release("s", ["s2"])
+        store.delete("s3", s3 + 1, Release())
+        session.claim_expired(1)
+        store.sessions()
+        short = store.open_session("s", 200)
+        store.insert("s5", b"plain", short.lease)
+        time.sleep(0.25)
+        store.claim_expired("b", LONG, 10)
+        session.close()
+        short.close()
     return keys.prefix
 
 
