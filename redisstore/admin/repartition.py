@@ -28,13 +28,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core.driver import Durability, check_io, text
+from ..core.errors import AlreadyExists, ConcurrentUpdate, Corrupt, Misconfigured, NotFound
 from ..core.keys import Keyspace
 from ..core.partitioned_repository import PartitionedRepositoryOps
 from ..core.partitions import PartitionedOps, check_partitions, partition_of
 from ..core.repository_ops import RepositoryOps
 from ..core.runops import RunOps
-from ..errors import AlreadyExists, ConcurrentUpdate, Corrupt, Misconfigured, NotFound
-from ..runs import MIGRATE_COUNT, Discover, Release
+from ..core.runs import MIGRATE_COUNT, Discover, Release
 from ..shells.sync import Transport
 from .security import glob_escape
 

@@ -13,9 +13,9 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
 if TYPE_CHECKING:
-    from ..runs import Claimed, Current, Failure, Fenced, Lease
     from .driver import Operation, Spread
     from .runops import RunOps, Share
+    from .runs import Claimed, Current, Failure, Fenced, Lease
 
 T = TypeVar("T")
 

@@ -20,8 +20,8 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from ..errors import NOT_APPLIED, StoreError, Unavailable
 from .driver import Driver, Durability, Operation, Spread
+from .errors import NOT_APPLIED, StoreError, Unavailable
 from .groups import Group
 from .partitions import PartitionedOps
 from .pending import Pending

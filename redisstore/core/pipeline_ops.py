@@ -13,11 +13,11 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
 if TYPE_CHECKING:
-    from ..runs import Claimed, Current, Failure, Fenced, Lease
     from .driver import Operation, Spread
     from .partitions import PartitionedOps
     from .pending import Pending
     from .runops import RunOps
+    from .runs import Claimed, Current, Failure, Fenced, Lease
 
 T = TypeVar("T")
 

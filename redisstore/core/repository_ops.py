@@ -8,7 +8,9 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from ..errors import (
+from . import scripts
+from .driver import EVICTING, Call, Operation, ask, config_get, eviction_policy, text
+from .errors import (
     ConcurrentUpdate,
     Corrupt,
     Misconfigured,
@@ -16,7 +18,8 @@ from ..errors import (
     Unavailable,
     UnknownGroup,
 )
-from ..repository import (
+from .keys import Keyspace
+from .repository import (
     _INT,
     LAYOUT_VERSION,
     MAX_INT64,
@@ -42,9 +45,6 @@ from ..repository import (
     offset_us,
     to_us,
 )
-from . import scripts
-from .driver import EVICTING, Call, Operation, ask, config_get, eviction_policy, text
-from .keys import Keyspace
 from .runops import Code, Uncounted, partitioned, reply_parts
 
 # ---------------------------------------------------------------------------- replies

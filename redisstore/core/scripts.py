@@ -81,8 +81,8 @@ from importlib.abc import Traversable
 from pathlib import Path
 from typing import Any
 
-from ..runs import Cap
 from . import keys
+from .runs import Cap
 
 
 class Code(IntEnum):

@@ -24,12 +24,12 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..core.errors import Compacted, Conflict, LeaseRefused, NotFound
+from ..core.feed import ENTRY_BYTES, ORIGIN, Feed, Position, encode
 from ..core.feedops import parse_events
 from ..core.keys import Keyspace, check_namespace
 from ..core.partitions import PartitionedOps
-from ..errors import Compacted, Conflict, LeaseRefused, NotFound
-from ..feed import ENTRY_BYTES, ORIGIN, Feed, Position, encode
-from ..runs import MAX_RENEW, Claim, Current, Fenced, Free, Held
+from ..core.runs import MAX_RENEW, Claim, Current, Fenced, Free, Held
 from ..shells.store import RedisRunStore
 
 #: The states a namespace's runs are counted in, as the pages and /metrics name them.

@@ -32,9 +32,9 @@ from typing import Any, TypeAlias
 
 from ..core import telemetry
 from ..core.driver import Settled
+from ..core.errors import Closed, Conflict, LeaseRefused, NotFound, StoreError
 from ..core.runops import fusable, fused
-from ..errors import Closed, Conflict, LeaseRefused, NotFound, StoreError
-from ..runs import (
+from ..core.runs import (
     MAX_ERROR,
     MAX_RECORD,
     Claimed,

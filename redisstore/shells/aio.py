@@ -45,6 +45,8 @@ from ..core.driver import (
     parsed,
     resume,
 )
+from ..core.errors import StoreError
+from ..core.feed import Feed
 from ..core.groups import (
     MAX_ROUND_BYTES,
     MAX_ROUND_CALLS,
@@ -58,12 +60,10 @@ from ..core.outcomes import ErrorReply, Exchange, Lost, Reply
 from ..core.partitioned_repository import PartitionedRepositoryOps, repository_ops
 from ..core.partitions import PartitionedOps, run_ops
 from ..core.pipeline import Pipelined
+from ..core.repository import MAX_PAGE, InFlightPage, InstanceRecord, Logger
 from ..core.repository_ops import RepositoryOps
 from ..core.runops import RunOps
-from ..errors import StoreError
-from ..feed import Feed
-from ..repository import MAX_PAGE, InFlightPage, InstanceRecord, Logger
-from ..runs import (
+from ..core.runs import (
     MAX_RECORD,
     MIGRATE_COUNT,
     Discover,

@@ -11,15 +11,15 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from ..core.driver import Durability, Operation, Spread, check_io, continued
+from ..core.errors import StoreError
+from ..core.feed import Feed
 from ..core.partitioned_repository import PartitionedRepositoryOps, repository_ops
 from ..core.partitions import PartitionedOps, run_ops
 from ..core.pipeline import Pipelined
+from ..core.repository import MAX_PAGE, InFlightPage, InstanceRecord, Logger
 from ..core.repository_ops import RepositoryOps
 from ..core.runops import RunOps
-from ..errors import StoreError
-from ..feed import Feed
-from ..repository import MAX_PAGE, InFlightPage, InstanceRecord, Logger
-from ..runs import (
+from ..core.runs import (
     MAX_RECORD,
     MIGRATE_COUNT,
     Discover,

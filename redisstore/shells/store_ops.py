@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
 if TYPE_CHECKING:
     from ..core.driver import Operation, Spread
+    from ..core.feed import Changes
     from ..core.partitions import PartitionedOps
     from ..core.runops import RunOps
-    from ..feed import Changes
-    from ..runs import Claimed, Current, Failure, Fenced, Lease, Quarantined
+    from ..core.runs import Claimed, Current, Failure, Fenced, Lease, Quarantined
 
 T = TypeVar("T")
 
