@@ -22,9 +22,9 @@ PACKAGE = Path(__file__).resolve().parent.parent / "redisstore"
 #: The highest floor a module may stand on: the goal, not reached yet (see the test).
 MAX_FLOOR = 7
 #: The highest floor today: it may only come down (lower it as the chain shortens).
-CEILING = 16  # the change feed's reading (core.feedops) added one under the core's chain
+CEILING = 13
 #: The ports' values and errors, in the core: they import nothing but each other.
-PORTS = frozenset({"redisstore.core.errors", "redisstore.core.runs",
+PORTS = frozenset({"redisstore.core.errors", "redisstore.core.caps", "redisstore.core.runs",
                    "redisstore.core.repository", "redisstore.core.feed"})
 #: Where users always imported the ports from: each re-exports its module of the core.
 OLD_HOMES = {f"redisstore.{name}": f"redisstore.core.{name}"

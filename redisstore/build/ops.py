@@ -59,7 +59,7 @@ IMPORTS = {
     "Changes": "redisstore.core.feed",
     "RunOps": "redisstore.core.runops",
     "Share": "redisstore.core.runops",
-    "PartitionedOps": "redisstore.core.partitions",
+    "PartitionOps": "redisstore.core.partition_ops",
     "Pending": "redisstore.core.pending",
 }
 BUILTINS = {"str", "int", "bytes", "bool", "float", "None", "list", "tuple", "dict", "T"}
@@ -307,7 +307,7 @@ class Stores(Target):
              "core's (:class:`redisstore.core.runops.RunOps`) handed to the store's ``_read``,\n"
              "``_write`` or ``_claim``.")
     primitives = '''
-    _ops: RunOps | PartitionedOps
+    _ops: RunOps | PartitionOps
 
     def _read(self, op: Operation[T] | Spread[T]) -> T:
         """Send a read; its answer."""
@@ -352,7 +352,7 @@ class AsyncStores(Stores):
              "core's (:class:`redisstore.core.runops.RunOps`) handed to the store's ``_read``,\n"
              "``_write`` or ``_claim``.")
     primitives = '''
-    _ops: RunOps | PartitionedOps
+    _ops: RunOps | PartitionOps
 
     async def _read(self, op: Operation[T] | Spread[T]) -> T:
         """Send a read; its answer."""
@@ -387,7 +387,7 @@ class Pipelines(Target):
              "asyncio alike), each the core's operation (:class:`redisstore.core.runops.RunOps`)\n"
              "handed to ``_queue``: its arguments are checked at once.")
     primitives = '''
-    _ops: RunOps | PartitionedOps
+    _ops: RunOps | PartitionOps
 
     def _queue(self, op: Operation[T] | Spread[T], *, write: bool = True) -> Pending[T]:
         """Queue ``op``."""
@@ -457,16 +457,13 @@ class Partitions(Target):
         raise NotImplementedError
 '''
 
-    def wants(self, op: Op) -> bool:
-        return op.spec.route != "own"
-
     def overloads(self, op: Op) -> tuple[Signature, ...]:
         """Every overload of the core: the shells call these with a bool."""
         return op.overloads
 
     def method(self, op: Op, sig: Signature) -> Method:
         kind, _, _ = op.spec.route.partition(":")
-        if kind not in ("each", "claim"):
+        if kind not in ("each", "claim", "own"):
             return Method(params_text(sig.params), f"Operation[{sig.answers}]")
         # A Spread is invariant: an overloaded one's implementation answers Spread[Any].
         spread = "Any" if op.overloads and sig is op.signature else sig.answers
@@ -482,11 +479,17 @@ class Partitions(Target):
                "claim": ("a claim over every partition's "
                          + ("two indexes" if arg == "any" else f"``{arg}`` index")
                          + " (:meth:`_claim`)")}
+        if kind == "own":
+            return (f"See :meth:`RunOps.{op.name}`: written by ``PartitionedOps`` itself; "
+                    "declared here so the mixins above type a store's operations by this "
+                    "class alone.")
         return f"See :meth:`RunOps.{op.name}`: {how[kind]}."
 
     def body(self, op: Op) -> list[str]:
         kind, _, arg = op.spec.route.partition(":")
         name = op.name
+        if kind == "own":
+            return ["        raise NotImplementedError"]
         if kind == "first":
             return [f"        return self.parts[0].{name}({op.args()})"]
         if kind == "one":

@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
 if TYPE_CHECKING:
     from .driver import Operation, Spread
+    from .feed import Changes
     from .runops import RunOps, Share
-    from .runs import Claimed, Current, Failure, Fenced, Lease
+    from .runs import Claimed, Current, Failure, Fenced, Lease, Quarantined
 
 T = TypeVar("T")
 
@@ -160,3 +161,14 @@ class PartitionOps:
     def refresh(self, run: str) -> Operation[bool]:
         """See :meth:`RunOps.refresh`: in the partition of ``run``."""
         return self._one(run, lambda part: part.refresh(run), write=True)
+
+    def changes(self, after: str | None = None, limit: int = 100, *, block: int | None = None
+                ) -> Spread[Changes]:
+        """See :meth:`RunOps.changes`: written by ``PartitionedOps`` itself; declared here so the
+        mixins above type a store's operations by this class alone."""
+        raise NotImplementedError
+
+    def quarantined(self, limit: int = 1000) -> Spread[list[Quarantined]]:
+        """See :meth:`RunOps.quarantined`: written by ``PartitionedOps`` itself; declared here so
+        the mixins above type a store's operations by this class alone."""
+        raise NotImplementedError

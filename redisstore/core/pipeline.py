@@ -56,6 +56,9 @@ class Pipelined(PipelineOps):
     arguments of the store method of its name, checks them at once (a bad one raises here,
     and nothing is queued) and returns a :class:`Pending`. See docs/runs.md."""
 
+    #: Its operations (the mixin types them by the generated ``PartitionOps`` alone).
+    _ops: RunOps | PartitionedOps
+
     def __init__(self, ops: RunOps | PartitionedOps, durability: Durability | None) -> None:
         self._ops = ops
         self._durability = durability

@@ -1285,6 +1285,9 @@ class AsyncRedisRunStore(_Closes, AsyncStoreOps, Shell[RunOps | PartitionedOps])
     :class:`redisstore.RedisRunStore`, with the same options, methods (``async def``),
     errors and semantics. A cancelled write is of unknown outcome (see the module)."""
 
+    #: Its operations (the mixin types them by the generated ``PartitionOps`` alone).
+    _ops: RunOps | PartitionedOps
+
     def __init__(self, client: Any, *, namespace: str = "redisstore",
                  discover: Discover | None = None, projection_version: int = 1,
                  durability: Durability | None = None, timeout: int = 5000,

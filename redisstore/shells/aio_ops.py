@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 if TYPE_CHECKING:
     from ..core.driver import Operation, Spread
     from ..core.feed import Changes
-    from ..core.partitions import PartitionedOps
+    from ..core.partition_ops import PartitionOps
     from ..core.runops import RunOps
     from ..core.runs import Claimed, Current, Failure, Fenced, Lease, Quarantined
 
@@ -27,7 +27,7 @@ class AsyncStoreOps:
     core's (:class:`redisstore.core.runops.RunOps`) handed to the store's ``_read``,
     ``_write`` or ``_claim``."""
 
-    _ops: RunOps | PartitionedOps
+    _ops: RunOps | PartitionOps
 
     async def _read(self, op: Operation[T] | Spread[T]) -> T:
         """Send a read; its answer."""

@@ -125,6 +125,9 @@ class RedisRunStore(_Closes, StoreOps, Shell[RunOps | PartitionedOps]):
     write a round trip more, and claims deliver its writes. See docs/scale-out.md.
     """
 
+    #: Its operations (the mixin types them by the generated ``PartitionOps`` alone).
+    _ops: RunOps | PartitionedOps
+
     def __init__(self, client: Any, *, namespace: str = "redisstore",
                  discover: Discover | None = None, projection_version: int = 1,
                  durability: Durability | None = None, timeout: int = 5000,
