@@ -46,7 +46,6 @@ from ..core.driver import (
     resume,
 )
 from ..core.errors import StoreError
-from ..core.feed import Feed
 from ..core.groups import (
     MAX_ROUND_BYTES,
     MAX_ROUND_CALLS,
@@ -58,15 +57,13 @@ from ..core.groups import (
 )
 from ..core.outcomes import ErrorReply, Exchange, Lost, Reply
 from ..core.partitioned_repository import PartitionedRepositoryOps, repository_ops
-from ..core.partitions import PartitionedOps, run_ops
+from ..core.partitions import PartitionedOps
 from ..core.pipeline import Pipelined
 from ..core.repository import MAX_PAGE, InFlightPage, InstanceRecord, Logger
 from ..core.repository_ops import RepositoryOps
 from ..core.runops import RunOps
 from ..core.runs import (
-    MAX_RECORD,
     MIGRATE_COUNT,
-    Discover,
     Migrated,
 )
 from . import wakeups
@@ -88,7 +85,7 @@ from .clients import (
     relearn_after,
     subscribe_failed,
 )
-from .shell import Shell
+from .shell import RunShell, Shell
 from .sync import _MORE, _pack_one, _replies, lean_error
 from .wakeups import LoopDriver, Nodes, Wakeups, check_block
 
@@ -1280,26 +1277,14 @@ class AsyncPipeline(Pipelined):
             await self.send()
 
 
-class AsyncRedisRunStore(_Closes, AsyncStoreOps, Shell[RunOps | PartitionedOps]):
+class AsyncRedisRunStore(_Closes, AsyncStoreOps, RunShell[AsyncTransport]):
     """The leased run backend on a ``redis.asyncio`` client: the asyncio twin of
     :class:`redisstore.RedisRunStore`, with the same options, methods (``async def``),
     errors and semantics. A cancelled write is of unknown outcome (see the module)."""
 
     #: Its operations (the mixin types them by the generated ``PartitionOps`` alone).
     _ops: RunOps | PartitionedOps
-
-    def __init__(self, client: Any, *, namespace: str = "redisstore",
-                 discover: Discover | None = None, projection_version: int = 1,
-                 durability: Durability | None = None, timeout: int = 5000,
-                 max_record_bytes: int = MAX_RECORD, partitions: int = 1,
-                 feed: Feed | None = None) -> None:
-        durability, timeout = check_io(durability, timeout)
-        self._ops = run_ops(namespace, discover, projection_version, durability=durability,
-                            max_record_bytes=max_record_bytes, partitions=partitions)
-        self._ops.set_feed(feed)
-        self._io = AsyncTransport(client, durability, timeout)
-        self._ops.checks = self._io.checks
-        self._wake: Wakeups | None = None
+    _transport = AsyncTransport
 
     async def aclose(self) -> None:
         """Stop the store's waker (if a claim ever blocked) and disconnect its
@@ -1332,11 +1317,6 @@ class AsyncRedisRunStore(_Closes, AsyncStoreOps, Shell[RunOps | PartitionedOps])
         twin._io = AsyncTransport(io.client, io.durability, min(timeout, io.timeout))
         twin._wake = None
         return twin
-
-    def _place(self, run: str) -> int:
-        """The partition of ``run`` (0 in a store of one partition): a keeper leaves a failed
-        partition's runs out of the rest of its round."""
-        return self._ops.place(run) if isinstance(self._ops, PartitionedOps) else 0
 
     def pipeline(self) -> AsyncPipeline:
         """Queue calls and send them in one round trip (see

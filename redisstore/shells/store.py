@@ -12,21 +12,18 @@ from typing import Any, TypeVar
 
 from ..core.driver import Durability, Operation, Spread, check_io, continued
 from ..core.errors import StoreError
-from ..core.feed import Feed
 from ..core.partitioned_repository import PartitionedRepositoryOps, repository_ops
-from ..core.partitions import PartitionedOps, run_ops
+from ..core.partitions import PartitionedOps
 from ..core.pipeline import Pipelined
 from ..core.repository import MAX_PAGE, InFlightPage, InstanceRecord, Logger
 from ..core.repository_ops import RepositoryOps
 from ..core.runops import RunOps
 from ..core.runs import (
-    MAX_RECORD,
     MIGRATE_COUNT,
-    Discover,
     Migrated,
 )
 from . import wakeups
-from .shell import Shell
+from .shell import RunShell, Shell
 from .store_ops import StoreOps
 from .sync import Transport, node_wakers
 from .wakeups import Wakeups, check_block
@@ -103,7 +100,7 @@ class Pipeline(Pipelined):
             self.send()
 
 
-class RedisRunStore(_Closes, StoreOps, Shell[RunOps | PartitionedOps]):
+class RedisRunStore(_Closes, StoreOps, RunShell[Transport]):
     """The leased run backend on a ``redis.Redis``-compatible client.
 
     Every method is one server-side Lua script, one round trip (``refresh`` reads, then
@@ -127,20 +124,7 @@ class RedisRunStore(_Closes, StoreOps, Shell[RunOps | PartitionedOps]):
 
     #: Its operations (the mixin types them by the generated ``PartitionOps`` alone).
     _ops: RunOps | PartitionedOps
-
-    def __init__(self, client: Any, *, namespace: str = "redisstore",
-                 discover: Discover | None = None, projection_version: int = 1,
-                 durability: Durability | None = None, timeout: int = 5000,
-                 max_record_bytes: int = MAX_RECORD, partitions: int = 1,
-                 feed: Feed | None = None) -> None:
-        durability, timeout = check_io(durability, timeout)
-        self._ops = run_ops(namespace, discover, projection_version, durability=durability,
-                            max_record_bytes=max_record_bytes, partitions=partitions)
-        self._ops.set_feed(feed)
-        self._io = Transport(client, durability, timeout)
-        self._ops.checks = self._io.checks
-        self._wake: Wakeups | None = None
-        self._wake_lock = threading.Lock()
+    _transport = Transport
 
     def close(self) -> None:
         """Stop the store's waker (if a claim ever blocked) and disconnect its connections
@@ -185,11 +169,6 @@ class RedisRunStore(_Closes, StoreOps, Shell[RunOps | PartitionedOps]):
         twin._wake, twin._wake_lock = None, threading.Lock()
         twin._keeper_closes = not io.cluster
         return twin
-
-    def _place(self, run: str) -> int:
-        """The partition of ``run`` (0 in a store of one partition): a keeper leaves a failed
-        partition's runs out of the rest of its round."""
-        return self._ops.place(run) if isinstance(self._ops, PartitionedOps) else 0
 
     def pipeline(self) -> Pipeline:
         """Queue calls and send them in one round trip::
