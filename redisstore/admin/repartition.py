@@ -358,7 +358,7 @@ def repartition_repository(client: Any, namespace: str, to: int, *,
                     f"record {id!r} is in partition {source.keys.prefix} and, with other "
                     f"contents, in {target.keys.prefix}: not a copy this step made (the "
                     "engines must be stopped); nothing more was moved")
-            io.drive(source.delete(id, record.rec_version))
+            io.drive(source.delete(id, expected_version=record.rec_version))
             moved += 1
     for p in range(span):
         client.set(Keyspace(namespace, p).repo_partitions, to)

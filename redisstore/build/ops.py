@@ -1,4 +1,4 @@
-"""Write the run store's operation methods that follow from the core.
+"""Write the stores' methods that follow from the core: the run store's and the repository's.
 
 Each public operation of the run store is written once, in :class:`redisstore.core.runops.RunOps`:
 its signature and docstring, its checks, its script call and its reply's parse, with an
@@ -14,6 +14,14 @@ redisstore/shells/aio_ops.py          ``AsyncStoreOps`` :class:`redisstore.Async
 redisstore/core/pipeline_ops.py     ``PipelineOps``   ``core.pipeline.Pipelined``
 redisstore/core/partition_ops.py    ``PartitionOps``  ``core.partitions.PartitionedOps``
 ==============================  ================  ======================================
+
+The repository's methods both stores offer are written once too, in
+:class:`redisstore.core.repository_ops.RepositoryOps` (marked ``@public``): this module
+writes them for :class:`redisstore.RedisRepository` (``shells/repo_store_ops.py``,
+``RepositoryStoreOps``) and :class:`redisstore.AsyncRedisRepository`
+(``shells/repo_aio_ops.py``, ``AsyncRepositoryStoreOps``), each handing the core's
+operation to the store's ``_send``. No sync/async twin is written by hand: what differs
+between the two stores is only their primitives.
 
 Each method only hands the core's operation to a primitive of its class (``_read``,
 ``_write``, ``_claim``; ``_queue``; ``_one``, ``_each``, ``_claims``), which the class
@@ -36,6 +44,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..core import repository_ops
 from ..core.runops import RunOps, Spec
 
 PACKAGE = Path(__file__).resolve().parents[1]
@@ -61,8 +70,12 @@ IMPORTS = {
     "Share": "redisstore.core.runops",
     "PartitionOps": "redisstore.core.partition_ops",
     "Pending": "redisstore.core.pending",
+    "datetime": "datetime",
+    "InstanceRecord": "redisstore.core.repository",
+    "InFlightPage": "redisstore.core.repository",
 }
-BUILTINS = {"str", "int", "bytes", "bool", "float", "None", "list", "tuple", "dict", "T"}
+BUILTINS = {"str", "int", "bytes", "bool", "float", "None", "list", "tuple", "dict", "T",
+            "RepositoryCalls"}
 #: What the generated modules always import at run time.
 ALWAYS = {"typing": {"TYPE_CHECKING", "TypeVar", "overload"}}
 
@@ -140,6 +153,20 @@ def operations() -> list[Op]:
             raise ValueError(f"RunOps.{name} has no docstring: the stores' would be empty")
         found.append(Op(name, spec, _signature(function),
                         tuple(_signature(o) for o in typing.get_overloads(function)), doc))
+    return found
+
+
+def repository_operations() -> list[Op]:
+    """The repository's methods both stores offer (:data:`repository_ops.PUBLIC`), each
+    :class:`~redisstore.core.repository_ops.RepositoryOps`'s of its name, in that order."""
+    found = []
+    for name in repository_ops.PUBLIC:
+        function = getattr(repository_ops.RepositoryOps, name)
+        doc = inspect.getdoc(function)
+        if not doc:
+            raise ValueError(f"RepositoryOps.{name} has no docstring: the stores' would be "
+                             "empty")
+        found.append(Op(name, Spec("write", "own"), _signature(function), (), doc))
     return found
 
 
@@ -248,6 +275,12 @@ class Target:
     #: Declarations the mixin starts with: what its methods call (the inheriting class's).
     primitives = ""
     asynchronous = False
+    #: Where its operations are written (the generated file's first lines say so).
+    origin = "redisstore/core/runops.py"
+
+    def operations(self) -> list[Op]:
+        """The operations it writes a method for: the run store's."""
+        return operations()
 
     def wants(self, op: Op) -> bool:
         return True
@@ -510,11 +543,75 @@ class Partitions(Target):
         raise ValueError(f"RunOps.{name}: unknown route {op.spec.route!r}")
 
 
-TARGETS: list[Target] = [Stores(), AsyncStores(), Pipelines(), Partitions()]
+class Repositories(Target):
+    """:class:`redisstore.RedisRepository`'s methods (or the asyncio twin's)."""
+
+    path = "shells/repo_store_ops.py"
+    cls = "RepositoryStoreOps"
+    about = ("The repository's methods of :class:`redisstore.RedisRepository`, each the\n"
+             "core's (:class:`redisstore.core.repository_ops.RepositoryOps`) handed to the\n"
+             "store's ``_send``.")
+    origin = "redisstore/core/repository_ops.py"
+    primitives = '''
+    _ops: RepositoryCalls
+
+    def _send(self, op: Operation[T] | Spread[T]) -> T:
+        """Send ``op``; its answer."""
+        raise NotImplementedError
+'''
+    awaits = ""
+
+    def operations(self) -> list[Op]:
+        return repository_operations()
+
+    def method(self, op: Op, sig: Signature) -> Method:
+        return Method(params_text(sig.params), sig.answers)
+
+    def body(self, op: Op) -> list[str]:
+        ret = "return " if op.signature.answers != "None" else ""
+        return wrap(8, f"{ret}{self.awaits}self._send(self._ops.{op.name}(", op.arg_list(),
+                    "))")
+
+    def render(self, ops: list[Op]) -> str:
+        # What the mixin calls: the core's operations, one partition's or a repository of
+        # partitions' alike (a Protocol, so the mixin stands below both).
+        calls = ["class RepositoryCalls(Protocol):",
+                 '    """The repository\'s operations a store sends, one partition\'s or '
+                 'many\'s."""']
+        for op in ops:
+            answers = f"Operation[{op.signature.answers}] | Spread[{op.signature.answers}]"
+            calls.append("")
+            calls.extend(wrap(4, f"def {op.name}(", params_text(op.signature.params),
+                              f") -> {answers}: ...", orphan=True))
+        return "\n".join(calls) + "\n\n\n" + super().render(ops)
 
 
-def module(target: Target, ops: list[Op]) -> str:
-    """The text of ``target``'s file."""
+class AsyncRepositories(Repositories):
+    """:class:`redisstore.AsyncRedisRepository`'s methods."""
+
+    path = "shells/repo_aio_ops.py"
+    cls = "AsyncRepositoryStoreOps"
+    about = ("The repository's methods of :class:`redisstore.AsyncRedisRepository`, each\n"
+             "the core's (:class:`redisstore.core.repository_ops.RepositoryOps`) awaited by\n"
+             "the store's ``_send``.")
+    primitives = '''
+    _ops: RepositoryCalls
+
+    async def _send(self, op: Operation[T] | Spread[T]) -> T:
+        """Send ``op``; its answer."""
+        raise NotImplementedError
+'''
+    asynchronous = True
+    awaits = "await "
+
+
+TARGETS: list[Target] = [Stores(), AsyncStores(), Pipelines(), Partitions(), Repositories(),
+                         AsyncRepositories()]
+
+
+def module(target: Target, ops: list[Op] | None = None) -> str:
+    """The text of ``target``'s file (``ops``: its operations, else its own)."""
+    ops = target.operations() if ops is None else ops
     body = target.render(ops)
     tree = ast.parse(body)
     used = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
@@ -532,14 +629,20 @@ def module(target: Target, ops: list[Op]) -> str:
                     raise ValueError(f"{target.path}: where does {part.id} come from? "
                                      "Add it to redisstore.build.ops.IMPORTS")
     imports: dict[str, set[str]] = {m: set(names) for m, names in ALWAYS.items()}
+    if "(Protocol)" in body:
+        imports["typing"].add("Protocol")
+    if "@overload" not in body:
+        imports["typing"].discard("overload")
     for name in sorted(used & IMPORTS.keys()):
         imports.setdefault(IMPORTS[name], set()).add(name)
-    runtime = [m for m in sorted(imports) if not m.startswith("redisstore.")]
+    runtime = [m for m in sorted(imports) if not m.startswith("redisstore.")
+               and m != "datetime"]
+    typed = [m for m in sorted(imports) if m == "datetime"]
     local = sorted((_relative(m, target.path), m) for m in imports if m.startswith("redisstore."))
     lines = [
-        "# Generated by `python -m redisstore.build.ops` from redisstore/core/runops.py: do not "
+        f"# Generated by `python -m redisstore.build.ops` from {target.origin}: do not "
         "edit.",
-        "# Change the operation in redisstore/core/runops.py (or the generator), then run that "
+        f"# Change the operation in {target.origin} (or the generator), then run that "
         "again.",
         f'"""{target.about.splitlines()[0]}',
         *target.about.splitlines()[1:],
@@ -554,6 +657,10 @@ def module(target: Target, ops: list[Op]) -> str:
     for source in runtime:
         lines.extend(wrap(0, f"from {source} import ", sorted(imports[source], key=_isort), ""))
     lines += ["", "if TYPE_CHECKING:"]
+    for source in typed:
+        lines.extend(wrap(4, f"from {source} import ", sorted(imports[source], key=_isort), ""))
+    if typed:
+        lines.append("")
     for source, absolute in local:
         lines.extend(wrap(4, f"from {source} import ", sorted(imports[absolute], key=_isort), ""))
     lines += ["", 'T = TypeVar("T")', "", "", ""]
@@ -579,8 +686,7 @@ def _isort(name: str) -> tuple[int, str]:
 
 def generated() -> dict[Path, str]:
     """Every generated file's path and text, made now from the core."""
-    ops = operations()
-    return {PACKAGE / target.path: module(target, ops) for target in TARGETS}
+    return {PACKAGE / target.path: module(target) for target in TARGETS}
 
 
 def stale() -> list[Path]:

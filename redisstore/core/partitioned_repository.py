@@ -101,12 +101,12 @@ class PartitionedRepositoryOps(Counted):
         part = self.part(id)
         return self._counted(lambda: part.load(id))
 
-    def delete(self, id: str, expected_version: int | None = None
+    def delete(self, id: str, *, expected_version: int | None = None
                ) -> Operation[None] | Spread[None]:
         """See :meth:`RepositoryOps.delete`, in the record's partition."""
         check_expected_version(expected_version)
         part = self.part(id)
-        return self._counted(lambda: part.delete(id, expected_version))
+        return self._counted(lambda: part.delete(id, expected_version=expected_version))
 
     # ------------------------------------------------------------------ every partition
 

@@ -27,7 +27,6 @@ import select
 import time
 import weakref
 from collections.abc import Awaitable, Callable, Hashable, Sequence
-from datetime import datetime
 from typing import Any, TypeVar
 
 from ..core import telemetry
@@ -59,7 +58,7 @@ from ..core.outcomes import ErrorReply, Exchange, Lost, Reply
 from ..core.partitioned_repository import PartitionedRepositoryOps, repository_ops
 from ..core.partitions import PartitionedOps
 from ..core.pipeline import Pipelined
-from ..core.repository import MAX_PAGE, InFlightPage, InstanceRecord, Logger
+from ..core.repository import Logger
 from ..core.repository_ops import RepositoryOps
 from ..core.runops import RunOps
 from ..core.runs import (
@@ -85,6 +84,7 @@ from .clients import (
     relearn_after,
     subscribe_failed,
 )
+from .repo_aio_ops import AsyncRepositoryStoreOps
 from .shell import RunShell, Shell
 from .sync import _MORE, _pack_one, _replies, lean_error
 from .wakeups import LoopDriver, Nodes, Wakeups, check_block
@@ -1367,11 +1367,15 @@ class AsyncRedisRunStore(_Closes, AsyncStoreOps, RunShell[AsyncTransport]):
         return await wakeups.aclaim(self._wakeups, index, once, wait)
 
 
-class AsyncRedisRepository(_Closes, Shell[RepositoryOps | PartitionedRepositoryOps]):
+class AsyncRedisRepository(_Closes, AsyncRepositoryStoreOps,
+                           Shell[RepositoryOps | PartitionedRepositoryOps]):
     """The instance repository on a ``redis.asyncio`` client: the asyncio twin of
     :class:`redisstore.RedisRepository`, with the same options, methods (``async def``),
     errors and semantics. A cancelled ``save`` or ``delete`` is of unknown outcome: load
     the record to find out."""
+
+    #: Its operations (the mixin types them by the generated ``RepositoryCalls``).
+    _ops: RepositoryOps | PartitionedRepositoryOps
 
     def __init__(self, client: Any, *, namespace: str = "redisstore", max_terminal: int = 1024,
                  logger: Logger | None = None, durability: Durability | None = None,
@@ -1379,36 +1383,11 @@ class AsyncRedisRepository(_Closes, Shell[RepositoryOps | PartitionedRepositoryO
         self._ops = repository_ops(namespace, max_terminal, logger, partitions)
         self._io = AsyncTransport(client, *check_io(durability, timeout))
 
-    async def save(self, rec: InstanceRecord) -> int:
-        """See :meth:`redisstore.RedisRepository.save`."""
-        return await self._io.drive(self._ops.save(rec))
+    # The primitive of the methods (AsyncRepositoryStoreOps, generated from the core:
+    # redisstore/shells/repo_aio_ops.py).
 
-    async def load(self, id: str) -> InstanceRecord | None:
-        """See :meth:`redisstore.RedisRepository.load`."""
-        return await self._io.drive(self._ops.load(id))
-
-    async def delete(self, id: str, *, expected_version: int | None = None) -> None:
-        """See :meth:`redisstore.RedisRepository.delete`."""
-        await self._io.drive(self._ops.delete(id, expected_version))
-
-    async def list_in_flight(self, group: str, now: datetime | None = None) -> list[str]:
-        """See :meth:`redisstore.RedisRepository.list_in_flight`."""
-        return await self._io.drive(self._ops.list_in_flight(group, now))
-
-    async def list_in_flight_page(self, group: str, now: datetime | None = None, *,
-                                  cursor: str | None = None,
-                                  limit: int = MAX_PAGE) -> InFlightPage:
-        """See :meth:`redisstore.RedisRepository.list_in_flight_page`."""
-        return await self._io.drive(self._ops.list_in_flight_page(group, now, cursor=cursor,
-                                                                  limit=limit))
-
-    async def register_group(self, group: str) -> None:
-        """See :meth:`redisstore.RedisRepository.register_group`."""
-        await self._io.drive(self._ops.register_group(group))
-
-    async def group_exists(self, group: str) -> bool:
-        """See :meth:`redisstore.RedisRepository.group_exists`."""
-        return await self._io.drive(self._ops.group_exists(group))
+    async def _send(self, op: Operation[T] | Spread[T]) -> T:
+        return await self._io.drive(op)
 
     async def migrate(self) -> None:
         """See :meth:`redisstore.RedisRepository.migrate`."""

@@ -7,7 +7,6 @@ import copy
 import threading
 import time
 from collections.abc import Callable
-from datetime import datetime
 from typing import Any, TypeVar
 
 from ..core.driver import Durability, Operation, Spread, check_io, continued
@@ -15,7 +14,7 @@ from ..core.errors import StoreError
 from ..core.partitioned_repository import PartitionedRepositoryOps, repository_ops
 from ..core.partitions import PartitionedOps
 from ..core.pipeline import Pipelined
-from ..core.repository import MAX_PAGE, InFlightPage, InstanceRecord, Logger
+from ..core.repository import Logger
 from ..core.repository_ops import RepositoryOps
 from ..core.runops import RunOps
 from ..core.runs import (
@@ -23,6 +22,7 @@ from ..core.runs import (
     Migrated,
 )
 from . import wakeups
+from .repo_store_ops import RepositoryStoreOps
 from .shell import RunShell, Shell
 from .store_ops import StoreOps
 from .sync import Transport, node_wakers
@@ -234,7 +234,7 @@ class RedisRunStore(_Closes, StoreOps, RunShell[Transport]):
         return once()[0] if not wait else wakeups.claim(self._wakeups, index, once, wait)
 
 
-class RedisRepository(_Closes, Shell[RepositoryOps | PartitionedRepositoryOps]):
+class RedisRepository(_Closes, RepositoryStoreOps, Shell[RepositoryOps | PartitionedRepositoryOps]):
     """The instance repository on a ``redis.Redis``-compatible client.
 
     Every method is one server-side Lua script, one round trip. ``save`` is a
@@ -255,52 +255,20 @@ class RedisRepository(_Closes, Shell[RepositoryOps | PartitionedRepositoryOps]):
     ``delete`` whose reply was lost is never re-sent (load the record to find out).
     """
 
+    #: Its operations (the mixin types them by the generated ``RepositoryCalls``).
+    _ops: RepositoryOps | PartitionedRepositoryOps
+
     def __init__(self, client: Any, *, namespace: str = "redisstore", max_terminal: int = 1024,
                  logger: Logger | None = None, durability: Durability | None = None,
                  timeout: int = 5000, partitions: int = 1) -> None:
         self._ops = repository_ops(namespace, max_terminal, logger, partitions)
         self._io = Transport(client, *check_io(durability, timeout))
 
-    def save(self, rec: InstanceRecord) -> int:
-        """Store ``rec`` iff ``rec.rec_version`` is the stored version (0 creates).
+    # The primitive of the methods (RepositoryStoreOps, generated from the core:
+    # redisstore/shells/repo_store_ops.py).
 
-        Returns the new stored version. Raises ``ConcurrentUpdate`` on a mismatch,
-        ``UnknownGroup`` for an unregistered group (nothing written), ``ValueError`` /
-        ``TypeError`` for a bad record (nothing sent).
-        """
-        return self._io.drive(self._ops.save(rec))
-
-    def load(self, id: str) -> InstanceRecord | None:
-        """The record stored under ``id`` (a fresh copy), or None."""
-        return self._io.drive(self._ops.load(id))
-
-    def delete(self, id: str, *, expected_version: int | None = None) -> None:
-        """Remove the record for ``id``; a no-op when there is none. With
-        ``expected_version``, only while the stored ``rec_version`` is that one: else
-        ``ConcurrentUpdate`` and nothing is deleted (a zombie's delete after another node
-        saved the record)."""
-        self._io.drive(self._ops.delete(id, expected_version))
-
-    def list_in_flight(self, group: str, now: datetime | None = None) -> list[str]:
-        """Ids of ``group``'s records that are not terminal, not suspended, and whose lease
-        is expired or absent at ``now`` (None: the server's clock). Unregistered: ``[]``."""
-        return self._io.drive(self._ops.list_in_flight(group, now))
-
-    def list_in_flight_page(self, group: str, now: datetime | None = None, *,
-                            cursor: str | None = None, limit: int = MAX_PAGE) -> InFlightPage:
-        """One page of :meth:`list_in_flight`: at most ``limit`` (<= 1000) ids, and the
-        ``cursor`` of the next page (None once the listing is complete); docs/repository.md
-        says what a listing across pages guarantees."""
-        return self._io.drive(self._ops.list_in_flight_page(group, now, cursor=cursor,
-                                                            limit=limit))
-
-    def register_group(self, group: str) -> None:
-        """Establish ``group`` in the registry (idempotent)."""
-        self._io.drive(self._ops.register_group(group))
-
-    def group_exists(self, group: str) -> bool:
-        """Whether ``group`` is registered."""
-        return self._io.drive(self._ops.group_exists(group))
+    def _send(self, op: Operation[T] | Spread[T]) -> T:
+        return self._io.drive(op)
 
     def migrate(self) -> None:
         """Prepare the server, idempotently: load the scripts, record the layout version,
