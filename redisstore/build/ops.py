@@ -73,9 +73,9 @@ IMPORTS = {
     "datetime": "datetime",
     "InstanceRecord": "redisstore.core.repository",
     "InFlightPage": "redisstore.core.repository",
+    "RepositoryCalls": "redisstore.shells.repo_store_ops",
 }
-BUILTINS = {"str", "int", "bytes", "bool", "float", "None", "list", "tuple", "dict", "T",
-            "RepositoryCalls"}
+BUILTINS = {"str", "int", "bytes", "bool", "float", "None", "list", "tuple", "dict", "T"}
 #: What the generated modules always import at run time.
 ALWAYS = {"typing": {"TYPE_CHECKING", "TypeVar", "overload"}}
 
@@ -572,7 +572,12 @@ class Repositories(Target):
         return wrap(8, f"{ret}{self.awaits}self._send(self._ops.{op.name}(", op.arg_list(),
                     "))")
 
+    #: Whether its file defines RepositoryCalls (the asyncio one imports it).
+    calls = True
+
     def render(self, ops: list[Op]) -> str:
+        if not self.calls:
+            return super().render(ops)
         # What the mixin calls: the core's operations, one partition's or a repository of
         # partitions' alike (a Protocol, so the mixin stands below both).
         calls = ["class RepositoryCalls(Protocol):",
@@ -603,6 +608,7 @@ class AsyncRepositories(Repositories):
 '''
     asynchronous = True
     awaits = "await "
+    calls = False
 
 
 TARGETS: list[Target] = [Stores(), AsyncStores(), Pipelines(), Partitions(), Repositories(),
@@ -633,8 +639,10 @@ def module(target: Target, ops: list[Op] | None = None) -> str:
         imports["typing"].add("Protocol")
     if "@overload" not in body:
         imports["typing"].discard("overload")
+    own = "redisstore." + target.path.removesuffix(".py").replace("/", ".")
     for name in sorted(used & IMPORTS.keys()):
-        imports.setdefault(IMPORTS[name], set()).add(name)
+        if IMPORTS[name] != own:  # what the file defines itself
+            imports.setdefault(IMPORTS[name], set()).add(name)
     runtime = [m for m in sorted(imports) if not m.startswith("redisstore.")
                and m != "datetime"]
     typed = [m for m in sorted(imports) if m == "datetime"]

@@ -9,37 +9,16 @@ Generated (redisstore/build/ops.py): tests/codegen/test_generated.py checks it i
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
     from datetime import datetime
 
     from ..core.driver import Operation, Spread
     from ..core.repository import InFlightPage, InstanceRecord
+    from .repo_store_ops import RepositoryCalls
 
 T = TypeVar("T")
-
-
-class RepositoryCalls(Protocol):
-    """The repository's operations a store sends, one partition's or many's."""
-
-    def save(self, rec: InstanceRecord) -> Operation[int] | Spread[int]: ...
-
-    def load(self, id: str) -> Operation[InstanceRecord | None] | Spread[InstanceRecord | None]: ...
-
-    def delete(self, id: str, *, expected_version: int | None = None
-               ) -> Operation[None] | Spread[None]: ...
-
-    def list_in_flight(self, group: str, now: datetime | None = None
-                       ) -> Operation[list[str]] | Spread[list[str]]: ...
-
-    def list_in_flight_page(self, group: str, now: datetime | None = None, *,
-                            cursor: str | None = None, limit: int = 1000
-                            ) -> Operation[InFlightPage] | Spread[InFlightPage]: ...
-
-    def register_group(self, group: str) -> Operation[None] | Spread[None]: ...
-
-    def group_exists(self, group: str) -> Operation[bool] | Spread[bool]: ...
 
 
 class AsyncRepositoryStoreOps:
