@@ -20,8 +20,9 @@ The repository's methods both stores offer are written once too, in
 writes them for :class:`redisstore.RedisRepository` (``shells/repo_store_ops.py``,
 ``RepositoryStoreOps``) and :class:`redisstore.AsyncRedisRepository`
 (``shells/repo_aio_ops.py``, ``AsyncRepositoryStoreOps``), each handing the core's
-operation to the store's ``_send``. No sync/async twin is written by hand: what differs
-between the two stores is only their primitives.
+operation to the store's ``_send``. The run stores' ``migrate()``, a loop of the core's
+steps, is written here once (``Stores.also``) for both. No sync/async twin of these is
+written by hand: what differs between the two stores is only their primitives.
 
 Each method only hands the core's operation to a primitive of its class (``_read``,
 ``_write``, ``_claim``; ``_queue``; ``_one``, ``_each``, ``_claims``), which the class
@@ -76,6 +77,8 @@ IMPORTS = {
     "RepositoryCalls": "redisstore.shells.repo_store_ops",
 }
 BUILTINS = {"str", "int", "bytes", "bool", "float", "None", "list", "tuple", "dict", "T"}
+#: What a generated file imports at run time from the package (a value, not a type alone).
+RUNTIME = {"Migrated": "redisstore.core.runs", "MIGRATE_COUNT": "redisstore.core.runs"}
 #: What the generated modules always import at run time.
 ALWAYS = {"typing": {"TYPE_CHECKING", "TypeVar", "overload"}}
 
@@ -300,6 +303,10 @@ class Target:
     def doc(self, op: Op) -> str:
         return op.doc
 
+    #: Methods written here once for the sync and the asyncio class alike: ``{async_}``
+    #: before ``def``, ``{await_}`` before a primitive's call.
+    also = ""
+
     def render(self, ops: list[Op]) -> str:
         out: list[str] = []
         for op in ops:
@@ -313,6 +320,11 @@ class Target:
             out.extend(self._def(op, op.signature, ""))
             out.extend(docstring(8, self.doc(op)))
             out.extend(self.body(op))
+        if self.also:
+            asynchronous = self.asynchronous
+            out.extend(["", *self.also.strip("\n").format(
+                async_="async " if asynchronous else "",
+                await_="await " if asynchronous else "").splitlines()])
         head = f"class {self.cls}:"
         return "\n".join([head, *docstring(4, self.about), "",
                           *self.primitives.strip("\n").splitlines(), *out]) + "\n"
@@ -356,6 +368,31 @@ class Stores(Target):
         """Send the claim ``claim()`` makes (again, while ``block`` says to wait for
         ``index``); its runs."""
         raise NotImplementedError
+'''
+    also = '''
+    {async_}def migrate(self, *, count: int = MIGRATE_COUNT) -> Migrated:
+        """Move a namespace an earlier version wrote (run layouts 1 to 4) to layout 5, the
+        only one this version reads, in bounded steps: an offline step.
+
+        Until it is done every other operation on such a namespace raises
+        ``Misconfigured`` and writes nothing: stop every node of the namespace, call this
+        once (from one process, or several: the steps share the work), then start the
+        nodes with this version. A new namespace starts at layout 5, and on one (or on a
+        namespace already moved) this is one step that scans nothing. Each step is one
+        script that visits one SCAN page of at most ``count`` keys of the server (at most
+        200), rewrites at most 512 KiB of records (at least one run) and moves at most
+        1,024 entries of layout 4's bucketed indexes; steps go on until a whole pass over
+        the server's keys moves nothing. Safe to stop and resume (the cursor is kept in
+        the namespace). Damaged runs are left as they are and listed by
+        :meth:`quarantined` under the index ``"migrate"``. docs/runs.md, "Layouts and
+        ``migrate()``", has the rules.
+        """
+        report = Migrated()
+        while True:
+            step = {await_}self._write(self._ops.migrate_step(count))
+            report = report.then(step)
+            if step[1]:
+                return report
 '''
     awaits = ""
 
@@ -487,6 +524,10 @@ class Partitions(Target):
                 ) -> Spread[tuple[list[Any], int]]:
         """A claim over every partition's ``index`` (``checks``: the core's, for its
         arguments' checks), each share by ``claim``."""
+        raise NotImplementedError
+
+    def migrate_step(self, count: int) -> Spread[tuple[int, bool, int, int]]:
+        """One step of ``migrate()`` in every partition at once (the stores' loop)."""
         raise NotImplementedError
 '''
 
@@ -631,7 +672,7 @@ def module(target: Target, ops: list[Op] | None = None) -> str:
         for annotation in annotations:
             for part in ast.walk(annotation) if annotation is not None else ():
                 if isinstance(part, ast.Name) and part.id not in IMPORTS \
-                        and part.id not in BUILTINS:
+                        and part.id not in BUILTINS and part.id not in RUNTIME:
                     raise ValueError(f"{target.path}: where does {part.id} come from? "
                                      "Add it to redisstore.build.ops.IMPORTS")
     imports: dict[str, set[str]] = {m: set(names) for m, names in ALWAYS.items()}
@@ -647,6 +688,9 @@ def module(target: Target, ops: list[Op] | None = None) -> str:
                and m != "datetime"]
     typed = [m for m in sorted(imports) if m == "datetime"]
     local = sorted((_relative(m, target.path), m) for m in imports if m.startswith("redisstore."))
+    values: dict[str, set[str]] = {}
+    for name in sorted(used & RUNTIME.keys()):
+        values.setdefault(_relative(RUNTIME[name], target.path), set()).add(name)
     lines = [
         f"# Generated by `python -m redisstore.build.ops` from {target.origin}: do not "
         "edit.",
@@ -664,6 +708,10 @@ def module(target: Target, ops: list[Op] | None = None) -> str:
     ]
     for source in runtime:
         lines.extend(wrap(0, f"from {source} import ", sorted(imports[source], key=_isort), ""))
+    if values:
+        lines.append("")
+    for source, names in sorted(values.items()):
+        lines.extend(wrap(0, f"from {source} import ", sorted(names, key=_isort), ""))
     lines += ["", "if TYPE_CHECKING:"]
     for source in typed:
         lines.extend(wrap(4, f"from {source} import ", sorted(imports[source], key=_isort), ""))

@@ -45,6 +45,10 @@ class PartitionOps:
         arguments' checks), each share by ``claim``."""
         raise NotImplementedError
 
+    def migrate_step(self, count: int) -> Spread[tuple[int, bool, int, int]]:
+        """One step of ``migrate()`` in every partition at once (the stores' loop)."""
+        raise NotImplementedError
+
     def now(self) -> Operation[int]:
         """See :meth:`RunOps.now`: partition 0's (each partition's leases are judged by its own
         server's clock)."""

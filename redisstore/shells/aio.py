@@ -61,10 +61,6 @@ from ..core.pipeline import Pipelined
 from ..core.repository import Logger
 from ..core.repository_ops import RepositoryOps
 from ..core.runops import RunOps
-from ..core.runs import (
-    MIGRATE_COUNT,
-    Migrated,
-)
 from . import wakeups
 from .aio_ops import AsyncStoreOps
 from .clients import (
@@ -1331,15 +1327,6 @@ class AsyncRedisRunStore(_Closes, AsyncStoreOps, RunShell[AsyncTransport]):
         unknown outcome, as one cancelled write is.
         """
         return AsyncPipeline(self._io, self._ops, self._claim)
-
-    async def migrate(self, *, count: int = MIGRATE_COUNT) -> Migrated:
-        """See :meth:`redisstore.RedisRunStore.migrate`."""
-        report = Migrated()
-        while True:
-            step = await self._write(self._ops.migrate_step(count))
-            report = report.then(step)
-            if step[1]:
-                return report
 
     # The primitives of the operations (AsyncStoreOps, generated from the core:
     # redisstore/shells/aio_ops.py).
