@@ -20,8 +20,9 @@ The repository's methods both stores offer are written once too, in
 writes them for :class:`redisstore.RedisRepository` (``shells/repo_store_ops.py``,
 ``RepositoryStoreOps``) and :class:`redisstore.AsyncRedisRepository`
 (``shells/repo_aio_ops.py``, ``AsyncRepositoryStoreOps``), each handing the core's
-operation to the store's ``_send``. The run stores' ``migrate()``, a loop of the core's
-steps, is written here once (``Stores.also``) for both. No sync/async twin of these is
+operation to the store's ``_send`` (their ``migrate()`` and ``cluster_compatibility()``
+too). The run stores' ``migrate()``, a loop of the core's steps, is written here once
+(``Stores.also``) for both. No sync/async twin of these is
 written by hand: what differs between the two stores is only their primitives.
 
 Each method only hands the core's operation to a primitive of its class (``_read``,
@@ -599,7 +600,29 @@ class Repositories(Target):
     def _send(self, op: Operation[T] | Spread[T]) -> T:
         """Send ``op``; its answer."""
         raise NotImplementedError
+
+    def _settings(self) -> bool:
+        """Whether ``migrate()`` checks the server's settings (fakeredis has none)."""
+        raise NotImplementedError
 '''
+    also = '''
+    {async_}def migrate(self) -> None:
+        """Prepare the server, idempotently: load the scripts, record the layout version,
+        and check the settings. Raises ``Misconfigured`` when the server may evict keys
+        (``maxmemory-policy allkeys-*``); warns when nothing is persisted, or when
+        ``CONFIG GET`` is not allowed (managed services), and goes on."""
+        {await_}self._send(self._ops.migrate(settings=self._settings()))
+
+    {async_}def cluster_compatibility(self) -> tuple[bool, str]:
+        """``(True, reason)``: the state lives in the server, shared by every node."""
+        return self._ops.cluster_compatibility()
+'''
+    #: What RepositoryCalls declares besides the operations of :data:`PUBLIC`.
+    more_calls = (
+        "    def migrate(self, *, settings: bool = True) -> Operation[None] | Spread[None]: ...",
+        "",
+        "    def cluster_compatibility(self) -> tuple[bool, str]: ...",
+    )
     awaits = ""
 
     def operations(self) -> list[Op]:
@@ -629,6 +652,7 @@ class Repositories(Target):
             calls.append("")
             calls.extend(wrap(4, f"def {op.name}(", params_text(op.signature.params),
                               f") -> {answers}: ...", orphan=True))
+        calls.extend(["", *self.more_calls])
         return "\n".join(calls) + "\n\n\n" + super().render(ops)
 
 
@@ -645,6 +669,10 @@ class AsyncRepositories(Repositories):
 
     async def _send(self, op: Operation[T] | Spread[T]) -> T:
         """Send ``op``; its answer."""
+        raise NotImplementedError
+
+    def _settings(self) -> bool:
+        """Whether ``migrate()`` checks the server's settings (fakeredis has none)."""
         raise NotImplementedError
 '''
     asynchronous = True

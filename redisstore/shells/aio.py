@@ -1370,16 +1370,11 @@ class AsyncRedisRepository(_Closes, AsyncRepositoryStoreOps,
         self._ops = repository_ops(namespace, max_terminal, logger, partitions)
         self._io = AsyncTransport(client, *check_io(durability, timeout))
 
-    # The primitive of the methods (AsyncRepositoryStoreOps, generated from the core:
+    # The primitives of the methods (AsyncRepositoryStoreOps, generated from the core:
     # redisstore/shells/repo_aio_ops.py).
 
     async def _send(self, op: Operation[T] | Spread[T]) -> T:
         return await self._io.drive(op)
 
-    async def migrate(self) -> None:
-        """See :meth:`redisstore.RedisRepository.migrate`."""
-        await self._io.drive(self._ops.migrate(settings=not self._io.fake))
-
-    async def cluster_compatibility(self) -> tuple[bool, str]:
-        """See :meth:`redisstore.RedisRepository.cluster_compatibility`."""
-        return self._ops.cluster_compatibility()
+    def _settings(self) -> bool:
+        return not self._io.fake

@@ -32,6 +32,10 @@ class AsyncRepositoryStoreOps:
         """Send ``op``; its answer."""
         raise NotImplementedError
 
+    def _settings(self) -> bool:
+        """Whether ``migrate()`` checks the server's settings (fakeredis has none)."""
+        raise NotImplementedError
+
     async def save(self, rec: InstanceRecord) -> int:
         """Store ``rec`` iff ``rec.rec_version`` is the stored version (0 creates).
 
@@ -72,3 +76,14 @@ class AsyncRepositoryStoreOps:
     async def group_exists(self, group: str) -> bool:
         """Whether ``group`` is registered."""
         return await self._send(self._ops.group_exists(group))
+
+    async def migrate(self) -> None:
+        """Prepare the server, idempotently: load the scripts, record the layout version,
+        and check the settings. Raises ``Misconfigured`` when the server may evict keys
+        (``maxmemory-policy allkeys-*``); warns when nothing is persisted, or when
+        ``CONFIG GET`` is not allowed (managed services), and goes on."""
+        await self._send(self._ops.migrate(settings=self._settings()))
+
+    async def cluster_compatibility(self) -> tuple[bool, str]:
+        """``(True, reason)``: the state lives in the server, shared by every node."""
+        return self._ops.cluster_compatibility()

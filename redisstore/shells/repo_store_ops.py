@@ -41,6 +41,10 @@ class RepositoryCalls(Protocol):
 
     def group_exists(self, group: str) -> Operation[bool] | Spread[bool]: ...
 
+    def migrate(self, *, settings: bool = True) -> Operation[None] | Spread[None]: ...
+
+    def cluster_compatibility(self) -> tuple[bool, str]: ...
+
 
 class RepositoryStoreOps:
     """The repository's methods of :class:`redisstore.RedisRepository`, each the
@@ -51,6 +55,10 @@ class RepositoryStoreOps:
 
     def _send(self, op: Operation[T] | Spread[T]) -> T:
         """Send ``op``; its answer."""
+        raise NotImplementedError
+
+    def _settings(self) -> bool:
+        """Whether ``migrate()`` checks the server's settings (fakeredis has none)."""
         raise NotImplementedError
 
     def save(self, rec: InstanceRecord) -> int:
@@ -92,3 +100,14 @@ class RepositoryStoreOps:
     def group_exists(self, group: str) -> bool:
         """Whether ``group`` is registered."""
         return self._send(self._ops.group_exists(group))
+
+    def migrate(self) -> None:
+        """Prepare the server, idempotently: load the scripts, record the layout version,
+        and check the settings. Raises ``Misconfigured`` when the server may evict keys
+        (``maxmemory-policy allkeys-*``); warns when nothing is persisted, or when
+        ``CONFIG GET`` is not allowed (managed services), and goes on."""
+        self._send(self._ops.migrate(settings=self._settings()))
+
+    def cluster_compatibility(self) -> tuple[bool, str]:
+        """``(True, reason)``: the state lives in the server, shared by every node."""
+        return self._ops.cluster_compatibility()

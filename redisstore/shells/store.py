@@ -236,19 +236,11 @@ class RedisRepository(_Closes, RepositoryStoreOps, Shell[RepositoryOps | Partiti
         self._ops = repository_ops(namespace, max_terminal, logger, partitions)
         self._io = Transport(client, *check_io(durability, timeout))
 
-    # The primitive of the methods (RepositoryStoreOps, generated from the core:
+    # The primitives of the methods (RepositoryStoreOps, generated from the core:
     # redisstore/shells/repo_store_ops.py).
 
     def _send(self, op: Operation[T] | Spread[T]) -> T:
         return self._io.drive(op)
 
-    def migrate(self) -> None:
-        """Prepare the server, idempotently: load the scripts, record the layout version,
-        and check the settings. Raises ``Misconfigured`` when the server may evict keys
-        (``maxmemory-policy allkeys-*``); warns when nothing is persisted, or when
-        ``CONFIG GET`` is not allowed (managed services), and goes on."""
-        self._io.drive(self._ops.migrate(settings=not self._io.fake))
-
-    def cluster_compatibility(self) -> tuple[bool, str]:
-        """``(True, reason)``: the state lives in the server, shared by every node."""
-        return self._ops.cluster_compatibility()
+    def _settings(self) -> bool:
+        return not self._io.fake
