@@ -22,6 +22,7 @@ from .core.errors import (
     LeaseRefused,
     Misconfigured,
     NotFound,
+    SessionLapsed,
     StoreError,
     Unavailable,
     UnknownGroup,
@@ -43,6 +44,7 @@ from .core.runs import (
     Held,
     Hold,
     Holder,
+    InSession,
     Lease,
     Migrated,
     Poll,
@@ -57,6 +59,7 @@ from .core.runs import (
 from .engine.keeper import AsyncKeeper, Keeper, Lost
 from .engine.worker import AsyncJob, AsyncWorker, Job, Retry, Unrecoverable, Worker
 from .memory import MemoryRepository, MemoryRunStore
+from .sessions import AsyncSession, Session, SessionInfo
 from .shells.aio import AsyncPipeline, AsyncRedisRepository, AsyncRedisRunStore
 from .shells.store import Pipeline, RedisRepository, RedisRunStore
 
@@ -73,6 +76,7 @@ __all__ = [
     "AsyncPipeline",
     "AsyncRedisRepository",
     "AsyncRedisRunStore",
+    "AsyncSession",
     "AsyncWorker",
     "At",
     "Changed",
@@ -97,6 +101,7 @@ __all__ = [
     "Hold",
     "Holder",
     "InFlightPage",
+    "InSession",
     "InstanceLease",
     "InstanceRecord",
     "Job",
@@ -121,6 +126,9 @@ __all__ = [
     "Retry",
     "RunStore",
     "Seize",
+    "Session",
+    "SessionInfo",
+    "SessionLapsed",
     "Status",
     "StoreError",
     "Unavailable",

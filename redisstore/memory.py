@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Literal, TypeVar, overload
 
@@ -22,6 +22,7 @@ from .errors import (
     LeaseRefused,
     Misconfigured,
     NotFound,
+    SessionLapsed,
     UnknownGroup,
 )
 from .feed import DEFAULT as DEFAULT_FEED
@@ -44,6 +45,7 @@ from .runs import (
     Held,
     Hold,
     Holder,
+    InSession,
     Lease,
     Migrated,
     Poll,
@@ -69,6 +71,7 @@ from .runs import (
     check_ttl,
     check_wait,
 )
+from .sessions import CLOSE_STEP, ClaimKind, Session, SessionInfo, check_session
 from .shells import wakeups
 from .shells.wakeups import check_block
 
@@ -130,10 +133,20 @@ class _Run:
     quarantine: str | None = None  # "poison" (max_takeovers) or "failed" (a failure)
     error: str | None = None  # the failure's text, while quarantined as failed
     reason: str = ""  # why it is quarantined (the listing's reason)
+    session: str | None = None  # the session it is held under (its lease lives with it)
 
     @property
     def poisoned(self) -> bool:
         return self.quarantine == "poison"
+
+
+@dataclass(slots=True)
+class _Session:
+    owner: str
+    ttl: int
+    exp: int
+    runs: set[str] = field(default_factory=set)
+    taken: list[str] = field(default_factory=list)  # left it by others' calls: keepalive tells
 
 
 class MemoryRunStore(_NothingToClose):
@@ -162,6 +175,9 @@ class MemoryRunStore(_NothingToClose):
         # The highest revision and the highest grant token a deleted run had: an id
         # inserted again starts above both (no ABA, no token used twice).
         self._deleted = [0, 0]
+        # Sessions by id, and the last id given (ids are never reused).
+        self._sessions: dict[str, _Session] = {}
+        self._session_ids = [0]
         self._lock = threading.RLock()
         # Blocked claims wait on it; every write wakes them to look again.
         self._changed = threading.Condition(self._lock)
@@ -175,6 +191,7 @@ class MemoryRunStore(_NothingToClose):
                                projection_version=projection_version)
         other._runs, other._ready, other._dependents = self._runs, self._ready, self._dependents
         other._deleted = self._deleted
+        other._sessions, other._session_ids = self._sessions, self._session_ids
         other._lock, other._changed = self._lock, self._changed
         other._log = self._log
         return other
@@ -207,6 +224,81 @@ class MemoryRunStore(_NothingToClose):
                     return page
                 self._changed.wait(min(remaining, wakeups.REARM))
 
+    # ------------------------------------------------------------------ sessions
+
+    def open_session(self, owner: str, ttl: int) -> Session:
+        """A new session of ``owner``, live ``ttl`` ms from now (docs/contract.md,
+        "Sessions")."""
+        owner, ttl = check_session(owner, ttl)
+        return Session(self, self._session_open(owner, ttl), owner, ttl)
+
+    def sessions(self, limit: int = 1000) -> list[SessionInfo]:
+        """Up to ``limit`` sessions, by id: live ones, and lapsed ones that still hold runs
+        (expired, to be taken over)."""
+        limit = check_listing_limit(limit)
+        with self._lock:
+            found = sorted(self._sessions.items(), key=lambda item: int(item[0]))[:limit]
+            return [SessionInfo(sid, s.owner, s.exp, len(s.runs)) for sid, s in found]
+
+    def _session_open(self, owner: str, ttl: int) -> str:
+        with self._lock:
+            self._session_ids[0] += 1
+            sid = str(self._session_ids[0])
+            self._sessions[sid] = _Session(owner, ttl, self._clock() + ttl)
+            return sid
+
+    def _live_session(self, sid: str, owner: str, now: int) -> _Session:
+        """The session ``sid`` of ``owner`` while it is live; else ``SessionLapsed``."""
+        session = self._sessions.get(sid)
+        if session is None or session.owner != owner or session.exp <= now:
+            raise SessionLapsed(sid)
+        return session
+
+    def _session_keepalive(self, sid: str, owner: str) -> list[str]:
+        with self._lock:
+            now = self._clock()
+            session = self._live_session(sid, owner, now)
+            session.exp = now + session.ttl
+            told = session.taken[:CLOSE_STEP]
+            del session.taken[:CLOSE_STEP]
+            self._changed.notify_all()  # a blocked claim waiting for the old expiry
+            return told
+
+    def _session_claim(self, kind: ClaimKind, sid: str, owner: str, ttl: int, limit: int,
+                       records: bool, block: int, max_takeovers: int | None) -> list[Any]:
+        def claim(now: int) -> list[Any]:
+            self._live_session(sid, owner, now)  # checked at every look of a blocked claim
+            if kind == "ready":
+                return self._claim_ready_now(owner, ttl, limit, records, now, sid)
+            if kind == "expired":
+                return self._claim_expired_now(owner, ttl, limit, records, max_takeovers, now,
+                                               sid)
+            return self._claim_now(owner, ttl, limit, records, max_takeovers, now, sid)
+
+        due = {"ready": self._ready_due, "expired": self._leases_due}.get(kind, self._any_due)
+        return self._blocking(block if limit else 0, due, claim)
+
+    def _session_close(self, sid: str, owner: str, count: int) -> tuple[int, bool]:
+        with self._lock:
+            session = self._sessions.get(sid)
+            if session is None or session.owner != owner:
+                return 0, True
+            now = self._clock()
+            step = sorted(session.runs)[:count]
+            for run in step:
+                state = self._runs[run]
+                self._leave(run, state, now, told=False)
+                state.own, state.exp, state.claim = None, 0, None
+                self._put_back(run, state, counters=False)
+                self._reindex(run, state, now, dependency_write=False)
+            self._note(owner, [(run, "released", self._runs[run].rev, False) for run in step],
+                       now)
+            self._changed.notify_all()
+            if session.runs:
+                return len(step), False
+            self._sessions.pop(sid, None)
+            return len(step), True
+
     # ------------------------------------------------------------------ reads
 
     def now(self) -> int:
@@ -234,7 +326,7 @@ class MemoryRunStore(_NothingToClose):
     def _current(self, state: _Run, now: int) -> Current:
         return Current(state.rev, state.rec, self._holder(state, now), state.claim,
                        state.takeovers, state.grants if state.own is not None else None,
-                       state.attempts, state.not_before, state.quarantine)
+                       state.attempts, state.not_before, state.quarantine, state.session)
 
     # ------------------------------------------------------------------ writes
 
@@ -247,10 +339,12 @@ class MemoryRunStore(_NothingToClose):
             if run in self._runs:
                 raise AlreadyExists(run)
             now = self._clock()
+            if isinstance(lease, InSession):
+                self._live_session(lease.session, lease.owner, now)
             state = self._runs[run] = _Run(rev=self._deleted[0] + 1, rec=record,
                                            grants=self._deleted[1])
-            if isinstance(lease, Claim | Seize):
-                self._take(run, state, lease.owner, now + lease.ttl)
+            if isinstance(lease, Claim | Seize | InSession):
+                self._grant(run, state, lease, now)
             self._after_write(run, state, wait, now)
             self._note(_owner_of(lease), [(run, "inserted", state.rev, False)], now)
             return state.rev
@@ -275,9 +369,10 @@ class MemoryRunStore(_NothingToClose):
         keeps = isinstance(lease, Hold) or (isinstance(lease, Fenced) and not lease.release)
         self._put_back(run, state, counters=not keeps)
         state.not_before = None
-        if isinstance(lease, Claim | Seize):
-            self._take(run, state, lease.owner, now + lease.ttl)
+        if isinstance(lease, Claim | Seize | InSession):
+            self._grant(run, state, lease, now)
         elif isinstance(lease, Release) or (isinstance(lease, Fenced) and lease.release):
+            self._leave(run, state, now, told=isinstance(lease, Release))
             state.own, state.exp, state.claim = None, 0, None
         self._after_write(run, state, wait, now)
 
@@ -296,13 +391,15 @@ class MemoryRunStore(_NothingToClose):
         elif isinstance(lease, Fenced):
             allowed = (isinstance(holder, Held) and holder.owner == lease.owner
                        and state.grants == lease.token)
-        elif isinstance(lease, Claim):
+        elif isinstance(lease, Claim | InSession):
             allowed = (not isinstance(holder, Held) or holder.owner == lease.owner
                        or not holder.live)
         else:
             allowed = True
         if not allowed:
             raise LeaseRefused(holder)
+        if isinstance(lease, InSession):
+            self._live_session(lease.session, lease.owner, now)
         return state, now
 
     def delete(self, run: str, expected: int, lease: Lease) -> None:
@@ -311,6 +408,7 @@ class MemoryRunStore(_NothingToClose):
         run, expected, lease = check_run(run), check_revision(expected), check_lease(lease)
         with self._lock:
             state, now = self._checked(run, expected, lease)
+            self._leave(run, state, now, told=not isinstance(lease, Fenced))
             self._deleted[0] = max(self._deleted[0], state.rev)
             self._deleted[1] = max(self._deleted[1], state.grants)
             self._set_wait(run, state, None)
@@ -330,6 +428,7 @@ class MemoryRunStore(_NothingToClose):
             for run in names:
                 state = self._runs.get(run)
                 if state is not None and state.own == owner:
+                    self._leave(run, state, now, told=True)
                     state.own, state.exp, state.claim = None, 0, None
                     self._put_back(run, state, counters=False)
                     self._reindex(run, state, now, dependency_write=False)
@@ -347,9 +446,10 @@ class MemoryRunStore(_NothingToClose):
             renewed = []
             for run in names:
                 state = self._runs.get(run)
-                if (state is not None and state.own == owner and state.exp > now
+                if (state is not None and state.own == owner and self._expiry(state) > now
                         and not state.poisoned):
-                    state.exp = now + ttl
+                    if state.session is None:  # a session's run lives with its session
+                        state.exp = now + ttl
                     renewed.append(run)
             return renewed
 
@@ -378,9 +478,10 @@ class MemoryRunStore(_NothingToClose):
             self._claim_expired_now(owner, ttl, limit, records, max_takeovers, now)))
 
     def _claim_expired_now(self, owner: str, ttl: int, limit: int, records: bool,
-                           max_takeovers: int | None, now: int) -> list[str] | list[Claimed]:
-        expired = sorted((s.exp, run) for run, s in self._runs.items()
-                         if s.own is not None and s.exp <= now and not s.poisoned)
+                           max_takeovers: int | None, now: int,
+                           session: str | None = None) -> list[str] | list[Claimed]:
+        expired = sorted((self._expiry(s), run) for run, s in self._runs.items()
+                         if s.own is not None and self._expiry(s) <= now and not s.poisoned)
         budget = _Budget(records)
         claimed: list[str] = []
         events: list[tuple[str, Kind, int, bool]] = []
@@ -396,7 +497,7 @@ class MemoryRunStore(_NothingToClose):
                 continue
             if not budget.fits(state.rec, claimed):
                 break
-            self._take_expired(run, state, owner, now + ttl)
+            self._take_expired(run, state, owner, now + ttl, session)
             claimed.append(run)
             events.append((run, "claimed", state.rev, takeover))
         self._note(owner, events, now)
@@ -451,7 +552,8 @@ class MemoryRunStore(_NothingToClose):
                    default=None)
 
     def _claim_now(self, owner: str, ttl: int, limit: int, records: bool,
-                   max_takeovers: int | None, now: int) -> list[str] | list[Claimed]:
+                   max_takeovers: int | None, now: int,
+                   session: str | None = None) -> list[str] | list[Claimed]:
         # As the script: the two indexes merged by (due time, id bytes), each visited at
         # most limit + MAX_VISIT times, each entry handled as the claim of its kind does.
         budget = _Budget(records)
@@ -462,9 +564,9 @@ class MemoryRunStore(_NothingToClose):
             due = [(t, run.encode("utf-8", "surrogateescape"), "ready", run)
                    for run, t in self._ready.items()
                    if t <= now and visits["ready"] < limit + MAX_VISIT]
-            due += [(s.exp, run.encode("utf-8", "surrogateescape"), "leases", run)
+            due += [(self._expiry(s), run.encode("utf-8", "surrogateescape"), "leases", run)
                     for run, s in self._runs.items()
-                    if s.own is not None and s.exp <= now and not s.poisoned
+                    if s.own is not None and self._expiry(s) <= now and not s.poisoned
                     and visits["leases"] < limit + MAX_VISIT]
             if not due:
                 break
@@ -480,7 +582,7 @@ class MemoryRunStore(_NothingToClose):
                 elif not budget.fits(state.rec, claimed):
                     break
                 else:
-                    self._claim_ready(run, state, owner, now, ttl)
+                    self._claim_ready(run, state, owner, now, ttl, session)
                     claimed.append(run)
                     events.append((run, "claimed", state.rev, False))
                 continue
@@ -491,7 +593,7 @@ class MemoryRunStore(_NothingToClose):
                 continue
             if not budget.fits(state.rec, claimed):
                 break
-            self._take_expired(run, state, owner, now + ttl)
+            self._take_expired(run, state, owner, now + ttl, session)
             claimed.append(run)
             events.append((run, "claimed", state.rev, takeover))
         self._note(owner, events, now)
@@ -532,11 +634,11 @@ class MemoryRunStore(_NothingToClose):
         return min(self._ready.values(), default=None)
 
     def _leases_due(self) -> int | None:
-        return min((s.exp for s in self._runs.values() if s.own is not None and not s.poisoned),
-                   default=None)
+        return min((self._expiry(s) for s in self._runs.values()
+                    if s.own is not None and not s.poisoned), default=None)
 
     def _claim_ready_runs(self, owner: str, ttl: int, limit: int, records: bool,
-                          now: int) -> list[str] | list[Claimed]:
+                          now: int, session: str | None = None) -> list[str] | list[Claimed]:
         budget = _Budget(records)
         claimed: list[str] = []
         while len(claimed) < limit:
@@ -549,7 +651,7 @@ class MemoryRunStore(_NothingToClose):
                 if at is not None and at <= now:
                     if not budget.fits(state.rec, claimed):
                         return self._claimed(claimed, records, now)
-                    self._claim_ready(run, state, owner, now, ttl)
+                    self._claim_ready(run, state, owner, now, ttl, session)
                     self._changed.notify_all()  # a new lease
                     claimed.append(run)
                 elif at is None:
@@ -559,8 +661,8 @@ class MemoryRunStore(_NothingToClose):
         return self._claimed(claimed, records, now)
 
     def _claim_ready_now(self, owner: str, ttl: int, limit: int, records: bool,
-                         now: int) -> list[str] | list[Claimed]:
-        claimed = self._claim_ready_runs(owner, ttl, limit, records, now)
+                         now: int, session: str | None = None) -> list[str] | list[Claimed]:
+        claimed = self._claim_ready_runs(owner, ttl, limit, records, now, session)
         runs = [c if isinstance(c, str) else c.run for c in claimed]
         self._note(owner, [(run, "claimed", self._runs[run].rev, False) for run in runs], now)
         return claimed
@@ -617,6 +719,7 @@ class MemoryRunStore(_NothingToClose):
                               wait, now)
                 self._note(lease.owner, [(run, "written", state.rev, False)], now)
                 return
+            self._leave(run, state, now, told=False)
             state.own, state.exp, state.claim = None, 0, None
             self._put_back(run, state, counters=False)
             if failure is not None:
@@ -656,29 +759,64 @@ class MemoryRunStore(_NothingToClose):
     def _derive(self, record: bytes) -> Wait | None:
         return None if self._discover is None else check_wait(self._discover(record))
 
-    @staticmethod
-    def _holder(state: _Run, now: int) -> Holder:
+    def _holder(self, state: _Run, now: int) -> Holder:
         if state.own is None:
             return Free()
-        return Held(state.own, state.exp > now)
+        return Held(state.own, self._expiry(state) > now)
 
-    def _take(self, run: str, state: _Run, owner: str, exp: int) -> None:
-        """A grant: ``owner`` holds the run until ``exp``, under a new token."""
+    def _expiry(self, state: _Run) -> int:
+        """When the run's lease expires: its own expiry, or its session's."""
+        if state.session is None:
+            return state.exp
+        return self._sessions[state.session].exp
+
+    def _grant(self, run: str, state: _Run, lease: Claim | Seize | InSession, now: int) -> None:
+        """The grant of an accepted Claim, Seize or InSession condition."""
+        if isinstance(lease, InSession):
+            self._take(run, state, lease.owner, 0, lease.session)
+        else:
+            self._take(run, state, lease.owner, now + lease.ttl)
+
+    def _take(self, run: str, state: _Run, owner: str, exp: int,
+              session: str | None = None) -> None:
+        """A grant: ``owner`` holds the run until ``exp`` (or while ``session`` lives),
+        under a new token. A run it takes from another session leaves that one (told)."""
         if state.own != owner:
             state.claim = None
+        if state.session != session:
+            self._leave(run, state, self._clock(), told=True)
+            if session is not None:
+                self._sessions[session].runs.add(run)
+                state.session = session
         state.own, state.exp = owner, exp
         state.grants += 1
         self._ready.pop(run, None)
 
-    def _take_expired(self, run: str, state: _Run, owner: str, exp: int) -> None:
+    def _leave(self, run: str, state: _Run, now: int, *, told: bool) -> None:
+        """The run leaves its session, if it has one (its lease ends or goes elsewhere);
+        ``told``: by another's call, which the session's next keepalive reports. A lapsed
+        session left without runs is gone."""
+        if state.session is None:
+            return
+        session = self._sessions[state.session]
+        session.runs.discard(run)
+        if told:
+            session.taken.append(run)
+        if not session.runs and session.exp <= now:
+            del self._sessions[state.session]
+        state.session = None
+
+    def _take_expired(self, run: str, state: _Run, owner: str, exp: int,
+                      session: str | None = None) -> None:
         """A claim of an expired lease: the try it ended counts as failed; handed to
         another owner, it is a takeover."""
         if state.own != owner:
             state.takeovers += 1
         state.attempts += 1
-        self._take(run, state, owner, exp)
+        self._take(run, state, owner, exp, session)
 
-    def _claim_ready(self, run: str, state: _Run, owner: str, now: int, ttl: int) -> None:
+    def _claim_ready(self, run: str, state: _Run, owner: str, now: int, ttl: int,
+                     session: str | None = None) -> None:
         wait = state.wait
         key: str | None = None
         dep_rev: int | None = None
@@ -686,7 +824,7 @@ class MemoryRunStore(_NothingToClose):
             key, dep_rev = wait.dependency, self._revision(wait.dependency)
         elif isinstance(wait, Poll):
             key, state.poll_time = wait.key, now
-        self._take(run, state, owner, now + ttl)
+        self._take(run, state, owner, now + ttl, session)
         state.claim = ClaimInfo(key, dep_rev, now)
 
     def _revision(self, run: str) -> int:

@@ -104,6 +104,7 @@ class AsyncBackend:
 class AsyncRunSuite(FeedOnNextStore, RunStoreConformance, AsyncBackend):
     #: The store's partitions (one logical store over that many hash tags).
     partitions = 1
+    keeps_sessions = False
 
     def make_store(self, *, discover: Discover | None = None) -> RunStore:
         store = AsyncRedisRunStore(self.client, namespace=unique_namespace(), discover=discover,

@@ -236,6 +236,7 @@ class RedisSuite(FeedOnNextStore, RunStoreConformance):
     client: Any
     #: The store's partitions (one logical store over that many hash tags).
     partitions = 1
+    keeps_sessions = False
 
     def make_store(self, *, discover: Discover | None = None) -> RunStore:
         return RedisRunStore(self.client, namespace=unique_namespace(), discover=discover,

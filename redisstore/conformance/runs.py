@@ -35,6 +35,7 @@ from .feed import FeedRules
 from .fencing import FencingRules
 from .lifecycle import LifecycleRules
 from .readiness import ReadinessRules
+from .sessions import SessionRules
 from .wakeups import WakeupRules
 from .working import WorkerRules
 
@@ -479,7 +480,7 @@ class LeaseRules(RunSuite):
 
 
 class RunStoreConformance(LeaseRules, ReadinessRules, LifecycleRules, WakeupRules,
-                          ClaimRules, FencingRules, WorkerRules, FeedRules):
+                          ClaimRules, FencingRules, WorkerRules, FeedRules, SessionRules):
     """The whole leased run backend contract as pytest tests.
 
     Implement :meth:`make_store` (and :meth:`reopen`, for the projection-version rules).

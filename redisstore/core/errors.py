@@ -43,6 +43,16 @@ class LeaseRefused(StoreError):
         self.holder = holder
 
 
+class SessionLapsed(LeaseRefused):
+    """The session ``session`` is not live: it expired (no keepalive within its ttl) or
+    was closed. Nothing was done; a session never comes back to life (open another)."""
+
+    def __init__(self, session: str) -> None:
+        StoreError.__init__(self, f"session {session!r} has lapsed (expired or closed)")
+        self.holder = None
+        self.session = session
+
+
 #: ``Unavailable.outcome`` values: what became of the operation.
 NOT_APPLIED = "not_applied"
 UNKNOWN = "unknown"

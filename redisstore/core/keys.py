@@ -33,6 +33,9 @@ RUN_STORE_KEYS: dict[str, str] = {
     "UNWATCH_Q": "unwatch",  # Keyspace.unwatch
     "WATCH_SEQ": "watch-seq",  # Keyspace.watch_seq
     "FEED": "feed",  # the change feed
+    "SESSIONS": "sessions",  # Keyspace.sessions: session id -> its record
+    "SESSION_LEASES": "session-leases",  # Keyspace.session_leases: id -> expiry
+    "SESSION_SEQ": "session-seq",  # Keyspace.session_seq: the last session id given
 }
 
 #: The parts of the run store's key names built from a run, a dependency or an index's
@@ -58,6 +61,10 @@ RUN_STORE_PARTS: dict[str, str] = {
     "WATCH_KEY": "watch:",
     # prefix + DAMAGED_KEY + name + ":" + time: a damaged key set aside (Keyspace.damaged).
     "DAMAGED_KEY": "damaged:",
+    # prefix + SESSION_RUNS + id: the set of runs a session holds (Keyspace.session_runs);
+    # prefix + SESSION_TOLD + id: the list of runs taken from it, for its next keepalive.
+    "SESSION_RUNS": "s:",
+    "SESSION_TOLD": "st:",
 }
 
 #: The instance repository's keys of a fixed name, as :data:`RUN_STORE_KEYS` (names apart
@@ -149,6 +156,29 @@ class Keyspace:
         """Sorted set ``wake-ready`` / ``wake-leases``: wake-up tokens of blocked claimers
         (kind ``"ready"`` or ``"leases"``)."""
         return self.prefix + _WAKE[kind]
+
+    @property
+    def sessions(self) -> str:
+        """Hash: session id -> its record ``expiry,ttl,cursor,owner`` (docs/design/sessions.md)."""
+        return self.prefix + _K["SESSIONS"]
+
+    @property
+    def session_leases(self) -> str:
+        """Sorted set: session id -> its expiry, while it is live or has runs to hand out."""
+        return self.prefix + _K["SESSION_LEASES"]
+
+    @property
+    def session_seq(self) -> str:
+        """String: the last session id given."""
+        return self.prefix + _K["SESSION_SEQ"]
+
+    def session_runs(self, session: str) -> str:
+        """Set: the runs the session holds."""
+        return self.prefix + _P["SESSION_RUNS"] + session
+
+    def session_told(self, session: str) -> str:
+        """List: the runs taken from the session since its last keepalive."""
+        return self.prefix + _P["SESSION_TOLD"] + session
 
     def run(self, run: str) -> str:
         """The string of one run: record, then its header (revision, lease, claim info,

@@ -153,7 +153,31 @@ class Fenced:
         check_flag("release", self.release)
 
 
-Lease: TypeAlias = Hold | Claim | Seize | Release | Fenced
+@dataclass(frozen=True, slots=True)
+class InSession:
+    """Write as :class:`Claim` does (while the lease is free, held by ``owner`` or
+    expired); then ``owner`` holds it under the session ``session`` (its id,
+    ``Session.id``): live exactly while the session is. Refused (``LeaseRefused``) unless
+    that session is ``owner``'s and live. ``Session.lease`` makes one."""
+
+    owner: str
+    session: str
+
+    def __post_init__(self) -> None:
+        check_text("owner", self.owner)
+        check_session_id(self.session)
+
+
+def check_session_id(session: object) -> str:
+    """A session id as ``open_session`` gives them: 1 to 20 decimal digits."""
+    if not isinstance(session, str):
+        raise TypeError(f"session must be a session id (str), not {type(session).__name__}")
+    if not (0 < len(session) <= 20 and session.isascii() and session.isdigit()):
+        raise ValueError(f"session must be a session id (decimal digits), got {session!r}")
+    return session
+
+
+Lease: TypeAlias = Hold | Claim | Seize | Release | Fenced | InSession
 
 #: The most bytes of UTF-8 a :class:`Failure`'s error text may hold.
 MAX_ERROR = int(Cap.MAX_ERROR)
@@ -204,7 +228,8 @@ class Current:
     claim took), both since it last finished; ``token``, the grant that holds it (None
     while free: see :class:`Fenced`); ``not_before``, the backend time before which a ready
     claim leaves it (None: none); ``quarantined``, ``"failed"`` or ``"poison"`` while it is
-    out of every claim (None: not)."""
+    out of every claim (None: not); ``session``, the id of the session it is held under
+    (None: a lease of its own, or free)."""
 
     revision: int
     record: bytes
@@ -215,6 +240,7 @@ class Current:
     attempts: int = 0
     not_before: int | None = None
     quarantined: str | None = None
+    session: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -376,10 +402,10 @@ def check_max_record(value: object) -> int:
 
 
 def check_lease(lease: object) -> Lease:
-    """One of Hold, Claim, Seize, Release, Fenced."""
-    if not isinstance(lease, Hold | Claim | Seize | Release | Fenced):
-        raise TypeError(
-            f"lease must be Hold, Claim, Seize, Release or Fenced, not {type(lease).__name__}")
+    """One of Hold, Claim, Seize, Release, Fenced, InSession."""
+    if not isinstance(lease, Hold | Claim | Seize | Release | Fenced | InSession):
+        raise TypeError("lease must be Hold, Claim, Seize, Release, Fenced or InSession, "
+                        f"not {type(lease).__name__}")
     return lease
 
 

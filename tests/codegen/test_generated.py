@@ -109,8 +109,9 @@ def test_a_store_of_partitions_routes_each_operation_the_core_routes() -> None:
 PUBLIC = ["get", "insert", "compare_and_set", "renew", "release", "delete", "claim_expired",
           "claim_ready", "claim", "get_many"]
 #: Classes that have a method of one of those names that is not the run store's: the
-#: connection pools' release(conn), the keepers' own release(runs), the repositories'.
-OTHERS = {"Pool", "AsyncPool", "Keeper", "AsyncKeeper"}
+#: connection pools' release(conn), the keepers' own release(runs), the repositories', and
+#: a session's claims (over the store's one step for them, ``_session_claim``).
+OTHERS = {"Pool", "AsyncPool", "Keeper", "AsyncKeeper", "Session", "AsyncSession"}
 
 
 def hand_written() -> dict[str, set[str]]:

@@ -1,0 +1,252 @@
+"""Sessions: one owner's liveness lease on the backend's clock, holding many runs, kept
+alive by one call whatever their number (docs/contract.md, "Sessions")."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol, overload
+
+from .core.waits import check_block
+from .runs import (
+    MAX_RENEW,
+    Claimed,
+    InSession,
+    check_flag,
+    check_limit,
+    check_max_takeovers,
+    check_owner,
+    check_session_id,
+    check_ttl,
+)
+
+#: The claims a session makes: the store's three kinds.
+ClaimKind = Literal["any", "ready", "expired"]
+
+#: The most runs one step of ``close`` releases, and one keepalive reports.
+CLOSE_STEP = MAX_RENEW
+
+
+@dataclass(frozen=True, slots=True)
+class SessionInfo:
+    """A session as listed (``store.sessions()``): its ``id`` and ``owner``, ``expires``
+    (backend ms; a lapsed session's runs are expired from then on) and the ``runs`` it
+    holds."""
+
+    id: str
+    owner: str
+    expires: int
+    runs: int
+
+
+class SessionBackend(Protocol):
+    """What a store does for its sessions (the narrow interface a :class:`Session` uses).
+    Arguments are checked by the caller; each call is one step on the backend."""
+
+    def _session_open(self, owner: str, ttl: int, /) -> str: ...
+
+    def _session_keepalive(self, session: str, owner: str, /) -> list[str]: ...
+
+    def _session_claim(self, kind: ClaimKind, session: str, owner: str, ttl: int, limit: int,
+                       records: bool, block: int, max_takeovers: int | None, /
+                       ) -> list[Any]: ...
+
+    def _session_close(self, session: str, owner: str, count: int, /) -> tuple[int, bool]: ...
+
+
+class AsyncSessionBackend(Protocol):
+    """:class:`SessionBackend` of an asyncio store: each step awaited."""
+
+    async def _session_open(self, owner: str, ttl: int, /) -> str: ...
+
+    async def _session_keepalive(self, session: str, owner: str, /) -> list[str]: ...
+
+    async def _session_claim(self, kind: ClaimKind, session: str, owner: str, ttl: int,
+                             limit: int, records: bool, block: int, max_takeovers: int | None,
+                             /) -> list[Any]: ...
+
+    async def _session_close(self, session: str, owner: str, count: int, /
+                             ) -> tuple[int, bool]: ...
+
+
+def check_session(owner: object, ttl: object) -> tuple[str, int]:
+    """``open_session``'s arguments."""
+    return check_owner(owner), check_ttl(ttl)
+
+
+def check_claim(limit: object, records: object, block: object,
+                max_takeovers: object) -> tuple[int, bool, int, int | None]:
+    """A session claim's arguments, as the store's claims check them."""
+    return (check_limit(limit), check_flag("records", records), check_block(block),
+            check_max_takeovers(max_takeovers))
+
+
+class _SessionValues:
+    """What both kinds of session are: an id, an owner, a ttl and the lease condition."""
+
+    __slots__ = ("_id", "_owner", "_ttl")
+
+    def __init__(self, id: str, owner: str, ttl: int) -> None:
+        self._id, self._owner, self._ttl = check_session_id(id), owner, ttl
+
+    @property
+    def id(self) -> str:
+        """The session's id: unique in the namespace, never reused."""
+        return self._id
+
+    @property
+    def owner(self) -> str:
+        """The owner the session's runs are held by (``Held(owner, live)``)."""
+        return self._owner
+
+    @property
+    def ttl(self) -> int:
+        """How long (ms) the session lives after its opening and each keepalive."""
+        return self._ttl
+
+    @property
+    def lease(self) -> InSession:
+        """The lease condition that takes a run under this session in ``insert`` and
+        ``compare_and_set``."""
+        return InSession(self._owner, self._id)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(id={self._id!r}, owner={self._owner!r}, ttl={self._ttl})"
+
+
+class Session(_SessionValues):
+    """One owner's liveness lease (``store.open_session(owner, ttl)``): the runs it holds
+    are live exactly while it is, and :meth:`keepalive` keeps them all alive in one call.
+    A context manager: leaving it closes the session."""
+
+    __slots__ = ("_store",)
+
+    def __init__(self, store: SessionBackend, id: str, owner: str, ttl: int) -> None:
+        super().__init__(id, owner, ttl)
+        self._store = store
+
+    def keepalive(self) -> list[str]:
+        """Keep the session live ``ttl`` ms from now, in one call whatever the number of
+        runs; returns the runs taken from it since the last keepalive (a ``Seize``, a
+        release, a delete...; at most ``CLOSE_STEP``, the rest at the next).
+        ``SessionLapsed`` when it is not live: nothing changes, it never comes back."""
+        return self._store._session_keepalive(self._id, self._owner)
+
+    @overload
+    def claim(self, limit: int = 1, *, records: Literal[False] = False,
+              block: int | None = None, max_takeovers: int | None = None) -> list[str]: ...
+
+    @overload
+    def claim(self, limit: int = 1, *, records: Literal[True], block: int | None = None,
+              max_takeovers: int | None = None) -> list[Claimed]: ...
+
+    def claim(self, limit: int = 1, *, records: bool = False, block: int | None = None,
+              max_takeovers: int | None = None) -> list[str] | list[Claimed]:
+        """``store.claim`` for the session's owner, the runs taken under the session;
+        ``SessionLapsed`` (nothing claimed) when it is not live."""
+        return self._claim("any", limit, records, block, max_takeovers)
+
+    @overload
+    def claim_ready(self, limit: int = 1, *, records: Literal[False] = False,
+                    block: int | None = None,
+                    max_takeovers: int | None = None) -> list[str]: ...
+
+    @overload
+    def claim_ready(self, limit: int = 1, *, records: Literal[True],
+                    block: int | None = None,
+                    max_takeovers: int | None = None) -> list[Claimed]: ...
+
+    def claim_ready(self, limit: int = 1, *, records: bool = False, block: int | None = None,
+                    max_takeovers: int | None = None) -> list[str] | list[Claimed]:
+        """``store.claim_ready`` under the session (``max_takeovers`` plays no part)."""
+        return self._claim("ready", limit, records, block, max_takeovers)
+
+    @overload
+    def claim_expired(self, limit: int = 1, *, records: Literal[False] = False,
+                      block: int | None = None,
+                      max_takeovers: int | None = None) -> list[str]: ...
+
+    @overload
+    def claim_expired(self, limit: int = 1, *, records: Literal[True],
+                      block: int | None = None,
+                      max_takeovers: int | None = None) -> list[Claimed]: ...
+
+    def claim_expired(self, limit: int = 1, *, records: bool = False,
+                      block: int | None = None,
+                      max_takeovers: int | None = None) -> list[str] | list[Claimed]:
+        """``store.claim_expired`` under the session."""
+        return self._claim("expired", limit, records, block, max_takeovers)
+
+    def _claim(self, kind: ClaimKind, limit: object, records: object, block: object,
+               max_takeovers: object) -> list[Any]:
+        n, rec, wait, bound = check_claim(limit, records, block, max_takeovers)
+        return self._store._session_claim(kind, self._id, self._owner, self._ttl, n, rec, wait,
+                                          bound)
+
+    def close(self) -> int:
+        """Release every run the session holds (as ``release`` does), in steps of at most
+        ``CLOSE_STEP`` runs, then end it; returns how many runs it released. Closing a
+        closed or lapsed session releases what is left in it (nothing, once closed)."""
+        released = 0
+        while True:
+            count, done = self._store._session_close(self._id, self._owner, CLOSE_STEP)
+            released += count
+            if done:
+                return released
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class AsyncSession(_SessionValues):
+    """:class:`Session` of an asyncio store: the same calls, awaited."""
+
+    __slots__ = ("_store",)
+
+    def __init__(self, store: AsyncSessionBackend, id: str, owner: str, ttl: int) -> None:
+        super().__init__(id, owner, ttl)
+        self._store = store
+
+    async def keepalive(self) -> list[str]:
+        """:meth:`Session.keepalive`."""
+        return await self._store._session_keepalive(self._id, self._owner)
+
+    async def claim(self, limit: int = 1, *, records: bool = False, block: int | None = None,
+                    max_takeovers: int | None = None) -> list[Any]:
+        """:meth:`Session.claim`."""
+        return await self._claim("any", limit, records, block, max_takeovers)
+
+    async def claim_ready(self, limit: int = 1, *, records: bool = False,
+                          block: int | None = None,
+                          max_takeovers: int | None = None) -> list[Any]:
+        """:meth:`Session.claim_ready`."""
+        return await self._claim("ready", limit, records, block, max_takeovers)
+
+    async def claim_expired(self, limit: int = 1, *, records: bool = False,
+                            block: int | None = None,
+                            max_takeovers: int | None = None) -> list[Any]:
+        """:meth:`Session.claim_expired`."""
+        return await self._claim("expired", limit, records, block, max_takeovers)
+
+    async def _claim(self, kind: ClaimKind, limit: object, records: object, block: object,
+                     max_takeovers: object) -> list[Any]:
+        n, rec, wait, bound = check_claim(limit, records, block, max_takeovers)
+        return await self._store._session_claim(kind, self._id, self._owner, self._ttl, n, rec,
+                                                wait, bound)
+
+    async def close(self) -> int:
+        """:meth:`Session.close`."""
+        released = 0
+        while True:
+            count, done = await self._store._session_close(self._id, self._owner, CLOSE_STEP)
+            released += count
+            if done:
+                return released
+
+    async def __aenter__(self) -> AsyncSession:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
