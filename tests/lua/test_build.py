@@ -241,6 +241,9 @@ SCHEMA_NAMES: dict[str, dict[str, tuple[str, Callable[[Keyspace], str]]]] = {
         "UNWATCH_Q": ("UNWATCH_Q", lambda k: k.unwatch),
         "WATCH_SEQ": ("WATCH_SEQ", lambda k: k.watch_seq),
         "FEED": ("FEED", lambda k: k.feed),
+        "SESSIONS": ("SESSIONS", lambda k: k.sessions),
+        "SESSION_LEASES": ("SESSION_LEASES", lambda k: k.session_leases),
+        "SESSION_SEQ": ("SESSION_SEQ", lambda k: k.session_seq),
         "run": ("run_key('a:b')", lambda k: k.run("a:b")),
         "dependents": ("deps_ix('dé|p').key", lambda k: k.dependents("dé|p")),
         # Layout 4's index keys, which only run_migrate meets (old.lua's old_index reads
@@ -257,6 +260,9 @@ SCHEMA_NAMES: dict[str, dict[str, tuple[str, Callable[[Keyspace], str]]]] = {
         # partitions.lua's watchers and rewatch_all, runs.lua's set_aside, inline.
         "watch": ("P .. WATCH_KEY .. 'a'", lambda k: k.watch("a")),
         "damaged": ("P .. DAMAGED_KEY .. 'outbox'", lambda k: k.damaged("outbox")),
+        # A session's own keys (the session scripts build them as Keyspace does).
+        "session runs": ("P .. SESSION_RUNS .. '7'", lambda k: k.session_runs("7")),
+        "session told": ("P .. SESSION_TOLD .. '7'", lambda k: k.session_told("7")),
     },
     "_repo_lib": {
         "GROUPS": ("GROUPS", lambda k: k.groups),
