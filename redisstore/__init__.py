@@ -12,10 +12,7 @@ from .admin.namespaces import drop_namespace
 from .admin.repartition import Repartitioned, repartition, repartition_repository
 from .admin.security import acl_rule
 from .core.driver import Durability
-from .core.pending import Pending
-from .engine.keeper import AsyncKeeper, Keeper, Lost
-from .engine.worker import AsyncJob, AsyncWorker, Job, Retry, Unrecoverable, Worker
-from .errors import (
+from .core.errors import (
     AlreadyExists,
     Closed,
     Compacted,
@@ -30,10 +27,10 @@ from .errors import (
     Unavailable,
     UnknownGroup,
 )
-from .feed import Changes, Event, Feed
-from .memory import MemoryRepository, MemoryRunStore
-from .repository import InFlightPage, InstanceLease, InstanceRecord, Repository, Status
-from .runs import (
+from .core.feed import Changes, Event, Feed
+from .core.pending import Pending
+from .core.repository import InFlightPage, InstanceLease, InstanceRecord, Repository, Status
+from .core.runs import (
     At,
     Changed,
     Claim,
@@ -60,6 +57,9 @@ from .runs import (
     aconfirm_write,
     confirm_write,
 )
+from .engine.keeper import AsyncKeeper, Keeper, Lost
+from .engine.worker import AsyncJob, AsyncWorker, Job, Retry, Unrecoverable, Worker
+from .memory import MemoryRepository, MemoryRunStore
 from .sessions import AsyncSession, Session
 from .shells.aio import AsyncPipeline, AsyncRedisRepository, AsyncRedisRunStore
 from .shells.store import Pipeline, RedisRepository, RedisRunStore

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .runs import At, Changed, Discover, Poll, Wait
+from .core.runs import At, Changed, Discover, Poll, Wait
 
 
 def _int(spec: dict[str, Any], name: str, *, required: bool) -> Any:

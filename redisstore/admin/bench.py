@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from ..runs import Claim, Hold, Release
+from ..core.runs import Claim, Hold, Release
 from .namespaces import drop_namespace
 
 LONG = 600_000

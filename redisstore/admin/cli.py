@@ -33,11 +33,11 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 from urllib.parse import unquote
 
+from ..core.errors import LeaseRefused
 from ..core.keys import Keyspace, check_namespace
 from ..core.partitions import partition_of
+from ..core.runs import Claim, Free, Held, Hold, Release
 from ..discovery import json_wait
-from ..errors import LeaseRefused
-from ..runs import Claim, Free, Held, Hold, Release
 from ..shells.store import RedisRunStore
 from .namespaces import drop_namespace, namespace_keys, repository_partitions, spaces_of
 

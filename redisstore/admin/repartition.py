@@ -28,13 +28,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core.driver import Durability, check_io, text
+from ..core.errors import AlreadyExists, ConcurrentUpdate, Corrupt, Misconfigured, NotFound
 from ..core.keys import Keyspace
 from ..core.partitioned_repository import PartitionedRepositoryOps
 from ..core.partitions import PartitionedOps, check_partitions, partition_of
 from ..core.repository_ops import RepositoryOps
 from ..core.runops import RunOps
-from ..errors import AlreadyExists, ConcurrentUpdate, Corrupt, Misconfigured, NotFound
-from ..runs import MIGRATE_COUNT, Discover, Release
+from ..core.runs import MIGRATE_COUNT, Discover, Release
 from ..shells.sync import Transport
 from .security import glob_escape
 
@@ -358,7 +358,7 @@ def repartition_repository(client: Any, namespace: str, to: int, *,
                     f"record {id!r} is in partition {source.keys.prefix} and, with other "
                     f"contents, in {target.keys.prefix}: not a copy this step made (the "
                     "engines must be stopped); nothing more was moved")
-            io.drive(source.delete(id, record.rec_version))
+            io.drive(source.delete(id, expected_version=record.rec_version))
             moved += 1
     for p in range(span):
         client.set(Keyspace(namespace, p).repo_partitions, to)

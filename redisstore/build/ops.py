@@ -1,4 +1,4 @@
-"""Write the run store's operation methods that follow from the core.
+"""Write the stores' methods that follow from the core: the run store's and the repository's.
 
 Each public operation of the run store is written once, in :class:`redisstore.core.runops.RunOps`:
 its signature and docstring, its checks, its script call and its reply's parse, with an
@@ -14,6 +14,16 @@ redisstore/shells/aio_ops.py          ``AsyncStoreOps`` :class:`redisstore.Async
 redisstore/core/pipeline_ops.py     ``PipelineOps``   ``core.pipeline.Pipelined``
 redisstore/core/partition_ops.py    ``PartitionOps``  ``core.partitions.PartitionedOps``
 ==============================  ================  ======================================
+
+The repository's methods both stores offer are written once too, in
+:class:`redisstore.core.repository_ops.RepositoryOps` (marked ``@public``): this module
+writes them for :class:`redisstore.RedisRepository` (``shells/repo_store_ops.py``,
+``RepositoryStoreOps``) and :class:`redisstore.AsyncRedisRepository`
+(``shells/repo_aio_ops.py``, ``AsyncRepositoryStoreOps``), each handing the core's
+operation to the store's ``_send`` (their ``migrate()`` and ``cluster_compatibility()``
+too). The run stores' ``migrate()``, a loop of the core's steps, is written here once
+(``Stores.also``) for both. No sync/async twin of these is
+written by hand: what differs between the two stores is only their primitives.
 
 Each method only hands the core's operation to a primitive of its class (``_read``,
 ``_write``, ``_claim``; ``_queue``; ``_one``, ``_each``, ``_claims``), which the class
@@ -36,6 +46,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..core import repository_ops
 from ..core.runops import RunOps, Spec
 
 PACKAGE = Path(__file__).resolve().parents[1]
@@ -50,19 +61,25 @@ IMPORTS = {
     "Iterable": "collections.abc",
     "Operation": "redisstore.core.driver",
     "Spread": "redisstore.core.driver",
-    "Claimed": "redisstore.runs",
-    "Current": "redisstore.runs",
-    "Failure": "redisstore.runs",
-    "Fenced": "redisstore.runs",
-    "Lease": "redisstore.runs",
-    "Quarantined": "redisstore.runs",
-    "Changes": "redisstore.feed",
+    "Claimed": "redisstore.core.runs",
+    "Current": "redisstore.core.runs",
+    "Failure": "redisstore.core.runs",
+    "Fenced": "redisstore.core.runs",
+    "Lease": "redisstore.core.runs",
+    "Quarantined": "redisstore.core.runs",
+    "Changes": "redisstore.core.feed",
     "RunOps": "redisstore.core.runops",
     "Share": "redisstore.core.runops",
-    "PartitionedOps": "redisstore.core.partitions",
+    "PartitionOps": "redisstore.core.partition_ops",
     "Pending": "redisstore.core.pending",
+    "datetime": "datetime",
+    "InstanceRecord": "redisstore.core.repository",
+    "InFlightPage": "redisstore.core.repository",
+    "RepositoryCalls": "redisstore.shells.repo_store_ops",
 }
 BUILTINS = {"str", "int", "bytes", "bool", "float", "None", "list", "tuple", "dict", "T"}
+#: What a generated file imports at run time from the package (a value, not a type alone).
+RUNTIME = {"Migrated": "redisstore.core.runs", "MIGRATE_COUNT": "redisstore.core.runs"}
 #: What the generated modules always import at run time.
 ALWAYS = {"typing": {"TYPE_CHECKING", "TypeVar", "overload"}}
 
@@ -140,6 +157,20 @@ def operations() -> list[Op]:
             raise ValueError(f"RunOps.{name} has no docstring: the stores' would be empty")
         found.append(Op(name, spec, _signature(function),
                         tuple(_signature(o) for o in typing.get_overloads(function)), doc))
+    return found
+
+
+def repository_operations() -> list[Op]:
+    """The repository's methods both stores offer (:data:`repository_ops.PUBLIC`), each
+    :class:`~redisstore.core.repository_ops.RepositoryOps`'s of its name, in that order."""
+    found = []
+    for name in repository_ops.PUBLIC:
+        function = getattr(repository_ops.RepositoryOps, name)
+        doc = inspect.getdoc(function)
+        if not doc:
+            raise ValueError(f"RepositoryOps.{name} has no docstring: the stores' would be "
+                             "empty")
+        found.append(Op(name, Spec("write", "own"), _signature(function), (), doc))
     return found
 
 
@@ -248,6 +279,12 @@ class Target:
     #: Declarations the mixin starts with: what its methods call (the inheriting class's).
     primitives = ""
     asynchronous = False
+    #: Where its operations are written (the generated file's first lines say so).
+    origin = "redisstore/core/runops.py"
+
+    def operations(self) -> list[Op]:
+        """The operations it writes a method for: the run store's."""
+        return operations()
 
     def wants(self, op: Op) -> bool:
         return True
@@ -267,6 +304,10 @@ class Target:
     def doc(self, op: Op) -> str:
         return op.doc
 
+    #: Methods written here once for the sync and the asyncio class alike: ``{async_}``
+    #: before ``def``, ``{await_}`` before a primitive's call.
+    also = ""
+
     def render(self, ops: list[Op]) -> str:
         out: list[str] = []
         for op in ops:
@@ -280,6 +321,11 @@ class Target:
             out.extend(self._def(op, op.signature, ""))
             out.extend(docstring(8, self.doc(op)))
             out.extend(self.body(op))
+        if self.also:
+            asynchronous = self.asynchronous
+            out.extend(["", *self.also.strip("\n").format(
+                async_="async " if asynchronous else "",
+                await_="await " if asynchronous else "").splitlines()])
         head = f"class {self.cls}:"
         return "\n".join([head, *docstring(4, self.about), "",
                           *self.primitives.strip("\n").splitlines(), *out]) + "\n"
@@ -307,7 +353,7 @@ class Stores(Target):
              "core's (:class:`redisstore.core.runops.RunOps`) handed to the store's ``_read``,\n"
              "``_write`` or ``_claim``.")
     primitives = '''
-    _ops: RunOps | PartitionedOps
+    _ops: RunOps | PartitionOps
 
     def _read(self, op: Operation[T] | Spread[T]) -> T:
         """Send a read; its answer."""
@@ -323,6 +369,31 @@ class Stores(Target):
         """Send the claim ``claim()`` makes (again, while ``block`` says to wait for
         ``index``); its runs."""
         raise NotImplementedError
+'''
+    also = '''
+    {async_}def migrate(self, *, count: int = MIGRATE_COUNT) -> Migrated:
+        """Move a namespace an earlier version wrote (run layouts 1 to 4) to layout 5, the
+        only one this version reads, in bounded steps: an offline step.
+
+        Until it is done every other operation on such a namespace raises
+        ``Misconfigured`` and writes nothing: stop every node of the namespace, call this
+        once (from one process, or several: the steps share the work), then start the
+        nodes with this version. A new namespace starts at layout 5, and on one (or on a
+        namespace already moved) this is one step that scans nothing. Each step is one
+        script that visits one SCAN page of at most ``count`` keys of the server (at most
+        200), rewrites at most 512 KiB of records (at least one run) and moves at most
+        1,024 entries of layout 4's bucketed indexes; steps go on until a whole pass over
+        the server's keys moves nothing. Safe to stop and resume (the cursor is kept in
+        the namespace). Damaged runs are left as they are and listed by
+        :meth:`quarantined` under the index ``"migrate"``. docs/runs.md, "Layouts and
+        ``migrate()``", has the rules.
+        """
+        report = Migrated()
+        while True:
+            step = {await_}self._write(self._ops.migrate_step(count))
+            report = report.then(step)
+            if step[1]:
+                return report
 '''
     awaits = ""
 
@@ -352,7 +423,7 @@ class AsyncStores(Stores):
              "core's (:class:`redisstore.core.runops.RunOps`) handed to the store's ``_read``,\n"
              "``_write`` or ``_claim``.")
     primitives = '''
-    _ops: RunOps | PartitionedOps
+    _ops: RunOps | PartitionOps
 
     async def _read(self, op: Operation[T] | Spread[T]) -> T:
         """Send a read; its answer."""
@@ -387,7 +458,7 @@ class Pipelines(Target):
              "asyncio alike), each the core's operation (:class:`redisstore.core.runops.RunOps`)\n"
              "handed to ``_queue``: its arguments are checked at once.")
     primitives = '''
-    _ops: RunOps | PartitionedOps
+    _ops: RunOps | PartitionOps
 
     def _queue(self, op: Operation[T] | Spread[T], *, write: bool = True) -> Pending[T]:
         """Queue ``op``."""
@@ -455,10 +526,11 @@ class Partitions(Target):
         """A claim over every partition's ``index`` (``checks``: the core's, for its
         arguments' checks), each share by ``claim``."""
         raise NotImplementedError
-'''
 
-    def wants(self, op: Op) -> bool:
-        return op.spec.route != "own"
+    def migrate_step(self, count: int) -> Spread[tuple[int, bool, int, int]]:
+        """One step of ``migrate()`` in every partition at once (the stores' loop)."""
+        raise NotImplementedError
+'''
 
     def overloads(self, op: Op) -> tuple[Signature, ...]:
         """Every overload of the core: the shells call these with a bool."""
@@ -466,7 +538,7 @@ class Partitions(Target):
 
     def method(self, op: Op, sig: Signature) -> Method:
         kind, _, _ = op.spec.route.partition(":")
-        if kind not in ("each", "claim"):
+        if kind not in ("each", "claim", "own"):
             return Method(params_text(sig.params), f"Operation[{sig.answers}]")
         # A Spread is invariant: an overloaded one's implementation answers Spread[Any].
         spread = "Any" if op.overloads and sig is op.signature else sig.answers
@@ -482,11 +554,17 @@ class Partitions(Target):
                "claim": ("a claim over every partition's "
                          + ("two indexes" if arg == "any" else f"``{arg}`` index")
                          + " (:meth:`_claim`)")}
+        if kind == "own":
+            return (f"See :meth:`RunOps.{op.name}`: written by ``PartitionedOps`` itself; "
+                    "declared here so the mixins above type a store's operations by this "
+                    "class alone.")
         return f"See :meth:`RunOps.{op.name}`: {how[kind]}."
 
     def body(self, op: Op) -> list[str]:
         kind, _, arg = op.spec.route.partition(":")
         name = op.name
+        if kind == "own":
+            return ["        raise NotImplementedError"]
         if kind == "first":
             return [f"        return self.parts[0].{name}({op.args()})"]
         if kind == "one":
@@ -507,11 +585,108 @@ class Partitions(Target):
         raise ValueError(f"RunOps.{name}: unknown route {op.spec.route!r}")
 
 
-TARGETS: list[Target] = [Stores(), AsyncStores(), Pipelines(), Partitions()]
+class Repositories(Target):
+    """:class:`redisstore.RedisRepository`'s methods (or the asyncio twin's)."""
+
+    path = "shells/repo_store_ops.py"
+    cls = "RepositoryStoreOps"
+    about = ("The repository's methods of :class:`redisstore.RedisRepository`, each the\n"
+             "core's (:class:`redisstore.core.repository_ops.RepositoryOps`) handed to the\n"
+             "store's ``_send``.")
+    origin = "redisstore/core/repository_ops.py"
+    primitives = '''
+    _ops: RepositoryCalls
+
+    def _send(self, op: Operation[T] | Spread[T]) -> T:
+        """Send ``op``; its answer."""
+        raise NotImplementedError
+
+    def _settings(self) -> bool:
+        """Whether ``migrate()`` checks the server's settings (fakeredis has none)."""
+        raise NotImplementedError
+'''
+    also = '''
+    {async_}def migrate(self) -> None:
+        """Prepare the server, idempotently: load the scripts, record the layout version,
+        and check the settings. Raises ``Misconfigured`` when the server may evict keys
+        (``maxmemory-policy allkeys-*``); warns when nothing is persisted, or when
+        ``CONFIG GET`` is not allowed (managed services), and goes on."""
+        {await_}self._send(self._ops.migrate(settings=self._settings()))
+
+    {async_}def cluster_compatibility(self) -> tuple[bool, str]:
+        """``(True, reason)``: the state lives in the server, shared by every node."""
+        return self._ops.cluster_compatibility()
+'''
+    #: What RepositoryCalls declares besides the operations of :data:`PUBLIC`.
+    more_calls = (
+        "    def migrate(self, *, settings: bool = True) -> Operation[None] | Spread[None]: ...",
+        "",
+        "    def cluster_compatibility(self) -> tuple[bool, str]: ...",
+    )
+    awaits = ""
+
+    def operations(self) -> list[Op]:
+        return repository_operations()
+
+    def method(self, op: Op, sig: Signature) -> Method:
+        return Method(params_text(sig.params), sig.answers)
+
+    def body(self, op: Op) -> list[str]:
+        ret = "return " if op.signature.answers != "None" else ""
+        return wrap(8, f"{ret}{self.awaits}self._send(self._ops.{op.name}(", op.arg_list(),
+                    "))")
+
+    #: Whether its file defines RepositoryCalls (the asyncio one imports it).
+    calls = True
+
+    def render(self, ops: list[Op]) -> str:
+        if not self.calls:
+            return super().render(ops)
+        # What the mixin calls: the core's operations, one partition's or a repository of
+        # partitions' alike (a Protocol, so the mixin stands below both).
+        calls = ["class RepositoryCalls(Protocol):",
+                 '    """The repository\'s operations a store sends, one partition\'s or '
+                 'many\'s."""']
+        for op in ops:
+            answers = f"Operation[{op.signature.answers}] | Spread[{op.signature.answers}]"
+            calls.append("")
+            calls.extend(wrap(4, f"def {op.name}(", params_text(op.signature.params),
+                              f") -> {answers}: ...", orphan=True))
+        calls.extend(["", *self.more_calls])
+        return "\n".join(calls) + "\n\n\n" + super().render(ops)
 
 
-def module(target: Target, ops: list[Op]) -> str:
-    """The text of ``target``'s file."""
+class AsyncRepositories(Repositories):
+    """:class:`redisstore.AsyncRedisRepository`'s methods."""
+
+    path = "shells/repo_aio_ops.py"
+    cls = "AsyncRepositoryStoreOps"
+    about = ("The repository's methods of :class:`redisstore.AsyncRedisRepository`, each\n"
+             "the core's (:class:`redisstore.core.repository_ops.RepositoryOps`) awaited by\n"
+             "the store's ``_send``.")
+    primitives = '''
+    _ops: RepositoryCalls
+
+    async def _send(self, op: Operation[T] | Spread[T]) -> T:
+        """Send ``op``; its answer."""
+        raise NotImplementedError
+
+    def _settings(self) -> bool:
+        """Whether ``migrate()`` checks the server's settings (fakeredis has none)."""
+        raise NotImplementedError
+'''
+    asynchronous = True
+    awaits = "await "
+    calls = False
+
+
+TARGETS: list[Target] = [Stores(), AsyncStores(), Pipelines(), Partitions(), Repositories(),
+                         AsyncRepositories()]
+
+
+def module(target: Target, ops: list[Op] | None = None) -> str:
+    """The text of ``target``'s file (``ops``: its operations, else its own)."""
+    ops = target.operations() if ops is None else ops
     body = target.render(ops)
     tree = ast.parse(body)
     used = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
@@ -525,18 +700,29 @@ def module(target: Target, ops: list[Op]) -> str:
         for annotation in annotations:
             for part in ast.walk(annotation) if annotation is not None else ():
                 if isinstance(part, ast.Name) and part.id not in IMPORTS \
-                        and part.id not in BUILTINS:
+                        and part.id not in BUILTINS and part.id not in RUNTIME:
                     raise ValueError(f"{target.path}: where does {part.id} come from? "
                                      "Add it to redisstore.build.ops.IMPORTS")
     imports: dict[str, set[str]] = {m: set(names) for m, names in ALWAYS.items()}
+    if "(Protocol)" in body:
+        imports["typing"].add("Protocol")
+    if "@overload" not in body:
+        imports["typing"].discard("overload")
+    own = "redisstore." + target.path.removesuffix(".py").replace("/", ".")
     for name in sorted(used & IMPORTS.keys()):
-        imports.setdefault(IMPORTS[name], set()).add(name)
-    runtime = [m for m in sorted(imports) if not m.startswith("redisstore.")]
+        if IMPORTS[name] != own:  # what the file defines itself
+            imports.setdefault(IMPORTS[name], set()).add(name)
+    runtime = [m for m in sorted(imports) if not m.startswith("redisstore.")
+               and m != "datetime"]
+    typed = [m for m in sorted(imports) if m == "datetime"]
     local = sorted((_relative(m, target.path), m) for m in imports if m.startswith("redisstore."))
+    values: dict[str, set[str]] = {}
+    for name in sorted(used & RUNTIME.keys()):
+        values.setdefault(_relative(RUNTIME[name], target.path), set()).add(name)
     lines = [
-        "# Generated by `python -m redisstore.build.ops` from redisstore/core/runops.py: do not "
+        f"# Generated by `python -m redisstore.build.ops` from {target.origin}: do not "
         "edit.",
-        "# Change the operation in redisstore/core/runops.py (or the generator), then run that "
+        f"# Change the operation in {target.origin} (or the generator), then run that "
         "again.",
         f'"""{target.about.splitlines()[0]}',
         *target.about.splitlines()[1:],
@@ -550,7 +736,15 @@ def module(target: Target, ops: list[Op]) -> str:
     ]
     for source in runtime:
         lines.extend(wrap(0, f"from {source} import ", sorted(imports[source], key=_isort), ""))
+    if values:
+        lines.append("")
+    for source, names in sorted(values.items()):
+        lines.extend(wrap(0, f"from {source} import ", sorted(names, key=_isort), ""))
     lines += ["", "if TYPE_CHECKING:"]
+    for source in typed:
+        lines.extend(wrap(4, f"from {source} import ", sorted(imports[source], key=_isort), ""))
+    if typed:
+        lines.append("")
     for source, absolute in local:
         lines.extend(wrap(4, f"from {source} import ", sorted(imports[absolute], key=_isort), ""))
     lines += ["", 'T = TypeVar("T")', "", "", ""]
@@ -576,8 +770,7 @@ def _isort(name: str) -> tuple[int, str]:
 
 def generated() -> dict[Path, str]:
     """Every generated file's path and text, made now from the core."""
-    ops = operations()
-    return {PACKAGE / target.path: module(target, ops) for target in TARGETS}
+    return {PACKAGE / target.path: module(target) for target in TARGETS}
 
 
 def stale() -> list[Path]:

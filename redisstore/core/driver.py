@@ -14,13 +14,13 @@ from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any, Generic, Protocol, TypeAlias, TypeVar
 
-from ..errors import (
+from . import outcomes, scripts, telemetry
+from .errors import (
     NOT_APPLIED,
     UNKNOWN,
     StoreError,
     Unavailable,
 )
-from . import outcomes, scripts, telemetry
 from .outcomes import ErrorReply, Exchange, Lost, Reply
 
 T = TypeVar("T")

@@ -7,9 +7,9 @@ from __future__ import annotations
 import re
 from typing import Any, TypeVar
 
-from ..errors import Corrupt, Misconfigured, StoreError, Unavailable
-from ..feed import Entry, Feed, Found, Kind, Position
 from .driver import Call, Operation, ask, text
+from .errors import Corrupt, Misconfigured, StoreError, Unavailable
+from .feed import Entry, Feed, Found, Kind, Position
 from .keys import Keyspace
 
 T = TypeVar("T")

@@ -11,8 +11,8 @@ import copy
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any, Generic, TypeVar
 
-from ..errors import NOT_APPLIED, UNKNOWN, StoreError, Unavailable
 from .driver import Batch, Driver, Durability, Operation, Settled, Spread
+from .errors import NOT_APPLIED, UNKNOWN, StoreError, Unavailable
 from .outcomes import ErrorReply, Exchange, Lost, Reply
 from .pending import Pending
 

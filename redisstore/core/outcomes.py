@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import APPLIED_UNCONFIRMED, NOT_APPLIED, UNKNOWN, Unavailable
+from .errors import APPLIED_UNCONFIRMED, NOT_APPLIED, UNKNOWN, Unavailable
 
 
 @dataclass(frozen=True, slots=True)

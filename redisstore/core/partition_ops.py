@@ -13,9 +13,10 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
 if TYPE_CHECKING:
-    from ..runs import Claimed, Current, Failure, Fenced, Lease
     from .driver import Operation, Spread
+    from .feed import Changes
     from .runops import RunOps, Share
+    from .runs import Claimed, Current, Failure, Fenced, Lease, Quarantined
 
 T = TypeVar("T")
 
@@ -42,6 +43,10 @@ class PartitionOps:
                 ) -> Spread[tuple[list[Any], int]]:
         """A claim over every partition's ``index`` (``checks``: the core's, for its
         arguments' checks), each share by ``claim``."""
+        raise NotImplementedError
+
+    def migrate_step(self, count: int) -> Spread[tuple[int, bool, int, int]]:
+        """One step of ``migrate()`` in every partition at once (the stores' loop)."""
         raise NotImplementedError
 
     def now(self) -> Operation[int]:
@@ -160,3 +165,14 @@ class PartitionOps:
     def refresh(self, run: str) -> Operation[bool]:
         """See :meth:`RunOps.refresh`: in the partition of ``run``."""
         return self._one(run, lambda part: part.refresh(run), write=True)
+
+    def changes(self, after: str | None = None, limit: int = 100, *, block: int | None = None
+                ) -> Spread[Changes]:
+        """See :meth:`RunOps.changes`: written by ``PartitionedOps`` itself; declared here so the
+        mixins above type a store's operations by this class alone."""
+        raise NotImplementedError
+
+    def quarantined(self, limit: int = 1000) -> Spread[list[Quarantined]]:
+        """See :meth:`RunOps.quarantined`: written by ``PartitionedOps`` itself; declared here so
+        the mixins above type a store's operations by this class alone."""
+        raise NotImplementedError

@@ -28,8 +28,12 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from ..errors import StoreError, Unavailable
-from ..repository import (
+from . import scripts
+from .driver import Operation, Spread, Steps
+from .errors import StoreError, Unavailable
+from .keys import Keyspace
+from .partitions import Counted, check_partitions, deferred, partition_of, values_of
+from .repository import (
     MAX_PAGE,
     InFlightPage,
     InstanceRecord,
@@ -43,12 +47,8 @@ from ..repository import (
     is_int_text,
     to_us,
 )
-from ..runs import check_text
-from . import scripts
-from .driver import Operation, Spread, Steps
-from .keys import Keyspace
-from .partitions import Counted, check_partitions, deferred, partition_of, values_of
 from .repository_ops import RepositoryOps
+from .runs import check_text
 
 #: A listing's position: (partition, now µs, the partition's own cursor score and id, both
 #: empty at the partition's start).
@@ -101,12 +101,12 @@ class PartitionedRepositoryOps(Counted):
         part = self.part(id)
         return self._counted(lambda: part.load(id))
 
-    def delete(self, id: str, expected_version: int | None = None
+    def delete(self, id: str, *, expected_version: int | None = None
                ) -> Operation[None] | Spread[None]:
         """See :meth:`RepositoryOps.delete`, in the record's partition."""
         check_expected_version(expected_version)
         part = self.part(id)
-        return self._counted(lambda: part.delete(id, expected_version))
+        return self._counted(lambda: part.delete(id, expected_version=expected_version))
 
     # ------------------------------------------------------------------ every partition
 

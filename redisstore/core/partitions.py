@@ -19,21 +19,6 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
-from ..errors import NOT_APPLIED, UNKNOWN, Misconfigured, StoreError, Unavailable
-from ..feed import Changes, Feed, Position, check_changes, decode, gap
-from ..feed import answer as feed_answer
-from ..runs import (
-    MAX_CLAIM_BYTES,
-    Cap,
-    Claimed,
-    Discover,
-    Quarantined,
-    check_int,
-    check_listing_limit,
-    check_migrate_count,
-    check_run,
-    check_runs,
-)
 from . import scripts
 from .driver import (
     Call,
@@ -48,9 +33,24 @@ from .driver import (
     fanned,
     preceded,
 )
+from .errors import NOT_APPLIED, UNKNOWN, Misconfigured, StoreError, Unavailable
+from .feed import Changes, Feed, Position, check_changes, decode, gap
+from .feed import answer as feed_answer
 from .keys import Keyspace
 from .partition_ops import PartitionOps
 from .runops import KINDS, Heads, RunOps, Share, Uncounted, answer, next_wakeup, warn_once
+from .runs import (
+    MAX_CLAIM_BYTES,
+    Cap,
+    Claimed,
+    Discover,
+    Quarantined,
+    check_int,
+    check_listing_limit,
+    check_migrate_count,
+    check_run,
+    check_runs,
+)
 
 T = TypeVar("T")
 C = TypeVar("C", bound="Counted")

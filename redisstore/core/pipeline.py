@@ -20,8 +20,8 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from ..errors import NOT_APPLIED, StoreError, Unavailable
 from .driver import Driver, Durability, Operation, Spread
+from .errors import NOT_APPLIED, StoreError, Unavailable
 from .groups import Group
 from .partitions import PartitionedOps
 from .pending import Pending
@@ -55,6 +55,9 @@ class Pipelined(PipelineOps):
     """The calls a pipeline queues, for the sync and asyncio pipelines alike: each takes the
     arguments of the store method of its name, checks them at once (a bad one raises here,
     and nothing is queued) and returns a :class:`Pending`. See docs/runs.md."""
+
+    #: Its operations (the mixin types them by the generated ``PartitionOps`` alone).
+    _ops: RunOps | PartitionedOps
 
     def __init__(self, ops: RunOps | PartitionedOps, durability: Durability | None) -> None:
         self._ops = ops

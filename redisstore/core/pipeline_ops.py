@@ -13,11 +13,11 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
 if TYPE_CHECKING:
-    from ..runs import Claimed, Current, Failure, Fenced, Lease
     from .driver import Operation, Spread
-    from .partitions import PartitionedOps
+    from .partition_ops import PartitionOps
     from .pending import Pending
     from .runops import RunOps
+    from .runs import Claimed, Current, Failure, Fenced, Lease
 
 T = TypeVar("T")
 
@@ -27,7 +27,7 @@ class PipelineOps:
     asyncio alike), each the core's operation (:class:`redisstore.core.runops.RunOps`)
     handed to ``_queue``: its arguments are checked at once."""
 
-    _ops: RunOps | PartitionedOps
+    _ops: RunOps | PartitionOps
 
     def _queue(self, op: Operation[T] | Spread[T], *, write: bool = True) -> Pending[T]:
         """Queue ``op``."""

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
-from ..errors import (
+from . import scripts
+from .driver import EVICTING, Call, Operation, ask, config_get, eviction_policy, text
+from .errors import (
     ConcurrentUpdate,
     Corrupt,
     Misconfigured,
@@ -16,7 +18,8 @@ from ..errors import (
     Unavailable,
     UnknownGroup,
 )
-from ..repository import (
+from .keys import Keyspace
+from .repository import (
     _INT,
     LAYOUT_VERSION,
     MAX_INT64,
@@ -42,10 +45,21 @@ from ..repository import (
     offset_us,
     to_us,
 )
-from . import scripts
-from .driver import EVICTING, Call, Operation, ask, config_get, eviction_policy, text
-from .keys import Keyspace
 from .runops import Code, Uncounted, partitioned, reply_parts
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+#: The repository's methods both stores offer, in the order the core defines them: each
+#: sends its operation of the same name, with the signature and the docstring it has
+#: here. redisstore/build/ops.py writes the two stores' from them (their mixins
+#: ``RepositoryStoreOps``, ``AsyncRepositoryStoreOps``).
+PUBLIC: list[str] = []
+
+
+def public(method: F) -> F:
+    """Mark ``method`` as one both repository stores offer (see :data:`PUBLIC`)."""
+    PUBLIC.append(method.__name__)
+    return method
 
 # ---------------------------------------------------------------------------- replies
 
@@ -178,8 +192,14 @@ class RepositoryOps:
         self.opened: int | None = None
         self._save_keys = (self.keys.groups, self.keys.terminal, self.keys.terminal_seq)
 
+    @public
     def save(self, rec: InstanceRecord) -> Operation[int]:
-        """Compare-and-set on ``rec_version``; returns the new stored version."""
+        """Store ``rec`` iff ``rec.rec_version`` is the stored version (0 creates).
+
+        Returns the new stored version. Raises ``ConcurrentUpdate`` on a mismatch,
+        ``UnknownGroup`` for an unregistered group (nothing written), ``ValueError`` /
+        ``TypeError`` for a bad record (nothing sent).
+        """
         return self._save(check_record(rec), "")
 
     def place(self, rec: InstanceRecord) -> Operation[int]:
@@ -233,17 +253,23 @@ class RepositoryOps:
                       f"{namespace!r} share the hash tag {{{namespace}}}, so each "
                       "operation is one atomic script in one cluster slot")
 
+    @public
     def load(self, id: str) -> Operation[InstanceRecord | None]:
-        """The record stored under ``id``, or None; ``Corrupt`` when it fails validation."""
+        """The record stored under ``id`` (a fresh copy), or None."""
+        # Corrupt when it fails validation.
         id = check_id(id)
         return (yield from ask(Call(scripts.REPO_LOAD, (self.keys.instance(id),),
                                     (self.arg1, id),
                                     _load_answer(id, self.keys.namespace, self.opened),
                                     write=False)))
 
-    def delete(self, id: str, expected_version: int | None = None) -> Operation[None]:
-        """Remove the record (a damaged one too, unless fenced) and its index entries; a
-        no-op when absent. With expected_version, only while rec_version is that one."""
+    @public
+    def delete(self, id: str, *, expected_version: int | None = None) -> Operation[None]:
+        """Remove the record for ``id``; a no-op when there is none. With
+        ``expected_version``, only while the stored ``rec_version`` is that one: else
+        ``ConcurrentUpdate`` and nothing is deleted (a zombie's delete after another node
+        saved the record)."""
+        # A damaged record goes too (unless fenced), with its index entries.
         id = check_id(id)
         fence = check_expected_version(expected_version)
         yield from ask(Call(
@@ -252,10 +278,12 @@ class RepositoryOps:
             self._answer(id, stale=lambda stored: ConcurrentUpdate(id, fence or 0,
                                                                    int(stored)))))
 
+    @public
     def list_in_flight(self, group: str, now: datetime | None = None) -> Operation[list[str]]:
-        """Claimable ids of ``group`` at ``now`` (None: the server's clock), read in pages
-        of :data:`MAX_PAGE` index entries (one bounded script each) at the ``now`` of the
-        first page."""
+        """Ids of ``group``'s records that are not terminal, not suspended, and whose lease
+        is expired or absent at ``now`` (None: the server's clock). Unregistered: ``[]``."""
+        # Read in pages of MAX_PAGE index entries (one bounded script each) at the now of
+        # the first page.
         group, when = check_group(group), check_now(now)
         at = "" if when is None else str(to_us(when))
         listed: dict[str, None] = {}  # insertion-ordered; an id moved mid-listing once
@@ -267,12 +295,15 @@ class RepositoryOps:
                 return list(listed)
             after = cursor
 
+    @public
     def list_in_flight_page(self, group: str, now: datetime | None = None, *,
                             cursor: str | None = None,
                             limit: int = MAX_PAGE) -> Operation[InFlightPage]:
-        """One page of ``list_in_flight``: at most ``limit`` (<= :data:`MAX_PAGE`) index
-        entries visited from ``cursor`` (None: the start). ``now=None`` is the server's
-        clock at the first page, carried by the cursor to the next ones."""
+        """One page of :meth:`list_in_flight`: at most ``limit`` (<= 1000) ids, and the
+        ``cursor`` of the next page (None once the listing is complete); docs/repository.md
+        says what a listing across pages guarantees."""
+        # At most limit index entries visited from cursor (None: the start); now=None is
+        # the server's clock at the first page, carried by the cursor to the next ones.
         group, when, limit = check_group(group), check_now(now), check_page_limit(limit)
         position = check_cursor(cursor)
         at = "" if when is None else str(to_us(when))
@@ -311,13 +342,15 @@ class RepositoryOps:
         return ids, text(used), (text(score), last if isinstance(last, bytes)
                                  else str(last).encode())
 
+    @public
     def register_group(self, group: str) -> Operation[None]:
-        """Add ``group`` to the registry (idempotent)."""
+        """Establish ``group`` in the registry (idempotent)."""
         group = check_group(group)
         yield from ask(Call(scripts.REPO_REGISTER_GROUP, (self.keys.groups,),
                             (self.arg1, group),
                             self._answer("")))
 
+    @public
     def group_exists(self, group: str) -> Operation[bool]:
         """Whether ``group`` is registered."""
         group = check_group(group)

@@ -15,7 +15,22 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple, TypeAlias, TypeVar, overload
 
-from ..errors import (
+from . import scripts, telemetry
+from .driver import (
+    EVICTING,
+    Arg,
+    Call,
+    Durability,
+    Operation,
+    Settled,
+    Spread,
+    ask,
+    eviction_policy,
+    parsed,
+    preceded,
+    text,
+)
+from .errors import (
     APPLIED_UNCONFIRMED,
     NOT_APPLIED,
     AlreadyExists,
@@ -28,9 +43,11 @@ from ..errors import (
     StoreError,
     Unavailable,
 )
-from ..feed import Changes, Entry, check_changes, decode, gap
-from ..feed import answer as feed_answer
-from ..runs import (
+from .feed import Changes, Entry, check_changes, decode, gap
+from .feed import answer as feed_answer
+from .feedops import FeedOps
+from .keys import Keyspace
+from .runs import (
     MAX_CLAIM_BYTES,
     Changed,
     Claim,
@@ -70,23 +87,6 @@ from ..runs import (
     check_ttl,
     check_wait,
 )
-from . import scripts, telemetry
-from .driver import (
-    EVICTING,
-    Arg,
-    Call,
-    Durability,
-    Operation,
-    Settled,
-    Spread,
-    ask,
-    eviction_policy,
-    parsed,
-    preceded,
-    text,
-)
-from .feedops import FeedOps
-from .keys import Keyspace
 from .waits import KINDS as KINDS
 
 log = logging.getLogger(__name__)

@@ -55,7 +55,7 @@ of what the build read; ``import redisstore`` uses it while the digest holds, an
 otherwise (:func:`read_built`; ``python -m redisstore.build.lua`` writes it again).
 
 **Generated definitions.** The reply codes are named once, in :class:`Code`, the run
-scripts' caps in :class:`redisstore.runs.Cap`, and the key schema (every key name the
+scripts' caps in :class:`redisstore.core.caps.Cap`, and the key schema (every key name the
 scripts build from the prefix) in :mod:`redisstore.core.keys`; the build writes each into the
 scripts as Lua ``local`` lines (:data:`GENERATED`: ``local OK, NOT_FOUND, ... = 0, 1, ...``,
 ``local LEASES = P .. 'leases'``, ``local RUN_KEY = 'r:'``); no lib defines them.
@@ -81,8 +81,8 @@ from importlib.abc import Traversable
 from pathlib import Path
 from typing import Any
 
-from ..runs import Cap
 from . import keys
+from .caps import Cap
 
 
 class Code(IntEnum):

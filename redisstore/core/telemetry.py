@@ -25,7 +25,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from ..errors import Unavailable
+from .errors import Unavailable
 
 try:  # optional: the library works the same without it
     import opentelemetry.metrics as _metrics

@@ -7,7 +7,7 @@ A claimer waits for ready runs (``claim_ready``'s kind, ``READY``), expired leas
 
 from __future__ import annotations
 
-from ..runs import check_int
+from .runs import check_int
 
 #: The two kinds of work a claimer waits for: ``claim_ready``'s and ``claim_expired``'s.
 READY, LEASES = "ready", "leases"

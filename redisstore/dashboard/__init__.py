@@ -7,7 +7,8 @@ docs/dashboard.md describes the views, the actions and how they are kept safe.
 """
 
 from .app import app
-from .source import Change, Counts, MinuteCounts, NoFeed, Seen, Source, StoreSource
+from .source import StoreSource
+from .values import Change, Counts, MinuteCounts, NoFeed, Seen, Source
 
 __all__ = ["Change", "Counts", "MinuteCounts", "NoFeed", "Seen", "Source", "StoreSource",
            "app"]

@@ -8,7 +8,7 @@ synchronizer token: an HMAC of the session id under a secret of this process, so
 is stored per session). Session cookies are ``HttpOnly`` and ``SameSite=Strict``.
 
 Each action sends what the page showed (revision, holder, grant) to one store operation
-that checks it (:class:`~redisstore.dashboard.source.Source`): a stale page's action is
+that checks it (:class:`~redisstore.dashboard.values.Source`): a stale page's action is
 refused with the run as it is now.
 """
 
@@ -23,7 +23,7 @@ from urllib.parse import parse_qsl, urlsplit
 from starlette.requests import Request
 from starlette.responses import Response
 
-from .source import Seen
+from .values import Seen
 
 #: The actions, by the name their form posts to.
 ACTIONS = ("release", "restore", "delete")

@@ -34,15 +34,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from .actions import ACTIONS, Guard, read_form, seen_from
 from .chart import chart
 from .live import Feed
-from .source import (
-    PAGE,
-    STATES,
-    Counts,
-    Source,
-    StoreSource,
-    as_seen,
-    holder_text,
-)
+from .source import StoreSource
+from .values import PAGE, STATES, Counts, Source, as_seen, holder_text
 
 HERE = Path(__file__).parent
 
@@ -420,7 +413,7 @@ def app(source: Source | Any, *, namespaces: Iterable[str] = (), allow_actions: 
     """The dashboard as an ASGI app, to serve (``redisstore dashboard``) or mount in your
     own Starlette or FastAPI app (``Mount("/runs", app(client))``).
 
-    ``source``: a :class:`~redisstore.dashboard.source.Source`, or a sync redis-py
+    ``source``: a :class:`~redisstore.dashboard.values.Source`, or a sync redis-py
     compatible client, read through a
     :class:`~redisstore.dashboard.source.StoreSource` of ``namespaces`` (the ones known
     without a scan; the namespaces page can scan for more). Actions (release, restore,

@@ -18,10 +18,10 @@ import time
 from collections import deque
 from typing import Any
 
+from ..core.errors import StoreError
+from ..core.runs import Claim, Failure, Fenced, Release
 from ..discovery import json_wait
 from ..engine.worker import Job, Retry, Unrecoverable, Worker
-from ..errors import StoreError
-from ..runs import Claim, Failure, Fenced, Release
 from ..shells.store import RedisRunStore
 
 #: Runs the feeder keeps in the namespace at most (finished ones are deleted).

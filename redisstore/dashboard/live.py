@@ -3,8 +3,8 @@
 Every open page holds one ``EventSource`` on ``/events``; all of them are served by one
 :class:`Feed`, whose single task reads each namespace a page watches once a round
 (:data:`INTERVAL`), whatever the number of pages. It reads the store's change feed through
-:meth:`Source.changes <redisstore.dashboard.source.Source.changes>` where the store has
-one; until then (:class:`~redisstore.dashboard.source.NoFeed`) it polls the namespace's
+:meth:`Source.changes <redisstore.dashboard.values.Source.changes>` where the store has
+one; until then (:class:`~redisstore.dashboard.values.NoFeed`) it polls the namespace's
 counts, a few bounded commands, and sends a ``counts`` event when they changed.
 
 Events carry ids ``<epoch>-<seq>``: a page that reconnects (``Last-Event-ID``) is sent the
@@ -27,7 +27,7 @@ from typing import Any
 
 import anyio.to_thread
 
-from .source import Change, NoFeed, Source
+from .values import Change, NoFeed, Source
 
 #: Seconds between two reads of a watched namespace.
 INTERVAL = 1.0

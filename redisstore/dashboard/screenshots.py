@@ -26,7 +26,7 @@ def take(out: Path, settle: float = 12.0) -> list[Path]:
     import fakeredis
     from playwright.sync_api import sync_playwright
 
-    from ..runs import Hold
+    from ..core.runs import Hold
     from . import app
     from .demo import Workload
     from .serving import Background

@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core import telemetry
-from ..errors import Closed, Unavailable
-from ..runs import MAX_RENEW, check_owner, check_run, check_runs, check_ttl
+from ..core.errors import Closed, Unavailable
+from ..core.runs import MAX_RENEW, check_owner, check_run, check_runs, check_ttl
 
 log = logging.getLogger("redisstore.keeper")  # the name it always had
 

@@ -32,9 +32,9 @@ from typing import Any, TypeAlias
 
 from ..core import telemetry
 from ..core.driver import Settled
+from ..core.errors import Closed, Conflict, LeaseRefused, NotFound, StoreError
 from ..core.runops import fusable, fused
-from ..errors import Closed, Conflict, LeaseRefused, NotFound, StoreError
-from ..runs import (
+from ..core.runs import (
     MAX_ERROR,
     MAX_RECORD,
     Claimed,
@@ -570,6 +570,18 @@ class _Core:
         for job in jobs:
             job._lost.set()
 
+    def _advance(self, loop: _Loop, value: Any, error: Exception | None) -> _Step | None:
+        """The next step of ``loop``, given the last one's ``value`` or ``error`` (thrown
+        in); None once it ended, or died of a bug (then the worker stops and says why).
+        The bookkeeping of both workers' loops: each only takes the step, sync or awaited."""
+        try:
+            return loop.send(value) if error is None else loop.throw(error)
+        except StopIteration:
+            return None
+        except BaseException as bug:  # a bug of the loop: the worker stops, says why
+            self._loop_died(bug)
+            return None
+
     def _loop_died(self, error: BaseException) -> None:
         """A bug ended a loop: the worker says so and stops (its leases are released by
         stop(), or run out)."""
@@ -676,15 +688,8 @@ class Worker(_Core):
         """Take each step ``loop`` yields, on this thread (``event``: the loop's wake-up;
         None for steps that are calls only)."""
         value: Any = None
-        error: BaseException | None = None
-        while True:
-            try:
-                step = loop.send(value) if error is None else loop.throw(error)
-            except StopIteration:
-                return
-            except BaseException as bug:  # a bug of the loop: the worker stops, says why
-                self._loop_died(bug)
-                return
+        error: Exception | None = None
+        while (step := self._advance(loop, value, error)) is not None:
             value, error = None, None
             try:
                 value = self._take(step, event)
@@ -826,15 +831,8 @@ class AsyncWorker(_Core):
     async def _run(self, loop: _Loop, slot: int) -> None:
         """Await each step ``loop`` yields, in this task."""
         value: Any = None
-        error: BaseException | None = None
-        while True:
-            try:
-                step = loop.send(value) if error is None else loop.throw(error)
-            except StopIteration:
-                return
-            except BaseException as bug:  # a bug of the loop: the worker stops, says why
-                self._loop_died(bug)
-                return
+        error: Exception | None = None
+        while (step := self._advance(loop, value, error)) is not None:
             value, error = None, None
             try:
                 value = await self._take(step, slot)

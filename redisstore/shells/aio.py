@@ -27,7 +27,6 @@ import select
 import time
 import weakref
 from collections.abc import Awaitable, Callable, Hashable, Sequence
-from datetime import datetime
 from typing import Any, TypeVar
 
 from ..core import telemetry
@@ -45,6 +44,7 @@ from ..core.driver import (
     parsed,
     resume,
 )
+from ..core.errors import StoreError
 from ..core.groups import (
     MAX_ROUND_BYTES,
     MAX_ROUND_CALLS,
@@ -56,22 +56,12 @@ from ..core.groups import (
 )
 from ..core.outcomes import ErrorReply, Exchange, Lost, Reply
 from ..core.partitioned_repository import PartitionedRepositoryOps, repository_ops
-from ..core.partitions import PartitionedOps, run_ops
+from ..core.partitions import PartitionedOps
 from ..core.pipeline import Pipelined
+from ..core.repository import Logger
 from ..core.repository_ops import RepositoryOps
 from ..core.runops import RunOps
-from ..errors import StoreError
-from ..feed import Feed
-from ..repository import MAX_PAGE, InFlightPage, InstanceRecord, Logger
-from ..runs import (
-    MAX_RECORD,
-    MAX_RENEW,
-    MIGRATE_COUNT,
-    Discover,
-    Migrated,
-    SessionInfo,
-    check_listing_limit,
-)
+from ..core.runs import MAX_RENEW, SessionInfo, check_listing_limit
 from ..sessions import AsyncSession, check_session
 from . import wakeups
 from .aio_ops import AsyncStoreOps
@@ -92,8 +82,9 @@ from .clients import (
     relearn_after,
     subscribe_failed,
 )
+from .repo_aio_ops import AsyncRepositoryStoreOps
 from .sessions import SessionSteps
-from .shell import Shell
+from .shell import RunShell, Shell
 from .sync import _MORE, _pack_one, _replies, lean_error
 from .wakeups import LoopDriver, Nodes, Wakeups, check_block
 
@@ -1285,23 +1276,14 @@ class AsyncPipeline(Pipelined):
             await self.send()
 
 
-class AsyncRedisRunStore(_Closes, SessionSteps, AsyncStoreOps, Shell[RunOps | PartitionedOps]):
+class AsyncRedisRunStore(_Closes, SessionSteps, AsyncStoreOps, RunShell[AsyncTransport]):
     """The leased run backend on a ``redis.asyncio`` client: the asyncio twin of
     :class:`redisstore.RedisRunStore`, with the same options, methods (``async def``),
     errors and semantics. A cancelled write is of unknown outcome (see the module)."""
 
-    def __init__(self, client: Any, *, namespace: str = "redisstore",
-                 discover: Discover | None = None, projection_version: int = 1,
-                 durability: Durability | None = None, timeout: int = 5000,
-                 max_record_bytes: int = MAX_RECORD, partitions: int = 1,
-                 feed: Feed | None = None) -> None:
-        durability, timeout = check_io(durability, timeout)
-        self._ops = run_ops(namespace, discover, projection_version, durability=durability,
-                            max_record_bytes=max_record_bytes, partitions=partitions)
-        self._ops.set_feed(feed)
-        self._io = AsyncTransport(client, durability, timeout)
-        self._ops.checks = self._io.checks
-        self._wake: Wakeups | None = None
+    #: Its operations (the mixin types them by the generated ``PartitionOps`` alone).
+    _ops: RunOps | PartitionedOps
+    _transport = AsyncTransport
 
     async def aclose(self) -> None:
         """Stop the store's waker (if a claim ever blocked) and disconnect its
@@ -1335,11 +1317,6 @@ class AsyncRedisRunStore(_Closes, SessionSteps, AsyncStoreOps, Shell[RunOps | Pa
         twin._wake = None
         return twin
 
-    def _place(self, run: str) -> int:
-        """The partition of ``run`` (0 in a store of one partition): a keeper leaves a failed
-        partition's runs out of the rest of its round."""
-        return self._ops.place(run) if isinstance(self._ops, PartitionedOps) else 0
-
     def pipeline(self) -> AsyncPipeline:
         """Queue calls and send them in one round trip (see
         :meth:`redisstore.RedisRunStore.pipeline`)::
@@ -1353,15 +1330,6 @@ class AsyncRedisRunStore(_Closes, SessionSteps, AsyncStoreOps, Shell[RunOps | Pa
         unknown outcome, as one cancelled write is.
         """
         return AsyncPipeline(self._io, self._ops, self._claim)
-
-    async def migrate(self, *, count: int = MIGRATE_COUNT) -> Migrated:
-        """See :meth:`redisstore.RedisRunStore.migrate`."""
-        report = Migrated()
-        while True:
-            step = await self._write(self._ops.migrate_step(count))
-            report = report.then(step)
-            if step[1]:
-                return report
 
     # The primitives of the operations (AsyncStoreOps, generated from the core:
     # redisstore/shells/aio_ops.py).
@@ -1407,11 +1375,15 @@ class AsyncRedisRunStore(_Closes, SessionSteps, AsyncStoreOps, Shell[RunOps | Pa
         return await wakeups.aclaim(self._wakeups, index, once, wait)
 
 
-class AsyncRedisRepository(_Closes, Shell[RepositoryOps | PartitionedRepositoryOps]):
+class AsyncRedisRepository(_Closes, AsyncRepositoryStoreOps,
+                           Shell[RepositoryOps | PartitionedRepositoryOps]):
     """The instance repository on a ``redis.asyncio`` client: the asyncio twin of
     :class:`redisstore.RedisRepository`, with the same options, methods (``async def``),
     errors and semantics. A cancelled ``save`` or ``delete`` is of unknown outcome: load
     the record to find out."""
+
+    #: Its operations (the mixin types them by the generated ``RepositoryCalls``).
+    _ops: RepositoryOps | PartitionedRepositoryOps
 
     def __init__(self, client: Any, *, namespace: str = "redisstore", max_terminal: int = 1024,
                  logger: Logger | None = None, durability: Durability | None = None,
@@ -1419,41 +1391,11 @@ class AsyncRedisRepository(_Closes, Shell[RepositoryOps | PartitionedRepositoryO
         self._ops = repository_ops(namespace, max_terminal, logger, partitions)
         self._io = AsyncTransport(client, *check_io(durability, timeout))
 
-    async def save(self, rec: InstanceRecord) -> int:
-        """See :meth:`redisstore.RedisRepository.save`."""
-        return await self._io.drive(self._ops.save(rec))
+    # The primitives of the methods (AsyncRepositoryStoreOps, generated from the core:
+    # redisstore/shells/repo_aio_ops.py).
 
-    async def load(self, id: str) -> InstanceRecord | None:
-        """See :meth:`redisstore.RedisRepository.load`."""
-        return await self._io.drive(self._ops.load(id))
+    async def _send(self, op: Operation[T] | Spread[T]) -> T:
+        return await self._io.drive(op)
 
-    async def delete(self, id: str, *, expected_version: int | None = None) -> None:
-        """See :meth:`redisstore.RedisRepository.delete`."""
-        await self._io.drive(self._ops.delete(id, expected_version))
-
-    async def list_in_flight(self, group: str, now: datetime | None = None) -> list[str]:
-        """See :meth:`redisstore.RedisRepository.list_in_flight`."""
-        return await self._io.drive(self._ops.list_in_flight(group, now))
-
-    async def list_in_flight_page(self, group: str, now: datetime | None = None, *,
-                                  cursor: str | None = None,
-                                  limit: int = MAX_PAGE) -> InFlightPage:
-        """See :meth:`redisstore.RedisRepository.list_in_flight_page`."""
-        return await self._io.drive(self._ops.list_in_flight_page(group, now, cursor=cursor,
-                                                                  limit=limit))
-
-    async def register_group(self, group: str) -> None:
-        """See :meth:`redisstore.RedisRepository.register_group`."""
-        await self._io.drive(self._ops.register_group(group))
-
-    async def group_exists(self, group: str) -> bool:
-        """See :meth:`redisstore.RedisRepository.group_exists`."""
-        return await self._io.drive(self._ops.group_exists(group))
-
-    async def migrate(self) -> None:
-        """See :meth:`redisstore.RedisRepository.migrate`."""
-        await self._io.drive(self._ops.migrate(settings=not self._io.fake))
-
-    async def cluster_compatibility(self) -> tuple[bool, str]:
-        """See :meth:`redisstore.RedisRepository.cluster_compatibility`."""
-        return self._ops.cluster_compatibility()
+    def _settings(self) -> bool:
+        return not self._io.fake

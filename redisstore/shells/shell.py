@@ -1,10 +1,19 @@
-"""``Shell``: the base of the store classes, sync and async."""
+"""``Shell``, the base of the store classes, and ``RunShell``, what the sync and asyncio run
+stores share: written once for both."""
 
 from __future__ import annotations
 
-from typing import Generic, Protocol, TypeVar
+import threading
+from collections.abc import Callable
+from typing import Any, Generic, Protocol, TypeVar
 
+from ..core.driver import Durability, check_io
+from ..core.feed import Feed
 from ..core.keys import Keyspace
+from ..core.partitions import PartitionedOps, run_ops
+from ..core.runops import RunOps
+from ..core.runs import MAX_RECORD, Discover
+from .wakeups import Wakeups
 
 
 class _Ops(Protocol):
@@ -24,3 +33,44 @@ class Shell(Generic[OpsT]):
     def namespace(self) -> str:
         """The namespace the store's keys live in (they share the hash tag ``{namespace}``)."""
         return self._ops.keys.namespace
+
+
+class _Io(Protocol):
+    checks: set[str]
+
+
+IoT = TypeVar("IoT", bound=_Io)
+
+
+class RunShell(Shell[RunOps | PartitionedOps], Generic[IoT]):
+    """What ``RedisRunStore`` and ``AsyncRedisRunStore`` share, one source for both: the
+    options they are opened with, their operations (one partition's or a store of
+    partitions'), their waker (made with the first blocked claim) and a run's partition.
+    Each names the transport it sends on (``_transport``: ``Transport`` or
+    ``AsyncTransport``); the sync store's docstring says what the options mean."""
+
+    _ops: RunOps | PartitionedOps
+    _io: IoT
+    _wake: Wakeups | None
+    #: The store's transport class, made of the client, durability and timeout.
+    _transport: Callable[[Any, Durability | None, int], IoT]
+
+    def __init__(self, client: Any, *, namespace: str = "redisstore",
+                 discover: Discover | None = None, projection_version: int = 1,
+                 durability: Durability | None = None, timeout: int = 5000,
+                 max_record_bytes: int = MAX_RECORD, partitions: int = 1,
+                 feed: Feed | None = None) -> None:
+        durability, timeout = check_io(durability, timeout)
+        self._ops = run_ops(namespace, discover, projection_version, durability=durability,
+                            max_record_bytes=max_record_bytes, partitions=partitions)
+        self._ops.set_feed(feed)
+        self._io = self._transport(client, durability, timeout)
+        self._ops.checks = self._io.checks
+        self._wake = None
+        # The sync store makes its waker under it (the asyncio one, on its loop's thread).
+        self._wake_lock = threading.Lock()
+
+    def _place(self, run: str) -> int:
+        """The partition of ``run`` (0 in a store of one partition): a keeper leaves a failed
+        partition's runs out of the rest of its round."""
+        return self._ops.place(run) if isinstance(self._ops, PartitionedOps) else 0

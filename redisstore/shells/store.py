@@ -7,31 +7,22 @@ import copy
 import threading
 import time
 from collections.abc import Callable
-from datetime import datetime
 from typing import Any, TypeVar
 
 from ..core.driver import Durability, Operation, Spread, check_io, continued
+from ..core.errors import StoreError
 from ..core.partitioned_repository import PartitionedRepositoryOps, repository_ops
-from ..core.partitions import PartitionedOps, run_ops
+from ..core.partitions import PartitionedOps
 from ..core.pipeline import Pipelined
+from ..core.repository import Logger
 from ..core.repository_ops import RepositoryOps
 from ..core.runops import RunOps
-from ..errors import StoreError
-from ..feed import Feed
-from ..repository import MAX_PAGE, InFlightPage, InstanceRecord, Logger
-from ..runs import (
-    MAX_RECORD,
-    MAX_RENEW,
-    MIGRATE_COUNT,
-    Discover,
-    Migrated,
-    SessionInfo,
-    check_listing_limit,
-)
+from ..core.runs import MAX_RENEW, SessionInfo, check_listing_limit
 from ..sessions import Session, check_session
 from . import wakeups
+from .repo_store_ops import RepositoryStoreOps
 from .sessions import SessionSteps
-from .shell import Shell
+from .shell import RunShell, Shell
 from .store_ops import StoreOps
 from .sync import Transport, node_wakers
 from .wakeups import Wakeups, check_block
@@ -108,7 +99,7 @@ class Pipeline(Pipelined):
             self.send()
 
 
-class RedisRunStore(_Closes, SessionSteps, StoreOps, Shell[RunOps | PartitionedOps]):
+class RedisRunStore(_Closes, SessionSteps, StoreOps, RunShell[Transport]):
     """The leased run backend on a ``redis.Redis``-compatible client.
 
     Every method is one server-side Lua script, one round trip (``refresh`` reads, then
@@ -130,19 +121,9 @@ class RedisRunStore(_Closes, SessionSteps, StoreOps, Shell[RunOps | PartitionedO
     write a round trip more, and claims deliver its writes. See docs/scale-out.md.
     """
 
-    def __init__(self, client: Any, *, namespace: str = "redisstore",
-                 discover: Discover | None = None, projection_version: int = 1,
-                 durability: Durability | None = None, timeout: int = 5000,
-                 max_record_bytes: int = MAX_RECORD, partitions: int = 1,
-                 feed: Feed | None = None) -> None:
-        durability, timeout = check_io(durability, timeout)
-        self._ops = run_ops(namespace, discover, projection_version, durability=durability,
-                            max_record_bytes=max_record_bytes, partitions=partitions)
-        self._ops.set_feed(feed)
-        self._io = Transport(client, durability, timeout)
-        self._ops.checks = self._io.checks
-        self._wake: Wakeups | None = None
-        self._wake_lock = threading.Lock()
+    #: Its operations (the mixin types them by the generated ``PartitionOps`` alone).
+    _ops: RunOps | PartitionedOps
+    _transport = Transport
 
     def close(self) -> None:
         """Stop the store's waker (if a claim ever blocked) and disconnect its connections
@@ -188,11 +169,6 @@ class RedisRunStore(_Closes, SessionSteps, StoreOps, Shell[RunOps | PartitionedO
         twin._keeper_closes = not io.cluster
         return twin
 
-    def _place(self, run: str) -> int:
-        """The partition of ``run`` (0 in a store of one partition): a keeper leaves a failed
-        partition's runs out of the rest of its round."""
-        return self._ops.place(run) if isinstance(self._ops, PartitionedOps) else 0
-
     def pipeline(self) -> Pipeline:
         """Queue calls and send them in one round trip::
 
@@ -209,30 +185,6 @@ class RedisRunStore(_Closes, SessionSteps, StoreOps, Shell[RunOps | PartitionedO
         raises sends nothing. docs/runs.md has the rules.
         """
         return Pipeline(self._io, self._ops, self._claim)
-
-    def migrate(self, *, count: int = MIGRATE_COUNT) -> Migrated:
-        """Move a namespace an earlier version wrote (run layouts 1 to 4) to layout 5, the
-        only one this version reads, in bounded steps: an offline step.
-
-        Until it is done every other operation on such a namespace raises
-        ``Misconfigured`` and writes nothing: stop every node of the namespace, call this
-        once (from one process, or several: the steps share the work), then start the
-        nodes with this version. A new namespace starts at layout 5, and on one (or on a
-        namespace already moved) this is one step that scans nothing. Each step is one
-        script that visits one SCAN page of at most ``count`` keys of the server (at most
-        200), rewrites at most 512 KiB of records (at least one run) and moves at most
-        1,024 entries of layout 4's bucketed indexes; steps go on until a whole pass over
-        the server's keys moves nothing. Safe to stop and resume (the cursor is kept in
-        the namespace). Damaged runs are left as they are and listed by
-        :meth:`quarantined` under the index ``"migrate"``. docs/runs.md, "Layouts and
-        ``migrate()``", has the rules.
-        """
-        report = Migrated()
-        while True:
-            step = self._write(self._ops.migrate_step(count))
-            report = report.then(step)
-            if step[1]:
-                return report
 
     # The primitives of the operations (StoreOps, generated from the core: store_ops.py).
 
@@ -277,7 +229,7 @@ class RedisRunStore(_Closes, SessionSteps, StoreOps, Shell[RunOps | PartitionedO
         return once()[0] if not wait else wakeups.claim(self._wakeups, index, once, wait)
 
 
-class RedisRepository(_Closes, Shell[RepositoryOps | PartitionedRepositoryOps]):
+class RedisRepository(_Closes, RepositoryStoreOps, Shell[RepositoryOps | PartitionedRepositoryOps]):
     """The instance repository on a ``redis.Redis``-compatible client.
 
     Every method is one server-side Lua script, one round trip. ``save`` is a
@@ -298,60 +250,20 @@ class RedisRepository(_Closes, Shell[RepositoryOps | PartitionedRepositoryOps]):
     ``delete`` whose reply was lost is never re-sent (load the record to find out).
     """
 
+    #: Its operations (the mixin types them by the generated ``RepositoryCalls``).
+    _ops: RepositoryOps | PartitionedRepositoryOps
+
     def __init__(self, client: Any, *, namespace: str = "redisstore", max_terminal: int = 1024,
                  logger: Logger | None = None, durability: Durability | None = None,
                  timeout: int = 5000, partitions: int = 1) -> None:
         self._ops = repository_ops(namespace, max_terminal, logger, partitions)
         self._io = Transport(client, *check_io(durability, timeout))
 
-    def save(self, rec: InstanceRecord) -> int:
-        """Store ``rec`` iff ``rec.rec_version`` is the stored version (0 creates).
+    # The primitives of the methods (RepositoryStoreOps, generated from the core:
+    # redisstore/shells/repo_store_ops.py).
 
-        Returns the new stored version. Raises ``ConcurrentUpdate`` on a mismatch,
-        ``UnknownGroup`` for an unregistered group (nothing written), ``ValueError`` /
-        ``TypeError`` for a bad record (nothing sent).
-        """
-        return self._io.drive(self._ops.save(rec))
+    def _send(self, op: Operation[T] | Spread[T]) -> T:
+        return self._io.drive(op)
 
-    def load(self, id: str) -> InstanceRecord | None:
-        """The record stored under ``id`` (a fresh copy), or None."""
-        return self._io.drive(self._ops.load(id))
-
-    def delete(self, id: str, *, expected_version: int | None = None) -> None:
-        """Remove the record for ``id``; a no-op when there is none. With
-        ``expected_version``, only while the stored ``rec_version`` is that one: else
-        ``ConcurrentUpdate`` and nothing is deleted (a zombie's delete after another node
-        saved the record)."""
-        self._io.drive(self._ops.delete(id, expected_version))
-
-    def list_in_flight(self, group: str, now: datetime | None = None) -> list[str]:
-        """Ids of ``group``'s records that are not terminal, not suspended, and whose lease
-        is expired or absent at ``now`` (None: the server's clock). Unregistered: ``[]``."""
-        return self._io.drive(self._ops.list_in_flight(group, now))
-
-    def list_in_flight_page(self, group: str, now: datetime | None = None, *,
-                            cursor: str | None = None, limit: int = MAX_PAGE) -> InFlightPage:
-        """One page of :meth:`list_in_flight`: at most ``limit`` (<= 1000) ids, and the
-        ``cursor`` of the next page (None once the listing is complete); docs/repository.md
-        says what a listing across pages guarantees."""
-        return self._io.drive(self._ops.list_in_flight_page(group, now, cursor=cursor,
-                                                            limit=limit))
-
-    def register_group(self, group: str) -> None:
-        """Establish ``group`` in the registry (idempotent)."""
-        self._io.drive(self._ops.register_group(group))
-
-    def group_exists(self, group: str) -> bool:
-        """Whether ``group`` is registered."""
-        return self._io.drive(self._ops.group_exists(group))
-
-    def migrate(self) -> None:
-        """Prepare the server, idempotently: load the scripts, record the layout version,
-        and check the settings. Raises ``Misconfigured`` when the server may evict keys
-        (``maxmemory-policy allkeys-*``); warns when nothing is persisted, or when
-        ``CONFIG GET`` is not allowed (managed services), and goes on."""
-        self._io.drive(self._ops.migrate(settings=not self._io.fake))
-
-    def cluster_compatibility(self) -> tuple[bool, str]:
-        """``(True, reason)``: the state lives in the server, shared by every node."""
-        return self._ops.cluster_compatibility()
+    def _settings(self) -> bool:
+        return not self._io.fake

@@ -12,12 +12,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
+from ..core.runs import MIGRATE_COUNT, Migrated
+
 if TYPE_CHECKING:
     from ..core.driver import Operation, Spread
-    from ..core.partitions import PartitionedOps
+    from ..core.feed import Changes
+    from ..core.partition_ops import PartitionOps
     from ..core.runops import RunOps
-    from ..feed import Changes
-    from ..runs import Claimed, Current, Failure, Fenced, Lease, Quarantined
+    from ..core.runs import Claimed, Current, Failure, Fenced, Lease, Quarantined
 
 T = TypeVar("T")
 
@@ -27,7 +29,7 @@ class StoreOps:
     core's (:class:`redisstore.core.runops.RunOps`) handed to the store's ``_read``,
     ``_write`` or ``_claim``."""
 
-    _ops: RunOps | PartitionedOps
+    _ops: RunOps | PartitionOps
 
     def _read(self, op: Operation[T] | Spread[T]) -> T:
         """Send a read; its answer."""
@@ -217,3 +219,27 @@ class StoreOps:
         """Index entries that claims dropped as damaged (a run missing, of another type, or
         corrupt), with the reason, up to ``limit``; docs/faults.md says how to repair."""
         return self._read(self._ops.quarantined(limit))
+
+    def migrate(self, *, count: int = MIGRATE_COUNT) -> Migrated:
+        """Move a namespace an earlier version wrote (run layouts 1 to 4) to layout 5, the
+        only one this version reads, in bounded steps: an offline step.
+
+        Until it is done every other operation on such a namespace raises
+        ``Misconfigured`` and writes nothing: stop every node of the namespace, call this
+        once (from one process, or several: the steps share the work), then start the
+        nodes with this version. A new namespace starts at layout 5, and on one (or on a
+        namespace already moved) this is one step that scans nothing. Each step is one
+        script that visits one SCAN page of at most ``count`` keys of the server (at most
+        200), rewrites at most 512 KiB of records (at least one run) and moves at most
+        1,024 entries of layout 4's bucketed indexes; steps go on until a whole pass over
+        the server's keys moves nothing. Safe to stop and resume (the cursor is kept in
+        the namespace). Damaged runs are left as they are and listed by
+        :meth:`quarantined` under the index ``"migrate"``. docs/runs.md, "Layouts and
+        ``migrate()``", has the rules.
+        """
+        report = Migrated()
+        while True:
+            step = self._write(self._ops.migrate_step(count))
+            report = report.then(step)
+            if step[1]:
+                return report

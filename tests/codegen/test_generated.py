@@ -21,7 +21,7 @@ from redisstore.core.runops import RunOps, Spec
 @pytest.mark.parametrize("target", _generate.TARGETS, ids=lambda t: t.path)
 def test_each_generated_file_is_current(target: _generate.Target) -> None:
     path = _generate.PACKAGE / target.path
-    made = _generate.module(target, _generate.operations())
+    made = _generate.module(target)
     assert path.read_text() == made, (
         f"{path} is stale: run python -m redisstore.build.ops (and commit the result)")
 

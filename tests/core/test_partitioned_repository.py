@@ -542,11 +542,11 @@ def test_repartition_repository_stopped_halfway_is_refused_meanwhile_and_finishe
     real = getattr(RepositoryOps, stop)
     calls = {"n": 0}
 
-    def failing(self: RepositoryOps, *args: Any) -> Any:
+    def failing(self: RepositoryOps, *args: Any, **kwargs: Any) -> Any:
         calls["n"] += 1
         if calls["n"] == 6:
             raise RuntimeError("the step's process died")
-        return real(self, *args)
+        return real(self, *args, **kwargs)
 
     monkeypatch.setattr(RepositoryOps, stop, failing)
     with pytest.raises(RuntimeError):

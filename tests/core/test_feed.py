@@ -1,4 +1,4 @@
-"""The change feed's shared reading logic (redisstore/feed.py), which every store kind's
+"""The change feed's shared reading logic (redisstore/core/feed.py), which every store kind's
 ``changes`` answers through: the cursor, the gap checks, the order over partitions. The
 promises themselves are the conformance rules (redisstore/conformance/feed.py); these are
 the attacks on the logic below them, partitions included, without a server."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from redisstore import Compacted, Event, Feed, MemoryRunStore, Misconfigured, Release
-from redisstore.feed import (
+from redisstore.core.feed import (
     ENTRY_BYTES,
     ORIGIN,
     Log,
