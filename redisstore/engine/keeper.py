@@ -30,8 +30,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core import telemetry
-from ..core.errors import Closed, Unavailable
-from ..core.runs import MAX_RENEW, check_owner, check_run, check_runs, check_ttl
+from ..core.errors import Closed, SessionLapsed, Unavailable
+from ..core.runs import (
+    MAX_RENEW,
+    check_owner,
+    check_run,
+    check_runs,
+    check_session_id,
+    check_ttl,
+)
 
 log = logging.getLogger("redisstore.keeper")  # the name it always had
 
@@ -78,6 +85,15 @@ class Keeper:
     the round's later batches leave those partitions' runs out. ``margin`` (ms, default
     ``ttl // 20``, at least 1) is taken off every bound for clock drift.
 
+    With ``session`` (a :class:`~redisstore.Session` of ``owner``, its id, or an
+    :class:`~redisstore.AsyncSession`'s; ``since``, ``time.monotonic()`` read before it was
+    opened), the keeper keeps that session alive instead: one keepalive every
+    ``renew_every`` ms whatever the number of runs, held or not; the runs it holds are the
+    session's (:meth:`add` counts each run's bound from the session's last confirmed
+    keepalive); a run the keepalive reports taken from the session is lost (``not
+    renewed``), and so is every run once the session lapsed (:attr:`lapsed` is then set:
+    open another and :meth:`use`). ``close(release=True)`` closes the session.
+
     ``on_lost(Lost)`` is called from the keeper's thread for each run it gives up (by
     default a warning is logged). A keeper that dies (an error that is not ``Unavailable``)
     reports every run it held as lost, keeps the error in :attr:`failure`, and raises it
@@ -87,8 +103,17 @@ class Keeper:
 
     def __init__(self, store: Any, owner: str, ttl: int, *,
                  on_lost: Callable[[Lost], None] | None = None, renew_every: int | None = None,
-                 margin: int | None = None) -> None:
+                 margin: int | None = None, session: Any = None,
+                 since: float | None = None) -> None:
         self.owner, self.ttl = check_owner(owner), check_ttl(ttl)
+        # The session kept alive (its id), and when its last keepalive (or its opening) was
+        # sent: every run of it is live until that bound at least.
+        self._session: str | None = None
+        self._session_since = time.monotonic() if since is None else since
+        #: Set once the session lapsed (a keepalive refused): every run of it was lost.
+        self.lapsed = threading.Event()
+        if session is not None:
+            self._session = check_session_id(getattr(session, "id", session))
         every = ttl // 3 if renew_every is None else check_ttl(renew_every)
         self.renew_every = max(every, 1)
         self.margin = max(ttl // 20, 1) if margin is None else check_ttl(margin)
@@ -116,7 +141,8 @@ class Keeper:
         self._resent = False
         self._stopped = False
         self._release_on_close = False
-        self._requests: list[tuple[list[str], concurrent.futures.Future[list[str]]]] = []
+        # Releases asked of the keeper's thread (runs), and session openings (None).
+        self._requests: list[tuple[list[str] | None, concurrent.futures.Future[Any]]] = []
         #: When the keeper's thread wakes next on its own (monotonic; 0: it is not asleep).
         self._waking = 0.0
         self.failure: BaseException | None = None
@@ -126,6 +152,22 @@ class Keeper:
         self._thread.start()
 
     # ------------------------------------------------------------------ the caller's side
+
+    @property
+    def session(self) -> str | None:
+        """The id of the session the keeper keeps alive (None: per-run leases)."""
+        return self._session
+
+    def use(self, session: Any, *, since: float) -> None:
+        """Keep ``session`` alive from now on (one opened after the last one lapsed; ``since``
+        as at construction)."""
+        sid = check_session_id(getattr(session, "id", session))
+        with self._cond:
+            self._raise_if_stopped()
+            self._session, self._session_since = sid, since
+            self.lapsed.clear()
+            self._due = since + self.renew_every / 1000
+            self._cond.notify()
 
     def add(self, run: str, *, since: float | None = None) -> None:
         """Keep ``run``'s lease. ``since``: ``time.monotonic()`` read just before sending
@@ -139,6 +181,11 @@ class Keeper:
                              f"{since!r}")
         with self._cond:
             self._raise_if_stopped()
+            if self._session is not None:
+                # A session's run lives with the session: its bound is the session's.
+                self._gen += 1
+                self._held[run] = _Entry(self._gen, self._session_since, now)
+                return
             if not self._held:  # idle until now: a fresh schedule
                 self._due = now + self.renew_every / 1000
             self._gen += 1
@@ -205,6 +252,17 @@ class Keeper:
 
     # ------------------------------------------------------------------ the keeper's side
 
+    def open_session(self) -> str:
+        """Open a session of the keeper's owner and ttl on the keeper's own connections and
+        keep it alive from then on (the keeper holds a session's runs from then on; a
+        Worker's is opened so); its id. ``Closed`` once the keeper is."""
+        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        with self._cond:
+            self._raise_if_stopped()
+            self._requests.append((None, future))
+            self._cond.notify()
+        return str(future.result())
+
     def _submit(self, runs: Iterable[str]) -> concurrent.futures.Future[list[str]]:
         names = check_runs(runs)
         future: concurrent.futures.Future[list[str]] = concurrent.futures.Future()
@@ -233,13 +291,13 @@ class Keeper:
     def _round_due(self) -> bool:
         now = time.monotonic()
         return (self._stopped or self._urgent or bool(self._requests)
-                or (bool(self._held) and now >= self._due)
+                or ((bool(self._held) or self._session is not None) and now >= self._due)
                 or (bool(self._retry) and now >= self._retry_at))
 
     def _next_wake(self) -> float:
         """How long the keeper's thread may sleep: until its next round or retry, or, idle,
         a period (so that a run added meanwhile, due a period after it, needs no wake-up)."""
-        if not self._held:
+        if not self._held and self._session is None:
             return self.renew_every / 1000
         soonest = min(self._due, self._retry_at) if self._retry else self._due
         return max(soonest - time.monotonic(), 0.0)
@@ -267,7 +325,8 @@ class Keeper:
                     now = time.monotonic()
                     # A round renews every run held; between rounds, a retry renews only
                     # the runs the last renewal did not answer for.
-                    full = self._urgent or (bool(self._held) and now >= self._due)
+                    full = self._urgent or ((bool(self._held) or self._session is not None)
+                                            and now >= self._due)
                     retry = not full and bool(self._retry) and now >= self._retry_at
                     self._urgent = False
                     retrying = [(run, gen) for run, gen in self._retry.items()
@@ -291,8 +350,17 @@ class Keeper:
         finally:
             self._shutdown()
 
-    def _answer(self, names: list[str], future: concurrent.futures.Future[list[str]]) -> None:
+    def _answer(self, names: list[str] | None, future: concurrent.futures.Future[Any]) -> None:
         try:
+            if names is None:
+                since = time.monotonic()
+                sid = str(self._call("_session_open", self.owner, self.ttl))
+                with self._cond:
+                    self._session, self._session_since = sid, since
+                    self.lapsed.clear()
+                    self._due = since + self.renew_every / 1000
+                future.set_result(sid)
+                return
             future.set_result(list(self._call("release", self.owner, names)))
         except Exception as exc:
             future.set_exception(exc)
@@ -303,6 +371,9 @@ class Keeper:
         failed, the runs of its failed partitions (of a store of one partition: every run)
         are not sent in the later batches of the round: they would wait for the same node
         (a hung one takes a batch its deadline); they are tried again first."""
+        if self._session is not None:
+            self._keepalive_round(snapshot)
+            return
         lost: list[Lost] = []
         unanswered: dict[str, int] = {}
         skipped: dict[str, int] = {}
@@ -371,6 +442,58 @@ class Keeper:
         finally:
             self._report(lost)
 
+    def _keepalive_round(self, snapshot: list[tuple[str, int]]) -> None:
+        """A session's round: one keepalive for every run. The runs it reports taken are
+        lost; once the session lapsed, all of them are. Unanswered, the round is tried
+        again as a renewal is (the runs' bound decides, :meth:`_expire`)."""
+        lost: list[Lost] = []
+        started = time.monotonic()
+        failed = unknown = False
+        with self._cond:
+            session = self._session
+        try:
+            self._expire(lost)
+            sent = time.monotonic()
+            try:
+                told = set(self._call("_session_keepalive", session, self.owner))
+            except SessionLapsed:
+                with self._cond:
+                    if self._session == session:
+                        self.lapsed.set()
+                        lost += [Lost(run, NOT_RENEWED) for run in self._held]
+                        self._held.clear()
+                told = set()
+            except Unavailable as exc:
+                failed, unknown = True, exc.outcome == "unknown"
+            else:
+                with self._cond:
+                    if self._session == session:
+                        self._session_since = sent
+                        for run, entry in list(self._held.items()):
+                            if run in told:
+                                del self._held[run]
+                                lost.append(Lost(run, NOT_RENEWED))
+                            else:
+                                entry.since = sent
+            self._expire(lost)
+            with self._cond:
+                now = time.monotonic()
+                self._due = started + self.renew_every / 1000
+                if not failed:
+                    self._backoff, self._resent = RETRY, False
+                    self._retry, self._retry_at = {}, float("inf")
+                else:
+                    # Tried again on its own (the run entries only mark the retry as due).
+                    self._retry = {run: gen for run, gen in snapshot} or {"": 0}
+                    if unknown and not self._resent:
+                        self._resent = True
+                        self._retry_at = now
+                    else:
+                        self._retry_at = now + self._backoff
+                        self._backoff = min(self._backoff * 2, self.renew_every / 1000)
+        finally:
+            self._report(lost)
+
     def _expire(self, lost: list[Lost]) -> None:
         """Give up every run whose bound passed without a confirmed renewal."""
         now = time.monotonic()
@@ -403,7 +526,13 @@ class Keeper:
         for _, future in requests:
             future.set_exception(Closed(f"the keeper of {self.owner!r} is closed"))
         try:
-            if self._release_on_close and held:
+            if self._release_on_close and self._session is not None:
+                if self.failure is None:
+                    done = False
+                    while not done:  # Session.close's steps, from the keeper's store
+                        _, done = self._call("_session_close", self._session, self.owner,
+                                             MAX_RENEW)
+            elif self._release_on_close and held:
                 if self.failure is not None:
                     log.warning("redisstore: the keeper of %r stopped (%r): its leases are "
                                 "not released", self.owner, self.failure)
@@ -448,7 +577,8 @@ class AsyncKeeper(Keeper):
 
     def __init__(self, store: Any, owner: str, ttl: int, *,
                  on_lost: Callable[[Lost], None] | None = None, renew_every: int | None = None,
-                 margin: int | None = None) -> None:
+                 margin: int | None = None, session: Any = None,
+                 since: float | None = None) -> None:
         self._loop: asyncio.AbstractEventLoop | None = None
         report = on_lost
         if on_lost is not None:
@@ -462,7 +592,7 @@ class AsyncKeeper(Keeper):
                     caller.call_soon_threadsafe(on_lost, lost)
 
         super().__init__(store, owner, ttl, on_lost=report, renew_every=renew_every,
-                         margin=margin)
+                         margin=margin, session=session, since=since)
 
     def release(self, runs: Iterable[str]) -> list[str]:
         """:meth:`Keeper.release` from a thread without a running event loop; on one, use

@@ -32,7 +32,7 @@ from typing import Any, TypeAlias
 
 from ..core import telemetry
 from ..core.driver import Settled
-from ..core.errors import Closed, Conflict, LeaseRefused, NotFound, StoreError
+from ..core.errors import Closed, Conflict, LeaseRefused, NotFound, SessionLapsed, StoreError
 from ..core.runops import fusable, fused
 from ..core.runs import (
     MAX_ERROR,
@@ -42,6 +42,7 @@ from ..core.runs import (
     Failure,
     Fenced,
     Held,
+    check_flag,
     check_int,
     check_max_takeovers,
     check_owner,
@@ -270,7 +271,7 @@ class _Core:
 
     def __init__(self, store: Any, owner: str, handler: Callable[[Any], Any], *, ttl: int,
                  concurrency: int, max_takeovers: int | None, poll: int,
-                 retry: Retry | None) -> None:
+                 retry: Retry | None, sessions: bool = True) -> None:
         if not callable(handler):
             raise TypeError(f"handler must be callable, got {handler!r}")
         if type(concurrency) is not int or not 1 <= concurrency <= 1000:
@@ -287,6 +288,9 @@ class _Core:
         self.poll = poll
         #: The retry policy (None: ``Retry()``, a bounded back-off).
         self.retry = Retry() if retry is None else retry
+        #: Whether the worker holds its runs under one session (where the store keeps
+        #: them): one keepalive a period, whatever the number of runs.
+        self.sessions = check_flag("sessions", sessions)
         self.one_trip = _one_trip(store)
         #: The store's cap on a record: a result over it is a failed try, not a crash.
         ops = getattr(store, "_ops", None)
@@ -330,7 +334,7 @@ class _Core:
             try:
                 if finish is not None and self.one_trip:
                     try:
-                        claim = self._fused(finish)
+                        claim = self._fused(finish, keeper.session)
                     except Exception as bad:
                         # The result's own checks refused it (over the store's cap, a
                         # record discover refuses): a failed try, finished as one.
@@ -347,7 +351,13 @@ class _Core:
                         if self._stopping.is_set():
                             return
                     since = time.monotonic()
-                    claimed, wait = yield _Call(self._claim)
+                    claimed, wait = yield _Call(functools.partial(self._claim,
+                                                                  keeper.session))
+            except SessionLapsed as lapsed:
+                # The worker's session lapsed (its node paused past the ttl): its runs were
+                # reported lost; a new session, and on.
+                self._reopen(keeper, lapsed.session)
+                continue
             except StoreError as failed:
                 yield _Sleep(self._claim_failed(failed))
                 continue
@@ -374,20 +384,41 @@ class _Core:
             result, raised = yield _Handle(job)
             finish = self._ended(job, keeper, result, raised)
 
-    def _claim(self) -> Any:
-        """A claim of one run, with its record (memory: the store's method)."""
+    def _start_session(self, keeper: Keeper) -> None:
+        """Open the worker's session where it wants one and the store keeps them (a store
+        of partitions does not yet: its runs keep leases of their own)."""
+        if self.sessions and hasattr(self.store, "_session_open"):
+            with contextlib.suppress(NotImplementedError):
+                keeper.open_session()
+
+    def _reopen(self, keeper: Keeper, lapsed: str) -> None:
+        """A new session after ``lapsed`` (once, whichever loop saw it first)."""
+        with self._lock:
+            if keeper.session == lapsed:
+                keeper.open_session()
+
+    def _claim(self, session: str | None) -> Any:
+        """A claim of one run, with its record (memory: the store's method), under the
+        worker's session if it has one."""
         if self.one_trip:
+            if session is not None:
+                return self.store._write(self.store._ops.session_claim(
+                    "any", session, self.owner, self.ttl, 1, True, self.max_takeovers))
             return self.store._write(self.store._ops.claim(
                 self.owner, self.ttl, records=True, max_takeovers=self.max_takeovers))
-        runs = self.store.claim(self.owner, self.ttl, records=True,
-                                max_takeovers=self.max_takeovers)
+        if session is not None:
+            runs = self.store._session_claim("any", session, self.owner, self.ttl, 1, True, 0,
+                                             self.max_takeovers)
+        else:
+            runs = self.store.claim(self.owner, self.ttl, records=True,
+                                    max_takeovers=self.max_takeovers)
         if asyncio.iscoroutine(runs):
             async def waited() -> tuple[list[Claimed], int]:
                 return await runs, -1
             return waited()
         return runs, -1
 
-    def _fused(self, finish: _Finish) -> Callable[[], Any]:
+    def _fused(self, finish: _Finish, session: str | None) -> Callable[[], Any]:
         """The finish of the last run and the claim of the next, as one script. Building it
         checks the finish's arguments and runs discover on its record: either may raise."""
         ops = self.store._ops
@@ -395,7 +426,12 @@ class _Core:
         first = ops.finish(job.run, job.current.revision, job.fence, record=finish.record,
                            failure=finish.failure)
         call = next(first)
-        then = ops.claim(self.owner, self.ttl, records=True, max_takeovers=self.max_takeovers)
+        if session is not None:
+            then = ops.session_claim("any", session, self.owner, self.ttl, 1, True,
+                                     self.max_takeovers)
+        else:
+            then = ops.claim(self.owner, self.ttl, records=True,
+                             max_takeovers=self.max_takeovers)
         then_call = next(then)
         assert fusable(call, then_call)
         op = fused((first, call), (then, then_call))
@@ -615,9 +651,10 @@ class Worker(_Core):
 
     def __init__(self, store: Any, owner: str, handler: Callable[[Job], bytes | None], *,
                  ttl: int, concurrency: int = 1, max_takeovers: int | None = None,
-                 poll: int = POLL, retry: Retry | None = None) -> None:
+                 poll: int = POLL, retry: Retry | None = None, sessions: bool = True) -> None:
         super().__init__(store, owner, handler, ttl=ttl, concurrency=concurrency,
-                         max_takeovers=max_takeovers, poll=poll, retry=retry)
+                         max_takeovers=max_takeovers, poll=poll, retry=retry,
+                         sessions=sessions)
         self._keeper: Keeper | None = None
         self._threads: list[threading.Thread] = []
         self._events: list[threading.Event] = []
@@ -627,6 +664,7 @@ class Worker(_Core):
         if self._keeper is not None:
             raise RuntimeError("this worker was started already")
         self._keeper = Keeper(self.store, self.owner, self.ttl, on_lost=self._lost)
+        self._start_session(self._keeper)
         self._events = [threading.Event() for _ in range(self.concurrency)]
         self._threads = [threading.Thread(target=self._drive, args=(event,), daemon=True,
                                           name=f"redisstore-worker-{self.owner}-{i}")
@@ -648,7 +686,8 @@ class Worker(_Core):
                 thread.join(None if deadline is None else max(deadline - time.monotonic(), 0))
         if self._keeper is not None:
             self._run(self._give_up(), None)
-            self._keeper.close()
+            # A session's close frees what is left in it (this worker's grants alone).
+            self._keeper.close(release=self._keeper.session is not None)
 
     def kill(self) -> None:
         """Do what a crash does, for tests and demonstrations: stop claiming and renewing
@@ -741,9 +780,11 @@ class AsyncWorker(_Core):
     def __init__(self, store: Any, owner: str,
                  handler: Callable[[AsyncJob], Awaitable[bytes | None]], *, ttl: int,
                  concurrency: int = 1, max_takeovers: int | None = None, poll: int = POLL,
-                 grace: float = GRACE, retry: Retry | None = None) -> None:
+                 grace: float = GRACE, retry: Retry | None = None,
+                 sessions: bool = True) -> None:
         super().__init__(store, owner, handler, ttl=ttl, concurrency=concurrency,
-                         max_takeovers=max_takeovers, poll=poll, retry=retry)
+                         max_takeovers=max_takeovers, poll=poll, retry=retry,
+                         sessions=sessions)
         if type(grace) not in (int, float) or not 0 <= grace <= 3600:
             raise ValueError(f"grace must be seconds in [0, 3600], got {grace!r}")
         self.grace = float(grace)
@@ -761,6 +802,7 @@ class AsyncWorker(_Core):
             raise RuntimeError("this worker was started already")
         self._loop_of = asyncio.get_running_loop()
         self._keeper = AsyncKeeper(self.store, self.owner, self.ttl, on_lost=self._lost)
+        self._start_session(self._keeper)  # on the keeper's own connections: a round trip
         self._tasks = [self._loop_of.create_task(self._drive(i))
                        for i in range(self.concurrency)]
         return self
@@ -781,7 +823,7 @@ class AsyncWorker(_Core):
                 await asyncio.wait(pending, timeout=CANCELLED)
         if self._keeper is not None:
             await self._run(self._give_up(), 0)
-            await self._keeper.aclose()
+            await self._keeper.aclose(release=self._keeper.session is not None)
 
     def kill(self) -> None:
         """:meth:`Worker.kill`: the loops and the handlers are cancelled at once."""

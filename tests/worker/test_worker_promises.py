@@ -693,6 +693,7 @@ def test_once_job_lost_is_true_no_write_of_the_job_lands(
     README: a lost lease "fences every later write of the job": ``job.write`` raises and
     writes nothing."""
     monkeypatch.setattr(RedisRunStore, "renew", _renewals_fail)
+    monkeypatch.setattr(RedisRunStore, "_session_keepalive", _renewals_fail)
     store = fake_store()
     store.insert("run", b"todo", Release())
     wrote: list[object] = []
@@ -724,6 +725,7 @@ def test_once_an_asyncio_job_lost_is_true_no_write_of_the_job_lands(
     """docs/worker.md (asyncio): in the grace after a lost lease, the handler's "writes to
     the store are fenced already"."""
     monkeypatch.setattr(AsyncRedisRunStore, "renew", _arenewals_fail)
+    monkeypatch.setattr(AsyncRedisRunStore, "_session_keepalive", _arenewals_fail)
 
     async def main() -> None:
         store = fake_astore()
