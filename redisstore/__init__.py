@@ -29,7 +29,7 @@ from .errors import (
     Unavailable,
     UnknownGroup,
 )
-from .feed import Changes, Event, Feed
+from .feed import Changes, Event, Feed, Rate
 from .memory import MemoryRepository, MemoryRunStore
 from .repository import InFlightPage, InstanceLease, InstanceRecord, Repository, Status
 from .runs import (
@@ -113,6 +113,7 @@ __all__ = [
     "Pipeline",
     "Poll",
     "Quarantined",
+    "Rate",
     "RedisRepository",
     "RedisRunStore",
     "Release",

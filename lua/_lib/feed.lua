@@ -1,12 +1,16 @@
 -- feed.lua: the change feed (docs/contract.md, "The change feed"; docs/design/feed.md): the
 -- events a script's operations note, sent after its writes as one entry of the stream FEED,
 -- numbered by meta's feed-n, while the namespace records a feed (meta's feed field, read
--- with the layout: feed_config). A namespace without one notes nothing.
+-- with the layout: feed_config). A namespace without one notes nothing. Beside the entry,
+-- the claims, finishes and takeovers it holds are counted per minute (rates_send).
 
 -- The namespace's feed bounds (entries kept, ms kept), or false: no feed.
 local FEED_MAX, FEED_MS = false, false
 local FEED_EVENTS = {}
 local FEED_OWNER = ''
+-- The claims (takeovers among them) and finishes of the entry to send, counted per minute
+-- with it: from what the script did, never from its arguments.
+local FEED_CLAIMS, FEED_TAKEOVERS, FEED_FINISHES = 0, 0, 0
 
 -- Take the bounds meta records (its feed field: entries kept, a colon, ms kept); one of
 -- another shape keeps no feed.
@@ -22,6 +26,17 @@ local function feed_note(run, code, rev, owner)
   if type(rev) == 'number' then rev = int(rev) end
   FEED_EVENTS[#FEED_EVENTS + 1] = code .. rev .. ':' .. #run .. ':' .. run
   if owner and owner ~= '' then FEED_OWNER = owner end
+  if code == 'c' then
+    FEED_CLAIMS = FEED_CLAIMS + 1
+  elseif code == 't' then
+    FEED_CLAIMS, FEED_TAKEOVERS = FEED_CLAIMS + 1, FEED_TAKEOVERS + 1
+  end
+end
+
+-- Note that the script's operation ended a grant through finish (its events are noted
+-- apart: a write, a release or a quarantine).
+local function feed_finished()
+  FEED_FINISHES = FEED_FINISHES + 1
 end
 
 -- Whether the feed's key can take the entry (absent or a stream): asked before a script's
@@ -34,6 +49,52 @@ local function feed_ok()
   return t == 'none' or t == 'stream'
 end
 
+-- The per-minute counters (docs/design/feed.md, "Per-minute counters"): the hash RATES of
+-- at most 3 * RATE_SLOTS fields, 'c' (claims), 'f' (finishes) or 't' (takeovers) then the
+-- minute's slot (its number mod RATE_SLOTS: the hour read, and the minute being reused).
+-- A field is the minute's number times RATE_SHIFT plus its count: one HINCRBY counts,
+-- and answers whether the field was still of an older minute (then set afresh). Its
+-- values are integers the server parses in place, so no value is read whole here.
+local RATE_SLOTS, RATE_SHIFT = 61, 16777216
+
+-- The counters' key found damaged (another type, a field that is not a count or that
+-- overflows): renamed aside, as set_aside does (a time of its own: no rename overwrites,
+-- so frees, a big key), and listed in the quarantine as "damaged|rates"; a fresh one takes
+-- its place. Sent after the entry's writes: every call is a pcall, so a refusal (a
+-- quarantine of another type, a name taken) leaves the counts out, never a script error.
+local function rates_aside(why)
+  local moved = redis.pcall('RENAMENX', RATES, P .. DAMAGED_KEY .. 'rates:' .. int(now_ms()))
+  if moved ~= 1 then return false end
+  redis.pcall('HSET', QUARANTINE, 'damaged|rates', why)
+  return true
+end
+
+-- Add n to field (a letter then the slot) for the minute whose number times RATE_SHIFT is
+-- stamp; false when the key is damaged.
+local function rate_add(field, n, stamp)
+  local v = redis.pcall('HINCRBY', RATES, field, n)
+  if type(v) ~= 'number' then return false end
+  if v < stamp or v >= stamp + RATE_SHIFT then
+    -- A count of an older minute (or of none): this minute's starts with n.
+    redis.call('HSET', RATES, field, int(stamp + n))
+  end
+  return true
+end
+
+-- Count the entry's claims, takeovers and finishes in this minute's slot.
+local function rates_send()
+  local minute = math.floor(now_ms() / 60000)
+  local slot, stamp = int(minute % RATE_SLOTS), minute * RATE_SHIFT
+  local counts = {c = FEED_CLAIMS, t = FEED_TAKEOVERS, f = FEED_FINISHES}
+  FEED_CLAIMS, FEED_TAKEOVERS, FEED_FINISHES = 0, 0, 0
+  for _, letter in ipairs({'c', 't', 'f'}) do
+    local n = counts[letter]
+    if n > 0 and not rate_add(letter .. slot, n, stamp) then
+      if not rates_aside('type') or not rate_add(letter .. slot, n, stamp) then return end
+    end
+  end
+end
+
 -- Send the events noted as one entry (nothing noted: nothing sent), numbered by meta's
 -- feed-n, trimmed by the bounds: MAXLEN ~ each entry, MINID every 128th (exact: `~` on
 -- fakeredis drops entries younger than asked).
@@ -44,4 +105,5 @@ local function feed_send()
     table.concat(FEED_EVENTS))
   if n % 128 == 0 then redis.call('XTRIM', FEED, 'MINID', int(now_ms() - FEED_MS)) end
   FEED_EVENTS, FEED_OWNER = {}, ''
+  if FEED_CLAIMS + FEED_FINISHES > 0 then rates_send() end
 end

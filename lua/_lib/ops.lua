@@ -58,6 +58,7 @@ local function op_finish(a)
   else
     finish_run(a.run, s, a.failure, a.pv)
   end
+  feed_finished()
   local bad_write = commit()
   if bad_write then return {CORRUPT, bad_write, 0, -1} end
   return {OK, false, 0, -1}

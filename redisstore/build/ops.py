@@ -57,6 +57,7 @@ IMPORTS = {
     "Lease": "redisstore.runs",
     "Quarantined": "redisstore.runs",
     "Changes": "redisstore.feed",
+    "Rate": "redisstore.feed",
     "RunOps": "redisstore.core.runops",
     "Share": "redisstore.core.runops",
     "PartitionedOps": "redisstore.core.partitions",

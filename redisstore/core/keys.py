@@ -33,6 +33,7 @@ RUN_STORE_KEYS: dict[str, str] = {
     "UNWATCH_Q": "unwatch",  # Keyspace.unwatch
     "WATCH_SEQ": "watch-seq",  # Keyspace.watch_seq
     "FEED": "feed",  # the change feed
+    "RATES": "rates",  # the feed's per-minute counters (Keyspace.rates)
 }
 
 #: The parts of the run store's key names built from a run, a dependency or an index's
@@ -129,6 +130,13 @@ class Keyspace:
     def feed(self) -> str:
         """The change feed's stream (docs/design/feed.md)."""
         return self.prefix + _K["FEED"]
+
+    @property
+    def rates(self) -> str:
+        """Hash: the per-minute counts of claims, finishes and takeovers a namespace with a
+        feed keeps (lua/_lib/feed.lua's ``rates_send``): ``c``/``f``/``t`` then the minute's
+        slot (its number mod 61), each the minute's number times 2**24 plus its count."""
+        return self.prefix + _K["RATES"]
 
     @property
     def quarantine(self) -> str:

@@ -88,9 +88,9 @@ class PartitionOps:
         return self._one(run, lambda part: part.finish(
             run, expected, lease, record=record, failure=failure), write=True)
 
-    def restore(self, run: str) -> Operation[bool]:
+    def restore(self, run: str, expected: int | None = None) -> Operation[bool]:
         """See :meth:`RunOps.restore`: in the partition of ``run``."""
-        return self._one(run, lambda part: part.restore(run), write=True)
+        return self._one(run, lambda part: part.restore(run, expected), write=True)
 
     @overload
     def claim_expired(self, owner: str, ttl: int, limit: int = 1, *,
