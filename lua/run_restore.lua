@@ -12,19 +12,22 @@
 -- Also touches, undeclared (same hash tag): P.."quarantine", P.."r:"..dep of a Changed wait
 -- (read), P.."wake-ready" and P.."wake-leases" (signals).
 --- @include CONFLICT, CORRUPT, NOT_FOUND, OK, arg_int, arg_text, check_layout, load, commit
---- @include restore_run, opt_decimal, MAX_INT
+--- @include restore_run, decimal, MAX_INT
 local run = arg_text(2)
 local pv = arg_int(3, 0, 2147483648)
 -- The checked restore (the dashboard's action): the revision the caller saw, compared in
 -- this script, so no write between its read and this restore goes unseen.
-local expected = opt_decimal(ARGV[4] or '', 0, MAX_INT)
-if expected == nil then error('BADARG ARGV[4] must be empty or a revision') end
+local expected = ARGV[4] or ''
+if expected ~= '' then
+  expected = decimal(expected, 0, MAX_INT)
+  if expected == nil then error('BADARG ARGV[4] must be empty or a revision') end
+end
 local bad_layout = check_layout()
 if bad_layout then return bad_layout end
 local s, bad = load(run)
 if s == nil then return {NOT_FOUND, false, 0, -1} end
 if s == false then return {CORRUPT, bad, 0, -1} end
-if expected and s.rev ~= expected then return {CONFLICT, s.rev, 0, -1} end
+if expected ~= '' and s.rev ~= expected then return {CONFLICT, s.rev, 0, -1} end
 if not restore_run(run, s, pv) then return {OK, 0, 0, -1} end
 local bad_write = commit()
 if bad_write then return {CORRUPT, bad_write, 0, -1} end

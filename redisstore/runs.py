@@ -597,8 +597,9 @@ class RunStore(Protocol):
         ``LeaseRefused``."""
         ...
 
-    def restore(self, run: str) -> bool:
-        """Put a quarantined run back (counters cleared); whether it was quarantined."""
+    def restore(self, run: str, expected: int | None = None) -> bool:
+        """Put a quarantined run back (counters cleared); whether it was quarantined. With
+        ``expected``, only at that revision (``Conflict``), checked in the same step."""
         ...
 
     def refresh(self, run: str) -> bool:

@@ -8,9 +8,10 @@
 local FEED_MAX, FEED_MS = false, false
 local FEED_EVENTS = {}
 local FEED_OWNER = ''
--- The claims (takeovers among them) and finishes of the entry to send, counted per minute
--- with it: from what the script did, never from its arguments.
-local FEED_CLAIMS, FEED_TAKEOVERS, FEED_FINISHES = 0, 0, 0
+-- The claims (c; takeovers among them, t) and finishes (f) of the entry to send, counted
+-- per minute with it (rates_send): from what the script did, never from its arguments. A
+-- finish counts itself (op_finish): its events are a write, a release or a quarantine.
+local FEED_COUNTS = {c = 0, t = 0, f = 0}
 
 -- Take the bounds meta records (its feed field: entries kept, a colon, ms kept); one of
 -- another shape keeps no feed.
@@ -26,17 +27,10 @@ local function feed_note(run, code, rev, owner)
   if type(rev) == 'number' then rev = int(rev) end
   FEED_EVENTS[#FEED_EVENTS + 1] = code .. rev .. ':' .. #run .. ':' .. run
   if owner and owner ~= '' then FEED_OWNER = owner end
-  if code == 'c' then
-    FEED_CLAIMS = FEED_CLAIMS + 1
-  elseif code == 't' then
-    FEED_CLAIMS, FEED_TAKEOVERS = FEED_CLAIMS + 1, FEED_TAKEOVERS + 1
+  if code == 'c' or code == 't' then
+    FEED_COUNTS.c = FEED_COUNTS.c + 1
+    if code == 't' then FEED_COUNTS.t = FEED_COUNTS.t + 1 end
   end
-end
-
--- Note that the script's operation ended a grant through finish (its events are noted
--- apart: a write, a release or a quarantine).
-local function feed_finished()
-  FEED_FINISHES = FEED_FINISHES + 1
 end
 
 -- Whether the feed's key can take the entry (absent or a stream): asked before a script's
@@ -50,47 +44,43 @@ local function feed_ok()
 end
 
 -- The per-minute counters (docs/design/feed.md, "Per-minute counters"): the hash RATES of
--- at most 3 * RATE_SLOTS fields, 'c' (claims), 'f' (finishes) or 't' (takeovers) then the
--- minute's slot (its number mod RATE_SLOTS: the hour read, and the minute being reused).
--- A field is the minute's number times RATE_SHIFT plus its count: one HINCRBY counts,
+-- at most 3 * RATE.slots fields, 'c' (claims), 'f' (finishes) or 't' (takeovers) then the
+-- minute's slot (its number mod RATE.slots: the hour read, and the minute being reused).
+-- A field is the minute's number times RATE.shift plus its count: one HINCRBY counts,
 -- and answers whether the field was still of an older minute (then set afresh). Its
 -- values are integers the server parses in place, so no value is read whole here.
-local RATE_SLOTS, RATE_SHIFT = 61, 16777216
+local RATE = {slots = 61, shift = 16777216}
 
--- The counters' key found damaged (another type, a field that is not a count or that
--- overflows): renamed aside, as set_aside does (a time of its own: no rename overwrites,
--- so frees, a big key), and listed in the quarantine as "damaged|rates"; a fresh one takes
--- its place. Sent after the entry's writes: every call is a pcall, so a refusal (a
--- quarantine of another type, a name taken) leaves the counts out, never a script error.
-local function rates_aside(why)
-  local moved = redis.pcall('RENAMENX', RATES, P .. DAMAGED_KEY .. 'rates:' .. int(now_ms()))
-  if moved ~= 1 then return false end
-  redis.pcall('HSET', QUARANTINE, 'damaged|rates', why)
-  return true
-end
-
--- Add n to field (a letter then the slot) for the minute whose number times RATE_SHIFT is
--- stamp; false when the key is damaged.
-local function rate_add(field, n, stamp)
-  local v = redis.pcall('HINCRBY', RATES, field, n)
-  if type(v) ~= 'number' then return false end
-  if v < stamp or v >= stamp + RATE_SHIFT then
-    -- A count of an older minute (or of none): this minute's starts with n.
-    redis.call('HSET', RATES, field, int(stamp + n))
-  end
-  return true
-end
-
--- Count the entry's claims, takeovers and finishes in this minute's slot.
+-- Count the claims, takeovers and finishes noted since the last count in this minute's
+-- slot (nothing noted, or no feed: nothing sent). The operations that count call it after
+-- their commit (op_finish, op_claim: the scripts that never count do not carry it), so
+-- every call that may be refused is a pcall: a damaged key (another
+-- type, a field that is not a count or would overflow) is renamed aside, as set_aside does
+-- (a time of its own: no rename overwrites, so frees, a big key), listed in the quarantine
+-- as "damaged|rates", and a fresh one counts; a refusal of those (a quarantine of another
+-- type, a name taken) leaves the counts out. Never a script error after a write.
 local function rates_send()
+  if FEED_COUNTS.c + FEED_COUNTS.f == 0 or not FEED_MAX then return end
   local minute = math.floor(now_ms() / 60000)
-  local slot, stamp = int(minute % RATE_SLOTS), minute * RATE_SHIFT
-  local counts = {c = FEED_CLAIMS, t = FEED_TAKEOVERS, f = FEED_FINISHES}
-  FEED_CLAIMS, FEED_TAKEOVERS, FEED_FINISHES = 0, 0, 0
+  local slot, stamp = int(minute % RATE.slots), minute * RATE.shift
+  local counts = FEED_COUNTS
+  FEED_COUNTS = {c = 0, t = 0, f = 0}
+  local function add(field, n)
+    local v = redis.pcall('HINCRBY', RATES, field, n)
+    if type(v) ~= 'number' then return false end
+    if v < stamp or v >= stamp + RATE.shift then
+      -- A count of an older minute (or of none): this minute's starts with n.
+      redis.call('HSET', RATES, field, int(stamp + n))
+    end
+    return true
+  end
   for _, letter in ipairs({'c', 't', 'f'}) do
     local n = counts[letter]
-    if n > 0 and not rate_add(letter .. slot, n, stamp) then
-      if not rates_aside('type') or not rate_add(letter .. slot, n, stamp) then return end
+    if n > 0 and not add(letter .. slot, n) then
+      local aside = P .. DAMAGED_KEY .. 'rates:' .. int(now_ms())
+      if redis.pcall('RENAMENX', RATES, aside) ~= 1 then return end
+      redis.pcall('HSET', QUARANTINE, 'damaged|rates', 'value')
+      add(letter .. slot, n)
     end
   end
 end
@@ -105,5 +95,4 @@ local function feed_send()
     table.concat(FEED_EVENTS))
   if n % 128 == 0 then redis.call('XTRIM', FEED, 'MINID', int(now_ms() - FEED_MS)) end
   FEED_EVENTS, FEED_OWNER = {}, ''
-  if FEED_CLAIMS + FEED_FINISHES > 0 then rates_send() end
 end

@@ -241,6 +241,7 @@ SCHEMA_NAMES: dict[str, dict[str, tuple[str, Callable[[Keyspace], str]]]] = {
         "UNWATCH_Q": ("UNWATCH_Q", lambda k: k.unwatch),
         "WATCH_SEQ": ("WATCH_SEQ", lambda k: k.watch_seq),
         "FEED": ("FEED", lambda k: k.feed),
+        "RATES": ("RATES", lambda k: k.rates),
         "run": ("run_key('a:b')", lambda k: k.run("a:b")),
         "dependents": ("deps_ix('dé|p').key", lambda k: k.dependents("dé|p")),
         # Layout 4's index keys, which only run_migrate meets (old.lua's old_index reads
