@@ -29,7 +29,7 @@ from ..core.keys import Keyspace, check_namespace
 from ..core.partitions import PartitionedOps
 from ..errors import Compacted, Conflict, LeaseRefused, NotFound
 from ..feed import ENTRY_BYTES, ORIGIN, Feed, Position, encode
-from ..runs import MAX_RENEW, Claim, Current, Fenced, Free, Held
+from ..runs import MAX_RATE_MINUTES, MAX_RENEW, Claim, Current, Fenced, Free, Held, Rate
 from ..shells.store import RedisRunStore
 
 #: The states a namespace's runs are counted in, as the pages and /metrics name them.
@@ -82,15 +82,9 @@ class Counts:
         return {state: getattr(self, state) for state in STATES}
 
 
-@dataclass(frozen=True, slots=True)
-class MinuteCounts:
-    """One minute of a namespace's activity: claims, finishes and takeovers in the minute
-    starting at backend ms ``minute``. Kept by the store's scripts once they count them."""
-
-    minute: int
-    claims: int
-    finishes: int
-    takeovers: int
+#: One minute of a namespace's activity, as the store counts it (:class:`redisstore.Rate`):
+#: claims, finishes and takeovers in the minute starting at backend ms ``minute``.
+MinuteCounts = Rate
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,10 +261,10 @@ class Source(ABC):
         """The last scan's result, or None."""
         return None
 
-    def rates(self, namespace: str) -> list[MinuteCounts]:
-        """Claims, finishes and takeovers per minute over the last hour, oldest first. The
-        store's scripts do not count them yet: empty until they do."""
-        return []
+    def rates(self, namespace: str) -> list[MinuteCounts] | None:
+        """Claims, finishes and takeovers per minute over the last hour, oldest first; None
+        where the namespace keeps no counts (no change feed: ``Feed()`` switches both on)."""
+        return None
 
     def events(self, namespace: str, run: str, limit: int = 20) -> list[Change]:
         """The run's recent events, newest first: from the change feed, once the store has
@@ -476,6 +470,14 @@ class StoreSource(Source):
             self._tails[namespace] = page.cursor
         return [Change(namespace, e.run, e.revision, e.kind, e.owner, e.time, e.cursor,
                        e.takeover) for e in page.events]
+
+    def rates(self, namespace: str) -> list[MinuteCounts] | None:
+        """The namespace's per-minute counts of the last hour (``store.rates``: one script
+        a partition), or None where it keeps no feed, so no counts."""
+        store, _ = self._store(namespace)
+        if not _keeps_feed(store):
+            return None
+        return store.rates(MAX_RATE_MINUTES)
 
     def events(self, namespace: str, run: str, limit: int = 20) -> list[Change]:
         """The run's recent events, newest first: from the last ``EVENTS_LOOKED`` entries
@@ -707,20 +709,19 @@ class StoreSource(Source):
         return Outcome(True, done)
 
     def restore_seen(self, namespace: str, run: str, seen: Seen) -> Outcome:
-        """``restore`` once a read finds the run as seen. The store's restore has no
-        revision or grant condition, so this is two steps, not one script: a write or a
-        claim between the read and the restore is not seen (restore itself still refuses
-        a run that is no longer quarantined, and writes no record, revision or lease)."""
+        """``restore`` at the revision seen, in one script (``restore(run, expected=...)``):
+        a write since the page was drawn is refused with the run's state now, and so is a
+        run that is no longer quarantined. (A run that left the quarantine and came back
+        to it at the same revision, by a release or a failed try, neither of which writes
+        a revision, is put back as the page asked.)"""
         store, _ = self._store(namespace)
-        try:
-            current = store.get(run)
-        except NotFound:
-            return Outcome(False, "it no longer exists")
-        if not seen.matches(current):
-            return self._refused(namespace, run, "it changed since the page was drawn")
-        if not store.restore(run):
+        restored: list[bool] = []
+        outcome = self._checked(namespace, run, seen,
+                                lambda: restored.append(store.restore(run, seen.revision)),
+                                "restored")
+        if outcome.done and not restored[0]:
             return self._refused(namespace, run, "it is not quarantined")
-        return Outcome(True, "restored")
+        return outcome
 
 
 def _within(score: int, low: str, high: str) -> bool:

@@ -31,6 +31,7 @@ with warnings.catch_warnings():
     from starlette.testclient import TestClient
 
 from redisstore import Claim, Failure, Fenced, Hold, RedisRunStore, Release
+from redisstore import Feed as StoreFeed
 from redisstore.dashboard import Change, MinuteCounts, NoFeed, StoreSource, app
 from redisstore.dashboard import source as source_module
 from redisstore.dashboard.live import Feed
@@ -374,7 +375,8 @@ def test_the_chart_draws_what_rates_gives_else_says_no_data(
 
     store.insert("r", b"{}", Release())
     plain = web(app(client, namespaces=["shop"])).get("/ns?ns=shop").text
-    assert "No data yet" in plain and "<svg" not in plain
+    # A namespace without a feed counts nothing: the page says how to switch it on.
+    assert "Not counted" in plain and "feed=Feed()" in plain and "<svg" not in plain
     assert "No events" in web(app(client, namespaces=["shop"])).get("/run?ns=shop&id=r").text
     board = web(app(Counted(client, ["shop"])))
     text = board.get("/ns?ns=shop").text
@@ -382,6 +384,37 @@ def test_the_chart_draws_what_rates_gives_else_says_no_data(
     assert "69</span>" not in text and "claims</span> 69" in text
     run = board.get("/run?ns=shop&id=r").text
     assert "claimed (takeover)" in run and "&lt;i&gt;node&lt;/i&gt;" in run
+
+
+def test_the_chart_and_metrics_read_the_stores_counters(client: Recording,
+                                                        fake_clock: Clock) -> None:
+    """A namespace with a feed: the scripts count, the chart and /metrics read them (one
+    script a partition: tests/lua/test_stall.py bounds it at its cap)."""
+    fed = RedisRunStore(client, namespace="fed", discover=json_wait, feed=StoreFeed())
+    for n in range(3):
+        fed.insert(f"r{n}", b'{"wait": {"at": 0}}', Release())
+    fed.insert("lost", b'{"wait": {"at": 0}}', Claim("node-b", 1_000))
+    fake_clock.advance(60_000)  # a minute on: the takeover and the rest in this one
+    claimed = fed.claim("node-a", 60_000, 10, records=True)
+    assert len(claimed) == 4
+    for job in claimed[:2]:
+        assert job.current.token is not None
+        fed.finish(job.run, job.current.revision, Fenced("node-a", job.current.token))
+    fake_clock.advance(60_000)  # that minute is now the last complete one
+    board = web(app(client, namespaces=["fed"]))
+    text = board.get("/ns?ns=fed").text
+    assert text.count("<polyline") == 3 and "Not counted" not in text
+    assert "claims</span> 0" in text  # this minute: nothing yet
+    metrics = board.get("/metrics").text
+    for kind, minute in (("claims", 4), ("finishes", 2), ("takeovers", 1)):
+        assert f'redisstore_work_last_minute{{namespace="fed",kind="{kind}"}} {minute}' \
+            in metrics
+        assert f'redisstore_work_last_hour{{namespace="fed",kind="{kind}"}} {minute}' \
+            in metrics
+    assert "# TYPE redisstore_work_last_minute gauge" in metrics
+    fake_clock.advance(60 * 60_000)  # an hour on: gone from the chart and the metrics
+    assert 'kind="claims"} 0' in board.get("/metrics").text
+    fed.close()
 
 
 def test_metrics_give_counts_by_state_per_namespace(store: RedisRunStore, client: Recording,
@@ -525,12 +558,41 @@ def test_a_stale_pages_action_is_refused_with_the_run_as_it_is(
     assert reply.status_code == 409 and "not quarantined" in reply.text
     store.compare_and_set("failed-1", 1, b'{"wait": null}', Release())
     reply = browser.post("/action/restore", data=form_of(failed, "restore"), headers=ORIGIN)
-    assert reply.status_code == 409 and "changed since the page" in reply.text
+    assert reply.status_code == 409 and "revision 2, the page showed 1" in reply.text
+    assert 'id="now-revision">2<' in reply.text
     # Gone since the page.
     store.delete("later-1", 1, Release())
     reply = browser.post("/action/delete", data={**form_of(ready, "delete"), "id": "later-1"},
                          headers=ORIGIN)
     assert reply.status_code == 409 and "no longer exists" in reply.text
+
+
+def test_the_restore_is_one_checked_script(store: RedisRunStore, client: Recording,
+                                           fake_clock: Clock,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """The restore action sends ``restore(run, expected=<the page's revision>)`` and no read
+    before it: no write can come between a check and the restore."""
+    seed(store, fake_clock)
+    browser, _ = logged_in(app(client, namespaces=["shop"], allow_actions=True, token=TOKEN))
+    failed = browser.get("/run?ns=shop&id=failed-1").text
+    calls: list[tuple[str, tuple[Any, ...]]] = []
+    real_restore = RedisRunStore.restore
+
+    def no_read(self: Any, *args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("a read before the restore")
+
+    def restore(self: Any, *args: Any, **kwargs: Any) -> Any:
+        calls.append(("restore", args))
+        return real_restore(self, *args, **kwargs)
+
+    monkeypatch.setattr(RedisRunStore, "get", no_read)
+    monkeypatch.setattr(RedisRunStore, "restore", restore)
+    reply = browser.post("/action/restore", data=form_of(failed, "restore"), headers=ORIGIN,
+                         follow_redirects=False)
+    assert reply.status_code == 303, reply.text
+    assert calls == [("restore", ("failed-1", 1))]
+    monkeypatch.undo()
+    assert store.get("failed-1").quarantined is None
 
 
 def test_a_malformed_action_form_is_a_400(client: Recording) -> None:
