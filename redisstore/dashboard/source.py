@@ -275,8 +275,14 @@ class Source(ABC):
                 block: int | None = None) -> list[Change]:
         """The feed's events after the cursor ``after`` (None: from now), at most
         ``limit``, waiting up to ``block`` ms for one. :class:`NoFeed` while the store
-        has no feed: the live reader then polls :meth:`counts`."""
+        has no feed: the live reader then polls :meth:`counts`. ``Compacted`` when events
+        past ``after`` are gone."""
         raise NoFeed(namespace)
+
+    def tail(self, namespace: str) -> str | None:
+        """A feed cursor past every event of ``namespace``'s feed now (what a page that
+        opens now has seen), or None where it keeps no feed."""
+        return None
 
     def close(self) -> None:  # noqa: B027 - a source that opened nothing has nothing to do
         """Let go of what the source opened."""
@@ -425,8 +431,13 @@ class StoreSource(Source):
             return store, spaces
 
     def _feed_of(self, spaces: list[Keyspace]) -> Feed | None:
-        """The change feed the namespace records (meta's ``feed``), or None."""
-        recorded = self.client.hget(spaces[0].meta, "feed")
+        """The change feed the namespace records (meta's ``feed``), or None. A store of
+        partitions records it in each partition at its first write there: the first
+        partition that records one (one pipelined HGET each)."""
+        pipe = self.client.pipeline(transaction=False)
+        for space in spaces:
+            pipe.hget(space.meta, "feed")
+        recorded = next((got for got in pipe.execute() if got is not None), None)
         if recorded is None:
             return None
         match = re.fullmatch(rb"([1-9]\d{0,8}):([1-9]\d{0,14})", bytes(recorded))
@@ -452,8 +463,9 @@ class StoreSource(Source):
     def changes(self, namespace: str, after: str | None, limit: int = 100,
                 block: int | None = None) -> list[Change]:
         """The namespace's change feed after ``after`` (None: from now); :class:`NoFeed`
-        where the namespace records none. A cursor whose entries are gone starts again
-        where the feed resumes (the page's counts are read again anyway)."""
+        where the namespace records none; ``Compacted`` (with where to resume) when
+        entries past ``after`` are gone: the live reader tells the pages, never a silent
+        gap."""
         store, spaces = self._store(namespace)
         if not _keeps_feed(store):
             raise NoFeed(namespace)
@@ -465,6 +477,10 @@ class StoreSource(Source):
         try:
             page = store.changes(after=after, limit=limit, block=block)
         except Compacted as lost:
+            if not fresh:
+                raise
+            # Its own tail, trimmed since: from where the feed resumes (nothing was
+            # promised to anyone from there).
             page = store.changes(after=lost.resume, limit=limit)
         if fresh:
             self._tails[namespace] = page.cursor
@@ -478,6 +494,12 @@ class StoreSource(Source):
         if not _keeps_feed(store):
             return None
         return store.rates(MAX_RATE_MINUTES)
+
+    def tail(self, namespace: str) -> str | None:
+        """The cursor past the namespace's feed now (one bounded read a partition), or
+        None where it keeps no feed."""
+        store, spaces = self._store(namespace)
+        return self._tail(spaces) if _keeps_feed(store) else None
 
     def events(self, namespace: str, run: str, limit: int = 20) -> list[Change]:
         """The run's recent events, newest first: from the last ``EVENTS_LOOKED`` entries

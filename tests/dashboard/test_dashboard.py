@@ -622,7 +622,7 @@ def _collect(stream: Any, count: int, timeout: float = 5.0) -> Any:
         got = []
         while len(got) < count:
             chunk = await asyncio.wait_for(stream.__anext__(), timeout)
-            if not chunk.startswith(":"):
+            if not chunk.startswith((":", "retry:")):
                 got.append(chunk)
         return got
 
@@ -714,6 +714,106 @@ def test_the_feed_reads_the_stores_change_feed_when_there_is_one(client: Recordi
     asyncio.run(scenario())
 
 
+def _changes_of(chunks: list[tuple[str, str, dict[str, Any]]]) -> list[tuple[str, int]]:
+    return [(data["run"], data["revision"]) for _, kind, data in chunks if kind == "change"]
+
+
+async def _until_change(page: Any, run: str) -> list[tuple[str, str, dict[str, Any]]]:
+    """The page's events up to the change of ``run``."""
+    got = []
+    while True:
+        event = _parse((await _collect(page, 1))[0])
+        got.append(event)
+        if event[1] == "change" and event[2]["run"] == run:
+            return got
+
+
+@pytest.mark.parametrize("partitions", [1, 3])
+def test_a_page_that_drops_and_reconnects_loses_no_change(partitions: int) -> None:
+    """The ids of a namespace's page carry its feed cursor: back with its Last-Event-ID, to
+    this process or to another (a restart: none of its events kept), it is sent every
+    change it missed, once, then the live ones."""
+    client = fakeredis.FakeRedis()
+    store = RedisRunStore(client, namespace="fed", partitions=partitions, feed=StoreFeed())
+    store.insert("before", b"x", Release())
+    feed = Feed(StoreSource(client, ["fed"]), interval=0.05)
+
+    async def scenario() -> None:
+        page = feed.stream("fed", None)
+        (first,) = await _collect(page, 1)
+        assert "~f1:" in _parse(first)[0]  # a fresh page's position: the feed's end
+        store.insert("a", b"x", Release())
+        got = await _until_change(page, "a")
+        assert _changes_of(got) == [("a", 1)]  # not "before": the page opened after it
+        dropped_at = got[-1][0]
+        await page.aclose()  # the drop
+        for run in ("b", "c", "d"):
+            store.insert(run, b"x", Release())
+        store.compare_and_set("a", 1, b"y", Release())
+        missed = [("b", 1), ("c", 1), ("d", 1), ("a", 2)]
+        # Back to this process, and to another one (another epoch, a reader from now).
+        other = Feed(StoreSource(client, ["fed"]), interval=0.05)
+        for n, process in enumerate((feed, other)):
+            back = process.stream("fed", dropped_at)
+            store.insert(f"live-{n}", b"x", Release())
+            got_back = _changes_of(await _until_change(back, f"live-{n}"))
+            # Every change since the drop, once each (a run's in its order); none before
+            # the drop.
+            missed.append((f"live-{n}", 1))
+            assert sorted(got_back) == sorted(missed)
+            assert [r for r in got_back if r[0] == "a"] == [("a", 2)]
+            store.insert(f"after-{n}", b"x", Release())
+            assert _changes_of(await _until_change(back, f"after-{n}")) == [(f"after-{n}", 1)]
+            missed.append((f"after-{n}", 1))
+            await back.aclose()
+        await feed.close()
+        await other.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_page_behind_what_the_feed_keeps_is_told() -> None:
+    """A cursor past which the feed lost entries: a ``compacted`` event (never a silent
+    gap), then the page goes on from what the feed still holds."""
+    client = fakeredis.FakeRedis()
+    store = RedisRunStore(client, namespace="fed", feed=StoreFeed())
+    store.insert("kept", b"x", Release())
+    feed = Feed(StoreSource(client, ["fed"]), interval=0.05)
+
+    async def scenario() -> None:
+        lost = "0-1~f1:99999999999999-0@999999"  # entries up to it lost (a failover)
+        page = feed.stream("fed", lost)
+        chunks = [_parse(c) for c in await _collect(page, 3)]
+        assert chunks[0][1] == "compacted"
+        assert "the feed ends before the cursor" in chunks[0][2]["reason"]
+        assert _changes_of(chunks[1:]) == [("kept", 1)]
+        await page.aclose()
+        await feed.close()
+
+    asyncio.run(scenario())
+
+
+def test_the_reader_tells_the_pages_when_its_own_cursor_was_trimmed() -> None:
+    client = fakeredis.FakeRedis()
+    store = RedisRunStore(client, namespace="fed", feed=StoreFeed())
+    store.insert("a", b"x", Release())
+    feed = Feed(StoreSource(client, ["fed"]), interval=0.05)
+    feed._cursors["fed"] = "f1:99999999999999-0@999999"
+
+    async def scenario() -> None:
+        page = feed.stream("fed", "0-0")  # no cursor: from the reader's events
+        told = None
+        while told is None:
+            event = _parse((await _collect(page, 1))[0])
+            if event[1] == "compacted":
+                told = event
+        assert "the feed ends before the cursor" in told[2]["reason"]
+        await page.aclose()
+        await feed.close()
+
+    asyncio.run(scenario())
+
+
 def test_a_source_without_a_feed_says_so(client: Recording) -> None:
     with pytest.raises(NoFeed):
         StoreSource(client, ["shop"]).changes("shop", None)
@@ -770,8 +870,10 @@ def test_the_demo_serves_every_view_and_ctrl_c_ends_it_with_130() -> None:
             assert reply.status_code == 200, path
         assert "read-only" in httpx.get(url).text
         with httpx.stream("GET", url + "events?ns=demo-orders", timeout=5) as events:
-            first = next(events.iter_lines())
-            assert first.startswith("id: ")
+            lines = events.iter_lines()
+            assert next(lines) == "retry: 1000"  # the browser's wait before it reconnects
+            assert next(lines) == ""
+            assert next(lines).startswith("id: ")
     finally:
         process.send_signal(signal.SIGINT)
         out, err = process.communicate(timeout=20)
