@@ -70,7 +70,7 @@ from typing import Any
 import redis
 from common import own_server, server_binary
 
-from redisstore import At, Claim, Fenced, Hold, LeaseRefused, RedisRunStore, Release
+from redisstore import At, Claim, Feed, Fenced, Hold, LeaseRefused, RedisRunStore, Release
 from redisstore.core import scripts
 from redisstore.runs import MAX_CLAIM_BYTES
 
@@ -80,6 +80,8 @@ NS = "i"
 LONG = 3_600_000
 TTL = 60_000  # the claims' lease
 PV = 1  # the store's projection version (its default): every script is sent it
+#: The real operations' store keeps a change feed (``--feed``): None, it keeps none.
+FEED: Feed | None = None
 
 
 def discover(record: bytes) -> At | None:
@@ -292,7 +294,8 @@ def prepare(client: redis.Redis, op: Op, calls: int, namespace: str = NS,
     # Under valgrind the server runs about 50 times slower: a script's first load alone
     # can pass the default 5 s deadline.
     store = RedisRunStore(client, namespace=namespace, partitions=partitions,
-                          discover=discover, projection_version=PV, timeout=60_000)
+                          discover=discover, projection_version=PV, timeout=60_000,
+                          feed=FEED)
     sha = client.script_load(source if source is not None else minimal_source(op))
     rng = random.Random(1)
     ids = [f"{rng.getrandbits(128):032x}" for _ in range(calls + (op.runs == "unit"))]
@@ -604,6 +607,10 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=1,
                         help="the real operations' store spreads over this many partitions "
                              "(on the one server); the minimal scripts are then left out")
+    parser.add_argument("--feed", action="store_true",
+                        help="the real operations' namespace keeps a change feed (Feed()): "
+                             "its scripts take the general code, write the feed's entries "
+                             "and count claims, finishes and takeovers per minute")
     parser.add_argument("--only", default="",
                         help="comma-separated rows: a row's key (get, insert, cas-hold, "
                              "cas-release, renew, release, claim-1-ready, claim-1-expired, "
@@ -620,6 +627,9 @@ def main() -> None:
         if value < 100 or value % 100:
             raise SystemExit(f"--{name.replace('_', '-')} must be a positive multiple of 100")
     wanted = [w.strip() for w in args.only.split(",") if w.strip()]
+    if args.feed:
+        global FEED
+        FEED = Feed()
 
     def chosen(row_key: str, name: str) -> bool:
         return not wanted or any(w == row_key or w in name for w in wanted)

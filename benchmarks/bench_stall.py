@@ -49,7 +49,8 @@ of ready runs (``At(0)``), one of expired leases. Then:
 - the scripts of a store of partitions: the heads of MAX_CLAIM due entries (ready and
   leases) over the populations, the count check, a watch, a notify that re-indexes
   MAX_FANOUT waiters of a dependency of another partition, the removal of 100 outbox
-  entries, an unwatch; then quarantined (one HSCAN page) and now, for completeness;
+  entries, an unwatch; then quarantined (one HSCAN page), now and the per-minute counts
+  of an hour (every counter set), for completeness;
 - run_migrate steps from namespaces of older layouts, written with plain commands (the
   scripts write layout 5 only; layout 4's by tests/old_layouts.py): from layout 1 (a hash
   per run), SCAN COUNT MAX_MIGRATE of 100-byte runs, a step bounded by MAX_MIGRATE_BYTES of
@@ -674,6 +675,13 @@ def suite(bench: Bench, db: int, plan: Plan) -> None:
     bench.measure("quarantined() page", "run_quarantined", LAYOUT, 200, c,
                   lambda i: quarantine.quarantined(1000))
     bench.measure("now()", "run_now", LAYOUT, 0, c, lambda i: quarantine.now())
+    # The per-minute counts' read at its cap: an hour of minutes asked, each slot's three
+    # counters set (planted: this namespace keeps no feed, and the read does not ask).
+    minute = int(c.time()[0]) // 60
+    c.hset(quarantine.keys.rates, mapping={
+        f"{x}{m % 61}": m * 2**24 + 7 for m in range(minute - 60, minute + 1) for x in "cft"})
+    bench.measure("rates(60), every counter set", "run_rates", LAYOUT, 180, c,
+                  lambda i: quarantine.rates_read(60))
 
 
 def claims(bench: Bench, c: redis.Redis, ready_ns: str, ready: RunOps, expired_ns: str,

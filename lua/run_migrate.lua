@@ -28,7 +28,7 @@
 -- the first two are read), P.."quarantine" (a damaged run), P.."fanout-cursor".
 --- @include CORRUPT, OK, TOO_OLD, MAX_MIGRATE, MAX_MIGRATE_BYTES, MAX_MIGRATE_ENTRIES
 --- @include MAX_RECORD_CEILING, MAX_INT, LAYOUT, P, META, QUARANTINE, FANOUT_CURSOR, RUN_KEY
---- @include FEED_MAX
+--- @include FEED_STATE
 --- @include LEASES_BUCKETS, READY_BUCKETS, DEPS_BUCKETS, RECORDED, WRITES, TYPES, READ
 --- @include int, decimal, arg_int, later, of_type, check_layout, commit, writes_ok
 --- @include touch_writes, coalesced, save, old_hash, old_string, old_state, old_index
@@ -37,7 +37,7 @@ local refused = check_layout()
 if refused and refused[1] ~= TOO_OLD then return refused end
 if not refused then
   -- Layout 5 already, or a new namespace: commit records its layout.
-  if not RECORDED and not FEED_MAX then later('HSETNX', META, 'v5', '1') end
+  if not RECORDED and not FEED_STATE.max then later('HSETNX', META, 'v5', '1') end
   local bad_write = commit()
   if bad_write then return {CORRUPT, bad_write, 0, -1} end
   return {OK, {0, 1, 0, 0}, 0, -1}
@@ -136,7 +136,7 @@ pass = pass + moved + entries
 local first, done = nil, 0
 if whole and cursor == '0' and pass == 0 then
   first = {'HSET', META, 'layout', int(LAYOUT), 'v5', '1'}
-  if FEED_MAX then first = {'HSET', META, 'layout', int(LAYOUT)} end
+  if FEED_STATE.max then first = {'HSET', META, 'layout', int(LAYOUT)} end
   later('HDEL', META, 'migrate-cursor', 'migrate-pass', 'migrate-moved', 'old-ix')
   if from == 4 and of_type(FANOUT_CURSOR, 'hash') then later('DEL', FANOUT_CURSOR) end
   done = 1

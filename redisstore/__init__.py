@@ -27,7 +27,7 @@ from .core.errors import (
     Unavailable,
     UnknownGroup,
 )
-from .core.feed import Changes, Event, Feed
+from .core.feed import Changes, Event, Feed, Rate
 from .core.pending import Pending
 from .core.repository import InFlightPage, InstanceLease, InstanceRecord, Repository, Status
 from .core.runs import (
@@ -119,6 +119,7 @@ __all__ = [
     "Pipeline",
     "Poll",
     "Quarantined",
+    "Rate",
     "RedisRepository",
     "RedisRunStore",
     "Release",

@@ -26,7 +26,19 @@ from .errors import (
     UnknownGroup,
 )
 from .feed import DEFAULT as DEFAULT_FEED
-from .feed import Changes, Feed, Kind, Log, answer, check_changes, decode
+from .feed import (
+    MINUTE_MS,
+    RATE_SLOTS,
+    Changes,
+    Feed,
+    Kind,
+    Log,
+    Rate,
+    answer,
+    check_changes,
+    check_minutes,
+    decode,
+)
 from .repository import InstanceRecord, Logger
 from .runs import (
     MAX_CLAIM_BYTES,
@@ -167,6 +179,9 @@ class MemoryRunStore(_NothingToClose):
             raise TypeError(f"feed must be a Feed or None, got {type(feed).__name__}")
         # The change feed (docs/contract.md): one log, as a store of one partition has.
         self._log = Log(feed) if feed is not None else None
+        # Its per-minute counts (docs/contract.md, "Per-minute counts"): minute number ->
+        # [claims, finishes, takeovers], the last RATE_SLOTS minutes kept, as the scripts'.
+        self._rates: dict[int, list[int]] = {}
         self._clock = clock or system_clock
         self._discover = discover
         self._pv = check_projection_version(projection_version)
@@ -194,16 +209,41 @@ class MemoryRunStore(_NothingToClose):
         other._deleted = self._deleted
         other._sessions, other._session_ids = self._sessions, self._session_ids
         other._lock, other._changed = self._lock, self._changed
-        other._log = self._log
+        other._log, other._rates = self._log, self._rates
         return other
 
     # ------------------------------------------------------------------ the change feed
 
     def _note(self, owner: str | None, items: list[tuple[str, Kind, int, bool]],
-              now: int | None = None) -> None:
-        """One entry of the feed for the call that made these changes (under the lock)."""
-        if self._log is not None and items:
-            self._log.append(self._clock() if now is None else now, owner, items)
+              now: int | None = None, *, finished: bool = False) -> None:
+        """One entry of the feed for the call that made these changes (under the lock),
+        and its claims, takeovers and (``finished``: a finish) its finish counted in its
+        minute, as lua/_lib/feed.lua's feed_send does."""
+        if self._log is None or not items:
+            return
+        now = self._clock() if now is None else now
+        self._log.append(now, owner, items)
+        claims = sum(1 for _, kind, _, _ in items if kind == "claimed")
+        takeovers = sum(1 for _, kind, _, takeover in items if kind == "claimed" and takeover)
+        if claims or finished:
+            minute = now // MINUTE_MS
+            row = self._rates.setdefault(minute, [0, 0, 0])
+            row[0] += claims
+            row[1] += 1 if finished else 0
+            row[2] += takeovers
+            for old in [m for m in self._rates if m <= minute - RATE_SLOTS]:
+                del self._rates[old]
+
+    def rates(self, minutes: int = 60) -> list[Rate]:
+        """Claims, finishes and takeovers per minute over the last ``minutes`` minutes (see
+        :meth:`redisstore.RedisRunStore.rates`)."""
+        minutes = check_minutes(minutes)
+        if self._log is None:
+            raise Misconfigured("this store was opened without a change feed (feed=None)")
+        with self._lock:
+            now = self._clock() // MINUTE_MS
+            return [Rate(m * MINUTE_MS, *self._rates.get(m, (0, 0, 0)))
+                    for m in range(now - minutes + 1, now + 1)]
 
     def changes(self, after: str | None = None, limit: int = 100, *,
                 block: int | None = None) -> Changes:
@@ -718,7 +758,8 @@ class MemoryRunStore(_NothingToClose):
             if record is not None:
                 self._written(run, state, record, Fenced(lease.owner, lease.token, True),
                               wait, now)
-                self._note(lease.owner, [(run, "written", state.rev, False)], now)
+                self._note(lease.owner, [(run, "written", state.rev, False)], now,
+                           finished=True)
                 return
             self._leave(run, state, now, told=False)
             state.own, state.exp, state.claim = None, 0, None
@@ -732,18 +773,23 @@ class MemoryRunStore(_NothingToClose):
                 else:
                     state.not_before = now + failure.delay if failure.delay else None
             kind: Kind = "quarantined" if state.quarantine is not None else "released"
-            self._note(lease.owner, [(run, kind, state.rev, False)], now)
+            self._note(lease.owner, [(run, kind, state.rev, False)], now, finished=True)
             self._reindex(run, state, now, dependency_write=False)
             self._changed.notify_all()
 
-    def restore(self, run: str) -> bool:
+    def restore(self, run: str, expected: int | None = None) -> bool:
         """Put a quarantined run back: its counters and back-off cleared, claimable as its
-        lease and wait say; whether it was quarantined."""
+        lease and wait say; whether it was quarantined. With ``expected``, only at that
+        revision: else ``Conflict(current)``, nothing changed."""
         run = check_run(run)
+        if expected is not None:
+            expected = check_revision(expected)
         with self._lock:
             state = self._runs.get(run)
             if state is None:
                 raise NotFound(run)
+            if expected is not None and state.rev != expected:
+                raise Conflict(state.rev)
             if state.quarantine is None:
                 return False
             state.quarantine, state.error, state.reason = None, None, ""

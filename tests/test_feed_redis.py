@@ -165,3 +165,113 @@ def test_a_feed_dropped_under_its_readers_is_compacted(client: Any) -> None:
         store.changes(after=behind)
     store.insert("c", b"x", Release())
     assert kinds(store.changes(after=caught_up).events) == [("c", "inserted")]
+
+
+# ---------------------------------------------------------------------------- per-minute counts
+
+
+def rates_key(store: RedisRunStore) -> str:
+    return f"{{{store.namespace}}}:rates"
+
+
+def totals(store: RedisRunStore) -> tuple[int, int, int]:
+    rates = store.rates(60)
+    return (sum(r.claims for r in rates), sum(r.finishes for r in rates),
+            sum(r.takeovers for r in rates))
+
+
+def test_the_finish_and_the_claim_of_one_script_count_both(client: Any) -> None:
+    store = store_of(client)
+    store.insert("a", b"done", Claim("me", 60_000))
+    store.insert("b", b"ready", Release())
+    current = store.get("a")
+    assert current.token is not None
+    with store.pipeline() as p:
+        p.finish("a", 1, Fenced("me", current.token), record=b"done2")
+        claim = p.claim("me", 60_000, 1)
+    assert claim.result() == ["b"]
+    assert totals(store) == (1, 1, 0)
+
+
+def test_a_namespace_without_a_feed_keeps_no_counts(client: Any) -> None:
+    store = RedisRunStore(client, namespace=unique_namespace(), discover=ready)
+    store.insert("a", b"ready", Claim("other", 1))
+    store.insert("b", b"ready", Release())
+    while store.get("a").holder.live:  # type: ignore[union-attr]
+        pass
+    assert len(store.claim("me", 60_000, 2)) == 2
+    assert client.exists(rates_key(store)) == 0
+    with pytest.raises(Misconfigured):
+        store.rates()
+
+
+def test_a_slot_of_an_older_minute_starts_again(client: Any) -> None:
+    """A minute's slot is reused 61 minutes later: a count of the older minute there is
+    replaced, never added to, and the key keeps at most 3 fields a slot."""
+    store = store_of(client)
+    minute = store.now() // 60_000
+    for m in range(minute - 70, minute + 2):  # every slot, of the minute 61 before
+        client.hset(rates_key(store), f"c{m % 61}", (m - 61) * 2**24 + 5)
+    store.insert("a", b"ready", Release())
+    assert store.claim("me", 60_000, 1) == ["a"]
+    # Counted afresh in its minute (added to the old count, it would read as that older
+    # minute's, and so 0); the old counts read as nothing.
+    assert totals(store) == (1, 0, 0)
+    assert client.hlen(rates_key(store)) <= 3 * 61
+
+
+@pytest.mark.parametrize("damage", ["type", "value", "overflow"])
+def test_a_damaged_counter_key_is_set_aside_never_an_error(client: Any, damage: str) -> None:
+    store = store_of(client)
+    store.insert("a", b"ready", Release())
+    store.insert("b", b"ready", Release())
+    key = rates_key(store)
+    if damage == "type":
+        client.set(key, "not a hash")
+    else:  # every slot's claims: whatever minute the claim below falls in
+        for slot in range(61):
+            client.hset(key, f"c{slot}", "x" * 100_000 if damage == "value"  # big
+                        else str(2**63 - 1))  # HINCRBY would overflow
+    assert totals(store) == (0, 0, 0)  # read: sized first, a damaged field reads 0
+    assert store.claim("me", 60_000, 1) == ["a"]  # the claim is made, and counted
+    assert store.get("a").holder != Free()
+    assert totals(store) == (1, 0, 0)
+    aside = [k for k in client.scan_iter(match=f"{{{store.namespace}}}:damaged:rates:*")]
+    assert len(aside) == 1
+    assert [q.index + "|" + q.run for q in store.quarantined()] == ["damaged|rates"]
+    assert store.claim("me", 60_000, 1) == ["b"]
+    assert totals(store) == (2, 0, 0)
+
+
+def test_a_hostile_call_cannot_inflate_the_counts(client: Any) -> None:
+    """The counts are what the script did, never what its arguments say: a claim asking
+    for 100 runs where one is ready counts one; a finish refused counts none; the read
+    takes no count and refuses a span past an hour."""
+    import redis as redis_py
+
+    from redisstore.core import scripts
+
+    store = store_of(client)
+    store.insert("a", b"ready", Release())
+    k = store._ops.keys  # type: ignore[union-attr]
+    for script in (scripts.RUN_CLAIM_READY, scripts.RUN_FINISH, scripts.RUN_RATES):
+        client.script_load(script.source)
+    got = client.evalsha(scripts.RUN_CLAIM_READY.sha, 4, k.ready, k.leases, k.meta, k.fanout,
+                         k.prefix, "me", 60_000, 100, 1, 0, "", "")
+    assert got[1] == [b"a"]
+    assert totals(store) == (1, 0, 0)
+    token = store.get("a").token
+    assert token is not None
+    for wrong in ((1, "me", token + 1), (1, "other", token), (2, "me", token)):
+        rev, owner, tok = wrong
+        reply = client.evalsha(scripts.RUN_FINISH.sha, 4, k.run("a"), k.leases, k.ready, k.meta,
+                               k.prefix, "a", rev, owner, tok, "r", "", "-", 0, "", "", "",
+                               "", "", "", 1)
+        assert reply[0] != 0
+    assert totals(store) == (1, 0, 0)
+    for minutes in (0, 61, "1e3", "-1"):
+        with pytest.raises(redis_py.ResponseError, match="BADARG"):
+            client.evalsha(scripts.RUN_RATES.sha, 1, k.rates, k.prefix, minutes)
+    with pytest.raises(redis_py.ResponseError, match="BADARG"):
+        client.evalsha(scripts.RUN_RATES.sha, 1, k.rates, "{elsewhere}:", 5)
+    assert totals(store) == (1, 0, 0)

@@ -61,10 +61,10 @@ local function commit()
   if #WRITES == 0 then return nil end
   local bad = writes_ok()
   if bad then return bad end
-  if #FEED_EVENTS > 0 and not feed_ok() then return 'feed' end
+  if #FEED_STATE.events > 0 and not feed_ok() then return 'feed' end
   touch_writes()
   local batched = coalesced()
-  if FEED_MAX then
+  if FEED_STATE.max then
     -- A namespace with a feed records no v5 (layout.lua): its writes take this code.
     if not RECORDED then redis.call('HSET', META, 'layout', LAYOUT) end
     RECORDED = true

@@ -58,8 +58,10 @@ local function op_finish(a)
   else
     finish_run(a.run, s, a.failure, a.pv, false)
   end
+  FEED_STATE.counts.f = FEED_STATE.counts.f + 1
   local bad_write = commit()
   if bad_write then return {CORRUPT, bad_write, 0, -1} end
+  rates_send()
   return {OK, false, 0, -1}
 end
 
@@ -157,6 +159,7 @@ local function op_claim(kind, a)
   if LEASES_IX.bad then return {CORRUPT, 'index:leases', 0, -1} end
   local bad_write = commit()
   if bad_write then return {CORRUPT, bad_write, 0, -1} end
+  rates_send()
   local wait = -1
   if ready then wait = wait_after_claim(WAKE_READY, READY_IX, #out, more_pending) end
   if leases then

@@ -68,6 +68,7 @@ IMPORTS = {
     "Lease": "redisstore.core.runs",
     "Quarantined": "redisstore.core.runs",
     "Changes": "redisstore.core.feed",
+    "Rate": "redisstore.core.feed",
     "RunOps": "redisstore.core.runops",
     "Share": "redisstore.core.runops",
     "PartitionOps": "redisstore.core.partition_ops",

@@ -1,7 +1,8 @@
 """The change feed, as docs/contract.md ("The change feed") gives it: one event per change,
 written with it (a refused call and a renewal leave none), in order within a partition,
 resumable from every event's cursor, and never a silent gap: a cursor past what is retained
-raises ``Compacted`` with where to resume.
+raises ``Compacted`` with where to resume. And its per-minute counts ("Per-minute counts"):
+claims, finishes and takeovers, counted by the calls that make them, for an hour.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import pytest
 
 from ..discovery import json_wait
 from ..errors import AlreadyExists, Compacted, Conflict, LeaseRefused, NotFound
-from ..feed import Changes, Event, Feed
+from ..feed import MINUTE_MS, Changes, Event, Feed
 from ..runs import Claim, Discover, Failure, Fenced, Hold, Release, RunStore, Seize
 from .base import LONG, ME, OTHER, RunSuite
 from .readiness import rec
@@ -307,3 +308,100 @@ class FeedRules(RunSuite):
             store.changes(after=cursor + ",0-0@0")
         assert seen(self.everything(store, lost.value.resume).events) == [
             ("r", "inserted", 1, None, False)]
+
+    # ------------------------------------------------------------------ per-minute counts
+
+    def totals(self, store: RunStore) -> tuple[int, int, int]:
+        """Claims, finishes and takeovers counted over the last hour (a test that crosses a
+        minute's end counts in two minutes: their sum is what it did)."""
+        rates = store.rates(60)
+        return (sum(r.claims for r in rates), sum(r.finishes for r in rates),
+                sum(r.takeovers for r in rates))
+
+    def test_rates_are_an_hour_of_minutes_oldest_first(self) -> None:
+        store = self.feed_store()
+        before = store.now() // MINUTE_MS * MINUTE_MS
+        rates = store.rates()
+        after = store.now() // MINUTE_MS * MINUTE_MS
+        assert len(rates) == 60
+        assert rates[-1].minute in (before, after)
+        assert [r.minute for r in rates] == [rates[0].minute + n * MINUTE_MS
+                                             for n in range(60)]
+        assert all((r.claims, r.finishes, r.takeovers) == (0, 0, 0) for r in rates)
+        assert [r.minute for r in store.rates(1)][-1] >= rates[-1].minute
+        assert len(store.rates(minutes=7)) == 7
+
+    def test_rates_arguments_are_checked(self) -> None:
+        store = self.feed_store()
+        for bad in (0, 61, -1):
+            with pytest.raises(ValueError):
+                store.rates(bad)
+        for wrong in ("5", 5.0, True, None):
+            with pytest.raises(TypeError):
+                store.rates(wrong)  # type: ignore[arg-type]
+
+    def test_claims_finishes_and_takeovers_are_counted(self) -> None:
+        store = self.feed_store(discover=json_wait)
+        ready = rec({"at": 0})
+        for run in ("a", "b", "c"):
+            store.insert(run, ready, Release())
+        store.insert("lost", ready, Claim(OTHER, self.short_ttl))
+        store.insert("held", ready, Claim(OTHER, LONG))
+        self.expire(store)
+        assert self.totals(store) == (0, 0, 0)  # inserts and writes are not counted
+        claimed = store.claim(ME, LONG, 10, records=True)
+        assert sorted(c.run for c in claimed) == ["a", "b", "c", "lost"]
+        assert self.totals(store) == (4, 0, 1)  # the expired lease of OTHER: a takeover
+        grants = {c.run: c.current for c in claimed}
+
+        def fenced(run: str) -> Fenced:
+            token = grants[run].token
+            assert token is not None
+            return Fenced(ME, token)
+
+        store.finish("a", grants["a"].revision, fenced("a"), record=ready)
+        store.finish("b", grants["b"].revision, fenced("b"))
+        store.finish("c", grants["c"].revision, fenced("c"), failure=Failure("x", final=True))
+        assert self.totals(store) == (4, 3, 1)
+        # Not counted: a refused finish, a release, a restore, a write that frees, a
+        # claim of nothing.
+        with pytest.raises(LeaseRefused):
+            store.finish("a", 2, fenced("a"))
+        with pytest.raises(Conflict):
+            store.finish("lost", 99, fenced("lost"))
+        assert store.release(ME, ["lost"]) == ["lost"]
+        assert store.restore("c")
+        store.compare_and_set("held", 1, b"x", Seize(ME, LONG))
+        store.compare_and_set("held", 2, b"y", Release())
+        assert self.totals(store) == (4, 3, 1)
+
+    def test_a_poison_run_set_aside_is_no_claim(self) -> None:
+        store = self.feed_store()
+        store.insert("poison", b"r1", Claim(OTHER, self.short_ttl))
+        self.expire(store)
+        assert store.claim_expired(ME, LONG, 10, max_takeovers=0) == []
+        assert self.totals(store) == (0, 0, 0)
+        assert store.restore("poison")
+        assert store.claim_expired(ME, LONG, 10) == ["poison"]
+        assert self.totals(store) == (1, 0, 1)
+
+    def test_a_claim_of_many_runs_counts_each(self) -> None:
+        store = self.feed_store(discover=json_wait)
+        for n in range(30):
+            store.insert(f"r{n:02}", rec({"at": 0}), Release())
+        assert len(store.claim(ME, LONG, 25)) == 25
+        assert len(store.claim_ready(OTHER, LONG, 25)) == 5
+        assert self.totals(store) == (30, 0, 0)
+
+    def test_counts_older_than_an_hour_are_gone(self) -> None:
+        if not self.clock_is_controlled:
+            pytest.skip("needs a clock the test moves")
+        store = self.feed_store(discover=json_wait)
+        store.insert("r", rec({"at": 0}), Release())
+        assert store.claim(ME, LONG) == ["r"]
+        assert self.totals(store) == (1, 0, 0)
+        self.advance(store, 59 * MINUTE_MS)
+        assert self.totals(store) == (1, 0, 0)
+        assert store.rates(60)[0].claims == 1
+        self.advance(store, MINUTE_MS)
+        assert self.totals(store) == (0, 0, 0)

@@ -263,6 +263,36 @@ class FencingRules(RunSuite):
         with pytest.raises(NotFound):
             store.restore("absent")
 
+    def test_restore_with_expected_checks_the_revision_in_the_same_step(self) -> None:
+        store = self.make_store(discover=json_wait)
+        claimed = self._claimed(store).current
+        assert claimed.token is not None
+        store.finish("run", 1, Fenced(ME, claimed.token), failure=Failure("x", final=True))
+        # A stale page's revision: refused with the run's, nothing written.
+        with pytest.raises(Conflict) as stale:
+            store.restore("run", expected=2)
+        assert stale.value.current == 1
+        with pytest.raises(Conflict):
+            store.restore("run", expected=0)
+        assert store.get("run").quarantined == "failed"
+        assert store.restore("run", expected=1) is True
+        assert store.get("run").quarantined is None
+        # Not quarantined (any more): nothing written, as without expected; the revision
+        # is checked first.
+        assert store.restore("run", expected=1) is False
+        store.compare_and_set("run", 1, READY, Release())
+        with pytest.raises(Conflict) as moved:
+            store.restore("run", expected=1)
+        assert moved.value.current == 2
+        with pytest.raises(NotFound):
+            store.restore("absent", expected=1)
+        for bad in (-1, 2**53):
+            with pytest.raises(ValueError):
+                store.restore("run", expected=bad)
+        for wrong in ("1", 1.0, True):
+            with pytest.raises(TypeError):
+                store.restore("run", expected=wrong)  # type: ignore[arg-type]
+
     def test_restore_puts_a_poison_run_back(self) -> None:
         store = self.make_store()
         store.insert("poison", b"r1", Claim(OTHER, self.short_ttl))

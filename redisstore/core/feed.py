@@ -31,11 +31,16 @@ from .errors import Compacted
 from .runs import ENTRY_BYTES as ENTRY_BYTES
 from .runs import KINDS as KINDS
 from .runs import MAX_MS as MAX_MS
+from .runs import MAX_RATE_MINUTES as MAX_RATE_MINUTES
+from .runs import MINUTE_MS as MINUTE_MS
+from .runs import RATE_SLOTS as RATE_SLOTS
 from .runs import Changes as Changes
 from .runs import Event as Event
 from .runs import Feed as Feed
 from .runs import Kind as Kind
+from .runs import Rate as Rate
 from .runs import check_int as check_int
+from .runs import check_minutes as check_minutes
 
 #: The most events one ``changes`` call answers.
 MAX_CHANGES = 1000

@@ -36,6 +36,7 @@ RUN_STORE_KEYS: dict[str, str] = {
     "SESSIONS": "sessions",  # Keyspace.sessions: session id -> its record
     "SESSION_LEASES": "session-leases",  # Keyspace.session_leases: id -> expiry
     "SESSION_SEQ": "session-seq",  # Keyspace.session_seq: the last session id given
+    "RATES": "rates",  # the feed's per-minute counters (Keyspace.rates)
 }
 
 #: The parts of the run store's key names built from a run, a dependency or an index's
@@ -136,6 +137,13 @@ class Keyspace:
     def feed(self) -> str:
         """The change feed's stream (docs/design/feed.md)."""
         return self.prefix + _K["FEED"]
+
+    @property
+    def rates(self) -> str:
+        """Hash: the per-minute counts of claims, finishes and takeovers a namespace with a
+        feed keeps (lua/_lib/feed.lua's ``rates_send``): ``c``/``f``/``t`` then the minute's
+        slot (its number mod 61), each the minute's number times 2**24 plus its count."""
+        return self.prefix + _K["RATES"]
 
     @property
     def quarantine(self) -> str:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
 if TYPE_CHECKING:
     from .driver import Operation, Spread
-    from .feed import Changes
+    from .feed import Changes, Rate
     from .runops import RunOps, Share
     from .runs import Claimed, Current, Failure, Fenced, Lease, Quarantined
 
@@ -93,9 +93,9 @@ class PartitionOps:
         return self._one(run, lambda part: part.finish(
             run, expected, lease, record=record, failure=failure), write=True)
 
-    def restore(self, run: str) -> Operation[bool]:
+    def restore(self, run: str, expected: int | None = None) -> Operation[bool]:
         """See :meth:`RunOps.restore`: in the partition of ``run``."""
-        return self._one(run, lambda part: part.restore(run), write=True)
+        return self._one(run, lambda part: part.restore(run, expected), write=True)
 
     @overload
     def claim_expired(self, owner: str, ttl: int, limit: int = 1, *,
@@ -169,6 +169,11 @@ class PartitionOps:
     def changes(self, after: str | None = None, limit: int = 100, *, block: int | None = None
                 ) -> Spread[Changes]:
         """See :meth:`RunOps.changes`: written by ``PartitionedOps`` itself; declared here so the
+        mixins above type a store's operations by this class alone."""
+        raise NotImplementedError
+
+    def rates(self, minutes: int = 60) -> Spread[list[Rate]]:
+        """See :meth:`RunOps.rates`: written by ``PartitionedOps`` itself; declared here so the
         mixins above type a store's operations by this class alone."""
         raise NotImplementedError
 

@@ -34,7 +34,7 @@ from .driver import (
     preceded,
 )
 from .errors import NOT_APPLIED, UNKNOWN, Misconfigured, StoreError, Unavailable
-from .feed import Changes, Feed, Position, check_changes, decode, gap
+from .feed import Changes, Feed, Position, Rate, check_changes, check_minutes, decode, gap
 from .feed import answer as feed_answer
 from .keys import Keyspace
 from .partition_ops import PartitionOps
@@ -663,6 +663,28 @@ class PartitionedOps(PartitionOps, Counted):
             now = decode(page.cursor, self.n)
             yield from fan(part.feed_wait(p, min(left, PARTITION_FEED_WAIT))
                            for part, p in zip(self.parts, now, strict=True))
+
+    def rates(self, minutes: int = 60) -> Spread[list[Rate]]:
+        """See :meth:`RunOps.rates`: every partition's counts, added minute by minute (each
+        partition's minutes by its node's clock: the rows are those of the first
+        partition's clock, a count of another minute goes to the row of its own minute
+        when there is one)."""
+        minutes = check_minutes(minutes)
+        self.parts[0].feed_on()
+        return Spread(self._rates(minutes))
+
+    def _rates(self, minutes: int) -> Steps[list[Rate]]:
+        answers = yield from fan(part.rates_read(minutes) for part in self.parts)
+        tables = [got.unwrap() for got in answers]
+        rows = {r.minute: [r.claims, r.finishes, r.takeovers] for r in tables[0]}
+        for table in tables[1:]:
+            for r in table:
+                row = rows.get(r.minute)
+                if row is not None:
+                    row[0] += r.claims
+                    row[1] += r.finishes
+                    row[2] += r.takeovers
+        return [Rate(minute, *row) for minute, row in rows.items()]
 
     def quarantined(self, limit: int = 1000) -> Spread[list[Quarantined]]:
         """See :meth:`RunOps.quarantined`: every partition's, merged."""

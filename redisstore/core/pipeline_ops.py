@@ -79,9 +79,9 @@ class PipelineOps:
         """Queue :meth:`redisstore.RedisRunStore.finish`."""
         return self._queue(self._ops.finish(run, expected, lease, record=record, failure=failure))
 
-    def restore(self, run: str) -> Pending[bool]:
+    def restore(self, run: str, expected: int | None = None) -> Pending[bool]:
         """Queue :meth:`redisstore.RedisRunStore.restore`."""
-        return self._queue(self._ops.restore(run))
+        return self._queue(self._ops.restore(run, expected))
 
     @overload
     def claim_expired(self, owner: str, ttl: int, limit: int = 1, *,

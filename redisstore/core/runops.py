@@ -43,7 +43,7 @@ from .errors import (
     StoreError,
     Unavailable,
 )
-from .feed import Changes, Entry, check_changes, decode, gap
+from .feed import MINUTE_MS, Changes, Entry, Rate, check_changes, check_minutes, decode, gap
 from .feed import answer as feed_answer
 from .feedops import FeedOps
 from .keys import Keyspace
@@ -937,14 +937,21 @@ class RunOps(FeedOps, SessionOps):
                      *watched), self._answer_write(run))
 
     @operation("write", "one:run")
-    def restore(self, run: str) -> Operation[bool]:
+    def restore(self, run: str, expected: int | None = None) -> Operation[bool]:
         """Put a quarantined run (poison or failed) back: out of the quarantine, its
         takeovers, attempts and ``not_before`` cleared, claimable again as its lease and
         wait say. Whether it was quarantined (False: nothing written). Raises
-        ``NotFound``."""
+        ``NotFound``.
+
+        With ``expected``, only while the run is at that revision, checked in the same
+        step as the restore: else ``Conflict(current)``, nothing written (an operator's
+        action from a page that showed the run at ``expected``)."""
         run = check_run(run)
+        tail: tuple[Arg, ...] = ()
+        if expected is not None:
+            tail = (check_revision(expected),)
         restored = yield from ask(Call(scripts.RUN_RESTORE, (self.keys.run(run), *self._write_keys),
-                                       (self.arg1, run, self.projection_version),
+                                       (self.arg1, run, self.projection_version, *tail),
                                        self._answer(run)))
         return bool(restored)
 
@@ -1226,6 +1233,27 @@ class RunOps(FeedOps, SessionOps):
             if page.events or left <= 0:
                 return page
             yield from self.feed_wait(decode(page.cursor, 1)[0], min(left, FEED_WAIT))
+
+    @operation("read", "own", pipeline=False)
+    def rates(self, minutes: int = 60) -> Operation[list[Rate]]:
+        """Claims, finishes and takeovers per minute over the last ``minutes`` (1 to 60)
+        minutes of the backend clock, this one included, oldest first: one :class:`Rate`
+        a minute, zeros where nothing was counted. A namespace with a feed counts them in
+        the scripts that make them (docs/contract.md, "Per-minute counts");
+        ``Misconfigured`` on a store opened without ``feed=Feed(...)``."""
+        minutes = check_minutes(minutes)
+        self.feed_on()
+        return (yield from self.rates_read(minutes))
+
+    def rates_read(self, minutes: int) -> Operation[list[Rate]]:
+        """This partition's counts of the last ``minutes`` minutes (run_rates)."""
+        flat = yield from ask(Call(scripts.RUN_RATES, (self.keys.rates,),
+                                   (self.arg1, minutes), self._answer(), write=False))
+        try:
+            return [Rate(int(flat[i]) * MINUTE_MS, int(flat[i + 1]), int(flat[i + 2]),
+                         int(flat[i + 3])) for i in range(0, len(flat) - 3, 4)]
+        except (TypeError, ValueError, IndexError) as exc:
+            raise Corrupt("", "rates") from exc
 
     @operation("read", "own", pipeline=False)
     def quarantined(self, limit: int = 1000) -> Operation[list[Quarantined]]:

@@ -573,8 +573,9 @@ class RunStore(Protocol):
         ``LeaseRefused``."""
         ...
 
-    def restore(self, run: str) -> bool:
-        """Put a quarantined run back (counters cleared); whether it was quarantined."""
+    def restore(self, run: str, expected: int | None = None) -> bool:
+        """Put a quarantined run back (counters cleared); whether it was quarantined. With
+        ``expected``, only at that revision (``Conflict``), checked in the same step."""
         ...
 
     def refresh(self, run: str) -> bool:
@@ -588,6 +589,11 @@ class RunStore(Protocol):
     def changes(self, after: str | None = None, limit: int = 100, *,
                 block: int | None = None) -> Changes:
         """The change feed's events after the cursor ``after`` (docs/contract.md)."""
+        ...
+
+    def rates(self, minutes: int = 60) -> list[Rate]:
+        """Claims, finishes and takeovers per minute over the last ``minutes`` minutes, as
+        a store with a feed counts them (docs/contract.md, "Per-minute counts")."""
         ...
 
 
@@ -695,3 +701,33 @@ class Changes:
 
     events: list[Event]
     cursor: str
+
+
+#: The most minutes ``rates`` answers: the last hour, this minute included (the counters
+#: keep one minute more, the one being reused).
+MAX_RATE_MINUTES = 60
+
+#: The ms of one minute of the counters (minutes are the backend clock's, UTC).
+MINUTE_MS = 60_000
+
+#: The minutes the counters keep (a minute's slot is its number mod this): the hour read,
+#: and the one being reused (lua/_lib/feed.lua's RATE_SLOTS).
+RATE_SLOTS = 61
+
+
+@dataclass(frozen=True, slots=True)
+class Rate:
+    """One minute of a namespace's work, as a store with a feed counts it: ``claims``
+    (runs handed out by a claim, takeovers included), ``finishes`` (grants ended by
+    ``finish``: with a record, without one, or with a failure) and ``takeovers`` (claims of
+    another owner's expired lease) in the minute starting at backend ms ``minute``."""
+
+    minute: int
+    claims: int
+    finishes: int
+    takeovers: int
+
+
+def check_minutes(minutes: object) -> int:
+    """``rates``' argument: minutes in [1, :data:`MAX_RATE_MINUTES`]."""
+    return check_int("minutes", minutes, minimum=1, maximum=MAX_RATE_MINUTES)

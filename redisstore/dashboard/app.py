@@ -32,7 +32,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .actions import ACTIONS, Guard, read_form, seen_from
-from .chart import chart
+from .chart import SERIES, chart
 from .live import Feed
 from .source import StoreSource
 from .values import PAGE, STATES, Counts, Source, as_seen, holder_text
@@ -217,7 +217,8 @@ class Dashboard:
         deps = scan.namespaces.get(ns) if scan else None
         deleted = request.query_params.get("deleted")
         return self.render(request, "namespace.html", title=ns, ns=ns, counts=counts,
-                           chart=chart(rates), deps=deps, scan=scan,
+                           chart=chart(rates or []), counted=rates is not None, deps=deps,
+                           scan=scan,
                            notice=f"Deleted run {deleted}." if deleted else None)
 
     def owners(self, request: Request) -> Response:
@@ -283,8 +284,38 @@ class Dashboard:
         for ns in names:
             lines.append(f'redisstore_namespace_up{{namespace="{_label(ns)}"}} '
                          f"{0 if ns in failed else 1}")
+        lines += self._work_metrics([ns for ns in names if ns not in failed])
         return PlainTextResponse("\n".join(lines) + "\n",
                                  media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    def _work_metrics(self, names: list[str]) -> list[str]:
+        """The per-minute counts of each namespace that keeps them (a feed): the last
+        complete minute's, and the hour's (the 60 minutes the store keeps, this one
+        included). Gauges: a minute's count is not a running total."""
+        minute, hour = [], []
+        for ns in names:
+            try:
+                rates = self.source.rates(ns)
+            except Exception:
+                continue  # the namespace's up gauge says whether it could be read
+            if not rates:
+                continue
+            last = rates[-2] if len(rates) > 1 else rates[-1]
+            for kind in SERIES:
+                label = f'namespace="{_label(ns)}",kind="{kind}"'
+                minute.append(f"redisstore_work_last_minute{{{label}}} {getattr(last, kind)}")
+                hour.append(f"redisstore_work_last_hour{{{label}}} "
+                            f"{sum(getattr(r, kind) for r in rates)}")
+        if not minute:
+            return []
+        return ["# HELP redisstore_work_last_minute Runs claimed (kind=claims, takeovers "
+                "included), grants finished (finishes) and expired leases taken over "
+                "(takeovers) in the last complete minute, counted by the store's scripts in "
+                "namespaces with a change feed.",
+                "# TYPE redisstore_work_last_minute gauge", *minute,
+                "# HELP redisstore_work_last_hour The same over the last 60 minutes, this one "
+                "included.",
+                "# TYPE redisstore_work_last_hour gauge", *hour]
 
     # ---------------------------------------------------------------- posts
 

@@ -19,7 +19,7 @@ from collections import deque
 from typing import Any
 
 from ..core.errors import StoreError
-from ..core.runs import Claim, Failure, Fenced, Release
+from ..core.runs import Claim, Failure, Feed, Fenced, Release
 from ..discovery import json_wait
 from ..engine.worker import Job, Retry, Unrecoverable, Worker
 from ..shells.store import RedisRunStore
@@ -43,7 +43,10 @@ class Workload:
     def __init__(self, client: Any, namespace: str = "demo-orders",
                  quiet: str = "demo-billing", *, seed: int | None = None) -> None:
         self.namespace, self.quiet = namespace, quiet
-        self.store = RedisRunStore(client, namespace=namespace, discover=json_wait)
+        # The workers' namespace keeps a change feed (so the live pages read it, and the
+        # chart has the per-minute counts); the quiet one shows a namespace without.
+        self.store = RedisRunStore(client, namespace=namespace, discover=json_wait,
+                                   feed=Feed())
         self.quiet_store = RedisRunStore(client, namespace=quiet, discover=json_wait)
         self.random = random.Random(seed)
         self.workers = [Worker(self.store, f"node-{name}", self._handle, ttl=4_000,

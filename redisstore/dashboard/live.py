@@ -7,9 +7,15 @@ Every open page holds one ``EventSource`` on ``/events``; all of them are served
 one; until then (:class:`~redisstore.dashboard.values.NoFeed`) it polls the namespace's
 counts, a few bounded commands, and sends a ``counts`` event when they changed.
 
-Events carry ids ``<epoch>-<seq>``: a page that reconnects (``Last-Event-ID``) is sent the
-events it missed from the last :data:`KEEP`, or a fresh ``counts`` snapshot when they are
-gone or came from another process.
+Events carry ids ``<epoch>-<seq>``, and on a namespace's page where the namespace keeps a
+change feed ``<epoch>-<seq>~<cursor>``: the page's own position in the feed, after every
+change event it was sent. A page that reconnects (``Last-Event-ID``) with a cursor is sent
+every change event past it, read from the store's feed (whichever process it reconnects
+to, however long it was away), then goes on with the live events, those it was already
+sent left out; a cursor older than the feed keeps gets a ``compacted`` event (the page is
+told, never a silent gap). Without a cursor, it is sent the events it missed from the last
+:data:`KEEP`, or a fresh ``counts`` snapshot when they are gone or came from another
+process.
 """
 
 from __future__ import annotations
@@ -27,6 +33,8 @@ from typing import Any
 
 import anyio.to_thread
 
+from ..core.errors import Compacted
+from ..core.feed import Position, decode, encode
 from .values import Change, NoFeed, Source
 
 #: Seconds between two reads of a watched namespace.
@@ -43,32 +51,100 @@ TICK = 0.25
 IDLE = 10.0
 #: Namespaces the namespaces page follows live at most (each costs one round trip a round).
 WATCH_ALL = 50
+#: The most change events a page that reconnects is sent from the store's feed before it
+#: is told it is too far behind (a ``compacted`` event, then a snapshot).
+CATCH_UP = 2_000
+#: What separates an event id from the page's feed cursor in it.
+CURSOR_MARK = "~"
+#: How long a browser waits before it reconnects a dropped stream (ms).
+RETRY_MS = 1_000
 
 
 @dataclass(frozen=True, slots=True)
 class Event:
-    """One server-sent event: its id, the namespace it is about, its type and data."""
+    """One server-sent event: its id, the namespace it is about, its type and data (and
+    for a change event, the feed cursor right after it)."""
 
     id: str
     namespace: str
     kind: str
     data: dict[str, Any]
+    cursor: str | None = None
 
-    def wire(self) -> str:
+    def wire(self, id: str | None = None) -> str:
         # JSON holds no raw newline, so one data line carries it.
-        return f"id: {self.id}\nevent: {self.kind}\ndata: {json.dumps(self.data)}\n\n"
+        return (f"id: {self.id if id is None else id}\nevent: {self.kind}\n"
+                f"data: {json.dumps(self.data)}\n\n")
+
+
+def positions_of(cursor: str) -> list[Position] | None:
+    """A feed cursor's positions (its own partition count), or None for one that is not."""
+    if not cursor.startswith("f1:"):
+        return None
+    try:
+        return decode(cursor, len(cursor[3:].split(",")))
+    except (ValueError, Compacted):
+        return None
+
+
+def _order(position: Position) -> tuple[int, float]:
+    """Where a position stands in its partition's feed: entry number, then events read of
+    it (all of it: past every one)."""
+    if position.id is None:
+        return (-1, 0)
+    return (position.seq, float("inf") if position.read is None else position.read)
+
+
+def advance(seen: list[Position], cursor: str | None) -> list[Position] | None:
+    """The positions a page that has seen ``seen`` is at once sent the change event whose
+    cursor is ``cursor``; None when that event is not past ``seen`` in any partition (the
+    page has it already). A cursor of another partition count moves the page to it."""
+    after = positions_of(cursor) if cursor else None
+    if after is None:
+        return seen
+    if len(after) != len(seen):
+        return after
+    if not any(_order(a) > _order(s) for a, s in zip(after, seen, strict=True)):
+        return None
+    return [a if _order(a) > _order(s) else s for a, s in zip(after, seen, strict=True)]
 
 
 @dataclass(eq=False)
 class _Page:
-    """One open page's stream: the namespace it watches (None: every known one)."""
+    """One open page's stream: the namespace it watches (None: every known one) and, on a
+    namespace's page, its position in the namespace's feed (None: not known yet)."""
 
     namespace: str | None
     queue: asyncio.Queue[Event] = field(default_factory=lambda: asyncio.Queue(QUEUE))
     lagged: bool = False
+    positions: list[Position] | None = None
 
     def wants(self, namespace: str) -> bool:
         return self.namespace is None or self.namespace == namespace
+
+    def send(self, event: Event) -> str | None:
+        """``event`` as this page is sent it, its id carrying the page's feed position
+        after it; None for a change event the page was already sent (read from the feed
+        when it came back)."""
+        if self.namespace is not None and event.kind == "change" and event.cursor:
+            if self.positions is None:
+                self.positions = positions_of(event.cursor)
+            else:
+                moved = advance(self.positions, event.cursor)
+                if moved is None:
+                    return None
+                self.positions = moved
+        if self.namespace is None or self.positions is None:
+            return event.wire()
+        return event.wire(f"{event.id}{CURSOR_MARK}{encode(self.positions)}")
+
+
+def split_id(last_id: str | None) -> tuple[str | None, str | None]:
+    """A Last-Event-ID's own part (``<epoch>-<seq>``) and feed cursor (None: none)."""
+    if not last_id:
+        return None, None
+    own, mark, cursor = last_id.partition(CURSOR_MARK)
+    return own or None, (cursor or None) if mark else None
 
 
 def counts_data(counts: Any) -> dict[str, Any]:
@@ -110,24 +186,55 @@ class Feed:
         """The event stream of one page: what it missed since ``last_id``, then every new
         event about ``namespace`` (None: about every namespace), until it goes away."""
         page = _Page(namespace)
+        own, cursor = split_id(last_id)
+        fresh = cursor is None and own is None
+        if namespace is not None and fresh:
+            # A page that opens now has seen the feed up to its end: its ids carry that
+            # position from the first event on, so a drop at any moment resumes from it.
+            cursor = await anyio.to_thread.run_sync(self._tail, namespace)
+        if namespace is not None and cursor is not None:
+            page.positions = positions_of(cursor)
+            if page.positions is not None and self._cursors.get(namespace) is None:
+                # The reader has not read this namespace since this process started: it
+                # reads from the page's cursor on (what it would have skipped, as "from
+                # now", the page reads itself below).
+                self._cursors[namespace] = cursor
+        # Registered first: every event published from here on is queued for the page;
+        # those before are in the store's feed, which the catch-up reads.
         self._pages.add(page)
         self._start()
         try:
-            missed = self._since(namespace, last_id)
-            if missed is None:
+            # The browser's wait before it reconnects after a drop (its default is 3 s).
+            yield f"retry: {RETRY_MS}\n\n"
+            if namespace is not None and page.positions is not None and not fresh:
+                async for chunk in self._catch_up(page, namespace):
+                    yield chunk
+            elif fresh:
                 for event in await self._snapshot(namespace):
-                    yield event.wire()
+                    wired = page.send(event)
+                    if wired is not None:
+                        yield wired
             else:
-                for event in missed:
-                    yield event.wire()
+                missed = self._since(namespace, own)
+                if missed is None:
+                    for event in await self._snapshot(namespace):
+                        yield event.wire()
+                else:
+                    for event in missed:
+                        yield event.wire()
             quiet = 0.0
             while not self.closing.is_set():
                 if page.lagged:
                     page.lagged = False
                     while not page.queue.empty():
                         page.queue.get_nowait()
-                    for event in await self._snapshot(namespace):
-                        yield event.wire()
+                    if namespace is not None and page.positions is not None:
+                        # A slow page: what it was not sent is in the feed, read from it.
+                        async for chunk in self._catch_up(page, namespace):
+                            yield chunk
+                    else:
+                        for event in await self._snapshot(namespace):
+                            yield event.wire()
                 try:
                     event = await asyncio.wait_for(page.queue.get(), TICK)
                 except TimeoutError:
@@ -137,9 +244,71 @@ class Feed:
                         yield ": keep-alive\n\n"
                     continue
                 quiet = 0.0
-                yield event.wire()
+                wired = page.send(event)
+                if wired is not None:
+                    yield wired
         finally:
             self._pages.discard(page)
+
+    async def _catch_up(self, page: _Page, namespace: str) -> AsyncIterator[str]:
+        """Every change event of ``namespace``'s feed past the page's position, read from
+        the store until it has none more (the reader's events queued meanwhile that the
+        page is sent here are then left out), then a counts snapshot. A position older than
+        the feed keeps: a ``compacted`` event first, and on from where the feed resumes;
+        more than :data:`CATCH_UP` events behind: a ``compacted`` event, and the page goes
+        on from the live events (its counts and live part fetched afresh)."""
+        sent = 0
+        while page.positions is not None:
+            after = encode(page.positions)
+            try:
+                changes = await anyio.to_thread.run_sync(self._page_read, namespace, after)
+            except NoFeed:
+                page.positions = None
+                break
+            except Compacted as lost:
+                page.positions = positions_of(lost.resume)
+                yield self._told(namespace, lost.reason, after).wire()
+                continue
+            except Exception as exc:
+                yield Event(self._id(), namespace, "problem", {
+                    "namespace": namespace,
+                    "message": self.hide(f"{type(exc).__name__}: {exc}")}).wire()
+                break
+            if not changes:
+                break
+            for change in changes:
+                chunk = page.send(Event(self._id(), namespace, "change", change_data(change),
+                                        change.cursor))
+                if chunk is not None:
+                    sent += 1
+                    yield chunk
+            if sent >= CATCH_UP:
+                page.positions = None
+                yield self._told(namespace, f"more than {CATCH_UP} events were missed",
+                                 after).wire()
+                break
+        for event in await self._snapshot(namespace):
+            chunk = page.send(event)
+            if chunk is not None:
+                yield chunk
+
+    def _tail(self, namespace: str) -> str | None:
+        """The namespace's feed's end now (None: no feed, or it could not be read: the
+        page then resumes as a page without a feed does)."""
+        try:
+            return self.source.tail(namespace)
+        except Exception:
+            return None
+
+    def _page_read(self, namespace: str, after: str) -> list[Change]:
+        """One read of a page's catch-up (on a worker thread): up to 100 change events."""
+        return self.source.changes(namespace, after, limit=100)
+
+    def _told(self, namespace: str, reason: str, after: str) -> Event:
+        """The event that tells a page change events past ``after`` are not coming: it
+        fetches its live part afresh."""
+        return Event(self._id(), namespace, "compacted",
+                     {"namespace": namespace, "reason": reason, "after": after})
 
     def _since(self, namespace: str | None, last_id: str | None) -> list[Event] | None:
         """The kept events after ``last_id`` about ``namespace``; None when the page must
@@ -185,10 +354,11 @@ class Feed:
     def _id(self) -> str:
         return f"{self.epoch}-{self._seq}"
 
-    def publish(self, namespace: str, kind: str, data: dict[str, Any]) -> Event:
+    def publish(self, namespace: str, kind: str, data: dict[str, Any],
+                cursor: str | None = None) -> Event:
         """Number an event, keep it, and queue it for every page that watches it."""
         self._seq += 1
-        event = Event(self._id(), namespace, kind, data)
+        event = Event(self._id(), namespace, kind, data, cursor)
         self._recent.append(event)
         for page in list(self._pages):
             if not page.wants(namespace):
@@ -221,36 +391,45 @@ class Feed:
                 results = await asyncio.gather(
                     *(anyio.to_thread.run_sync(self._read, name) for name in sorted(names)))
                 for found in results:
-                    for namespace, kind, data in found:
-                        self.publish(namespace, kind, data)
+                    for namespace, kind, data, cursor in found:
+                        self.publish(namespace, kind, data, cursor)
                 self.rounds += 1
             await asyncio.sleep(max(0.0, self.interval - (time.monotonic() - started)))
 
-    def _read(self, namespace: str) -> list[tuple[str, str, dict[str, Any]]]:
+    def _read(self, namespace: str) -> list[tuple[str, str, dict[str, Any], str | None]]:
         """One round's read of ``namespace`` (on a worker thread): its feed's events
-        where the store has a feed, then its counts when they changed."""
-        found: list[tuple[str, str, dict[str, Any]]] = []
+        where the store has a feed, then its counts when they changed. A cursor of the
+        reader's older than the feed keeps: a ``compacted`` event for its pages, and on
+        from where the feed resumes."""
+        found: list[tuple[str, str, dict[str, Any], str | None]] = []
         if namespace not in self._feedless:
+            after = self._cursors.get(namespace)
             try:
-                changes = self.source.changes(namespace, self._cursors.get(namespace),
-                                              limit=100, block=int(self.interval * 1000))
+                changes = self.source.changes(namespace, after, limit=100,
+                                              block=int(self.interval * 1000))
             except NoFeed:
                 self._feedless.add(namespace)
+            except Compacted as lost:
+                self._cursors[namespace] = lost.resume
+                found.append((namespace, "compacted", {"namespace": namespace,
+                                                       "reason": lost.reason,
+                                                       "after": after}, None))
             except Exception as exc:
                 return [(namespace, "problem", {"namespace": namespace, "message":
-                                                self.hide(f"{type(exc).__name__}: {exc}")})]
+                                                self.hide(f"{type(exc).__name__}: {exc}")},
+                         None)]
             else:
                 for change in changes:
                     self._cursors[namespace] = change.cursor
-                    found.append((namespace, "change", change_data(change)))
+                    found.append((namespace, "change", change_data(change), change.cursor))
         data = self._read_counts(namespace)
         kind = data.pop("kind")
         if kind == "problem":
-            return [*found, (namespace, kind, data)]
+            return [*found, (namespace, kind, data, None)]
         version = data["counts"]
         if self._last.get(namespace) != version:
             self._last[namespace] = version
-            found.append((namespace, "counts", data))
+            found.append((namespace, "counts", data, None))
         return found
 
     async def close(self) -> None:

@@ -38,11 +38,12 @@ def server(asgi: Any) -> _Server:
 
 
 class Background:
-    """``asgi`` served on a free port of ``host`` by a thread, for tests and the
-    screenshots: ``with Background(app) as running: running.url``."""
+    """``asgi`` served on a free port of ``host`` (or on ``port``: the same one again, as a
+    restarted server would be) by a thread, for tests and the screenshots:
+    ``with Background(app) as running: running.url``."""
 
-    def __init__(self, asgi: Any, host: str = "127.0.0.1") -> None:
-        self._socket = socket.create_server((host, 0))
+    def __init__(self, asgi: Any, host: str = "127.0.0.1", port: int = 0) -> None:
+        self._socket = socket.create_server((host, port))
         self.url = f"http://{host}:{self._socket.getsockname()[1]}"
         self._server = server(asgi)
         self._thread = threading.Thread(target=self._server.run,

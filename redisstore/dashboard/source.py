@@ -27,7 +27,7 @@ from ..core.feed import ENTRY_BYTES, ORIGIN, Feed, Position, encode
 from ..core.feedops import parse_events
 from ..core.keys import Keyspace, check_namespace
 from ..core.partitions import PartitionedOps
-from ..core.runs import MAX_RENEW, Claim, Fenced, Held
+from ..core.runs import MAX_RATE_MINUTES, MAX_RENEW, Claim, Fenced, Held
 from ..shells.store import RedisRunStore
 from .values import *  # noqa: F403 - the values StoreSource answers, where they were
 from .values import (
@@ -35,6 +35,7 @@ from .values import (
     Change,
     Counts,
     Entry,
+    MinuteCounts,
     NoFeed,
     Outcome,
     Owner,
@@ -211,8 +212,13 @@ class StoreSource(Source):
             return store, spaces
 
     def _feed_of(self, spaces: list[Keyspace]) -> Feed | None:
-        """The change feed the namespace records (meta's ``feed``), or None."""
-        recorded = self.client.hget(spaces[0].meta, "feed")
+        """The change feed the namespace records (meta's ``feed``), or None. A store of
+        partitions records it in each partition at its first write there: the first
+        partition that records one (one pipelined HGET each)."""
+        pipe = self.client.pipeline(transaction=False)
+        for space in spaces:
+            pipe.hget(space.meta, "feed")
+        recorded = next((got for got in pipe.execute() if got is not None), None)
         if recorded is None:
             return None
         match = re.fullmatch(rb"([1-9]\d{0,8}):([1-9]\d{0,14})", bytes(recorded))
@@ -238,8 +244,9 @@ class StoreSource(Source):
     def changes(self, namespace: str, after: str | None, limit: int = 100,
                 block: int | None = None) -> list[Change]:
         """The namespace's change feed after ``after`` (None: from now); :class:`NoFeed`
-        where the namespace records none. A cursor whose entries are gone starts again
-        where the feed resumes (the page's counts are read again anyway)."""
+        where the namespace records none; ``Compacted`` (with where to resume) when
+        entries past ``after`` are gone: the live reader tells the pages, never a silent
+        gap."""
         store, spaces = self._store(namespace)
         if not _keeps_feed(store):
             raise NoFeed(namespace)
@@ -251,11 +258,29 @@ class StoreSource(Source):
         try:
             page = store.changes(after=after, limit=limit, block=block)
         except Compacted as lost:
+            if not fresh:
+                raise
+            # Its own tail, trimmed since: from where the feed resumes (nothing was
+            # promised to anyone from there).
             page = store.changes(after=lost.resume, limit=limit)
         if fresh:
             self._tails[namespace] = page.cursor
         return [Change(namespace, e.run, e.revision, e.kind, e.owner, e.time, e.cursor,
                        e.takeover) for e in page.events]
+
+    def rates(self, namespace: str) -> list[MinuteCounts] | None:
+        """The namespace's per-minute counts of the last hour (``store.rates``: one script
+        a partition), or None where it keeps no feed, so no counts."""
+        store, _ = self._store(namespace)
+        if not _keeps_feed(store):
+            return None
+        return store.rates(MAX_RATE_MINUTES)
+
+    def tail(self, namespace: str) -> str | None:
+        """The cursor past the namespace's feed now (one bounded read a partition), or
+        None where it keeps no feed."""
+        store, spaces = self._store(namespace)
+        return self._tail(spaces) if _keeps_feed(store) else None
 
     def events(self, namespace: str, run: str, limit: int = 20) -> list[Change]:
         """The run's recent events, newest first: from the last ``EVENTS_LOOKED`` entries
@@ -487,20 +512,19 @@ class StoreSource(Source):
         return Outcome(True, done)
 
     def restore_seen(self, namespace: str, run: str, seen: Seen) -> Outcome:
-        """``restore`` once a read finds the run as seen. The store's restore has no
-        revision or grant condition, so this is two steps, not one script: a write or a
-        claim between the read and the restore is not seen (restore itself still refuses
-        a run that is no longer quarantined, and writes no record, revision or lease)."""
+        """``restore`` at the revision seen, in one script (``restore(run, expected=...)``):
+        a write since the page was drawn is refused with the run's state now, and so is a
+        run that is no longer quarantined. (A run that left the quarantine and came back
+        to it at the same revision, by a release or a failed try, neither of which writes
+        a revision, is put back as the page asked.)"""
         store, _ = self._store(namespace)
-        try:
-            current = store.get(run)
-        except NotFound:
-            return Outcome(False, "it no longer exists")
-        if not seen.matches(current):
-            return self._refused(namespace, run, "it changed since the page was drawn")
-        if not store.restore(run):
+        restored: list[bool] = []
+        outcome = self._checked(namespace, run, seen,
+                                lambda: restored.append(store.restore(run, seen.revision)),
+                                "restored")
+        if outcome.done and not restored[0]:
             return self._refused(namespace, run, "it is not quarantined")
-        return Outcome(True, "restored")
+        return outcome
 
 
 def _within(score: int, low: str, high: str) -> bool:

@@ -11,7 +11,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ..core.runs import Current, Free, Held
+from ..core.runs import Current, Free, Held, Rate
 
 #: The states a namespace's runs are counted in, as the pages and /metrics name them.
 STATES = ("held_live", "held_expired", "ready_now", "waiting_time", "quarantined")
@@ -44,15 +44,9 @@ class Counts:
         return {state: getattr(self, state) for state in STATES}
 
 
-@dataclass(frozen=True, slots=True)
-class MinuteCounts:
-    """One minute of a namespace's activity: claims, finishes and takeovers in the minute
-    starting at backend ms ``minute``. Kept by the store's scripts once they count them."""
-
-    minute: int
-    claims: int
-    finishes: int
-    takeovers: int
+#: One minute of a namespace's activity, as the store counts it (:class:`redisstore.Rate`):
+#: claims, finishes and takeovers in the minute starting at backend ms ``minute``.
+MinuteCounts = Rate
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,10 +223,10 @@ class Source(ABC):
         """The last scan's result, or None."""
         return None
 
-    def rates(self, namespace: str) -> list[MinuteCounts]:
-        """Claims, finishes and takeovers per minute over the last hour, oldest first. The
-        store's scripts do not count them yet: empty until they do."""
-        return []
+    def rates(self, namespace: str) -> list[MinuteCounts] | None:
+        """Claims, finishes and takeovers per minute over the last hour, oldest first; None
+        where the namespace keeps no counts (no change feed: ``Feed()`` switches both on)."""
+        return None
 
     def events(self, namespace: str, run: str, limit: int = 20) -> list[Change]:
         """The run's recent events, newest first: from the change feed, once the store has
@@ -243,8 +237,14 @@ class Source(ABC):
                 block: int | None = None) -> list[Change]:
         """The feed's events after the cursor ``after`` (None: from now), at most
         ``limit``, waiting up to ``block`` ms for one. :class:`NoFeed` while the store
-        has no feed: the live reader then polls :meth:`counts`."""
+        has no feed: the live reader then polls :meth:`counts`. ``Compacted`` when events
+        past ``after`` are gone."""
         raise NoFeed(namespace)
+
+    def tail(self, namespace: str) -> str | None:
+        """A feed cursor past every event of ``namespace``'s feed now (what a page that
+        opens now has seen), or None where it keeps no feed."""
+        return None
 
     def close(self) -> None:  # noqa: B027 - a source that opened nothing has nothing to do
         """Let go of what the source opened."""

@@ -16,7 +16,7 @@ from ..core.runs import MIGRATE_COUNT, Migrated
 
 if TYPE_CHECKING:
     from ..core.driver import Operation, Spread
-    from ..core.feed import Changes
+    from ..core.feed import Changes, Rate
     from ..core.partition_ops import PartitionOps
     from ..core.runops import RunOps
     from ..core.runs import Claimed, Current, Failure, Fenced, Lease, Quarantined
@@ -117,12 +117,17 @@ class AsyncStoreOps:
         """
         await self._write(self._ops.finish(run, expected, lease, record=record, failure=failure))
 
-    async def restore(self, run: str) -> bool:
+    async def restore(self, run: str, expected: int | None = None) -> bool:
         """Put a quarantined run (poison or failed) back: out of the quarantine, its
         takeovers, attempts and ``not_before`` cleared, claimable again as its lease and
         wait say. Whether it was quarantined (False: nothing written). Raises
-        ``NotFound``."""
-        return await self._write(self._ops.restore(run))
+        ``NotFound``.
+
+        With ``expected``, only while the run is at that revision, checked in the same
+        step as the restore: else ``Conflict(current)``, nothing written (an operator's
+        action from a page that showed the run at ``expected``).
+        """
+        return await self._write(self._ops.restore(run, expected))
 
     @overload
     async def claim_expired(self, owner: str, ttl: int, limit: int = 1, *,
@@ -222,6 +227,14 @@ class AsyncStoreOps:
         gone, ``Misconfigured`` on a store opened without ``feed=Feed(...)``. See
         docs/contract.md, "The change feed"."""
         return await self._read(self._ops.changes(after, limit, block=block))
+
+    async def rates(self, minutes: int = 60) -> list[Rate]:
+        """Claims, finishes and takeovers per minute over the last ``minutes`` (1 to 60)
+        minutes of the backend clock, this one included, oldest first: one :class:`Rate`
+        a minute, zeros where nothing was counted. A namespace with a feed counts them in
+        the scripts that make them (docs/contract.md, "Per-minute counts");
+        ``Misconfigured`` on a store opened without ``feed=Feed(...)``."""
+        return await self._read(self._ops.rates(minutes))
 
     async def quarantined(self, limit: int = 1000) -> list[Quarantined]:
         """Index entries that claims dropped as damaged (a run missing, of another type, or

@@ -43,7 +43,7 @@ def test_every_operation_has_a_known_kind_and_route() -> None:
     assert [op.name for op in ops] == ["now", "get", "get_many", "insert", "compare_and_set",
                                        "renew", "release", "delete", "finish", "restore",
                                        "claim_expired", "claim_ready", "claim", "refresh",
-                                       "changes", "quarantined"]
+                                       "changes", "rates", "quarantined"]
     # finish and restore name one run each: a store of partitions sends them to its own.
     assert {op.name: (op.kind, op.spec.route) for op in ops
             if op.name in ("finish", "restore")} == {"finish": ("write", "one:run"),

@@ -31,6 +31,7 @@ with warnings.catch_warnings():
     from starlette.testclient import TestClient
 
 from redisstore import Claim, Failure, Fenced, Hold, RedisRunStore, Release
+from redisstore import Feed as StoreFeed
 from redisstore.dashboard import Change, MinuteCounts, NoFeed, StoreSource, app
 from redisstore.dashboard import source as source_module
 from redisstore.dashboard.live import Feed
@@ -374,7 +375,8 @@ def test_the_chart_draws_what_rates_gives_else_says_no_data(
 
     store.insert("r", b"{}", Release())
     plain = web(app(client, namespaces=["shop"])).get("/ns?ns=shop").text
-    assert "No data yet" in plain and "<svg" not in plain
+    # A namespace without a feed counts nothing: the page says how to switch it on.
+    assert "Not counted" in plain and "feed=Feed()" in plain and "<svg" not in plain
     assert "No events" in web(app(client, namespaces=["shop"])).get("/run?ns=shop&id=r").text
     board = web(app(Counted(client, ["shop"])))
     text = board.get("/ns?ns=shop").text
@@ -382,6 +384,37 @@ def test_the_chart_draws_what_rates_gives_else_says_no_data(
     assert "69</span>" not in text and "claims</span> 69" in text
     run = board.get("/run?ns=shop&id=r").text
     assert "claimed (takeover)" in run and "&lt;i&gt;node&lt;/i&gt;" in run
+
+
+def test_the_chart_and_metrics_read_the_stores_counters(client: Recording,
+                                                        fake_clock: Clock) -> None:
+    """A namespace with a feed: the scripts count, the chart and /metrics read them (one
+    script a partition: tests/lua/test_stall.py bounds it at its cap)."""
+    fed = RedisRunStore(client, namespace="fed", discover=json_wait, feed=StoreFeed())
+    for n in range(3):
+        fed.insert(f"r{n}", b'{"wait": {"at": 0}}', Release())
+    fed.insert("lost", b'{"wait": {"at": 0}}', Claim("node-b", 1_000))
+    fake_clock.advance(60_000)  # a minute on: the takeover and the rest in this one
+    claimed = fed.claim("node-a", 60_000, 10, records=True)
+    assert len(claimed) == 4
+    for job in claimed[:2]:
+        assert job.current.token is not None
+        fed.finish(job.run, job.current.revision, Fenced("node-a", job.current.token))
+    fake_clock.advance(60_000)  # that minute is now the last complete one
+    board = web(app(client, namespaces=["fed"]))
+    text = board.get("/ns?ns=fed").text
+    assert text.count("<polyline") == 3 and "Not counted" not in text
+    assert "claims</span> 0" in text  # this minute: nothing yet
+    metrics = board.get("/metrics").text
+    for kind, minute in (("claims", 4), ("finishes", 2), ("takeovers", 1)):
+        assert f'redisstore_work_last_minute{{namespace="fed",kind="{kind}"}} {minute}' \
+            in metrics
+        assert f'redisstore_work_last_hour{{namespace="fed",kind="{kind}"}} {minute}' \
+            in metrics
+    assert "# TYPE redisstore_work_last_minute gauge" in metrics
+    fake_clock.advance(60 * 60_000)  # an hour on: gone from the chart and the metrics
+    assert 'kind="claims"} 0' in board.get("/metrics").text
+    fed.close()
 
 
 def test_metrics_give_counts_by_state_per_namespace(store: RedisRunStore, client: Recording,
@@ -525,12 +558,41 @@ def test_a_stale_pages_action_is_refused_with_the_run_as_it_is(
     assert reply.status_code == 409 and "not quarantined" in reply.text
     store.compare_and_set("failed-1", 1, b'{"wait": null}', Release())
     reply = browser.post("/action/restore", data=form_of(failed, "restore"), headers=ORIGIN)
-    assert reply.status_code == 409 and "changed since the page" in reply.text
+    assert reply.status_code == 409 and "revision 2, the page showed 1" in reply.text
+    assert 'id="now-revision">2<' in reply.text
     # Gone since the page.
     store.delete("later-1", 1, Release())
     reply = browser.post("/action/delete", data={**form_of(ready, "delete"), "id": "later-1"},
                          headers=ORIGIN)
     assert reply.status_code == 409 and "no longer exists" in reply.text
+
+
+def test_the_restore_is_one_checked_script(store: RedisRunStore, client: Recording,
+                                           fake_clock: Clock,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """The restore action sends ``restore(run, expected=<the page's revision>)`` and no read
+    before it: no write can come between a check and the restore."""
+    seed(store, fake_clock)
+    browser, _ = logged_in(app(client, namespaces=["shop"], allow_actions=True, token=TOKEN))
+    failed = browser.get("/run?ns=shop&id=failed-1").text
+    calls: list[tuple[str, tuple[Any, ...]]] = []
+    real_restore = RedisRunStore.restore
+
+    def no_read(self: Any, *args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("a read before the restore")
+
+    def restore(self: Any, *args: Any, **kwargs: Any) -> Any:
+        calls.append(("restore", args))
+        return real_restore(self, *args, **kwargs)
+
+    monkeypatch.setattr(RedisRunStore, "get", no_read)
+    monkeypatch.setattr(RedisRunStore, "restore", restore)
+    reply = browser.post("/action/restore", data=form_of(failed, "restore"), headers=ORIGIN,
+                         follow_redirects=False)
+    assert reply.status_code == 303, reply.text
+    assert calls == [("restore", ("failed-1", 1))]
+    monkeypatch.undo()
+    assert store.get("failed-1").quarantined is None
 
 
 def test_a_malformed_action_form_is_a_400(client: Recording) -> None:
@@ -560,7 +622,7 @@ def _collect(stream: Any, count: int, timeout: float = 5.0) -> Any:
         got = []
         while len(got) < count:
             chunk = await asyncio.wait_for(stream.__anext__(), timeout)
-            if not chunk.startswith(":"):
+            if not chunk.startswith((":", "retry:")):
                 got.append(chunk)
         return got
 
@@ -652,6 +714,106 @@ def test_the_feed_reads_the_stores_change_feed_when_there_is_one(client: Recordi
     asyncio.run(scenario())
 
 
+def _changes_of(chunks: list[tuple[str, str, dict[str, Any]]]) -> list[tuple[str, int]]:
+    return [(data["run"], data["revision"]) for _, kind, data in chunks if kind == "change"]
+
+
+async def _until_change(page: Any, run: str) -> list[tuple[str, str, dict[str, Any]]]:
+    """The page's events up to the change of ``run``."""
+    got = []
+    while True:
+        event = _parse((await _collect(page, 1))[0])
+        got.append(event)
+        if event[1] == "change" and event[2]["run"] == run:
+            return got
+
+
+@pytest.mark.parametrize("partitions", [1, 3])
+def test_a_page_that_drops_and_reconnects_loses_no_change(partitions: int) -> None:
+    """The ids of a namespace's page carry its feed cursor: back with its Last-Event-ID, to
+    this process or to another (a restart: none of its events kept), it is sent every
+    change it missed, once, then the live ones."""
+    client = fakeredis.FakeRedis()
+    store = RedisRunStore(client, namespace="fed", partitions=partitions, feed=StoreFeed())
+    store.insert("before", b"x", Release())
+    feed = Feed(StoreSource(client, ["fed"]), interval=0.05)
+
+    async def scenario() -> None:
+        page = feed.stream("fed", None)
+        (first,) = await _collect(page, 1)
+        assert "~f1:" in _parse(first)[0]  # a fresh page's position: the feed's end
+        store.insert("a", b"x", Release())
+        got = await _until_change(page, "a")
+        assert _changes_of(got) == [("a", 1)]  # not "before": the page opened after it
+        dropped_at = got[-1][0]
+        await page.aclose()  # the drop
+        for run in ("b", "c", "d"):
+            store.insert(run, b"x", Release())
+        store.compare_and_set("a", 1, b"y", Release())
+        missed = [("b", 1), ("c", 1), ("d", 1), ("a", 2)]
+        # Back to this process, and to another one (another epoch, a reader from now).
+        other = Feed(StoreSource(client, ["fed"]), interval=0.05)
+        for n, process in enumerate((feed, other)):
+            back = process.stream("fed", dropped_at)
+            store.insert(f"live-{n}", b"x", Release())
+            got_back = _changes_of(await _until_change(back, f"live-{n}"))
+            # Every change since the drop, once each (a run's in its order); none before
+            # the drop.
+            missed.append((f"live-{n}", 1))
+            assert sorted(got_back) == sorted(missed)
+            assert [r for r in got_back if r[0] == "a"] == [("a", 2)]
+            store.insert(f"after-{n}", b"x", Release())
+            assert _changes_of(await _until_change(back, f"after-{n}")) == [(f"after-{n}", 1)]
+            missed.append((f"after-{n}", 1))
+            await back.aclose()
+        await feed.close()
+        await other.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_page_behind_what_the_feed_keeps_is_told() -> None:
+    """A cursor past which the feed lost entries: a ``compacted`` event (never a silent
+    gap), then the page goes on from what the feed still holds."""
+    client = fakeredis.FakeRedis()
+    store = RedisRunStore(client, namespace="fed", feed=StoreFeed())
+    store.insert("kept", b"x", Release())
+    feed = Feed(StoreSource(client, ["fed"]), interval=0.05)
+
+    async def scenario() -> None:
+        lost = "0-1~f1:99999999999999-0@999999"  # entries up to it lost (a failover)
+        page = feed.stream("fed", lost)
+        chunks = [_parse(c) for c in await _collect(page, 3)]
+        assert chunks[0][1] == "compacted"
+        assert "the feed ends before the cursor" in chunks[0][2]["reason"]
+        assert _changes_of(chunks[1:]) == [("kept", 1)]
+        await page.aclose()
+        await feed.close()
+
+    asyncio.run(scenario())
+
+
+def test_the_reader_tells_the_pages_when_its_own_cursor_was_trimmed() -> None:
+    client = fakeredis.FakeRedis()
+    store = RedisRunStore(client, namespace="fed", feed=StoreFeed())
+    store.insert("a", b"x", Release())
+    feed = Feed(StoreSource(client, ["fed"]), interval=0.05)
+    feed._cursors["fed"] = "f1:99999999999999-0@999999"
+
+    async def scenario() -> None:
+        page = feed.stream("fed", "0-0")  # no cursor: from the reader's events
+        told = None
+        while told is None:
+            event = _parse((await _collect(page, 1))[0])
+            if event[1] == "compacted":
+                told = event
+        assert "the feed ends before the cursor" in told[2]["reason"]
+        await page.aclose()
+        await feed.close()
+
+    asyncio.run(scenario())
+
+
 def test_a_source_without_a_feed_says_so(client: Recording) -> None:
     with pytest.raises(NoFeed):
         StoreSource(client, ["shop"]).changes("shop", None)
@@ -708,8 +870,10 @@ def test_the_demo_serves_every_view_and_ctrl_c_ends_it_with_130() -> None:
             assert reply.status_code == 200, path
         assert "read-only" in httpx.get(url).text
         with httpx.stream("GET", url + "events?ns=demo-orders", timeout=5) as events:
-            first = next(events.iter_lines())
-            assert first.startswith("id: ")
+            lines = events.iter_lines()
+            assert next(lines) == "retry: 1000"  # the browser's wait before it reconnects
+            assert next(lines) == ""
+            assert next(lines).startswith("id: ")
     finally:
         process.send_signal(signal.SIGINT)
         out, err = process.communicate(timeout=20)

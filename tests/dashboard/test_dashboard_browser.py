@@ -20,7 +20,7 @@ import pytest
 import redis
 from servers import REQUIRE, Server, missing, redis_binary, start, unique_namespace
 
-from redisstore import Claim, Failure, Fenced, Hold, NotFound, RedisRunStore, Release
+from redisstore import Claim, Failure, Feed, Fenced, Hold, NotFound, RedisRunStore, Release
 from redisstore.admin.namespaces import drop_namespace
 from redisstore.dashboard import app
 from redisstore.dashboard.serving import Background
@@ -198,6 +198,51 @@ def test_a_change_shows_within_2_s_without_a_reload(page: Any, site: Site) -> No
     site.store.release("node-a", ["held-1"])
     expect(page.locator("#holder")).to_have_text("free", timeout=LIVE_WITHIN_MS)
     assert page.evaluate("window.stillHere") == 43
+
+
+def _seen(page: Any, want: str) -> list[str]:
+    """The page's change events so far, once ``want`` is among them (live.js keeps them)."""
+    deadline = time.monotonic() + 15  # a wait's bound, not a speed asserted
+    while True:
+        seen: list[str] = page.evaluate("window.redisstoreSeen.slice()")
+        if want in seen or time.monotonic() > deadline:
+            return seen
+        time.sleep(0.1)
+
+
+def test_a_page_dropped_and_reconnected_to_a_restarted_server_misses_no_change(
+        page: Any, dashboard_server: Server) -> None:
+    """A namespace with a change feed: its page's stream drops (the dashboard stops), runs
+    change while it is away, a new dashboard process comes up on the same port; the page,
+    never reloaded, reconnects by itself with its Last-Event-ID and is sent every change
+    it missed, once, in order."""
+    client = dashboard_server.client()
+    ns = unique_namespace("fed")
+    store = RedisRunStore(client, namespace=ns, discover=json_wait, feed=Feed())
+    store.insert("before", b"{}", Release())
+    first = Background(app(client, namespaces=[ns]))
+    port = int(first.url.rsplit(":", 1)[1])
+    with first:
+        page.goto(f"{first.url}/ns?ns={ns}")
+        live(page)
+        page.evaluate("window.stillHere = 44")
+        store.insert("a", b"{}", Release())
+        assert _seen(page, "a inserted 1") == ["a inserted 1"]
+    page.wait_for_selector("#live-status.down")  # the stream dropped
+    store.insert("b", b"{}", Release())
+    store.compare_and_set("a", 1, b'{"n": 2}', Release())
+    store.insert("c", b"{}", Claim("node-a", 60_000))
+    store.release("node-a", ["c"])
+    with Background(app(client, namespaces=[ns]), port=port):  # another process
+        seen = _seen(page, "c released 1")
+        assert seen == ["a inserted 1", "b inserted 1", "a written 2", "c inserted 1",
+                        "c released 1"]
+        live(page)
+        store.insert("d", b"{}", Release())
+        assert _seen(page, "d inserted 1")[len(seen):] == ["d inserted 1"]
+        assert page.evaluate("window.stillHere") == 44  # the same document throughout
+    store.close()
+    drop_namespace(client, ns)
 
 
 def test_every_action(page: Any, site: Site) -> None:

@@ -654,6 +654,7 @@ ARGVS: dict[str, tuple[tuple[str, ...], tuple[Any, ...], int, tuple[int, ...]]] 
     "run_refresh": (("run", "ready", "meta"), ("run", 1, "c", "dep", "", "", 1), 8, (2, 5)),
     "run_migrate": (("meta",), (10,), 2, ()),
     "run_quarantined": (("quarantine",), ("0",), 2, ()),
+    "run_rates": (("rates",), (60,), 2, ()),
     "run_partitions": (("meta", "leases"), (2,), 2, ()),
     "run_heads": (("p:ready", "p:leases", "p:meta", "p:fanout"), ("ready", 10), 3, ()),
     "run_watch": (("p:meta",), ("dep", 1), 3, (2,)),

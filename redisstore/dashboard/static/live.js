@@ -1,8 +1,9 @@
 // The dashboard's one script: keeps a page up to date from the server's event stream.
 // Counts change in place (textContent: never parsed as HTML); the rest of a page's live
 // part is fetched again from the server, which renders and escapes it. The browser's
-// EventSource reconnects by itself and sends Last-Event-ID, so the server resumes where
-// the page left off.
+// EventSource reconnects by itself and sends Last-Event-ID, which on a namespace with a
+// change feed carries the page's place in it: the server resumes there, and tells the
+// page ("compacted") when events past it are no longer kept.
 (function () {
   "use strict";
   var body = document.body;
@@ -15,6 +16,9 @@
   var source = new EventSource(url);
   var due = null;
   var fetching = false;
+  // The change events this page was sent, in order ("run kind revision"): the last 1,000.
+  var seen = [];
+  window.redisstoreSeen = seen;
 
   function say(text, kind) {
     if (!status) return;
@@ -54,7 +58,14 @@
   source.addEventListener("counts", counted);
   source.addEventListener("change", function (event) {
     var data = JSON.parse(event.data);
+    seen.push(data.run + " " + data.kind + " " + data.revision);
+    if (seen.length > 1000) seen.shift();
     if (!body.dataset.run || data.run === body.dataset.run) refresh();
+  });
+  source.addEventListener("compacted", function (event) {
+    // Events past this page's place are gone: what it shows is fetched afresh.
+    say("some changes were missed (" + JSON.parse(event.data).reason + "): refreshed", "up");
+    refresh();
   });
   source.addEventListener("problem", function (event) {
     say("server problem: " + JSON.parse(event.data).message, "down");
