@@ -278,6 +278,7 @@ def _inspect(url: str | None, namespace: str, run: str | None, as_json: bool, ou
             "run": run, "revision": current.revision, "record_bytes": len(current.record),
             "holder": "free" if isinstance(holder, Free) else holder.owner,
             "live": isinstance(holder, Held) and holder.live,
+            "session": current.session,
             "lease_ms_left": None if expiry is None else int(expiry) - now,
             "ready_in_ms": None if due is None else max(int(due) - now, 0),
             "claim": None if current.claim is None else {
@@ -300,6 +301,12 @@ def _inspect(url: str | None, namespace: str, run: str | None, as_json: bool, ou
         counts = [(*_index_counts(client, keys, "leases", now),
                    *_index_counts(client, keys, "ready", now)) for keys in spaces]
         held, held_expired, waiting, ready_now = (sum(c[i] for c in counts) for i in range(4))
+        try:  # a store of partitions opens no sessions yet
+            sessions = store.sessions(limit=50)
+        except NotImplementedError:
+            sessions = []
+        # A live session's runs have no lease entry of their own: held, by its count.
+        held += sum(s.runs for s in sessions if s.expires > now)
         report = {
             "namespace": namespace, "partitions": len(spaces),
             "repository_partitions": repository_partitions(client, namespace),
@@ -312,6 +319,8 @@ def _inspect(url: str | None, namespace: str, run: str | None, as_json: bool, ou
             "waiting": waiting, "ready_now": ready_now,
             "quarantined": [{"index": q.index, "run": q.run, "reason": q.reason}
                             for q in store.quarantined(limit=50)],
+            "sessions": [{"id": s.id, "owner": s.owner, "runs": s.runs,
+                          "ms_left": max(s.expires - now, 0)} for s in sessions],
         }
     store.close()
     if as_json:

@@ -85,6 +85,12 @@ class _Instruments:
         self.lateness = meter.create_histogram(
             "redisstore.keeper.lateness", unit="ms",
             description="How late a keeper's renewal round started")
+        self.keepalives = meter.create_counter(
+            "redisstore.session.keepalives", unit="{call}",
+            description="Keepalives of a keeper's session, by outcome (kept, lapsed)")
+        self.taken = meter.create_counter(
+            "redisstore.session.runs_taken", unit="{run}",
+            description="Runs a keepalive reported taken from its session")
 
 
 _INSTRUMENTS: _Instruments | None = None
@@ -188,3 +194,13 @@ def keeper_lateness(ms: float) -> None:
     instruments = _instruments()
     if instruments is not None:
         instruments.lateness.record(ms)
+
+
+def session_keepalive(outcome: str, taken: int) -> None:
+    """Count a keeper's keepalive (``kept`` or ``lapsed``) and the runs it reported taken
+    from the session."""
+    instruments = _instruments()
+    if instruments is not None:
+        instruments.keepalives.add(1, {"redisstore.outcome": outcome})
+        if taken:
+            instruments.taken.add(taken)

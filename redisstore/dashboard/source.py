@@ -27,7 +27,7 @@ from ..core.feed import ENTRY_BYTES, ORIGIN, Feed, Position, encode
 from ..core.feedops import parse_events
 from ..core.keys import Keyspace, check_namespace
 from ..core.partitions import PartitionedOps
-from ..core.runs import MAX_RATE_MINUTES, MAX_RENEW, Claim, Fenced, Held
+from ..core.runs import MAX_RATE_MINUTES, MAX_RENEW, Claim, Fenced, Held, SessionInfo
 from ..shells.store import RedisRunStore
 from .values import *  # noqa: F403 - the values StoreSource answers, where they were
 from .values import (
@@ -47,6 +47,9 @@ from .values import (
     Seen,
     Source,
 )
+
+#: Sessions the counts and the owners view read at most (a namespace has about one a node).
+SESSIONS_READ = 1000
 
 #: Lease entries the owners view reads per slice: one get_many per MAX_RENEW of them (each
 #: run's record is read with its header: the store has no header-only read).
@@ -326,7 +329,20 @@ class StoreSource(Source):
             pipe.hlen(keys.quarantine)
         got = [int(x) for x in pipe.execute()]
         sums = [sum(got[i::5]) for i in range(5)]
+        # A live session's runs have no lease entry of their own: held live, by the
+        # session's count. (A lapsed session's runs go into the leases index at the next
+        # claim, and are counted there.)
+        sums[0] += sum(s.runs for s in self._sessions(namespace) if s.expires > now)
         return Counts(namespace, now, len(spaces), *sums)
+
+    def _sessions(self, namespace: str) -> list[SessionInfo]:
+        """The namespace's sessions (at most SESSIONS_READ; none on a store of partitions,
+        which does not open them yet)."""
+        store, _ = self._store(namespace)
+        try:
+            return store.sessions(SESSIONS_READ)
+        except NotImplementedError:
+            return []
 
     def listing(self, namespace: str, state: str, after: str | None = None,
                 limit: int = PAGE) -> Page:
@@ -431,6 +447,15 @@ class StoreSource(Source):
         for keys in spaces:
             pipe.zcard(keys.leases)
         total = sum(int(x) for x in pipe.execute())
+        if after is None:
+            # The runs of live sessions (no lease entry of their own), by their owner.
+            for session in self._sessions(namespace):
+                if session.expires > now and session.runs:
+                    was = rows.get(session.owner, Owner(session.owner, 0, 0, session.expires))
+                    rows[session.owner] = Owner(session.owner, was.runs + session.runs,
+                                                was.live + session.runs,
+                                                min(was.soonest, session.expires))
+                    total += session.runs
         return Owners(sorted(rows.values(), key=lambda o: (-o.runs, o.owner)), len(entries),
                       total, complete=not more and after is None,
                       next=encode_cursor(entries[-1]) if more else None, now=now)

@@ -457,6 +457,7 @@ class Keeper:
             try:
                 told = set(self._call("_session_keepalive", session, self.owner))
             except SessionLapsed:
+                telemetry.session_keepalive("lapsed", 0)
                 with self._cond:
                     if self._session == session:
                         self.lapsed.set()
@@ -466,6 +467,7 @@ class Keeper:
             except Unavailable as exc:
                 failed, unknown = True, exc.outcome == "unknown"
             else:
+                telemetry.session_keepalive("kept", len(told))
                 with self._cond:
                     if self._session == session:
                         self._session_since = sent

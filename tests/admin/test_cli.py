@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from servers import EPHEMERAL, Server, missing, redis_binary
 
-from redisstore import acl_rule
+from redisstore import RedisRunStore, acl_rule, drop_namespace
 from redisstore.admin import cli
 
 
@@ -116,6 +116,33 @@ def test_demo_keep_inspect_and_drop_as_a_user_would(monkeypatch: pytest.MonkeyPa
     code, out = run(["demo", "--url", url, "--namespace", other], monkeypatch)
     assert code == 0 and "removed the" in out
     assert list(redis7.client().scan_iter(match=f"{{{other}}}:*")) == []
+
+
+@pytest.mark.server
+def test_inspect_shows_sessions_and_counts_their_runs(monkeypatch: pytest.MonkeyPatch,
+                                                      redis7: Server) -> None:
+    import json
+
+    url = f"redis://127.0.0.1:{redis7.port}/0"
+    namespace = f"cli-{uuid.uuid4().hex[:8]}"
+    store = RedisRunStore(redis7.client(), namespace=namespace)
+    try:
+        session = store.open_session("node-s", 60_000)
+        for name in ("a", "b"):
+            store.insert(name, b"r", session.lease)
+        code, out = run(["inspect", "--url", url, "--namespace", namespace, "--json"],
+                        monkeypatch)
+        summary = json.loads(out)
+        assert code == 0 and summary["held"] == 2
+        [shown] = summary["sessions"]
+        assert (shown["id"], shown["owner"], shown["runs"]) == (session.id, "node-s", 2)
+        assert 0 < shown["ms_left"] <= 60_000
+        code, out = run(["inspect", "--url", url, "--namespace", namespace, "--json", "a"],
+                        monkeypatch)
+        assert json.loads(out)["session"] == session.id
+    finally:
+        drop_namespace(redis7.client(), namespace)
+        store.close()
 
 
 @pytest.mark.server

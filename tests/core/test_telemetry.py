@@ -4,6 +4,7 @@ Unavailable's outcome; the runs a claim handed out."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -17,7 +18,16 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from servers import unique_namespace
 
-from redisstore import Claim, Conflict, Hold, RedisRunStore, Unavailable
+from redisstore import (
+    Claim,
+    Conflict,
+    Hold,
+    InSession,
+    Keeper,
+    RedisRunStore,
+    Seize,
+    Unavailable,
+)
 from redisstore.core import telemetry
 
 SPANS = InMemorySpanExporter()
@@ -89,3 +99,25 @@ def test_claims_count_the_runs_they_hand_out_and_unavailable_says_its_outcome() 
     (span,) = [s for s in SPANS.get_finished_spans() if s.name.endswith("run_get")]
     assert span.attributes["error.type"] == "Unavailable"
     assert span.attributes["redisstore.outcome"] == "not_applied"
+
+
+def test_a_keepers_session_counts_its_keepalives_and_the_runs_taken() -> None:
+    """A keeper's keepalives are counted as kept, and a run seized from its session as
+    taken (once: the keeper reports it lost and holds it no more)."""
+    store = RedisRunStore(fakeredis.FakeRedis(), namespace=unique_namespace())
+    kept = {p.attributes["redisstore.outcome"]: p.value
+            for p in points("redisstore.session.keepalives")}
+    taken = sum(p.value for p in points("redisstore.session.runs_taken"))
+    with Keeper(store, "me", 300) as keeper:
+        session = keeper.open_session()
+        revision = store.insert("run", b"x", InSession("me", session))
+        keeper.add("run")
+        store.compare_and_set("run", revision, b"x", Seize("thief", 60_000))
+        deadline = time.monotonic() + 5
+        while keeper.runs and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert keeper.runs == []
+    now = {p.attributes["redisstore.outcome"]: p.value
+           for p in points("redisstore.session.keepalives")}
+    assert now.get("kept", 0) > kept.get("kept", 0)
+    assert sum(p.value for p in points("redisstore.session.runs_taken")) == taken + 1

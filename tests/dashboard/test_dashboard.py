@@ -207,6 +207,28 @@ def test_owners_are_exact_over_the_whole_index_else_at_least(
     assert sum(o.runs for o in rest.rows) == 3
 
 
+def test_counts_and_owners_include_the_runs_of_live_sessions(
+        store: RedisRunStore, client: Recording, fake_clock: Clock) -> None:
+    """A session's runs have no lease entry of their own: the counts and the owners view
+    take them from the session (the Worker holds its runs so by default)."""
+    for run in ("s-1", "s-2", "s-3"):
+        store.insert(run, b'{"wait": {"at": 0}}', Release())
+    session = store.open_session("node-s", 60_000)
+    assert len(session.claim(3)) == 3
+    store.insert("own", b"{}", Claim("node-a", 60_000))
+    source = StoreSource(client, ["shop"])
+    assert source.counts("shop").held_live == 4
+    owners = source.owners("shop")
+    assert [(o.owner, o.runs, o.live) for o in owners.rows] == [("node-s", 3, 3),
+                                                                ("node-a", 1, 1)]
+    assert owners.total == 4
+    # Lapsed (and "own" expired): a claim puts its runs into the leases index, takes one.
+    fake_clock.advance(60_000)
+    assert len(store.claim_expired("node-b", 60_000, 1)) == 1
+    counts = StoreSource(client, ["shop"]).counts("shop")
+    assert (counts.held_live, counts.held_expired) == (1, 3)
+
+
 def test_the_quarantine_is_listed_with_its_errors(store: RedisRunStore, client: Recording,
                                                   fake_clock: Clock) -> None:
     seed(store, fake_clock)
