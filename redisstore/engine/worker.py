@@ -271,7 +271,7 @@ class _Core:
 
     def __init__(self, store: Any, owner: str, handler: Callable[[Any], Any], *, ttl: int,
                  concurrency: int, max_takeovers: int | None, poll: int,
-                 retry: Retry | None, sessions: bool = True) -> None:
+                 retry: Retry | None, sessions: bool = False) -> None:
         if not callable(handler):
             raise TypeError(f"handler must be callable, got {handler!r}")
         if type(concurrency) is not int or not 1 <= concurrency <= 1000:
@@ -651,7 +651,7 @@ class Worker(_Core):
 
     def __init__(self, store: Any, owner: str, handler: Callable[[Job], bytes | None], *,
                  ttl: int, concurrency: int = 1, max_takeovers: int | None = None,
-                 poll: int = POLL, retry: Retry | None = None, sessions: bool = True) -> None:
+                 poll: int = POLL, retry: Retry | None = None, sessions: bool = False) -> None:
         super().__init__(store, owner, handler, ttl=ttl, concurrency=concurrency,
                          max_takeovers=max_takeovers, poll=poll, retry=retry,
                          sessions=sessions)
@@ -781,7 +781,7 @@ class AsyncWorker(_Core):
                  handler: Callable[[AsyncJob], Awaitable[bytes | None]], *, ttl: int,
                  concurrency: int = 1, max_takeovers: int | None = None, poll: int = POLL,
                  grace: float = GRACE, retry: Retry | None = None,
-                 sessions: bool = True) -> None:
+                 sessions: bool = False) -> None:
         super().__init__(store, owner, handler, ttl=ttl, concurrency=concurrency,
                          max_takeovers=max_takeovers, poll=poll, retry=retry,
                          sessions=sessions)

@@ -1,6 +1,7 @@
-"""The Worker on sessions (docs/worker.md): its runs are held under one session of its own,
-kept alive by one keepalive a period whatever their number; a run taken from the session
-is lost to its handler; a session that lapsed is replaced; stop closes it."""
+"""The Worker on sessions (``sessions=True``, docs/worker.md): its runs are held under one
+session of its own, kept alive by one keepalive a period whatever their number; a run taken
+from the session is lost to its handler; a session that lapsed is replaced; stop closes
+it. Without it (the default), a lease per run."""
 
 from __future__ import annotations
 
@@ -57,7 +58,8 @@ def test_the_worker_holds_its_runs_under_one_session(monkeypatch: pytest.MonkeyP
         assert go.wait(PATIENCE)
         return b"done"
 
-    worker = Worker(store, "node-a", handler, ttl=300, concurrency=3, poll=50).start()
+    worker = Worker(store, "node-a", handler, ttl=300, concurrency=3, poll=50,
+                    sessions=True).start()
     try:
         holding.wait(PATIENCE)
         assert worker._keeper is not None
@@ -93,7 +95,7 @@ def test_a_run_taken_from_its_session_is_lost_to_its_handler() -> None:
         outcome.append(job.lost)
         return b"done-by-a"
 
-    worker = Worker(store, "node-a", handler, ttl=600, poll=50).start()
+    worker = Worker(store, "node-a", handler, ttl=600, poll=50, sessions=True).start()
     try:
         assert taken.wait(PATIENCE)
         current = store.get("run")
@@ -134,7 +136,7 @@ def test_a_worker_whose_session_lapsed_opens_another(monkeypatch: pytest.MonkeyP
         tries.append(job.lost)
         return b"done"
 
-    worker = Worker(store, "node-a", handler, ttl=300, poll=50).start()
+    worker = Worker(store, "node-a", handler, ttl=300, poll=50, sessions=True).start()
     try:
         until(lambda: worker.stats["done"] == 1, "finished the run under a new session")
     finally:
@@ -144,12 +146,12 @@ def test_a_worker_whose_session_lapsed_opens_another(monkeypatch: pytest.MonkeyP
     assert store.sessions() == []
 
 
-def test_without_sessions_each_run_keeps_a_lease_of_its_own() -> None:
+def test_by_default_each_run_keeps_a_lease_of_its_own() -> None:
     store = fake_store()
     store.insert("run", b"todo", Release())
     seen: list[Any] = []
     worker = Worker(store, "node-a", lambda job: seen.append(store.get(job.run)) or b"done",
-                    ttl=600, poll=50, sessions=False).start()
+                    ttl=600, poll=50).start()
     try:
         until(lambda: worker.stats["done"] == 1, "finished the run")
     finally:
@@ -169,7 +171,8 @@ def test_an_async_worker_holds_its_runs_under_one_session() -> None:
             await asyncio.sleep(0.05)
             return b"done"
 
-        worker = AsyncWorker(store, "node-a", handler, ttl=600, poll=50).start()
+        worker = AsyncWorker(store, "node-a", handler, ttl=600, poll=50,
+                             sessions=True).start()
         try:
             deadline = asyncio.get_running_loop().time() + PATIENCE
             while worker.stats["done"] < 1:
