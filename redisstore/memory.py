@@ -278,6 +278,9 @@ class MemoryRunStore(_NothingToClose):
         (expired, to be taken over)."""
         limit = check_listing_limit(limit)
         with self._lock:
+            now = self._clock()
+            for sid in [sid for sid, s in self._sessions.items() if s.exp <= now and not s.runs]:
+                del self._sessions[sid]  # lapsed without runs: gone (as the scripts do)
             found = sorted(self._sessions.items(), key=lambda item: int(item[0]))[:limit]
             return [SessionInfo(sid, s.owner, s.exp, len(s.runs)) for sid, s in found]
 

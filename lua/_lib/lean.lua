@@ -18,13 +18,24 @@ end
 -- lapsed ones a claim puts into LEASES first, and whose expiries its wait counts), are the
 -- general code's.
 local function lean_claim_args(b)
-  if (ARGV[b + 7] or '') ~= '' or redis.call('EXISTS', SESSION_LEASES) == 1 then return nil end
+  -- The first session due (nil: none): a lapsed one's runs are for the general code to put
+  -- into LEASES; a live one's expiry counts in the leases index's wait.
+  local _, shead = SESSION.head()
+  if shead and shead <= now_ms() then return nil end
   local owner, bound, strict = ARGV[b], ARGV[b + 5] or '', ARGV[b + 6] or ''
+  local sid, sn = ARGV[b + 7] or '', false
+  if sid ~= '' then
+    -- A session's claim: its session live, of owner (else the general code refuses it).
+    if #sid > 20 or not str_find(sid, '^[1-9]%d*$') then return nil end
+    sn = SESSION.live(sid, owner)
+    if not sn then return nil end
+  end
   local a = {owner = owner, ttl = decimal(ARGV[b + 1], 1, MAX_TTL),
              limit = decimal(ARGV[b + 2], 0, MAX_CLAIM), pv = decimal(ARGV[b + 3], 0, 2147483648),
              budget = decimal(ARGV[b + 4], 0, MAX_CLAIM_BYTES),
              bound = bound ~= '' and decimal(bound, 0, MAX_TAKEOVERS),
-             strict = strict == '1' and 1 or 0, olen = false, pvs = ARGV[b + 3]}
+             strict = strict == '1' and 1 or 0, olen = false, pvs = ARGV[b + 3],
+             sid = sn and sid, sexp = sn and sn.exp, shead = shead}
   if not owner or owner == '' or #owner > MAX_TEXT or not a.ttl or not a.limit or not a.pv
       or not a.budget or a.bound == nil or (strict ~= '' and strict ~= '1') then
     return nil
@@ -40,10 +51,11 @@ end
 -- claim writes or decides by, read as numbers. Answers the run's fields, as values (a
 -- table of them cost the server more than reading them): len, region, tail (the value when
 -- it is shorter than TAIL, else false), rev, exp, tok, cdr, cat, wk, wn, wdl, wrev, wpv,
--- pt, tk, at, nb, lw (texts; tk, at and tok '' for 0), own, ck, wa, lo, lc; nil for anything
--- stored() would refuse, or a run the claim would not take as it is (quarantined, a
--- session's): the general code's.
-local function lean_run(k)
+-- pt, tk, at, nb, lw (texts; tk, at and tok '' for 0), own, ck, wa, lo, lc, sid (text, ''
+-- none); nil for anything stored() would refuse, or a run the caller would not take as it
+-- is (quarantined; a session's, unless sessions: the caller reads the session itself): the
+-- general code's.
+local function lean_run(k, sessions)
   local tail = redis.pcall('GETRANGE', k, TAIL_FROM, '-1')
   if type(tail) ~= 'string' then return nil end
   local n = #tail
@@ -63,7 +75,8 @@ local function lean_run(k)
   -- No number of 16 digits or more (each field's length: a search of the header for 16
   -- digits tried the pattern at every byte, a tenth of a claim's cost), none with a leading
   -- zero (rev's first byte; the others follow a comma).
-  if not pos or px ~= '' or sid ~= '' or str_byte(h) == 48 or #rev > 15 or #exp > 15
+  if not pos or px ~= '' or (sid ~= '' and (not sessions or #sid > 15 or sid == '0'))
+      or str_byte(h) == 48 or #rev > 15 or #exp > 15
       or #tok > 15 or #cdr > 15 or #cat > 15 or #wn > 15 or #wdl > 15 or #wrev > 15
       or #wpv > 15 or #pt > 15 or #tk > 15 or #at > 15 or #nb > 15 or #lo > 15 or #lc > 15
       or #lw > 15 then
@@ -91,9 +104,10 @@ local function lean_run(k)
   if tk == '0' then tk = '' end
   if at == '0' then at = '' end
   if tok == '0' then tok = '' end
+  if sid ~= '' and nlo == 0 then return nil end  -- a session's run is held
   return len, size, n < TAIL and tail, rev, exp, tok, cdr, cat, wk, wn, wdl, wrev, wpv, pt, tk,
     at, nb, lw, str_sub(h, pos, pos + nlo - 1), str_sub(h, pos + nlo, pos + nlo + nlc - 1),
-    str_sub(h, pos + nlo + nlc, rest - 1), lo, lc
+    str_sub(h, pos + nlo + nlc, rest - 1), lo, lc, sid
 end
 
 -- An index's wait (ms) from backend time t, the due time of its first entry not taken (nil:
@@ -149,8 +163,11 @@ local function lean_claim(kind, a, skip, ready_at)
   local ready, leases = kind ~= 'leases', kind ~= 'ready'
   if ready and redis.call('EXISTS', FANOUT) == 1 then return nil end
   local now = now_ms()
-  local exp = now + a.ttl
+  -- A session's claim: each run's header holds the session's expiry and id (no lease entry
+  -- of its own: lean_take adds it to the session's set).
+  local exp = a.sid and a.sexp or now + a.ttl
   local exps, nows = int(exp), int(now)
+  local sids = a.sid or ''
   -- Each index's head: in the ready index its entries due now, ids only (each score read
   -- costs the server a float's formatting), one ahead of the limit; in the leases one
   -- with their scores, one ahead and one more for skip's (a stale skip among the ready
@@ -237,7 +254,8 @@ local function lean_claim(kind, a, skip, ready_at)
     tok = tok == '' and 1 or tonumber(tok) + 1
     local h = rev .. ',' .. exps .. ',' .. int(tok) .. ',' .. cdr .. ',' .. cat .. ',' .. wk
       .. ',' .. wn .. ',' .. wdl .. ',' .. wrev .. ',' .. wpv .. ',' .. pt .. ',' .. tk .. ','
-      .. at .. ',' .. nb .. ',,,' .. olen .. ',' .. ckl .. ',' .. lw .. ':' .. owner .. ck .. wa
+      .. at .. ',' .. nb .. ',,' .. sids .. ',' .. olen .. ',' .. ckl .. ',' .. lw .. ':' .. owner
+      .. ck .. wa
     if #h <= region then
       h = h .. string.rep(' ', region - #h)
     else
@@ -250,7 +268,7 @@ local function lean_claim(kind, a, skip, ready_at)
       -- current()'s shape: a live lease of owner.
       plan.out[taken] = {run, {tonumber(rev), rec, owner, 1, cat ~= '' and ck, cdr,
         cat ~= '' and tonumber(cat), tonumber(tk) or 0, tok, tonumber(at) or 0,
-        nb ~= '' and tonumber(nb), ''}}
+        nb ~= '' and tonumber(nb), '', a.sid or false}}
     else
       plan.out[taken] = run
     end
@@ -260,7 +278,8 @@ local function lean_claim(kind, a, skip, ready_at)
     if not plan.ready_wait then return nil end
   end
   if leases then
-    plan.leases_wait = lean_wait(lp, j, taken > 0 and exp, skip, lsize, now)
+    -- A session's claim adds no lease entry (its runs are due with the session's head).
+    plan.leases_wait = lean_wait(lp, j, taken > 0 and not a.sid and exp, skip, lsize, now)
     if not plan.leases_wait then return nil end
   end
   return plan
@@ -286,9 +305,17 @@ end
 local function lean_take(kind, a, plan, written)
   local runs = plan.runs
   if #runs > 0 then
-    local add, rem = {'ZADD', LEASES}, {'ZREM', READY}
+    -- Their lease entries, or under a session its set (and out of LEASES, an expired
+    -- lease taken); out of READY, a ready run taken.
+    local add, rem, lrem = {'ZADD', LEASES}, {'ZREM', READY}, {'ZREM', LEASES}
+    if a.sid then add = {'SADD', P .. SESSION_RUNS .. a.sid} end
     for n, run in ipairs(runs) do
-      add[2 * n + 1], add[2 * n + 2] = plan.exps, run
+      if a.sid then
+        add[n + 2] = run
+        if not plan.runs_r[n] then lrem[#lrem + 1] = run end
+      else
+        add[2 * n + 1], add[2 * n + 2] = plan.exps, run
+      end
       if plan.runs_r[n] then rem[#rem + 1] = run end
     end
     -- The first write (unless the script wrote before: written): a key of another type
@@ -297,11 +324,21 @@ local function lean_take(kind, a, plan, written)
     local added = (written and redis.call or redis.pcall)(unpack(add))
     if type(added) == 'table' then return nil end
     if #rem > 2 then redis.call(unpack(rem)) end
+    if #lrem > 2 then redis.call(unpack(lrem)) end
     local offsets, heads = plan.offsets, plan.heads
     for n, k in ipairs(plan.keys) do redis.call('SETRANGE', k, offsets[n], heads[n]) end
   end
   local wait = -1
   if kind ~= 'leases' then wait = lean_wake(WAKE_READY, plan.ready_wait, plan, wait) end
-  if kind ~= 'ready' then wait = lean_wake(WAKE_LEASES, plan.leases_wait, plan, wait) end
+  if kind ~= 'ready' then
+    wait = lean_wake(WAKE_LEASES, plan.leases_wait, plan, wait)
+    -- A live session's runs are due at its expiry: the first one's counts as a lease's.
+    local at = a.shead
+    if at then
+      local now = now_ms()
+      local w = at <= now and 0 or math.ceil(at) - now
+      if wait < 0 or w < wait then wait = w end
+    end
+  end
   return {OK, plan.out, 0, wait}
 end

@@ -46,13 +46,21 @@ local function lean_write(b, cas, fused)
   if not lean_meta() then return nil end
   local k = P .. RUN_KEY .. run
   local len, _, _, rev, exp, tok, cdr, cat, rwk, _, _, _, _, _, tk, at, _, _, own, ck, _, lo,
-    lc = lean_run(k)
+    lc, sid = lean_run(k, true)
   if not len or rev ~= expected or #rev >= 15 or rwk == 'c' or rwk == 'p'
       or (own == '' and (kind ~= 'r' or fused))
       or (kind == 'h' and own ~= owner)
       or (fenced and (own ~= owner or tonumber(tok) ~= token))
       or redis.call('EXISTS', P .. DEPS_KEY .. run) == 1 then
     return nil
+  end
+  if sid ~= '' then
+    -- A session's run: only its holder's fenced release (a finish) leaves the session here
+    -- (untold), while the session lives, its set a set.
+    local sn = SESSION.of(sid)
+    local t = kind == 'F' and sn and sn.exp > now_ms()
+      and redis.call('TYPE', P .. SESSION_RUNS .. sid)
+    if not t or (type(t) == 'table' and t.ok or t) ~= 'set' then return nil end
   end
   local now_due = false
   if wait and not keep then
@@ -72,7 +80,7 @@ local function lean_write(b, cas, fused)
   else
     h = rev .. ',,' .. tok .. ',,,' .. w5 .. ',,,,,,,0,0,0:'
   end
-  return {k = k, h = h, record = record, run = run, held = own ~= '' and not keep,
+  return {k = k, h = h, record = record, run = run, held = own ~= '' and not keep, sid = sid,
           keep = keep, rx = own == '' and rwk ~= '', ready_at = not keep and wait,
           ready_ats = waits, now_due = now_due}
 end
@@ -87,7 +95,11 @@ local function lean_finished(f)
     redis.call('SET', f.k, record)
     redis.call('SETRANGE', f.k, int(#record), h .. trailer(#h))
   end
-  if f.held then redis.call('ZREM', LEASES, f.run) end
+  if f.held and f.sid ~= '' then
+    redis.call('SREM', P .. SESSION_RUNS .. f.sid, f.run)  -- a session's run leaves it
+  elseif f.held then
+    redis.call('ZREM', LEASES, f.run)
+  end
   if f.ready_at then
     redis.call('ZADD', READY, f.ready_ats, f.run)
   elseif f.rx then
@@ -124,7 +136,7 @@ end
 -- nil for the general code (nothing written).
 local function lean_two(n, cas)
   local kind = ARGV[n + 3]
-  if (kind ~= 'ready' and kind ~= 'leases' and kind ~= 'any') or ARGV[n + 11] then return nil end
+  if (kind ~= 'ready' and kind ~= 'leases' and kind ~= 'any') or ARGV[n + 12] then return nil end
   local f = lean_write(3, cas, true)
   if f and #f.record > MAX_FUSED_RECORD then return nil end  -- the claim goes alone
   local a = f and lean_claim_args(n + 4)

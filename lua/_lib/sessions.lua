@@ -129,7 +129,12 @@ function SESSION.sweep(cap)
     add[#add + 1] = runs[i]
   end
   if #add > 0 then redis.call('ZADD', LEASES, unpack(add)) end
-  if step[1] == '0' then
+  if step[1] == '0' and #runs == 0 and redis.call('SCARD', P .. SESSION_RUNS .. sid) == 0 then
+    -- Lapsed without runs: gone, as a lapsed session is once its last run left.
+    redis.call('ZREM', SESSION_LEASES, sid)
+    redis.call('HDEL', SESSIONS, sid)
+    redis.call('DEL', P .. SESSION_TOLD .. sid)
+  elseif step[1] == '0' then
     -- All in: out of the head (scored past every time), listed until its last run leaves.
     redis.call('ZADD', SESSION_LEASES, 'inf', sid)
   else

@@ -183,6 +183,42 @@ def cas_in(pipe: Any, *, run: str, revision: int, record: bytes, lease: Any) -> 
     return pipe.compare_and_set(run, revision, record, lease)
 
 
+def settled(got: Any, store: RedisRunStore) -> Any:
+    """A Settled's value, or its error as :func:`failed` gives it."""
+    return got.value if got.error is None else failed(got.error, store)
+
+
+def session_fused(store: RedisRunStore, run: str, revision: int, lease: Fenced,
+                  record: bytes, session: str, claim: tuple[int, bool, int | None]
+                  ) -> list[Any]:
+    """A finish and the next claim under ``session`` in one script, as a Worker on sessions
+    sends them (the pipeline API has no session claim): each one's answer."""
+    limit, records, bound = claim
+    ops = store._ops
+    assert isinstance(ops, runops.RunOps)
+    first = ops.finish(run, revision, lease, record=record)
+    call = next(first)
+    then = ops.session_claim("any", session, lease.owner, LONG, limit, records, bound)
+    then_call = next(then)
+    if not runops.fusable(call, then_call):
+        return ["unfused"]
+    try:
+        one, two = store._write(runops.fused((first, call), (then, then_call)))
+    except StoreError as e:
+        return [failed(e, store)]
+    return [settled(one, store), settled(two, store)]
+
+
+def a_session_claim(rng: random.Random, session: str, owner: str
+                    ) -> Callable[[RedisRunStore], Any]:
+    """A claim under ``session`` of owner, of some kind."""
+    limit = rng.choice([1, 1, 2, 3])
+    records = rng.random() < 0.6
+    bound = rng.choice([None, None, 0, 1])
+    kind = rng.choice(["any", "any", "ready", "expired"])
+    return lambda s: s._session_claim(kind, session, owner, LONG, limit, records, 0, bound)
+
+
 def a_claim(rng: random.Random, owner: str) -> Callable[[Any], Any]:
     """A claim of some kind, mostly as the fast paths take it."""
     ttl = rng.choice([LONG] * 4 + [SHORT])
@@ -261,9 +297,13 @@ FLOORS = ["r", "r01", "r" + "1" * 17, "rx", "t", "t0", "t07", "r7", "t12", "r0"]
 
 
 def history(rng: random.Random, store: RedisRunStore, clock: Clock,
-            client: Any) -> Iterator[Any]:
-    """One random history's calls, each yielding what it answered."""
+            client: Any, with_sessions: bool = False) -> Iterator[Any]:
+    """One random history's calls, each yielding what it answered; ``with_sessions``, with
+    each owner's session too (its claims, keepalives, finishes fused with its claims)."""
     pv = 1  # the store's projection version (its default)
+    # Each owner's session (opened again by an op below once it lapsed): the Worker's way.
+    sessions = ({owner: store.open_session(owner, LONG).id for owner in OWNERS}
+                if with_sessions else {})
     for run in RUNS:
         lease = rng.choice([Claim(rng.choice(OWNERS), LONG), Release(), Release()])
         yield store.insert(run, rng.choice(RECORDS[:3]), lease)
@@ -298,6 +338,18 @@ def history(rng: random.Random, store: RedisRunStore, clock: Clock,
             held = [(r, c) for r, c in found(store, RUNS) if not isinstance(c.holder, Free)]
             if not held or rng.random() < 0.2:
                 call = partial(a_claim(rng, owner), store)
+            elif with_sessions and rng.random() < 0.3:
+                # A finish and a claim under the holder's session, fused (a Worker on
+                # sessions): most runs it finishes were taken under that session.
+                run, current = rng.choice(held)
+                holder = current.holder.owner
+                token = current.token if rng.random() < 0.9 else (current.token or 0) + 1
+                call = partial(session_fused, store, run,
+                               current.revision - (rng.random() < 0.05),
+                               Fenced(holder, token or 1),
+                               rng.choice([b"plain", b"at:-5", record]), sessions[holder],
+                               (rng.choice([1, 1, 2]), rng.random() < 0.6,
+                                rng.choice([None, 0, 1])))
             else:
                 run, current = rng.choice(held)
                 holder = current.holder.owner
@@ -364,8 +416,18 @@ def history(rng: random.Random, store: RedisRunStore, clock: Clock,
 
             call = partial(planted, damaged_index(client, store, name), rng.choice(writes),
                            store)
-        elif op < 0.88:
+        elif (op < 0.88 and not with_sessions) or op < 0.83:
             call = partial(a_claim(rng, owner), store)
+        elif op < 0.86:
+            call = partial(a_session_claim(rng, sessions[owner], owner), store)
+        elif op < 0.88:
+            # A session that lapsed (the clock's long steps) opened again; else a keepalive.
+            try:
+                yield store._session_keepalive(sessions[owner], owner)
+            except StoreError as e:
+                yield failed(e, store)
+                sessions[owner] = store.open_session(owner, LONG).id
+            continue
         else:
             clock.advance(rng.choice([10, 600, 1_000, 2_500, 70_000]))
             continue
@@ -386,12 +448,13 @@ def contents(client: Any, namespace: str) -> dict[str, Any]:
             "hash": client.hgetall,
             "zset": partial(client.zrange, start=0, end=-1, withscores=True),
             "set": lambda k: sorted(client.smembers(k)),
+            "list": partial(client.lrange, start=0, end=-1),
         }
         out[name] = (kind, read[kind](key))
     return out
 
 
-def one_history(seed: int, clock: Clock) -> dict[str, int]:
+def one_history(seed: int, clock: Clock, with_sessions: bool = False) -> dict[str, int]:
     """Run history ``seed`` both ways and compare; how many calls each script's fast path
     answered (by its script's name)."""
     client = fakeredis.FakeRedis()
@@ -407,7 +470,8 @@ def one_history(seed: int, clock: Clock) -> dict[str, int]:
             # overwrites still counts.
             keys = [f"{{{namespace}}}:r:{run}" for run in RUNS]
             answers.append([(answer, client.mget(keys)) for answer in
-                            history(random.Random(seed), store, clock, client)])
+                            history(random.Random(seed), store, clock, client,
+                                    with_sessions)])
         spaces.append(namespace)
     for i, (a, b) in enumerate(zip(*answers, strict=True)):
         assert a == b, (seed, i)
@@ -434,6 +498,21 @@ def test_the_fast_path_writes_what_the_general_code_writes(seeds: range,
     # general code proves nothing about that fast path: most histories must take each.
     for name, seeds_taken in took.items():
         assert len(seeds_taken) >= 5, (name, seeds_taken)
+
+
+
+def test_the_fast_path_writes_what_the_general_code_writes_under_sessions(
+        fake_clock: Clock) -> None:
+    """Histories with each owner's session (its claims, and finishes fused with its claims,
+    as a Worker on sessions sends them; sessions that lapse and are opened again): the fast
+    paths that take a session's runs write what the general code does."""
+    took: dict[str, list[int]] = {getattr(scripts, name).name: [] for name in FAST}
+    for seed in range(100, 110):
+        for name, count in one_history(seed, fake_clock, with_sessions=True).items():
+            if count:
+                took[name].append(seed)
+    for name in ("run_claim", "run_finish_claim"):
+        assert len(took[name]) >= 5, (name, took[name])
 
 
 def _fast_answers(client: Any, namespace: str) -> dict[str, int]:
