@@ -271,7 +271,7 @@ class _Core:
 
     def __init__(self, store: Any, owner: str, handler: Callable[[Any], Any], *, ttl: int,
                  concurrency: int, max_takeovers: int | None, poll: int,
-                 retry: Retry | None, sessions: bool = False) -> None:
+                 retry: Retry | None, sessions: bool = True) -> None:
         if not callable(handler):
             raise TypeError(f"handler must be callable, got {handler!r}")
         if type(concurrency) is not int or not 1 <= concurrency <= 1000:
@@ -633,8 +633,12 @@ class Worker(_Core):
 
     - It claims with :meth:`~redisstore.RedisRunStore.claim` (ready runs and expired
       leases, in due order; ``max_takeovers`` quarantines a poison run), one run per loop.
-    - A :class:`~redisstore.Keeper` of its own holds each lease for ``ttl`` ms (the only
-      TTL: the claims use it too). A lease the keeper loses sets ``job.lost``.
+    - Its runs are held under one :class:`~redisstore.Session` of its own, kept alive by a
+      :class:`~redisstore.Keeper` of its own (one keepalive a period, whatever the number
+      of runs; ``ttl``, the only TTL, is the session's); a run taken from the session, or
+      every run once it lapsed, sets ``job.lost``, and a lapsed session is replaced.
+      ``sessions=False`` (and a store of partitions) hold a lease per run, renewed by the
+      keeper.
     - Every write of a job is fenced by its grant (``Fenced(owner, job.token)``): after a
       takeover, nothing of it lands.
     - ``handler(job)`` returns bytes (written, the run freed: its new record's wait decides
@@ -651,7 +655,7 @@ class Worker(_Core):
 
     def __init__(self, store: Any, owner: str, handler: Callable[[Job], bytes | None], *,
                  ttl: int, concurrency: int = 1, max_takeovers: int | None = None,
-                 poll: int = POLL, retry: Retry | None = None, sessions: bool = False) -> None:
+                 poll: int = POLL, retry: Retry | None = None, sessions: bool = True) -> None:
         super().__init__(store, owner, handler, ttl=ttl, concurrency=concurrency,
                          max_takeovers=max_takeovers, poll=poll, retry=retry,
                          sessions=sessions)
@@ -781,7 +785,7 @@ class AsyncWorker(_Core):
                  handler: Callable[[AsyncJob], Awaitable[bytes | None]], *, ttl: int,
                  concurrency: int = 1, max_takeovers: int | None = None, poll: int = POLL,
                  grace: float = GRACE, retry: Retry | None = None,
-                 sessions: bool = False) -> None:
+                 sessions: bool = True) -> None:
         super().__init__(store, owner, handler, ttl=ttl, concurrency=concurrency,
                          max_takeovers=max_takeovers, poll=poll, retry=retry,
                          sessions=sessions)

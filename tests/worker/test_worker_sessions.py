@@ -1,7 +1,7 @@
-"""The Worker on sessions (``sessions=True``, docs/worker.md): its runs are held under one
-session of its own, kept alive by one keepalive a period whatever their number; a run taken
-from the session is lost to its handler; a session that lapsed is replaced; stop closes
-it. Without it (the default), a lease per run."""
+"""The Worker on sessions (the default, docs/worker.md): its runs are held under one session
+of its own, kept alive by one keepalive a period whatever their number; a run taken from
+the session is lost to its handler; a session that lapsed is replaced; stop closes it.
+With ``sessions=False``, a lease per run."""
 
 from __future__ import annotations
 
@@ -146,12 +146,12 @@ def test_a_worker_whose_session_lapsed_opens_another(monkeypatch: pytest.MonkeyP
     assert store.sessions() == []
 
 
-def test_by_default_each_run_keeps_a_lease_of_its_own() -> None:
+def test_without_sessions_each_run_keeps_a_lease_of_its_own() -> None:
     store = fake_store()
     store.insert("run", b"todo", Release())
     seen: list[Any] = []
     worker = Worker(store, "node-a", lambda job: seen.append(store.get(job.run)) or b"done",
-                    ttl=600, poll=50).start()
+                    ttl=600, poll=50, sessions=False).start()
     try:
         until(lambda: worker.stats["done"] == 1, "finished the run")
     finally:
