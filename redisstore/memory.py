@@ -278,7 +278,10 @@ class MemoryRunStore(_NothingToClose):
         (expired, to be taken over)."""
         limit = check_listing_limit(limit)
         with self._lock:
-            found = sorted(self._sessions.items(), key=lambda item: int(item[0]))[:limit]
+            now = self._clock()
+            # A lapsed session holding no run is gone (as the Redis scripts list them).
+            found = sorted(((sid, s) for sid, s in self._sessions.items()
+                            if s.runs or s.exp > now), key=lambda item: int(item[0]))[:limit]
             return [SessionInfo(sid, s.owner, s.exp, len(s.runs)) for sid, s in found]
 
     def _session_open(self, owner: str, ttl: int) -> str:
