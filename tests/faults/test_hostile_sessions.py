@@ -115,8 +115,10 @@ DAMAGES: dict[str, tuple[Callable[[redis.Redis, Keyspace], Any], bool]] = {
         lambda c, k: c.zadd(k.session_leases, {"999": 5}), True),
     "session-leases entry not an id": (
         lambda c, k: c.zadd(k.session_leases, {"abc": 5, "01": 6, huge(300): 7}), True),
-    "run's sid of no session": (lambda c, k: plant(c, k.run("r2"), sid="77", lo="2",
-                                                   texts=b"me"), True),
+    "held run's sid of no session": (lambda c, k: plant(c, k.run("r3"), sid="77"), True),
+    "held run's sid of session 1": (lambda c, k: plant(c, k.run("r3"), sid="1"), True),
+    "free run with a sid": (lambda c, k: plant(c, k.run("r2"), sid="77", lo="2",
+                                               texts=b"me"), True),
 }
 
 
@@ -239,6 +241,23 @@ def test_a_told_list_of_another_type_is_set_aside_by_the_write_that_tells(
     assert store.release("me", ["r0"]) == ["r0"]
     assert "session-told|1" in {f"{q.index}|{q.run}" for q in store.quarantined()}
     assert session.keepalive() == ["r0"]
+    store.close()
+
+
+def test_a_held_runs_sid_of_no_session_reads_expired(client: redis.Redis) -> None:
+    """A run whose header names a session that is not there, or another owner's, is held
+    by no live session: expired (never live), its renew refused; a free run with a sid is
+    Corrupt."""
+    store, keys, _ = namespace_with_a_session(client)
+    plant(client, keys.run("r3"), sid="77")
+    current = store.get("r3")
+    assert current.session == "77" and not current.holder.live
+    assert store.renew("other", ["r3"], LONG) == []
+    plant(client, keys.run("r3"), sid="1")  # "me"'s live session, not "other"'s
+    assert not store.get("r3").holder.live
+    plant(client, keys.run("r2"), sid="77", lo="2", texts=b"me")
+    with pytest.raises(Corrupt):
+        store.get("r2")
     store.close()
 
 
