@@ -123,12 +123,13 @@ function SESSION.sweep(cap)
       redis.call('ZREM', SESSION_LEASES, sid)
       return
     end
-    -- An id whose record is missing or damaged: a session lapsed at its entry's score, of
+    -- An id whose record is missing or damaged: a session lapsed at its entry's score (0
+    -- for one below, a fraction cut off: a record SESSION.of reads), of
     -- an owner no longer known ('?'), so that the runs it holds are handed out (below, and
     -- at the next claims) as any lapsed session's, never stranded expired and unindexed.
-    sn = {exp = at, ttl = 1, cur = '', owner = '?'}
+    sn = {exp = at >= 0 and math.floor(at) or 0, ttl = 1, cur = '', owner = '?'}
     SESSION.seen[sid] = sn
-    redis.call('HSET', SESSIONS, sid, int(at) .. ',1,,?')
+    redis.call('HSET', SESSIONS, sid, int(sn.exp) .. ',1,,?')
   end
   if sn.exp > now_ms() then  -- a score behind its record's (a lost keepalive's ZADD)
     redis.call('ZADD', SESSION_LEASES, int(sn.exp), sid)
