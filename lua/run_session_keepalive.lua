@@ -27,8 +27,12 @@ if type(n) ~= 'number' or not within(list, n * (MAX_TEXT + 16) + 1024, n) then
   later('HSET', QUARANTINE, 'session-told|' .. sid, 'damaged')
   later('DEL', list)
 elseif n > 0 then
-  told = redis.call('LRANGE', list, 0, MAX_RENEW - 1)
-  later('LTRIM', list, #told, -1)
+  local got = redis.call('LRANGE', list, 0, MAX_RENEW - 1)
+  later('LTRIM', list, #got, -1)
+  -- Only run ids are told (a server without MEMORY USAGE lets a planted big entry through).
+  for i = 1, #got do
+    if #got[i] <= MAX_TEXT then told[#told + 1] = got[i] end
+  end
 end
 sn.exp = now_ms() + sn.ttl
 SESSION.save(sid, sn)

@@ -2,7 +2,7 @@
 
 -- The type each write command needs of its key.
 local WRITE_TYPES = {ZADD = 'zset', ZREM = 'zset', SADD = 'set', SREM = 'set', HSET = 'hash',
-  HDEL = 'hash', HSETNX = 'hash', SETRANGE = 'string'}
+  HDEL = 'hash', HSETNX = 'hash', SETRANGE = 'string', RPUSH = 'list', LTRIM = 'list'}
 
 -- The field a commit answers CORRUPT with when a key its writes name is of another type:
 -- each index key is asked once, and only when the script writes it. Run keys and META were

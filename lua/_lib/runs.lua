@@ -14,10 +14,11 @@ local function load(run)
   if cached ~= nil then return cached end
   local s, bad = stored(run_key(run))
   if not s then return s, bad end
-  -- A session's run: its lease expires with the session (one that is gone: long ago).
+  -- A session's run: its lease expires with the session (one that is gone, or another
+  -- owner's, a header no grant writes: long ago).
   if s.sid then
     local sn = SESSION.of(int(s.sid))
-    s.exp = sn and sn.exp or 0
+    s.exp = sn and sn.owner == s.own and sn.exp or 0
   end
   -- Where the run's index entries are before this script (its state changes as it runs):
   -- its lease entry (poison runs have none), and whether the ready index may hold it.

@@ -72,7 +72,17 @@ function SESSION.leave(run, s, told)
   later('SREM', set, run)
   local sn = SESSION.of(sid)
   if sn and sn.exp > now_ms() then
-    if told then later('RPUSH', P .. SESSION_TOLD .. sid, run) end
+    if told then
+      -- A told list of another type is set aside (deleted, listed in the quarantine as
+      -- keepalive does) and a fresh one started: the run's write is not refused for it.
+      local list = P .. SESSION_TOLD .. sid
+      if not of_type(list, 'list') then
+        later('DEL', list)
+        later('HSET', QUARANTINE, 'session-told|' .. sid, 'type')
+        TYPES[list] = 'none'
+      end
+      later('RPUSH', list, run)
+    end
     return
   end
   SESSION.left[sid] = (SESSION.left[sid] or 0) + 1
@@ -104,12 +114,22 @@ end
 function SESSION.sweep(cap)
   local sid, at = SESSION.head()
   if not sid or at > now_ms() or not of_type(LEASES, 'zset') then return end
-  local sn = string.find(sid, '^[1-9]%d*$') and #sid <= 20 and SESSION.of(sid)
+  local id = string.find(sid, '^[1-9]%d*$') and #sid <= 20
+  local sn = id and SESSION.of(sid)
   if not sn then
-    redis.call('ZREM', SESSION_LEASES, sid)
     redis.call('HSET', QUARANTINE, 'session|' .. sid, 'damaged')
     DROPPED = DROPPED + 1
-    return
+    if not id or not of_type(SESSIONS, 'hash') then
+      redis.call('ZREM', SESSION_LEASES, sid)
+      return
+    end
+    -- An id whose record is missing or damaged: a session lapsed at its entry's score (0
+    -- for one below, a fraction cut off: a record SESSION.of reads), of
+    -- an owner no longer known ('?'), so that the runs it holds are handed out (below, and
+    -- at the next claims) as any lapsed session's, never stranded expired and unindexed.
+    sn = {exp = at >= 0 and math.floor(at) or 0, ttl = 1, cur = '', owner = '?'}
+    SESSION.seen[sid] = sn
+    redis.call('HSET', SESSIONS, sid, int(sn.exp) .. ',1,,?')
   end
   if sn.exp > now_ms() then  -- a score behind its record's (a lost keepalive's ZADD)
     redis.call('ZADD', SESSION_LEASES, int(sn.exp), sid)
@@ -130,9 +150,9 @@ function SESSION.sweep(cap)
   end
   if #add > 0 then redis.call('ZADD', LEASES, unpack(add)) end
   if step[1] == '0' and #runs == 0 and redis.call('SCARD', P .. SESSION_RUNS .. sid) == 0 then
-    -- Lapsed without runs: gone, as a lapsed session is once its last run left.
-    redis.call('ZREM', SESSION_LEASES, sid)
+    -- Lapsed holding no run: gone (its record, its entry, its told list).
     redis.call('HDEL', SESSIONS, sid)
+    redis.call('ZREM', SESSION_LEASES, sid)
     redis.call('DEL', P .. SESSION_TOLD .. sid)
   elseif step[1] == '0' then
     -- All in: out of the head (scored past every time), listed until its last run leaves.

@@ -526,9 +526,9 @@ class SessionOps:
     def session_claim(self, kind: str, session: str, owner: str, ttl: int, limit: int,
                       records: bool, max_takeovers: int | None
                       ) -> Operation[tuple[list[Any], int]]:
-        """A claim of ``kind`` (``any``, ``ready``, ``expired``) under ``session``."""
-        if limit == 0:
-            return [], -1
+        """A claim of ``kind`` (``any``, ``ready``, ``expired``) under ``session``. One of
+        limit 0 is sent too: it claims nothing, but a lapsed session refuses it
+        (``SessionLapsed``), as the contract and the memory reference say."""
         share = Share(limit, MAX_CLAIM_BYTES if records else 0)
         bound = None if kind == "ready" else max_takeovers
         script, keys = {
