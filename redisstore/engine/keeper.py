@@ -164,10 +164,14 @@ class Keeper:
         sid = check_session_id(getattr(session, "id", session))
         with self._cond:
             self._raise_if_stopped()
-            self._session, self._session_since = sid, since
-            self.lapsed.clear()
-            self._due = since + self.renew_every / 1000
+            self._using(sid, since)
             self._cond.notify()
+
+    def _using(self, sid: str, since: float) -> None:
+        """Keep session ``sid`` alive from now on, its bound from ``since`` (under the lock)."""
+        self._session, self._session_since = sid, since
+        self.lapsed.clear()
+        self._due = since + self.renew_every / 1000
 
     def add(self, run: str, *, since: float | None = None) -> None:
         """Keep ``run``'s lease. ``since``: ``time.monotonic()`` read just before sending
@@ -356,9 +360,7 @@ class Keeper:
                 since = time.monotonic()
                 sid = str(self._call("_session_open", self.owner, self.ttl))
                 with self._cond:
-                    self._session, self._session_since = sid, since
-                    self.lapsed.clear()
-                    self._due = since + self.renew_every / 1000
+                    self._using(sid, since)
                 future.set_result(sid)
                 return
             future.set_result(list(self._call("release", self.owner, names)))
@@ -429,18 +431,25 @@ class Keeper:
                 self._retry = {run: gen for run, gen in (*skipped.items(),
                                                          *unanswered.items())
                                if (e := self._held.get(run)) is not None and e.gen == gen}
-                if not failed:
-                    self._backoff, self._resent = RETRY, False
-                if not self._retry:
-                    self._retry_at = float("inf")
-                elif unknown and not self._resent:
-                    self._resent = True  # at once, once: it never revives a lease
-                    self._retry_at = now
-                else:
-                    self._retry_at = now + self._backoff
-                    self._backoff = min(self._backoff * 2, self.renew_every / 1000)
+                self._next_retry(now, failed, unknown)
         finally:
             self._report(lost)
+
+    def _next_retry(self, now: float, failed: bool, unknown: bool) -> None:
+        """After a round (under the lock), when the runs in ``_retry`` go again: the back-off
+        starts over after a round that did not fail; after a lost reply (``unknown``) the
+        first retry goes at once, once in a streak (a renewal never revives a lease); else
+        after the back-off, which doubles up to a period."""
+        if not failed:
+            self._backoff, self._resent = RETRY, False
+        if not self._retry:
+            self._retry_at = float("inf")
+        elif unknown and not self._resent:
+            self._resent = True
+            self._retry_at = now
+        else:
+            self._retry_at = now + self._backoff
+            self._backoff = min(self._backoff * 2, self.renew_every / 1000)
 
     def _keepalive_round(self, snapshot: list[tuple[str, int]]) -> None:
         """A session's round: one keepalive for every run. The runs it reports taken are
@@ -481,18 +490,9 @@ class Keeper:
             with self._cond:
                 now = time.monotonic()
                 self._due = started + self.renew_every / 1000
-                if not failed:
-                    self._backoff, self._resent = RETRY, False
-                    self._retry, self._retry_at = {}, float("inf")
-                else:
-                    # Tried again on its own (the run entries only mark the retry as due).
-                    self._retry = {run: gen for run, gen in snapshot} or {"": 0}
-                    if unknown and not self._resent:
-                        self._resent = True
-                        self._retry_at = now
-                    else:
-                        self._retry_at = now + self._backoff
-                        self._backoff = min(self._backoff * 2, self.renew_every / 1000)
+                # A failed keepalive goes again on its own (the entries only mark it due).
+                self._retry = ({run: gen for run, gen in snapshot} or {"": 0}) if failed else {}
+                self._next_retry(now, failed, unknown)
         finally:
             self._report(lost)
 
