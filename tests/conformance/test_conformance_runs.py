@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import fakeredis
 import pytest
 import redis
@@ -87,15 +89,30 @@ class TestValkey8RunStore(RedisSuite):
 @pytest.mark.server
 class TestSharedRedisRunStore(RedisSuite):
     @pytest.fixture(autouse=True)
-    def _backend(self, shared_redis: redis.Redis, namespaces: list[str]) -> None:
+    def _backend(self, shared_redis: redis.Redis, namespaces: list[str]) -> Iterator[None]:
         self.client = shared_redis
         self.namespaces = namespaces
+        self.stores: list[RedisRunStore] = []
+        yield
+        # Before the namespaces are dropped: a store's waker relays a due time it was told
+        # of to the server as a token when no claim of its own waits for it, which would
+        # leave a wake key behind in a dropped namespace of someone else's server.
+        for store in self.stores:
+            store.close()
 
     def make_store(self, *, discover: Discover | None = None) -> RunStore:
         store = super().make_store(discover=discover)
         assert isinstance(store, RedisRunStore)
         self.namespaces.append(store.namespace)
+        self.stores.append(store)
         return store
+
+    def reopen(self, store: RunStore, *, discover: Discover | None,
+               projection_version: int) -> RunStore:
+        again = super().reopen(store, discover=discover, projection_version=projection_version)
+        assert isinstance(again, RedisRunStore)
+        self.stores.append(again)
+        return again
 
 
 @pytest.mark.server
