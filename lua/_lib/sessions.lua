@@ -12,8 +12,10 @@
 -- text, -> {exp, ttl, cur, owner}, or false: absent or damaged, not live); join and exp,
 -- the session a grant of this script takes its runs under (a session's claim, an InSession
 -- write) and its expiry (false: none); left, how many runs this script took out of each
--- session's set (read before the queued writes run).
-local SESSION = {seen = {}, join = false, exp = false, left = {}}
+-- session's set; size, each such set's SCARD, read once before the first of them (before
+-- any of this script's writes to it ran: a fused script commits its first part's before
+-- its claim, so a count read again then would meet runs left counts twice).
+local SESSION = {seen = {}, join = false, exp = false, left = {}, size = {}}
 
 -- The session sid (decimal text) as stored, or false. Its record is sized before it is read,
 -- and each field checked: a damaged one reads as absent (a lapsed session: its runs
@@ -86,7 +88,11 @@ function SESSION.leave(run, s, told)
     return
   end
   SESSION.left[sid] = (SESSION.left[sid] or 0) + 1
-  local n = redis.pcall('SCARD', set)
+  local n = SESSION.size[sid]
+  if n == nil then
+    n = redis.pcall('SCARD', set)
+    SESSION.size[sid] = n
+  end
   if type(n) == 'number' and n <= SESSION.left[sid] then
     later('HDEL', SESSIONS, sid)
     later('ZREM', SESSION_LEASES, sid)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterator
 
 import fakeredis
@@ -12,9 +13,11 @@ from faultproxy import FaultProxy
 from servers import Server, free_port, unique_namespace, warm
 
 from redisstore import (
+    At,
     Changed,
     Claim,
     Conflict,
+    Fenced,
     Held,
     Hold,
     NotFound,
@@ -22,6 +25,7 @@ from redisstore import (
     Release,
     Unavailable,
     confirm_write,
+    drop_namespace,
 )
 from redisstore.core import scripts
 from redisstore.core.keys import Keyspace
@@ -207,3 +211,35 @@ def test_lost_reply_of_claims_leaves_them_held_until_ttl(proxy: FaultProxy, redi
     assert {direct.get(f"run-{i}").holder for i in range(3)} == {Held("me", True)}
     time.sleep(0.25)
     assert sorted(direct.claim_expired("other", LONG, 10)) == ["run-0", "run-1", "run-2"]
+
+
+def test_a_lapsed_session_is_listed_while_a_fused_finish_and_claim_leave_it_a_run(
+        client: redis.Redis) -> None:
+    """A finish fenced by a lapsed session's grant, then a claim that takes another of its
+    runs, in one script (run_finish_claim): the finish's part is written before the claim
+    runs, and the session's count of runs must not count it twice. Its third run still
+    holds it: the session stays listed (and its record, and the sweep's entry) until that
+    run leaves too."""
+    namespace = unique_namespace()
+    store = RedisRunStore(client, namespace=namespace,
+                          discover=lambda record: At(0) if record == b"todo" else None)
+    for run in ("a", "b", "c"):
+        store.insert(run, b"todo", Release())
+    session = store.open_session("node-a", 200)
+    assert sorted(session.claim_ready(3)) == ["a", "b", "c"]
+    while store.get("a").holder != Held("node-a", False):
+        time.sleep(0.02)
+    first = store.get("a")
+    assert first.token is not None
+    with store.pipeline() as pipe:
+        finished = pipe.finish("a", first.revision, Fenced("node-a", first.token),
+                               record=b"done")
+        claimed = pipe.claim("node-b", 60_000)
+    finished.result()
+    (taken,) = claimed.result()
+    left = ({"b", "c"} - {taken}).pop()
+    assert store.get(left).holder == Held("node-a", False)
+    assert [(s.id, s.runs) for s in store.sessions()] == [(session.id, 1)]
+    assert store.claim_expired("node-c", 60_000, 5) == [left]
+    assert store.sessions() == []  # its last run left: gone
+    drop_namespace(client, namespace)
