@@ -76,6 +76,7 @@ printed, and with ``--json`` as JSON too::
     .venv/bin/python benchmarks/bench_stall.py                  # Redis 7, 300k runs
     .venv/bin/python benchmarks/bench_stall.py --valkey --repeats 3
     .venv/bin/python benchmarks/bench_stall.py --quick          # 30k runs: a smoke run
+    .venv/bin/python benchmarks/bench_stall.py --sessions-only  # sessions of 100k runs
 
 The caps are read from ``lua/_lib/``, so the script follows them when they change; where
 the Python side's cap is lower than the script's, the calls are still built by ``RunOps``
@@ -104,7 +105,18 @@ from typing import Any
 import redis
 from common import ROOT, own_server, server_binary
 
-from redisstore import At, Changed, Claim, Corrupt, Failure, Fenced, Release, StoreError, runs
+from redisstore import (
+    At,
+    Changed,
+    Claim,
+    Corrupt,
+    Failure,
+    Fenced,
+    InSession,
+    Release,
+    StoreError,
+    runs,
+)
 from redisstore.core import runops, scripts
 from redisstore.core.driver import Call, Operation, Settled
 from redisstore.core.keys import Keyspace
@@ -531,6 +543,7 @@ class Plan:
     fanout: bool = True
     big: bool = True  # 1 MiB and MAX_RECORD records
     migrate_runs: int = 0  # runs of each old namespace migrated (0: enough for the repeats)
+    session_runs: int = 100_000  # runs of each big session (0: no session scenarios)
 
 
 def old_layouts() -> ModuleType:
@@ -670,6 +683,8 @@ def suite(bench: Bench, db: int, plan: Plan) -> None:
     if plan.fanout:
         fanout(bench, c, ready_ns, plain, ready, plan)
     partitioned(bench, c, ready_ns, expired_ns)
+    if plan.session_runs:
+        sessions(bench, c, plan.session_runs)
     # the small scripts
     quarantine = RunOps(ready_ns, None, 0)
     bench.measure("quarantined() page", "run_quarantined", LAYOUT, 200, c,
@@ -794,6 +809,101 @@ def leases(bench: Bench, c: redis.Redis, expired_ns: str, expired: RunOps) -> No
 
     bench.measure(f"release of {RENEW} leases", "run_release", L, RENEW, c,
                   lambda i: expired.release("rel", mine[i * RENEW:(i + 1) * RENEW]), released)
+
+
+def sessions(bench: Bench, c: redis.Redis, n_runs: int) -> None:
+    """A session's scripts beside sessions of ``n_runs`` runs (docs/design/sessions.md,
+    "Budgets": a session of 100k runs expiring, closing or being taken over never stalls
+    the server past 10 ms): open; keepalive of a live session of n_runs runs, alone and
+    with MAX_RENEW runs told (the most one keepalive reads); a sessions() page of
+    MAX_RENEW sessions, the big one among them; the claims that sweep a lapsed session of
+    n_runs runs into the leases index (an SSCAN step of limit + MAX_VISIT of them, then
+    the claim of MAX_CLAIM: claim_expired, claim, and claim_expired under a live session
+    of the taker's, as a Worker on sessions takes them over); a close step (MAX_RENEW runs
+    released) of the live session and of the lapsed one. The lapsed session was filled
+    live: its record's expiry and its session-leases score are then set a second in the
+    past (it lapses as if its node died a second ago; a fill of 100k runs outlasts any
+    short ttl)."""
+    L = LAYOUT
+    ns = "stall-sessions"
+    ops = RunOps(ns, None, 0)
+    keys = ops.keys
+    n = f"{n_runs:,}"
+
+    def opened(i: int, result: Any, reply: Any) -> int:
+        expect(str(result).isdigit(), f"opened {result!r}")
+        return 1
+
+    bench.measure("open a session", "run_session_open", L, 1, c,
+                  lambda i: ops.session_open("node", LONG), opened)
+    live, _ = bench.drive(c, ops.session_open("node", LONG))
+    dead, _ = bench.drive(c, ops.session_open("dead", LONG))
+    bench.log(f"sessions: filling two sessions of {n} runs")
+    started = time.monotonic()
+    bench.fill(c, run_ids("live", n_runs),
+               lambda run: ops.insert(run, RECORD, InSession("node", live)))
+    bench.fill(c, run_ids("dead", n_runs),
+               lambda run: ops.insert(run, RECORD, InSession("dead", dead)))
+    bench.log(f"  filled in {time.monotonic() - started:.1f} s")
+    expect(c.scard(keys.session_runs(live)) == n_runs, "the live session holds its runs")
+
+    def kept(i: int, result: Any, reply: Any) -> int:
+        return len(result)
+
+    bench.measure(f"keepalive of a session of {n} runs", "run_session_keepalive", L, 0, c,
+                  lambda i: ops.session_keepalive(live, "node"), kept)
+
+    def told(i: int) -> None:
+        c.rpush(keys.session_told(live), *run_ids("told", RENEW))
+
+    def all_told(i: int, result: Any, reply: Any) -> int:
+        expect(len(result) == RENEW, f"told {len(result)} runs, not {RENEW}")
+        return RENEW
+
+    bench.measure(f"keepalive of a session of {n} runs, {RENEW} runs told",
+                  "run_session_keepalive", L, RENEW, c,
+                  lambda i: ops.session_keepalive(live, "node"), all_told, before=told)
+    # A page of MAX_RENEW sessions: the two big ones (the lapsed one not yet) and more.
+    for _ in range(RENEW):
+        bench.drive(c, ops.session_open("other", LONG))
+
+    def paged(i: int, result: Any, reply: Any) -> int:
+        found, read = result
+        expect(read == RENEW and any(s.runs == n_runs for s in found),
+               f"read {read} sessions, the big one among them")
+        return read
+
+    bench.measure(f"sessions() page of {RENEW}, one of {n} runs", "run_sessions", L, RENEW,
+                  c, lambda i: ops.sessions_page(0, RENEW), paged)
+
+    # The dead node's session lapses a second ago.
+    past = int(c.time()[0]) * 1000 - 1000
+    c.hset(keys.sessions, dead, f"{past},{LONG},,dead")
+    c.zadd(keys.session_leases, {dead: past})
+    taker, _ = bench.drive(c, ops.session_open("taker", LONG))
+    swept = f"sweeping a lapsed session of {n} runs"
+    bench.measure(f"claim_expired({CLAIM}) {swept}", "run_claim_expired", L, CLAIM + VISIT,
+                  c, lambda i: ops.claim_expired("me", LONG, CLAIM), claimed(CLAIM))
+    bench.measure(f"claim({CLAIM}) {swept}", "run_claim", L, CLAIM + VISIT, c,
+                  lambda i: ops.claim("me", LONG, CLAIM), claimed(CLAIM))
+    bench.measure(f"session claim_expired({CLAIM}) {swept}", "run_claim_expired", L,
+                  CLAIM + VISIT, c,
+                  lambda i: ops.session_claim("expired", taker, "taker", LONG, CLAIM, False,
+                                              None), claimed(CLAIM))
+    expect(c.zscore(keys.session_leases, dead) not in (None, float("inf")),
+           "the lapsed session's sweep is not done yet (every claim above swept a step)")
+
+    def closed(i: int, result: Any, reply: Any) -> int:
+        released, done = result
+        expect(released == RENEW and not done, f"released {released}, done {done}")
+        return RENEW
+
+    bench.measure(f"close step ({RENEW} runs) of a live session of {n} runs",
+                  "run_session_close", L, RENEW, c,
+                  lambda i: ops.session_close(live, "node", RENEW), closed)
+    bench.measure(f"close step ({RENEW} runs) of a lapsed session of {n} runs",
+                  "run_session_close", L, RENEW, c,
+                  lambda i: ops.session_close(dead, "dead", RENEW), closed)
 
 
 def take(bench: Bench, c: redis.Redis, ops: RunOps, owner: str, n: int,
@@ -1514,11 +1624,16 @@ def main(argv: list[str] | None = None) -> None:
                         help="ready runs, and expired leases (default 300,000)")
     parser.add_argument("--waiters", type=int, default=10_000)
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--quick", action="store_true", help="30,000 runs, 3 repeats")
+    parser.add_argument("--session-runs", type=int, default=100_000,
+                        help="runs of each big session (default 100,000; 0: none)")
+    parser.add_argument("--quick", action="store_true",
+                        help="30,000 runs, sessions of 10,000, 3 repeats")
+    parser.add_argument("--sessions-only", action="store_true",
+                        help="only the session scenarios (sessions of --session-runs runs)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     if args.quick:
-        args.runs, args.repeats = 30_000, 3
+        args.runs, args.repeats, args.session_runs = 30_000, 3, 10_000
     if args.redis62:
         sys.path.insert(0, str(ROOT / "tests"))
         from servers import redis62_binary
@@ -1528,7 +1643,7 @@ def main(argv: list[str] | None = None) -> None:
     else:
         binary, kind = (server_binary(True), "valkey") if args.valkey else (redis_server(),
                                                                           "redis")
-    plan = Plan(runs=args.runs, waiters=args.waiters)
+    plan = Plan(runs=args.runs, waiters=args.waiters, session_runs=args.session_runs)
     with own_server(binary, args=server_args(kind)) as port:
         bench = Bench(port, args.repeats)
         prober = Prober(port)
@@ -1537,9 +1652,12 @@ def main(argv: list[str] | None = None) -> None:
             env = environment(bench)
             print(f"{env['server']} on 127.0.0.1:{port}, load average "
                   f"{' '.join(f'{x:.2f}' for x in env['load_average'])} on {env['cpus']} CPUs")
-            suite(bench, 0, plan)
-            migration(bench, 1, plan)
-            planted(bench, bench.client(1 + MIGRATE_DBS))
+            if args.sessions_only:
+                sessions(bench, bench.client(0), plan.session_runs)
+            else:
+                suite(bench, 0, plan)
+                migration(bench, 1, plan)
+                planted(bench, bench.client(1 + MIGRATE_DBS))
         finally:
             prober.stop()
         busy = busy_replies(bench.admin)

@@ -6,11 +6,25 @@ With ``sessions=False``, a lease per run."""
 from __future__ import annotations
 
 import asyncio
+import os
+import queue
+import subprocess
+import sys
 import threading
+import time
 from typing import Any
 
 import pytest
-from test_worker_promises import PATIENCE, fake_astore, fake_store, ready, run_async, until
+from servers import Server, unique_namespace
+from test_worker_promises import (
+    PATIENCE,
+    ROOT,
+    fake_astore,
+    fake_store,
+    ready,
+    run_async,
+    until,
+)
 
 from redisstore import (
     AsyncJob,
@@ -24,6 +38,7 @@ from redisstore import (
     Seize,
     Unavailable,
     Worker,
+    drop_namespace,
 )
 
 
@@ -185,3 +200,109 @@ def test_an_async_worker_holds_its_runs_under_one_session() -> None:
         assert await store.sessions() == []
 
     run_async(main)
+
+
+# ---------------------------------------------------------------- a dead node's session
+
+# A node holding its runs under one session, in a process of its own: it takes every ready
+# run under the session, says so, then keeps the session alive (ttl / 3) until it is killed.
+SESSION_HOLDER = r"""
+import sys, time
+import redis
+from redisstore import At, RedisRunStore
+
+port, namespace, n, ttl = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+store = RedisRunStore(redis.Redis(host="127.0.0.1", port=port), namespace=namespace,
+                      discover=lambda record: None if record.startswith(b"done") else At(0))
+session = store.open_session("dead-node", ttl)
+held = []
+while len(held) < n:
+    got = session.claim_ready(100)
+    assert got, len(held)
+    held += got
+print("held", session.id, flush=True)
+while True:
+    time.sleep(ttl / 3000)
+    session.keepalive()
+"""
+
+
+@pytest.mark.server
+@pytest.mark.serial
+@pytest.mark.slow
+def test_a_killed_nodes_session_runs_are_taken_over_and_finished_once(
+        redis7: Server) -> None:
+    """A dead node's takeover (docs/design/sessions.md, "Budgets"), at 300 runs
+    (benchmarks/bench_takeover.py measures 10k): a node holding every run under one session
+    is SIGKILLed while three Workers on sessions run.
+    The session expires at most TTL after the kill; from TTL + 100 ms on (the server's
+    clock) no run reads live for the dead node: every one is claimable, taken or done; the
+    Workers finish each run exactly once, and the dead session is gone once its last run
+    left it. No bound on how fast they drain (the benchmark's figure)."""
+    n, ttl, margin = 300, 1_000, 100
+    client = redis7.client()
+    namespace = unique_namespace()
+    store = RedisRunStore(client, namespace=namespace, discover=ready)
+    runs = [f"run-{i:03d}" for i in range(n)]
+    with store.pipeline() as pipe:
+        for run in runs:
+            pipe.insert(run, b"todo", Release())
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    holder = subprocess.Popen(
+        [sys.executable, "-c", SESSION_HOLDER, str(redis7.port), namespace, str(n), str(ttl)],
+        stdout=subprocess.PIPE, env=env)
+    assert holder.stdout is not None
+    lines: queue.Queue[str] = queue.Queue()
+    out = holder.stdout
+    threading.Thread(target=lambda: [lines.put(line.decode().strip()) for line in out],
+                     daemon=True).start()
+    handed: list[str] = []
+    workers: list[Worker] = []
+    try:
+        held = lines.get(timeout=30)
+        assert held.startswith("held "), held
+        dead = held.split()[1]
+
+        def handler_of(owner: str) -> Any:
+            def handler(job: Job) -> bytes:
+                handed.append(job.run)
+                return f"done-by-{owner}".encode()
+            return handler
+
+        for k in range(3):
+            workers.append(Worker(RedisRunStore(redis7.client(), namespace=namespace,
+                                                discover=ready),
+                                  f"node-{k}", handler_of(f"node-{k}"), ttl=ttl, poll=100,
+                                  sessions=True).start())
+        time.sleep(0.2)
+        assert handed == [], "a Worker took a run of the live session"
+        holder.kill()  # SIGKILL: no close, no last keepalive
+        holder.wait(10)
+        killed = store.now()
+        (info,) = [s for s in store.sessions() if s.id == dead]
+        assert info.owner == "dead-node" and info.expires <= killed + ttl
+        while store.now() < killed + ttl + margin:
+            time.sleep(0.005)
+        for start in range(0, n, 150):
+            for run, current in store.get_many(runs[start:start + 150]).items():
+                assert current.holder != Held("dead-node", True), (
+                    f"{run} still live for the dead node {ttl + margin} ms after the kill")
+        until(lambda: sum(w.stats["done"] for w in workers) >= n, "finished every run",
+              patience=120)
+    finally:
+        holder.kill()
+        holder.wait(10)
+        for worker in workers:
+            worker.stop()
+    try:
+        assert sorted(handed) == runs, "a run handed to two handlers, or to none"
+        assert sum(w.stats["done"] for w in workers) == n
+        assert not any(w.stats[k] for w in workers for k in ("failed", "lost", "unknown"))
+        for start in range(0, n, 150):
+            got = store.get_many(runs[start:start + 150])
+            assert len(got) == len(runs[start:start + 150])
+            assert all(c.record.startswith(b"done-by-node-") for c in got.values())
+        assert store.sessions() == []  # the dead one went with its last run
+    finally:
+        drop_namespace(client, namespace)
