@@ -20,7 +20,7 @@ lease per run (``Claim``). Then:
 The target: a keepalive's instructions at 100k runs within 5% of those at 1k. Nothing is
 asserted; the figures are printed side by side (``--json`` too)::
 
-    .venv/bin/python benchmarks/bench_sessions.py                    # ~6 min, needs valgrind
+    .venv/bin/python benchmarks/bench_sessions.py                    # ~2.5 min, needs valgrind
     .venv/bin/python benchmarks/bench_sessions.py --sizes 1000,10000 --ins-rounds 1
     .venv/bin/python benchmarks/bench_sessions.py --no-instructions  # µs only
 """

@@ -558,15 +558,16 @@ def old_layouts() -> ModuleType:
 def corrupt_value(bench: Bench, client: redis.Redis) -> bytes:
     """A layout 5 run as the scripts wrote it, held by an owner of MAX_TEXT bytes (so its
     header is past TAIL: a claim reads it with a call of its own), then damaged in the last
-    field its reader checks (``sid``, reserved: never written), so that it is read and
-    checked whole before it is found corrupt."""
+    field its reader checks (``sid``, a session's id: not a number here; an id, even of no
+    session, is a run held under a lapsed session now), so that it is read and checked
+    whole before it is found corrupt."""
     template = RunOps("stall-template", lambda record: At(0), 0)
     key = Keyspace("stall-template").run("t")
     if not client.exists(key):
         bench.drive(client, template.insert("t", RECORD, Claim("o" * TEXT, LONG)))
     value = client.get(key)
     assert value is not None
-    return bytes(old_layouts().with_field5(value, "sid", b"1"))
+    return bytes(old_layouts().with_field5(value, "sid", b"x"))
 
 
 def damage(bench: Bench, client: redis.Redis, namespace: str, index: str, n: int,

@@ -37,11 +37,20 @@ Nothing is asserted (tests/worker/test_worker_sessions.py holds the contract's b
 
     .venv/bin/python benchmarks/bench_takeover.py              # ~2 min
     .venv/bin/python benchmarks/bench_takeover.py --runs 2000 --rounds 1 --drain-rounds 1
+    .venv/bin/python benchmarks/bench_takeover.py --instructions 2000   # + callgrind
+    .venv/bin/python benchmarks/bench_takeover.py --cluster    # 3 primaries, no bare drains
+
+``--instructions N`` adds callgrind instructions per run of each bare drain (as
+bench_instructions.py counts them), over N runs prepared under valgrind (the session's
+lapse planted: its record's expiry set a second in the past). ``--cluster`` runs the
+takeover on a local cluster of three primaries (``bench_partitions.py``'s), the store of
+one partition on one of them, every process a ``RedisCluster`` client.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import queue
@@ -57,6 +66,7 @@ from typing import Any
 
 import redis
 from common import ROOT, own_server, server_binary
+from redis.cluster import RedisCluster
 
 from redisstore import At, Claim, Held, RedisRunStore, Release
 from redisstore.core.keys import Keyspace
@@ -67,13 +77,15 @@ WORKERS = 3
 
 HOLDER = r"""
 import sys, time
-import redis
+import redis, redis.cluster
 from redisstore import At, RedisRunStore
 from redisstore.runs import MAX_RENEW
 
-port, namespace, n, ttl, mode = (int(sys.argv[1]), sys.argv[2], int(sys.argv[3]),
-                                 int(sys.argv[4]), sys.argv[5])
-store = RedisRunStore(redis.Redis(host="127.0.0.1", port=port), namespace=namespace,
+port, namespace, n, ttl, mode, cluster = (int(sys.argv[1]), sys.argv[2], int(sys.argv[3]),
+                                          int(sys.argv[4]), sys.argv[5], sys.argv[6] == "1")
+client = (redis.cluster.RedisCluster(host="127.0.0.1", port=port) if cluster
+          else redis.Redis(host="127.0.0.1", port=port))
+store = RedisRunStore(client, namespace=namespace,
                       discover=lambda record: None if record.startswith(b"done") else At(0))
 held = []
 if mode == "session":
@@ -82,6 +94,7 @@ if mode == "session":
         got = session.claim_ready(100)
         assert got, len(held)
         held += got
+    session.keepalive()  # the first runs' time from now (taking 10k can take seconds)
     print("held", session.id, flush=True)
     while True:
         time.sleep(ttl / 3000)
@@ -91,6 +104,8 @@ else:
         got = store.claim_ready("dead-node", ttl, 100)
         assert got, len(held)
         held += got
+    for i in range(0, len(held), MAX_RENEW):  # the first runs' leases from now
+        store.renew("dead-node", held[i:i + MAX_RENEW], ttl)
     print("held -", flush=True)
     while True:
         time.sleep(ttl / 3000)
@@ -100,13 +115,15 @@ else:
 
 WORKER = r"""
 import json, sys, threading, time
-import redis
+import redis, redis.cluster
 from redisstore import At, RedisRunStore, Worker
 
-port, namespace, name, ttl, sessions, concurrency, out = (
+port, namespace, name, ttl, sessions, concurrency, out, cluster = (
     int(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5] == "1",
-    int(sys.argv[6]), sys.argv[7])
-store = RedisRunStore(redis.Redis(host="127.0.0.1", port=port), namespace=namespace,
+    int(sys.argv[6]), sys.argv[7], sys.argv[8] == "1")
+client = (redis.cluster.RedisCluster(host="127.0.0.1", port=port) if cluster
+          else redis.Redis(host="127.0.0.1", port=port))
+store = RedisRunStore(client, namespace=namespace,
                       discover=lambda record: None if record.startswith(b"done") else At(0))
 taken = []
 result = ("done-by-" + name).encode()
@@ -132,6 +149,13 @@ with open(out, "w") as f:
     json.dump({"stats": dict(worker.stats), "taken": taken}, f)
 print("stopped", flush=True)
 """
+
+
+def connect(port: int, cluster: bool) -> Any:
+    """A client of the server (or of the cluster, through one of its primaries)."""
+    if cluster:
+        return RedisCluster(host="127.0.0.1", port=port)
+    return redis.Redis(port=port)
 
 
 def ready(record: bytes) -> At | None:
@@ -181,9 +205,9 @@ class SweepWatch(threading.Thread):
     """Reads the dead session's score in session-leases every 2 ms: the wall time it was
     first ``inf`` (all its runs in the leases index) or gone."""
 
-    def __init__(self, port: int, namespace: str, sid: str) -> None:
+    def __init__(self, port: int, namespace: str, sid: str, cluster: bool) -> None:
         super().__init__(daemon=True)
-        self.client = redis.Redis(port=port)
+        self.client = connect(port, cluster)
         self.key = Keyspace(namespace).session_leases
         self.sid = sid
         self.done: float | None = None
@@ -204,16 +228,16 @@ class SweepWatch(threading.Thread):
 
 
 def takeover(port: int, mode: str, n: int, ttl: int, concurrency: int, folder: Path,
-             round_no: int) -> dict[str, Any]:
+             round_no: int, cluster: bool = False) -> dict[str, Any]:
     """One kill and drain: the figures of it (ms from the kill, µs a run)."""
     namespace = f"takeover-{mode}-{round_no}"
-    client = redis.Redis(port=port)
+    client = connect(port, cluster)
     store = RedisRunStore(client, namespace=namespace, discover=ready)
     for start in range(0, n, 500):
         with store.pipeline() as pipe:
             for i in range(start, min(n, start + 500)):
                 pipe.insert(f"run-{i:032d}", b"todo", Release())
-    holder = Child(HOLDER, port, namespace, n, ttl, mode)
+    holder = Child(HOLDER, port, namespace, n, ttl, mode, int(cluster))
     workers: list[Child] = []
     try:
         held = holder.line()
@@ -221,11 +245,11 @@ def takeover(port: int, mode: str, n: int, ttl: int, concurrency: int, folder: P
         sid = held.split()[1]
         outs = [folder / f"{namespace}-w{k}.json" for k in range(WORKERS)]
         workers = [Child(WORKER, port, namespace, f"w{k}", ttl, int(mode == "session"),
-                         concurrency, outs[k]) for k in range(WORKERS)]
+                         concurrency, outs[k], int(cluster)) for k in range(WORKERS)]
         for w in workers:
             assert w.line() == "started"
         time.sleep(0.3)
-        watch = SweepWatch(port, namespace, sid) if mode == "session" else None
+        watch = SweepWatch(port, namespace, sid, cluster) if mode == "session" else None
         if mode == "session":
             (info,) = [s for s in store.sessions() if s.id == sid]
             assert info.runs == n, info
@@ -298,7 +322,7 @@ def evalsha(client: redis.Redis) -> int:
 
 
 #: The bare drains: what the dead node held, and who claims.
-KINDS = ("session", "session-claim", "leases-general", "leases")
+KINDS = ("session", "session-claim", "leases-beside", "leases")
 
 
 def drain_prepare(client: redis.Redis, kind: str, n: int, namespace: str,
@@ -307,13 +331,13 @@ def drain_prepare(client: redis.Redis, kind: str, n: int, namespace: str,
     that lapsed (opened live for ``lapse`` s, filled, then waited out; ``lapse`` None: its
     record's expiry and score set a second in the past, as if its node died then, for a
     fill under valgrind that outlasts any short ttl); ``leases``: leases inserted with
-    Claim(dead, 1); ``leases-general``: the same in a namespace that also holds a live
-    session (so the claims take the general code, as beside any session). The store, and
+    Claim(dead, 1); ``leases-beside``: the same in a namespace that also holds a live
+    session (whose expiry a claim reads, as beside any Worker on sessions). The store, and
     for ``session-claim`` the live session the runs are claimed under (else None)."""
     store = RedisRunStore(client, namespace=namespace, discover=None, timeout=600_000)
     ids = [f"run-{i:032d}" for i in range(n)]
     if kind.startswith("leases"):
-        if kind == "leases-general":
+        if kind == "leases-beside":
             store.open_session("bystander", LONG)
         for start in range(0, n, 500):
             with store.pipeline() as pipe:
@@ -402,24 +426,35 @@ def main() -> None:
     parser.add_argument("--instructions", type=int, default=0, metavar="N",
                         help="also callgrind instructions per run of the bare drains of N "
                              "runs (needs valgrind; 0: none, the default)")
+    parser.add_argument("--cluster", action="store_true",
+                        help="the takeover on a local cluster of three primaries (the store "
+                             "of one partition on one of them); no bare drains")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     modes = [m for m in args.modes.split(",") if m]
     figures: dict[str, Any] = {"runs": args.runs, "ttl": args.ttl, "takeover": {},
-                               "drain": {}, "load": [os.getloadavg()]}
-    with own_server(server_binary()) as port, \
-            tempfile.TemporaryDirectory(prefix="redisstore-takeover-") as folder:
+                               "drain": {}, "load": [os.getloadavg()],
+                               "cluster": args.cluster}
+    with contextlib.ExitStack() as stack:
+        folder = stack.enter_context(tempfile.TemporaryDirectory(prefix="redisstore-takeover-"))
+        if args.cluster:
+            from bench_partitions import start_cluster
+            port = start_cluster(stack)[0]
+            args.drain_rounds, args.instructions = 0, 0
+        else:
+            port = stack.enter_context(own_server(server_binary()))
         takes: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
         for r in range(args.rounds):
             for mode in (modes if r % 2 == 0 else modes[::-1]):
                 got = takeover(port, mode, args.runs, args.ttl, args.concurrency,
-                               Path(folder), r)
+                               Path(folder), r, args.cluster)
                 takes[mode].append(got)
                 if not args.json:
                     print(f"{mode:8} round {r + 1}: " + ", ".join(
                         f"{k} {v:,.1f}" if isinstance(v, float) else f"{k} {v}"
                         for k, v in got.items() if k != "stats"), flush=True)
-                redis.Redis(port=port).flushall()
+                if not args.cluster:
+                    redis.Redis(port=port).flushall()
         figures["takeover"] = takes
         drains: dict[str, dict[str, Any]] = {k: {"server": [], "wall": []} for k in KINDS}
         for r in range(args.drain_rounds):
@@ -445,8 +480,9 @@ def main() -> None:
 
 def tables(figures: dict[str, Any]) -> str:
     n, ttl = figures["runs"], figures["ttl"]
-    lines = [f"Takeover of {n:,} runs, TTL {ttl} ms, {WORKERS} Workers; ms from the SIGKILL, "
-             "median (spread) over the rounds:", "",
+    where = "a 3-primary cluster" if figures.get("cluster") else "one server"
+    lines = [f"Takeover of {n:,} runs on {where}, TTL {ttl} ms, {WORKERS} Workers; ms from "
+             "the SIGKILL, median (spread) over the rounds:", "",
              "| dead node held them | expired | all claimable | first takeover | last "
              "takeover | drain µs/run | exactly once |",
              "| --- | ---: | ---: | ---: | ---: | ---: | --- |"]
@@ -472,7 +508,7 @@ def tables(figures: dict[str, Any]) -> str:
     base_ins = drains.get("leases", {}).get("instructions")
     names = {"session": "of a lapsed session, a plain owner's claim",
              "session-claim": "of a lapsed session, claimed under a live session",
-             "leases-general": "per-run leases, expired, beside a live session",
+             "leases-beside": "per-run leases, expired, beside a live session",
              "leases": "per-run leases, expired (no session in the namespace)"}
     for kind, d in drains.items():
         if not d["server"]:

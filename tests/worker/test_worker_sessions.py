@@ -220,6 +220,7 @@ while len(held) < n:
     got = session.claim_ready(100)
     assert got, len(held)
     held += got
+session.keepalive()
 print("held", session.id, flush=True)
 while True:
     time.sleep(ttl / 3000)
