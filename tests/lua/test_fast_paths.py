@@ -22,7 +22,7 @@ from typing import Any
 import fakeredis
 import pytest
 import redis
-from servers import unique_namespace
+from servers import SUITE_TIMEOUT, unique_namespace
 
 from redisstore import (
     At,
@@ -463,7 +463,10 @@ def one_history(seed: int, clock: Clock, with_sessions: bool = False) -> dict[st
     answers, spaces = [], []
     for table in (shipped, general):
         namespace = unique_namespace()
-        store = RedisRunStore(client, namespace=namespace, discover=discover)
+        # A long deadline: each history's first calls load its variants' big scripts into
+        # fakeredis (a compile each), which took over the default 5 s under a loaded CI.
+        store = RedisRunStore(client, namespace=namespace, discover=discover,
+                              timeout=SUITE_TIMEOUT)
         with scripts_as(table):
             clock.ms = START
             # Each answer with every run's bytes after it: a difference the history later
@@ -530,7 +533,8 @@ def test_the_common_claims_take_the_fast_path(over: str, fake_clock: Clock) -> N
     with no ready index went to the general code every time.)"""
     client = fakeredis.FakeRedis()
     namespace = unique_namespace()
-    store = RedisRunStore(client, namespace=namespace, discover=discover)
+    store = RedisRunStore(client, namespace=namespace, discover=discover,
+                              timeout=SUITE_TIMEOUT)
     runs = [f"{i:032x}" for i in range(12)]
     for n, run in enumerate(runs):
         lease = Release() if over == "ready" or (over == "both" and n % 2) else Claim("n", 1)
@@ -574,7 +578,8 @@ def test_the_common_writes_take_the_fast_path(fake_clock: Clock) -> None:
     run, and Release of a free run whose new wait is due now (with its wake-up signal)."""
     client = fakeredis.FakeRedis()
     namespace = unique_namespace()
-    store = RedisRunStore(client, namespace=namespace, discover=discover)
+    store = RedisRunStore(client, namespace=namespace, discover=discover,
+                              timeout=SUITE_TIMEOUT)
     store.insert("w", b"plain", Release())
     store.insert("h", b"plain", Claim("m", LONG))
     shipped = {name: counted(getattr(scripts, name)) for name in FAST}
