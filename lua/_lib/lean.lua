@@ -12,6 +12,20 @@ local function lean_meta()
   return ARGV[1] == P and not PARTITION and redis.pcall('HEXISTS', META, 'v5') == 1
 end
 
+-- Session sid's expiry and owner, read as SESSION.of reads its record (sized first, each
+-- field checked); nil for an absent or damaged one, which the general code answers. Not
+-- SESSION.of itself: the SESSION table's functions would be made on every call of every
+-- fast path.
+local function lean_session(sid)
+  local n = redis.pcall('HSTRLEN', SESSIONS, sid)
+  if type(n) ~= 'number' or n == 0 or n > MAX_TEXT + 64 then return nil end
+  local exp, ttl, cur, own = string.match(redis.call('HGET', SESSIONS, sid),
+    '^(%d+),(%d+),(%d*),(.+)$')
+  exp = exp and decimal(exp, 0, MAX_INT)
+  if not exp or not decimal(ttl, 1, MAX_TTL) or #cur > 20 then return nil end
+  return exp, own
+end
+
 -- A claim's arguments at ARGV[b..b+6] (run_claim's ARGV[2..8]) when each is what the fast
 -- path takes, as claim_args reads them; else nil (the general code checks them again). A
 -- session's claim (ARGV[b+7]), and any claim in a namespace that has sessions (whose
@@ -20,22 +34,26 @@ end
 local function lean_claim_args(b)
   -- The first session due (nil: none): a lapsed one's runs are for the general code to put
   -- into LEASES; a live one's expiry counts in the leases index's wait.
-  local _, shead = SESSION.head()
+  local h = redis.pcall('ZRANGE', SESSION_LEASES, 0, 0, 'WITHSCORES')
+  if h.err then return nil end
+  local shead = h[2] and tonumber(h[2])
+  if shead and shead > MAX_INT then shead = nil end
   if shead and shead <= now_ms() then return nil end
   local owner, bound, strict = ARGV[b], ARGV[b + 5] or '', ARGV[b + 6] or ''
   local sid, sn = ARGV[b + 7] or '', false
   if sid ~= '' then
     -- A session's claim: its session live, of owner (else the general code refuses it).
     if #sid > 20 or not str_find(sid, '^[1-9]%d*$') then return nil end
-    sn = SESSION.live(sid, owner)
-    if not sn then return nil end
+    local own
+    sn, own = lean_session(sid)
+    if not sn or own ~= owner or sn <= now_ms() then return nil end
   end
   local a = {owner = owner, ttl = decimal(ARGV[b + 1], 1, MAX_TTL),
              limit = decimal(ARGV[b + 2], 0, MAX_CLAIM), pv = decimal(ARGV[b + 3], 0, 2147483648),
              budget = decimal(ARGV[b + 4], 0, MAX_CLAIM_BYTES),
              bound = bound ~= '' and decimal(bound, 0, MAX_TAKEOVERS),
              strict = strict == '1' and 1 or 0, olen = false, pvs = ARGV[b + 3],
-             sid = sn and sid, sexp = sn and sn.exp, shead = shead}
+             sid = sn and sid, sexp = sn, shead = shead}
   if not owner or owner == '' or #owner > MAX_TEXT or not a.ttl or not a.limit or not a.pv
       or not a.budget or a.bound == nil or (strict ~= '' and strict ~= '1') then
     return nil
@@ -181,7 +199,7 @@ local function lean_claim(kind, a, skip, ready_at)
   if rp.err or lp.err then return nil end
   local owner, olen = a.owner, a.olen
   local plan = {runs = {}, runs_r = {}, keys = {}, offsets = {}, heads = {}, out = {},
-                exps = exps, nows = nows, ready_wait = -1, leases_wait = -1}
+                exps = exps, nows = nows, ready_wait = -1, leases_wait = -1, sids = {}}
   local i, j, spent, taken = 1, 1, 0, 0
   local strict = a.strict
   while taken < a.limit do
@@ -206,7 +224,7 @@ local function lean_claim(kind, a, skip, ready_at)
     end
     local k = P .. RUN_KEY .. run
     local len, region, tail, rev, rexp, tok, cdr, cat, wk, wn, wdl, wrev, wpv, pt, tk, at, nb,
-      lw, own, ck, wa = lean_run(k)
+      lw, own, ck, wa, _, _, rsid = lean_run(k, not from)
     if not len then return nil end
     if from then
       -- Free, an At wait of this revision, eligible now: the general code's take_ready.
@@ -218,9 +236,27 @@ local function lean_claim(kind, a, skip, ready_at)
       if wdl ~= '' and tonumber(wdl) < t then t = tonumber(wdl) end
       if nb ~= '' and tonumber(nb) > t then t = tonumber(nb) end
       if t > now then return nil end
-    elseif own == '' or tonumber(rexp) > now
+    elseif own == '' or (rsid == '' and tonumber(rexp) > now)
         or (own ~= owner and a.bound and (tk == '' and 0 or tonumber(tk)) >= a.bound) then
       return nil
+    elseif rsid ~= '' then
+      -- A run of a lapsed session, swept into LEASES (due at the session's expiry): taken
+      -- as an expired lease when the session's record says it lapsed and is the run
+      -- owner's, its set a set (anything else is the general code's); its lease is the
+      -- session's, whatever its header's expiry says. lean_take takes it out of the set,
+      -- and the session with its last run.
+      local left = plan.left and plan.left[rsid]
+      if not left then
+        local sexp, sown = lean_session(rsid)
+        local t = sexp and sexp <= now and sown == own
+          and redis.call('TYPE', P .. SESSION_RUNS .. rsid)
+        if not t or (type(t) == 'table' and t.ok or t) ~= 'set' then return nil end
+        left = {}
+        plan.left = plan.left or {}
+        plan.left[rsid] = left
+        plan.sids[#plan.sids + 1] = rsid
+      end
+      left[#left + 1] = run
     end
     local rec
     if a.budget > 0 then
@@ -327,6 +363,17 @@ local function lean_take(kind, a, plan, written)
     if #lrem > 2 then redis.call(unpack(lrem)) end
     local offsets, heads = plan.offsets, plan.heads
     for n, k in ipairs(plan.keys) do redis.call('SETRANGE', k, offsets[n], heads[n]) end
+    -- Runs of lapsed sessions leave their sets; a lapsed session left without runs is
+    -- gone (SESSION.leave's end of a session).
+    for _, sid in ipairs(plan.sids) do
+      local set = P .. SESSION_RUNS .. sid
+      redis.call('SREM', set, unpack(plan.left[sid]))
+      if redis.call('SCARD', set) == 0 then
+        redis.call('HDEL', SESSIONS, sid)
+        redis.call('ZREM', SESSION_LEASES, sid)
+        redis.call('DEL', P .. SESSION_TOLD .. sid)
+      end
+    end
   end
   local wait = -1
   if kind ~= 'leases' then wait = lean_wake(WAKE_READY, plan.ready_wait, plan, wait) end

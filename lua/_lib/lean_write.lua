@@ -57,8 +57,8 @@ local function lean_write(b, cas, fused)
   if sid ~= '' then
     -- A session's run: only its holder's fenced release (a finish) leaves the session here
     -- (untold), while the session lives, its set a set.
-    local sn = SESSION.of(sid)
-    local t = kind == 'F' and sn and sn.owner == own and sn.exp > now_ms()
+    local sexp, sown = lean_session(sid)
+    local t = kind == 'F' and sexp and sown == own and sexp > now_ms()
       and redis.call('TYPE', P .. SESSION_RUNS .. sid)
     if not t or (type(t) == 'table' and t.ok or t) ~= 'set' then return nil end
   end

@@ -595,3 +595,56 @@ def test_the_common_writes_take_the_fast_path(fake_clock: Clock) -> None:
     assert _fast_answers(client, namespace) == {"run_compare_and_set": 6, "run_get": 1}
     assert client.zcard(f"{{{namespace}}}:wake-ready") == 1  # its token, once
     assert store.get("h").holder == Free()
+
+
+def _drain_lapsed(store: RedisRunStore, clock: Clock, under_session: bool,
+                  ) -> list[list[tuple[str, int, str | None]]]:
+    """A dead node's session of 30 runs lapses; a taker claims them 7 at a time (under a
+    session of its own, or plain) until none is left: each claim's runs as (run, revision,
+    session)."""
+    clock.ms = START
+    dead = store.open_session("dead", 1_000)
+    for i in range(30):
+        store.insert(f"r{i:02d}", b"plain", dead.lease)
+    clock.advance(1_500)  # past the session's expiry: its runs are expired, all at once
+    taker = store.open_session("taker", LONG) if under_session else None
+    rounds = []
+    while True:
+        got = (taker.claim_expired(7, records=True) if taker is not None
+               else store.claim_expired("taker", LONG, 7, records=True))
+        rounds.append([(c.run, c.current.revision, c.current.session) for c in got])
+        if not got:
+            return rounds
+
+
+@pytest.mark.parametrize("under_session", [False, True], ids=["plain", "session"])
+def test_a_lapsed_sessions_swept_runs_are_taken_on_the_fast_path(
+        under_session: bool, fake_clock: Clock) -> None:
+    """The first claim after a session lapses sweeps its runs into the leases index (the
+    general code's); the claims after it take them on the fast path, as expired leases,
+    each run out of the dead session's set, the session gone with its last run, every key
+    as the general code leaves it."""
+    client = fakeredis.FakeRedis()
+    runs: list[Any] = []
+    spaces: list[str] = []
+    counts: list[dict[str, int]] = []
+    for fast in (True, False):
+        namespace = unique_namespace()
+        store = RedisRunStore(client, namespace=namespace, discover=discover,
+                              timeout=SUITE_TIMEOUT)
+        table = ({name: counted(getattr(scripts, name)) for name in FAST} if fast
+                 else {name: variant(getattr(scripts, name), "") for name in FAST})
+        with scripts_as(table):
+            runs.append(_drain_lapsed(store, fake_clock, under_session))
+        assert [s.owner for s in store.sessions()] == (["taker"] if under_session else [])
+        spaces.append(namespace)
+        counts.append(_fast_answers(client, namespace))
+    assert runs[0] == runs[1]
+    taken = [run for claim in runs[0] for run, _, _ in claim]
+    assert sorted(taken) == [f"r{i:02d}" for i in range(30)]  # each once, in due order
+    assert taken == sorted(taken)
+    first, second = (contents(client, n) for n in spaces)
+    first = {k: v for k, v in first.items() if not k.startswith(COUNTER + ":")}
+    assert first == second
+    # The sweeping claim and the last, empty one aside, every claim was the fast path's.
+    assert counts[0].get("run_claim_expired", 0) >= len(runs[0]) - 2, counts[0]
