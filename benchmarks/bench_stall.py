@@ -145,6 +145,7 @@ def lua_caps() -> dict[str, int]:
 CAPS = lua_caps()
 CLAIM = CAPS["MAX_CLAIM"]
 VISIT = CAPS["MAX_VISIT"]
+SWEEP = CAPS["SESSION_SWEEP"]
 RENEW = CAPS["MAX_RENEW"]
 FANOUT = CAPS["MAX_FANOUT"]
 CLAIM_FANOUT = CAPS["MAX_CLAIM_FANOUT"]
@@ -818,8 +819,9 @@ def sessions(bench: Bench, c: redis.Redis, n_runs: int) -> None:
     the server past 10 ms): open; keepalive of a live session of n_runs runs, alone and
     with MAX_RENEW runs told (the most one keepalive reads); a sessions() page of
     MAX_RENEW sessions, the big one among them; the claims that sweep a lapsed session of
-    n_runs runs into the leases index (an SSCAN step of limit + MAX_VISIT of them, then
-    the claim of MAX_CLAIM: claim_expired, claim, and claim_expired under a live session
+    n_runs runs into the leases index (SSCAN steps of limit + MAX_VISIT of them until
+    SESSION_SWEEP went in, the ids being short; then the claim of MAX_CLAIM:
+    claim_expired, claim, and claim_expired under a live session
     of the taker's, as a Worker on sessions takes them over); a close step (MAX_RENEW runs
     released) of the live session and of the lapsed one. The lapsed session was filled
     live: its record's expiry and its session-leases score are then set a second in the
@@ -883,16 +885,30 @@ def sessions(bench: Bench, c: redis.Redis, n_runs: int) -> None:
     c.zadd(keys.session_leases, {dead: past})
     taker, _ = bench.drive(c, ops.session_open("taker", LONG))
     swept = f"sweeping a lapsed session of {n} runs"
-    bench.measure(f"claim_expired({CLAIM}) {swept}", "run_claim_expired", L, CLAIM + VISIT,
+    bench.measure(f"claim_expired({CLAIM}) {swept}", "run_claim_expired", L, SWEEP,
                   c, lambda i: ops.claim_expired("me", LONG, CLAIM), claimed(CLAIM))
-    bench.measure(f"claim({CLAIM}) {swept}", "run_claim", L, CLAIM + VISIT, c,
+    bench.measure(f"claim({CLAIM}) {swept}", "run_claim", L, SWEEP, c,
                   lambda i: ops.claim("me", LONG, CLAIM), claimed(CLAIM))
     bench.measure(f"session claim_expired({CLAIM}) {swept}", "run_claim_expired", L,
-                  CLAIM + VISIT, c,
+                  SWEEP, c,
                   lambda i: ops.session_claim("expired", taker, "taker", LONG, CLAIM, False,
                                               None), claimed(CLAIM))
     expect(c.zscore(keys.session_leases, dead) not in (None, float("inf")),
            "the lapsed session's sweep is not done yet (every claim above swept a step)")
+
+    # The same sweep at the caps of its ids: a lapsed session whose runs have ids of
+    # MAX_TEXT bytes (its own namespace), one SSCAN step a claim (SESSION_SWEEP_BYTES),
+    # then the claim of MAX_CLAIM such runs.
+    far = RunOps(ns + "-long-ids", None, 0)
+    big, _ = bench.drive(c, far.session_open("big", LONG))
+    count = (bench.repeats + 2) * (CLAIM + VISIT)
+    bench.fill(c, [run_id("long", i).ljust(TEXT, "x") for i in range(count)],
+               lambda run: far.insert(run, RECORD, InSession("big", big)))
+    c.hset(far.keys.sessions, big, f"{past},{LONG},,big")
+    c.zadd(far.keys.session_leases, {big: past})
+    bench.measure(f"claim_expired({CLAIM}) sweeping a lapsed session of {count:,} runs, "
+                  f"ids of {TEXT:,} bytes", "run_claim_expired", L, CLAIM + VISIT, c,
+                  lambda i: far.claim_expired("me", LONG, CLAIM), claimed(CLAIM))
 
     def closed(i: int, result: Any, reply: Any) -> int:
         released, done = result

@@ -110,8 +110,9 @@ function SESSION.head()
   return h[1], at
 end
 
--- Before a claim walks LEASES: the runs of the first lapsed session, up to cap of them (an
--- SSCAN step, its cursor kept in the session's record), go into LEASES due at the session's
+-- Before a claim walks LEASES: the runs of the first lapsed session, SSCAN steps of cap of
+-- them (one, and more while fewer than SESSION_SWEEP runs and SESSION_SWEEP_BYTES of ids
+-- went in; its cursor kept in the session's record), go into LEASES due at the session's
 -- expiry, where the claim (this one, and the next ones) meets them as any expired lease. A
 -- session all of whose runs went in leaves SESSION_LEASES; its record stays while it holds
 -- runs (their expiry). Written at once, before the claim reads LEASES: index upkeep that
@@ -141,30 +142,36 @@ function SESSION.sweep(cap)
     redis.call('ZADD', SESSION_LEASES, int(sn.exp), sid)
     return
   end
-  local step = redis.pcall('SSCAN', P .. SESSION_RUNS .. sid, sn.cur == '' and '0' or sn.cur,
-    'COUNT', cap)
-  if step.err then
-    redis.call('ZREM', SESSION_LEASES, sid)
-    redis.call('HSET', QUARANTINE, 'session|' .. sid, 'type')
-    DROPPED = DROPPED + 1
-    return
-  end
-  local runs, add = step[2], {}
-  for i = 1, #runs do
-    add[#add + 1] = int(sn.exp)
-    add[#add + 1] = runs[i]
-  end
+  -- SSCAN steps of cap runs, one at least, more while the runs and their ids stay small.
+  local set, cur, add, bytes = P .. SESSION_RUNS .. sid, sn.cur == '' and '0' or sn.cur, {}, 0
+  local exps = int(sn.exp)
+  repeat
+    local step = redis.pcall('SSCAN', set, cur, 'COUNT', cap)
+    if step.err then
+      redis.call('ZREM', SESSION_LEASES, sid)
+      redis.call('HSET', QUARANTINE, 'session|' .. sid, 'type')
+      DROPPED = DROPPED + 1
+      return
+    end
+    local runs = step[2]
+    for i = 1, #runs do
+      add[#add + 1] = exps
+      add[#add + 1] = runs[i]
+      bytes = bytes + #runs[i]
+    end
+    cur = step[1]
+  until cur == '0' or #add >= 2 * SESSION_SWEEP or bytes >= SESSION_SWEEP_BYTES
   if #add > 0 then redis.call('ZADD', LEASES, unpack(add)) end
-  if step[1] == '0' and #runs == 0 and redis.call('SCARD', P .. SESSION_RUNS .. sid) == 0 then
+  if cur == '0' and #add == 0 and redis.call('SCARD', set) == 0 then
     -- Lapsed holding no run: gone (its record, its entry, its told list).
     redis.call('HDEL', SESSIONS, sid)
     redis.call('ZREM', SESSION_LEASES, sid)
     redis.call('DEL', P .. SESSION_TOLD .. sid)
-  elseif step[1] == '0' then
+  elseif cur == '0' then
     -- All in: out of the head (scored past every time), listed until its last run leaves.
     redis.call('ZADD', SESSION_LEASES, 'inf', sid)
   else
-    sn.cur = step[1]
+    sn.cur = cur
     redis.call('HSET', SESSIONS, sid, int(sn.exp) .. ',' .. int(sn.ttl) .. ',' .. sn.cur ..
       ',' .. sn.owner)
   end

@@ -20,6 +20,14 @@ class Cap(IntEnum):
     #: Most index entries a claim visits beyond its limit (stale or damaged ones): a
     #: damaged one costs 10-17 µs (its quarantine), so 100 of them stay under 2 ms.
     MAX_VISIT = 100
+    #: A claim's sweep of a lapsed session into the leases index goes on, in SSCAN steps of
+    #: limit + MAX_VISIT runs, while it has put fewer runs than this and fewer id bytes
+    #: than SESSION_SWEEP_BYTES: short ids a thousand at a time (a 10k session in due order
+    #: after ten claims), ids of MAX_TEXT one step at a time (a few µs a run, a step of
+    #: 200 such ids is 400 KiB).
+    SESSION_SWEEP = 1000
+    #: See SESSION_SWEEP.
+    SESSION_SWEEP_BYTES = 32 << 10
     #: Most runs one renew or release takes: 31-40 µs each (250 took 10 ms).
     MAX_RENEW = 150
     #: Most waiters one write re-indexes; a dependency with more is finished by claims.

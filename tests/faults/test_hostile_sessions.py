@@ -382,16 +382,18 @@ def test_a_big_session_without_its_record_is_handed_out_in_bounded_steps(
     """Its record gone, its entry due at any score: every run is taken over, each claim a
     bounded step (the sweep's cursor kept in the record it writes), then it is gone."""
     store, keys, session = namespace_with_a_session(client)
-    for i in range(300):
-        store.insert(f"m{i}", b"x", session.lease)
+    # Ids of 200 bytes: a claim's sweep stops once SESSION_SWEEP_BYTES of them went in.
+    ids = [f"m{i}".ljust(200, "x") for i in range(300)]
+    for run in ids:
+        store.insert(run, b"x", session.lease)
     client.hdel(keys.sessions, "1")
     client.zadd(keys.session_leases, {"1": score})
     taken = store.claim_expired("x", LONG, 1)
     assert len(taken) == 1
-    assert client.zcard(keys.leases) < 300  # one SSCAN step, not the whole set
+    assert client.zcard(keys.leases) < 300  # bounded steps, not the whole set
     while got := store.claim_expired("x", LONG, 100):
         taken += got
-    assert sorted(taken) == sorted(["r0", "r1", *(f"m{i}" for i in range(300))])
+    assert sorted(taken) == sorted(["r0", "r1", *ids])
     assert store.sessions() == [] and not client.hexists(keys.sessions, "1")
     assert [(q.index, q.run) for q in store.quarantined()] == [("session", "1")]
     store.close()

@@ -28,6 +28,7 @@ from redisstore import (
     drop_namespace,
 )
 from redisstore.core import scripts
+from redisstore.core.caps import Cap
 from redisstore.core.keys import Keyspace
 
 LONG = 600_000
@@ -211,6 +212,35 @@ def test_lost_reply_of_claims_leaves_them_held_until_ttl(proxy: FaultProxy, redi
     assert {direct.get(f"run-{i}").holder for i in range(3)} == {Held("me", True)}
     time.sleep(0.25)
     assert sorted(direct.claim_expired("other", LONG, 10)) == ["run-0", "run-1", "run-2"]
+
+
+def test_a_lapsed_sessions_sweep_is_bounded_by_runs_and_by_id_bytes(
+        client: redis.Redis) -> None:
+    """The first claim after a session lapses puts its runs into the leases index in SSCAN
+    steps: short ids about SESSION_SWEEP of them (not the whole set), long ids one step (not
+    SESSION_SWEEP of them); the claims after it take the rest, every run once."""
+    sweep, budget = int(Cap.SESSION_SWEEP), int(Cap.SESSION_SWEEP_BYTES)
+    for width, n in ((8, sweep + 600), (2048, 400)):
+        namespace = unique_namespace()
+        store = RedisRunStore(client, namespace=namespace)
+        keys = Keyspace(namespace)
+        session = store.open_session("dead", 60_000)
+        ids = [f"{i:06d}".ljust(width, "x") for i in range(n)]
+        for run in ids:
+            store.insert(run, b"x", session.lease)
+        client.hset(keys.sessions, session.id, "1000,60000,,dead")  # lapsed long ago
+        client.zadd(keys.session_leases, {session.id: 1000})
+        taken = store.claim_expired("x", 60_000, 1)
+        swept = client.zcard(keys.leases) + 1
+        if width == 8:
+            assert sweep <= swept < n, swept
+        else:
+            assert width * swept <= budget + width * 200 and swept < sweep, swept
+        while got := store.claim_expired("x", 60_000, 100):
+            taken += got
+        assert sorted(taken) == ids
+        assert store.sessions() == []
+        drop_namespace(client, namespace)
 
 
 def test_a_lapsed_session_is_listed_while_a_fused_finish_and_claim_leave_it_a_run(
