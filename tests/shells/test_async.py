@@ -396,9 +396,13 @@ def test_a_call_cancelled_before_its_flush_is_written_is_never_sent(redis7: Serv
             client = redis.asyncio.Redis(host=proxy.host, port=proxy.port, max_connections=1)
             store = AsyncRedisRunStore(client, namespace=namespace)
             await store.insert("warm", b"x", Release())
-            proxy.set_delay(0.3)
+            direct = redis.asyncio.Redis(host="127.0.0.1", port=redis7.port)
+            proxy.set_delay(1.0)
             first = asyncio.ensure_future(store.insert("first", b"1", Release()))
-            await asyncio.sleep(0.05)  # the first flush is written, its reply delayed
+            # The first flush is written and applied, its reply held back (awaited, not
+            # slept for: on a loaded machine the next call would share its flush).
+            while not await direct.exists(f"{{{namespace}}}:r:first"):
+                await asyncio.sleep(0.005)
             queued = asyncio.ensure_future(store.insert("never", b"1", Release()))
             await asyncio.sleep(0.05)
             queued.cancel()
@@ -410,6 +414,7 @@ def test_a_call_cancelled_before_its_flush_is_written_is_never_sent(redis7: Serv
                 await store.get("never")
             assert (await store.get("first")).revision == 1
             await client.aclose()
+            await direct.aclose()
 
     asyncio.run(main())
 

@@ -203,8 +203,12 @@ def test_a_call_cancelled_mid_flush_has_its_reply_read_and_dropped() -> None:
 def test_a_call_cancelled_before_its_flush_is_written_is_never_sent() -> None:
     async def main(server: Scripted) -> None:
         client, mux = await connected(server, max_connections=1)
-        slow = asyncio.ensure_future(call(mux, (b"SLEEP", b"100")))
-        await asyncio.sleep(0.02)
+        # The slow call read by the server (not a sleep: a loaded machine may take longer
+        # to write it, and the next call would then share its flush), and slow enough that
+        # the one connection is still busy when the queued call is cancelled.
+        slow = asyncio.ensure_future(call(mux, (b"SLEEP", b"1000"), timeout=5.0))
+        while [b"SLEEP", b"1000"] not in server.commands:
+            await asyncio.sleep(0.001)
         queued = asyncio.ensure_future(call(mux, (b"ECHO", b"never")))
         await asyncio.sleep(0.02)  # waits for the one connection
         queued.cancel()
