@@ -615,9 +615,12 @@ def _dashboard(url: str | None, namespaces: list[str], host: str, port: int, dem
                ready: Callable[[int], None] | None) -> int:
     import socket
 
-    from ..dashboard import app
+    # The pages and the source side by side, not the package's app(): what the command
+    # stands on is one floor over the stores, not three.
+    from ..dashboard.app import app_of
     from ..dashboard.demo import Workload
     from ..dashboard.serving import server
+    from ..dashboard.source import StoreSource
 
     listening = socket.create_server((host, port))  # taken now: a busy port fails here
     client = _client(url)
@@ -633,11 +636,11 @@ def _dashboard(url: str | None, namespaces: list[str], host: str, port: int, dem
         loopback = ipaddress.ip_address(host).is_loopback
     except ValueError:
         loopback = host == "localhost"
-    board = app(client, namespaces=namespaces, allow_actions=allow_actions, token=token,
-                label=label, hide=lambda text: hide(text, url),
-                # On loopback only this machine's names: a site whose name another DNS
-                # answer points here gets nothing (DNS rebinding).
-                hosts=("127.0.0.1", "localhost", "::1", host) if loopback else None)
+    board = app_of(StoreSource(client, namespaces, label=label),
+                   allow_actions=allow_actions, token=token, hide=lambda text: hide(text, url),
+                   # On loopback only this machine's names: a site whose name another DNS
+                   # answer points here gets nothing (DNS rebinding).
+                   hosts=("127.0.0.1", "localhost", "::1", host) if loopback else None)
     bound = listening.getsockname()[1]
     shown = f"[{host}]" if ":" in host else host
     try:

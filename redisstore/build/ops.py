@@ -59,6 +59,7 @@ IMPORTS = {
     "Literal": "typing",
     "Callable": "collections.abc",
     "Iterable": "collections.abc",
+    "Sequence": "collections.abc",
     "Operation": "redisstore.core.driver",
     "Spread": "redisstore.core.driver",
     "Claimed": "redisstore.core.runs",
@@ -70,8 +71,9 @@ IMPORTS = {
     "Changes": "redisstore.core.feed",
     "Rate": "redisstore.core.feed",
     "RunOps": "redisstore.core.runops",
-    "Share": "redisstore.core.runops",
+    "Share": "redisstore.core.waits",
     "PartitionOps": "redisstore.core.partition_ops",
+    "PartCalls": "redisstore.core.partition_ops",
     "Pending": "redisstore.core.pending",
     "datetime": "datetime",
     "InstanceRecord": "redisstore.core.repository",
@@ -509,20 +511,21 @@ class Partitions(Target):
              "(:class:`redisstore.core.partitions.PartitionedOps`): each the core's operation\n"
              "(:class:`redisstore.core.runops.RunOps`) in the partitions its route names.")
     primitives = '''
-    parts: list[RunOps]
+    parts: Sequence[PartCalls]
 
-    def _one(self, run: str, make: Callable[[RunOps], Operation[T]], *,
+    def _one(self, run: str, make: Callable[[PartCalls], Operation[T]], *,
              write: bool) -> Operation[T]:
         """A call of one run in its partition."""
         raise NotImplementedError
 
     def _each(self, runs: Iterable[str],
-              call: Callable[[RunOps, list[str]], Operation[T]]) -> Spread[T]:
+              call: Callable[[PartCalls, list[str]], Operation[T]]) -> Spread[T]:
         """A call over many runs: one in each partition, with its runs."""
         raise NotImplementedError
 
     def _claims(self, index: str, checks: Operation[tuple[list[Any], int]], limit: int,
-                records: bool, claim: Callable[[RunOps, Share], Operation[tuple[list[Any], int]]]
+                records: bool,
+                claim: Callable[[PartCalls, Share], Operation[tuple[list[Any], int]]]
                 ) -> Spread[tuple[list[Any], int]]:
         """A claim over every partition's ``index`` (``checks``: the core's, for its
         arguments' checks), each share by ``claim``."""
@@ -532,6 +535,31 @@ class Partitions(Target):
         """One step of ``migrate()`` in every partition at once (the stores' loop)."""
         raise NotImplementedError
 '''
+
+    def render(self, ops: list[Op]) -> str:
+        # What the mixin calls on a partition: the core's operations as RunOps defines them
+        # (a Protocol, so the mixin stands below RunOps, as RepositoryCalls does below the
+        # repositories' operations).
+        calls = ["class PartCalls(Protocol):",
+                 *docstring(4, "One partition's operations, as :class:`redisstore.core.runops."
+                               "RunOps`\ndefines them: what :class:`PartitionOps` calls on "
+                               "each of its ``parts``.")]
+        for op in ops:
+            kind, _, _ = op.spec.route.partition(":")
+            if kind == "own":
+                continue
+            sigs = [(op.name, sig, True) for sig in op.overloads] or [(op.name, op.signature,
+                                                                        False)]
+            if kind == "claim":
+                sigs.append((f"{op.name}_call",
+                             _signature(getattr(RunOps, f"{op.name}_call")), False))
+            for name, sig, overloaded in sigs:
+                calls.append("")
+                if overloaded:
+                    calls.append("    @overload")
+                calls.extend(wrap(4, f"def {name}(", params_text(sig.params),
+                                  f") -> Operation[{sig.answers}]: ...", orphan=True))
+        return "\n".join(calls) + "\n\n\n" + super().render(ops)
 
     def overloads(self, op: Op) -> tuple[Signature, ...]:
         """Every overload of the core: the shells call these with a bool."""
