@@ -27,7 +27,10 @@ written by hand: what differs between the two stores is only their primitives.
 
 Each method only hands the core's operation to a primitive of its class (``_read``,
 ``_write``, ``_claim``; ``_queue``; ``_one``, ``_each``, ``_claims``), which the class
-inheriting the mixin writes by hand, once for every operation. The memory reference
+inheriting the mixin writes by hand, once for every operation. The partitions' mixin is
+typed by ``PartCalls``, a ``Protocol`` of one partition's operations written beside it from
+the same definitions, not by ``RunOps`` itself: so it, and ``core/partitions.py`` on it,
+stand one floor lower (docs/design/house.md). The memory reference
 (:mod:`redisstore.memory`) and the port (:class:`redisstore.runs.RunStore`) stay written
 by hand: the tests check the stores against them.
 
