@@ -63,6 +63,8 @@ IMPORTS = {
     "Callable": "collections.abc",
     "Iterable": "collections.abc",
     "Sequence": "collections.abc",
+    "Keyspace": "redisstore.core.keys",
+    "Feed": "redisstore.core.feed",
     "Operation": "redisstore.core.driver",
     "Spread": "redisstore.core.driver",
     "Claimed": "redisstore.core.runs",
@@ -83,7 +85,7 @@ IMPORTS = {
     "InFlightPage": "redisstore.core.repository",
     "RepositoryCalls": "redisstore.shells.repo_store_ops",
 }
-BUILTINS = {"str", "int", "bytes", "bool", "float", "None", "list", "tuple", "dict", "T"}
+BUILTINS = {"str", "int", "bytes", "bool", "float", "None", "list", "tuple", "dict", "set", "T"}
 #: What a generated file imports at run time from the package (a value, not a type alone).
 RUNTIME = {"Migrated": "redisstore.core.runs", "MIGRATE_COUNT": "redisstore.core.runs"}
 #: What the generated modules always import at run time.
@@ -464,7 +466,7 @@ class Pipelines(Target):
              "asyncio alike), each the core's operation (:class:`redisstore.core.runops.RunOps`)\n"
              "handed to ``_queue``: its arguments are checked at once.")
     primitives = '''
-    _ops: RunOps | PartitionOps
+    _ops: PartCalls | PartitionOps
 
     def _queue(self, op: Operation[T] | Spread[T], *, write: bool = True) -> Pending[T]:
         """Queue ``op``."""
@@ -515,6 +517,30 @@ class Partitions(Target):
              "(:class:`redisstore.core.runops.RunOps`) in the partitions its route names.")
     primitives = '''
     parts: Sequence[PartCalls]
+    #: What the shells and the pipelines ask of a store of partitions beside its operations
+    #: (PartitionedOps has them): they type it by this class, below core/partitions.py.
+    keys: Keyspace
+    checks: set[str]
+
+    def place(self, run: str) -> int:
+        """The partition of ``run``."""
+        raise NotImplementedError
+
+    def set_feed(self, feed: Feed | None) -> None:
+        """Open the store with ``feed`` (every partition's)."""
+        raise NotImplementedError
+
+    def checked(self) -> bool:
+        """Whether a pipeline needs no check first."""
+        raise NotImplementedError
+
+    def server_check(self) -> Operation[None]:
+        """What a pipeline of writes sends first."""
+        raise NotImplementedError
+
+    def read_check(self) -> Operation[None] | None:
+        """What a pipeline of reads only sends first."""
+        raise NotImplementedError
 
     def _one(self, run: str, make: Callable[[PartCalls], Operation[T]], *,
              write: bool) -> Operation[T]:
@@ -546,11 +572,10 @@ class Partitions(Target):
         calls = ["class PartCalls(Protocol):",
                  *docstring(4, "One partition's operations, as :class:`redisstore.core.runops."
                                "RunOps`\ndefines them: what :class:`PartitionOps` calls on "
-                               "each of its ``parts``.")]
+                               "each of its ``parts``, and a pipeline on a store's "
+                               "operations.")]
         for op in ops:
             kind, _, _ = op.spec.route.partition(":")
-            if kind == "own":
-                continue
             sigs = [(op.name, sig, True) for sig in op.overloads] or [(op.name, op.signature,
                                                                         False)]
             if kind == "claim":

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, overload
 
 if TYPE_CHECKING:
     from .driver import Operation, Spread
-    from .feed import Changes, Rate
+    from .feed import Changes, Feed, Rate
+    from .keys import Keyspace
     from .runs import Claimed, Current, Failure, Fenced, Lease, Quarantined
     from .waits import Share
 
@@ -23,7 +24,8 @@ T = TypeVar("T")
 
 class PartCalls(Protocol):
     """One partition's operations, as :class:`redisstore.core.runops.RunOps`
-    defines them: what :class:`PartitionOps` calls on each of its ``parts``."""
+    defines them: what :class:`PartitionOps` calls on each of its ``parts``, and a pipeline on a
+    store's operations."""
 
     def now(self) -> Operation[int]: ...
 
@@ -97,6 +99,13 @@ class PartCalls(Protocol):
 
     def refresh(self, run: str) -> Operation[bool]: ...
 
+    def changes(self, after: str | None = None, limit: int = 100, *, block: int | None = None
+                ) -> Operation[Changes]: ...
+
+    def rates(self, minutes: int = 60) -> Operation[list[Rate]]: ...
+
+    def quarantined(self, limit: int = 1000) -> Operation[list[Quarantined]]: ...
+
 
 class PartitionOps:
     """The run store's operations over partitions
@@ -104,6 +113,30 @@ class PartitionOps:
     (:class:`redisstore.core.runops.RunOps`) in the partitions its route names."""
 
     parts: Sequence[PartCalls]
+    #: What the shells and the pipelines ask of a store of partitions beside its operations
+    #: (PartitionedOps has them): they type it by this class, below core/partitions.py.
+    keys: Keyspace
+    checks: set[str]
+
+    def place(self, run: str) -> int:
+        """The partition of ``run``."""
+        raise NotImplementedError
+
+    def set_feed(self, feed: Feed | None) -> None:
+        """Open the store with ``feed`` (every partition's)."""
+        raise NotImplementedError
+
+    def checked(self) -> bool:
+        """Whether a pipeline needs no check first."""
+        raise NotImplementedError
+
+    def server_check(self) -> Operation[None]:
+        """What a pipeline of writes sends first."""
+        raise NotImplementedError
+
+    def read_check(self) -> Operation[None] | None:
+        """What a pipeline of reads only sends first."""
+        raise NotImplementedError
 
     def _one(self, run: str, make: Callable[[PartCalls], Operation[T]], *,
              write: bool) -> Operation[T]:
