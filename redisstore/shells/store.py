@@ -1,7 +1,7 @@
 """``RedisRunStore``: the run backend on Redis, Valkey or fakeredis (sync), and its ``Pipeline``.
 
-The instance repository is :mod:`redisstore.shells.repo_store`: a store of runs does not
-stand on the repository's operations, nor the repository on the runs'."""
+The instance repository is :mod:`redisstore.shells.repo_store`, so a store of runs does
+not stand on the repository's operations over partitions (docs/design/house.md)."""
 
 from __future__ import annotations
 
