@@ -61,8 +61,10 @@ from .engine.keeper import AsyncKeeper, Keeper, Lost
 from .engine.worker import AsyncJob, AsyncWorker, Job, Retry, Unrecoverable, Worker
 from .memory import MemoryRepository, MemoryRunStore
 from .sessions import AsyncSession, Session
-from .shells.aio import AsyncPipeline, AsyncRedisRepository, AsyncRedisRunStore
-from .shells.store import Pipeline, RedisRepository, RedisRunStore
+from .shells.aio import AsyncPipeline, AsyncRedisRunStore
+from .shells.repo_aio import AsyncRedisRepository
+from .shells.repo_store import RedisRepository
+from .shells.store import Pipeline, RedisRunStore
 
 try:
     #: The installed version of the package (its metadata; a bare checkout says so).

@@ -113,7 +113,7 @@ def redisstore_run_store(redisstore_make_run_store: Callable[..., Any]) -> Any:
 @pytest.fixture
 def redisstore_repository(redisstore_redis: Any) -> Iterator[Any]:
     """A RedisRepository on fakeredis, in a fresh namespace."""
-    from .shells.store import RedisRepository
+    from .shells.repo_store import RedisRepository
 
     repo = RedisRepository(redisstore_redis, namespace=f"test-{uuid.uuid4().hex[:12]}")
     yield repo

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from ..core.caps import Cap
 from ..core.keys import Keyspace, check_namespace
-from ..core.partitions import MAX_PARTITIONS
 from .security import glob_escape
 
 #: Keys one ``DEL`` takes.
@@ -47,7 +47,7 @@ def drop_namespace(client: Any, namespace: str) -> int:
 def _count(got: bytes | None) -> int:
     """A recorded partition count as it is read (1: none, or one that is not a count)."""
     count = int(got) if got is not None and got.isdigit() else 1
-    return count if 1 < count <= MAX_PARTITIONS else 1
+    return count if 1 < count <= Cap.MAX_PARTITIONS else 1
 
 
 def repository_partitions(client: Any, namespace: str) -> int:

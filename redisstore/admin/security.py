@@ -10,8 +10,9 @@ from __future__ import annotations
 import re
 
 from ..core import scripts
+from ..core.caps import Cap
 from ..core.keys import Keyspace
-from ..core.partitions import check_partitions
+from ..core.runs import check_int
 
 # Every command a shipped script calls: redis.call('X'), redis.pcall('X'), and the writes
 # it queues with later('X') / first('X') (commit() runs them with redis.call).
@@ -79,7 +80,9 @@ def acl_rule(namespace: str, *, durability: bool = False, server_checks: bool = 
     A client that selects a database other than 0 needs ``+select`` as well. A namespace
     with whitespace or control characters cannot be one word of an ACL rule: ValueError.
     """
-    count = check_partitions(partitions)
+    # The store's check of its option (core.partitions.check_partitions), on the cap itself:
+    # the rule stands on the ports, not on the store of partitions.
+    count = check_int("partitions", partitions, minimum=1, maximum=Cap.MAX_PARTITIONS)
     prefixes = [Keyspace(namespace).prefix,  # checks the namespace
                 *(Keyspace(namespace, p).prefix for p in range(count if count > 1 else 0))]
     if any(c.isspace() or not c.isprintable() for c in namespace):

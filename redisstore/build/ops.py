@@ -27,7 +27,10 @@ written by hand: what differs between the two stores is only their primitives.
 
 Each method only hands the core's operation to a primitive of its class (``_read``,
 ``_write``, ``_claim``; ``_queue``; ``_one``, ``_each``, ``_claims``), which the class
-inheriting the mixin writes by hand, once for every operation. The memory reference
+inheriting the mixin writes by hand, once for every operation. The partitions' mixin is
+typed by ``PartCalls``, a ``Protocol`` of one partition's operations written beside it from
+the same definitions, not by ``RunOps`` itself: so it, and ``core/partitions.py`` on it,
+stand one floor lower (docs/design/house.md). The memory reference
 (:mod:`redisstore.memory`) and the port (:class:`redisstore.runs.RunStore`) stay written
 by hand: the tests check the stores against them.
 
@@ -59,6 +62,9 @@ IMPORTS = {
     "Literal": "typing",
     "Callable": "collections.abc",
     "Iterable": "collections.abc",
+    "Sequence": "collections.abc",
+    "Keyspace": "redisstore.core.keys",
+    "Feed": "redisstore.core.feed",
     "Operation": "redisstore.core.driver",
     "Spread": "redisstore.core.driver",
     "Claimed": "redisstore.core.runs",
@@ -70,15 +76,16 @@ IMPORTS = {
     "Changes": "redisstore.core.feed",
     "Rate": "redisstore.core.feed",
     "RunOps": "redisstore.core.runops",
-    "Share": "redisstore.core.runops",
+    "Share": "redisstore.core.waits",
     "PartitionOps": "redisstore.core.partition_ops",
+    "PartCalls": "redisstore.core.partition_ops",
     "Pending": "redisstore.core.pending",
     "datetime": "datetime",
     "InstanceRecord": "redisstore.core.repository",
     "InFlightPage": "redisstore.core.repository",
     "RepositoryCalls": "redisstore.shells.repo_store_ops",
 }
-BUILTINS = {"str", "int", "bytes", "bool", "float", "None", "list", "tuple", "dict", "T"}
+BUILTINS = {"str", "int", "bytes", "bool", "float", "None", "list", "tuple", "dict", "set", "T"}
 #: What a generated file imports at run time from the package (a value, not a type alone).
 RUNTIME = {"Migrated": "redisstore.core.runs", "MIGRATE_COUNT": "redisstore.core.runs"}
 #: What the generated modules always import at run time.
@@ -459,7 +466,7 @@ class Pipelines(Target):
              "asyncio alike), each the core's operation (:class:`redisstore.core.runops.RunOps`)\n"
              "handed to ``_queue``: its arguments are checked at once.")
     primitives = '''
-    _ops: RunOps | PartitionOps
+    _ops: PartCalls | PartitionOps
 
     def _queue(self, op: Operation[T] | Spread[T], *, write: bool = True) -> Pending[T]:
         """Queue ``op``."""
@@ -509,20 +516,45 @@ class Partitions(Target):
              "(:class:`redisstore.core.partitions.PartitionedOps`): each the core's operation\n"
              "(:class:`redisstore.core.runops.RunOps`) in the partitions its route names.")
     primitives = '''
-    parts: list[RunOps]
+    parts: Sequence[PartCalls]
+    #: What the shells and the pipelines ask of a store of partitions beside its operations
+    #: (PartitionedOps has them): they type it by this class, below core/partitions.py.
+    keys: Keyspace
+    checks: set[str]
 
-    def _one(self, run: str, make: Callable[[RunOps], Operation[T]], *,
+    def place(self, run: str) -> int:
+        """The partition of ``run``."""
+        raise NotImplementedError
+
+    def set_feed(self, feed: Feed | None) -> None:
+        """Open the store with ``feed`` (every partition's)."""
+        raise NotImplementedError
+
+    def checked(self) -> bool:
+        """Whether a pipeline needs no check first."""
+        raise NotImplementedError
+
+    def server_check(self) -> Operation[None]:
+        """What a pipeline of writes sends first."""
+        raise NotImplementedError
+
+    def read_check(self) -> Operation[None] | None:
+        """What a pipeline of reads only sends first."""
+        raise NotImplementedError
+
+    def _one(self, run: str, make: Callable[[PartCalls], Operation[T]], *,
              write: bool) -> Operation[T]:
         """A call of one run in its partition."""
         raise NotImplementedError
 
     def _each(self, runs: Iterable[str],
-              call: Callable[[RunOps, list[str]], Operation[T]]) -> Spread[T]:
+              call: Callable[[PartCalls, list[str]], Operation[T]]) -> Spread[T]:
         """A call over many runs: one in each partition, with its runs."""
         raise NotImplementedError
 
     def _claims(self, index: str, checks: Operation[tuple[list[Any], int]], limit: int,
-                records: bool, claim: Callable[[RunOps, Share], Operation[tuple[list[Any], int]]]
+                records: bool,
+                claim: Callable[[PartCalls, Share], Operation[tuple[list[Any], int]]]
                 ) -> Spread[tuple[list[Any], int]]:
         """A claim over every partition's ``index`` (``checks``: the core's, for its
         arguments' checks), each share by ``claim``."""
@@ -532,6 +564,30 @@ class Partitions(Target):
         """One step of ``migrate()`` in every partition at once (the stores' loop)."""
         raise NotImplementedError
 '''
+
+    def render(self, ops: list[Op]) -> str:
+        # What the mixin calls on a partition: the core's operations as RunOps defines them
+        # (a Protocol, so the mixin stands below RunOps, as RepositoryCalls does below the
+        # repositories' operations).
+        calls = ["class PartCalls(Protocol):",
+                 *docstring(4, "One partition's operations, as :class:`redisstore.core.runops."
+                               "RunOps`\ndefines them: what :class:`PartitionOps` calls on "
+                               "each of its ``parts``, and a pipeline on a store's "
+                               "operations.")]
+        for op in ops:
+            kind, _, _ = op.spec.route.partition(":")
+            sigs = [(op.name, sig, True) for sig in op.overloads] or [(op.name, op.signature,
+                                                                        False)]
+            if kind == "claim":
+                sigs.append((f"{op.name}_call",
+                             _signature(getattr(RunOps, f"{op.name}_call")), False))
+            for name, sig, overloaded in sigs:
+                calls.append("")
+                if overloaded:
+                    calls.append("    @overload")
+                calls.extend(wrap(4, f"def {name}(", params_text(sig.params),
+                                  f") -> Operation[{sig.answers}]: ...", orphan=True))
+        return "\n".join(calls) + "\n\n\n" + super().render(ops)
 
     def overloads(self, op: Op) -> tuple[Signature, ...]:
         """Every overload of the core: the shells call these with a bool."""

@@ -1,4 +1,6 @@
-"""The leased run backend's conformance suite.
+"""The run store's argument and lease rules: ``LeaseRules``, one suite of the contract.
+
+:class:`redisstore.conformance.RunStoreConformance` puts it together with the others.
 
 A backend whose clock the test controls overrides :meth:`RunStoreConformance.advance` and
 sets ``clock_is_controlled = True``; the suite then checks exact boundaries (a lease whose
@@ -30,14 +32,6 @@ from ..runs import (
     Seize,
 )
 from .base import ACCEPTS, LONG, ME, OTHER, STATES, RunSuite, lease_of
-from .claiming import ClaimRules
-from .feed import FeedRules
-from .fencing import FencingRules
-from .lifecycle import LifecycleRules
-from .readiness import ReadinessRules
-from .sessions import SessionRules
-from .wakeups import WakeupRules
-from .working import WorkerRules
 
 
 class LeaseRules(RunSuite):
@@ -478,12 +472,3 @@ class LeaseRules(RunSuite):
         with pytest.raises((ValueError, TypeError)):
             make()
 
-
-class RunStoreConformance(LeaseRules, ReadinessRules, LifecycleRules, WakeupRules,
-                          ClaimRules, FencingRules, WorkerRules, FeedRules, SessionRules):
-    """The whole leased run backend contract as pytest tests.
-
-    Implement :meth:`make_store` (and :meth:`reopen`, for the projection-version rules).
-    Override :meth:`advance` and set ``clock_is_controlled`` when the test drives the
-    backend's clock.
-    """

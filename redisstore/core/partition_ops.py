@@ -9,16 +9,102 @@ Generated (redisstore/build/ops.py): tests/codegen/test_generated.py checks it i
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, overload
 
 if TYPE_CHECKING:
     from .driver import Operation, Spread
-    from .feed import Changes, Rate
-    from .runops import RunOps, Share
+    from .feed import Changes, Feed, Rate
+    from .keys import Keyspace
     from .runs import Claimed, Current, Failure, Fenced, Lease, Quarantined
+    from .waits import Share
 
 T = TypeVar("T")
+
+
+class PartCalls(Protocol):
+    """One partition's operations, as :class:`redisstore.core.runops.RunOps`
+    defines them: what :class:`PartitionOps` calls on each of its ``parts``, and a pipeline on a
+    store's operations."""
+
+    def now(self) -> Operation[int]: ...
+
+    def get(self, run: str) -> Operation[Current]: ...
+
+    def get_many(self, runs: Iterable[str]) -> Operation[dict[str, Current]]: ...
+
+    def insert(self, run: str, record: bytes, lease: Lease) -> Operation[int]: ...
+
+    def compare_and_set(self, run: str, expected: int, record: bytes, lease: Lease
+                        ) -> Operation[None]: ...
+
+    def renew(self, owner: str, runs: Iterable[str], ttl: int) -> Operation[list[str]]: ...
+
+    def release(self, owner: str, runs: Iterable[str]) -> Operation[list[str]]: ...
+
+    def delete(self, run: str, expected: int, lease: Lease) -> Operation[None]: ...
+
+    def finish(self, run: str, expected: int, lease: Fenced, *, record: bytes | None = None,
+               failure: Failure | None = None) -> Operation[None]: ...
+
+    def restore(self, run: str, expected: int | None = None) -> Operation[bool]: ...
+
+    @overload
+    def claim_expired(self, owner: str, ttl: int, limit: int = 1, *,
+                      records: Literal[False] = False, max_takeovers: int | None = None
+                      ) -> Operation[tuple[list[str], int]]: ...
+
+    @overload
+    def claim_expired(self, owner: str, ttl: int, limit: int = 1, *, records: Literal[True],
+                      max_takeovers: int | None = None) -> Operation[tuple[list[Claimed], int]]: ...
+
+    @overload
+    def claim_expired(self, owner: str, ttl: int, limit: int = 1, *, records: bool = False,
+                      max_takeovers: int | None = None
+                      ) -> Operation[tuple[list[str] | list[Claimed], int]]: ...
+
+    def claim_expired_call(self, share: Share, owner: str, ttl: int, max_takeovers: int | None
+                           ) -> Operation[tuple[list[Any], int]]: ...
+
+    @overload
+    def claim_ready(self, owner: str, ttl: int, limit: int = 1, *, records: Literal[False] = False
+                    ) -> Operation[tuple[list[str], int]]: ...
+
+    @overload
+    def claim_ready(self, owner: str, ttl: int, limit: int = 1, *, records: Literal[True]
+                    ) -> Operation[tuple[list[Claimed], int]]: ...
+
+    @overload
+    def claim_ready(self, owner: str, ttl: int, limit: int = 1, *, records: bool = False
+                    ) -> Operation[tuple[list[str] | list[Claimed], int]]: ...
+
+    def claim_ready_call(self, share: Share, owner: str, ttl: int
+                         ) -> Operation[tuple[list[Any], int]]: ...
+
+    @overload
+    def claim(self, owner: str, ttl: int, limit: int = 1, *, records: Literal[False] = False,
+              max_takeovers: int | None = None) -> Operation[tuple[list[str], int]]: ...
+
+    @overload
+    def claim(self, owner: str, ttl: int, limit: int = 1, *, records: Literal[True],
+              max_takeovers: int | None = None) -> Operation[tuple[list[Claimed], int]]: ...
+
+    @overload
+    def claim(self, owner: str, ttl: int, limit: int = 1, *, records: bool = False,
+              max_takeovers: int | None = None
+              ) -> Operation[tuple[list[str] | list[Claimed], int]]: ...
+
+    def claim_call(self, share: Share, owner: str, ttl: int, max_takeovers: int | None
+                   ) -> Operation[tuple[list[Any], int]]: ...
+
+    def refresh(self, run: str) -> Operation[bool]: ...
+
+    def changes(self, after: str | None = None, limit: int = 100, *, block: int | None = None
+                ) -> Operation[Changes]: ...
+
+    def rates(self, minutes: int = 60) -> Operation[list[Rate]]: ...
+
+    def quarantined(self, limit: int = 1000) -> Operation[list[Quarantined]]: ...
 
 
 class PartitionOps:
@@ -26,20 +112,45 @@ class PartitionOps:
     (:class:`redisstore.core.partitions.PartitionedOps`): each the core's operation
     (:class:`redisstore.core.runops.RunOps`) in the partitions its route names."""
 
-    parts: list[RunOps]
+    parts: Sequence[PartCalls]
+    #: What the shells and the pipelines ask of a store of partitions beside its operations
+    #: (PartitionedOps has them): they type it by this class, below core/partitions.py.
+    keys: Keyspace
+    checks: set[str]
 
-    def _one(self, run: str, make: Callable[[RunOps], Operation[T]], *,
+    def place(self, run: str) -> int:
+        """The partition of ``run``."""
+        raise NotImplementedError
+
+    def set_feed(self, feed: Feed | None) -> None:
+        """Open the store with ``feed`` (every partition's)."""
+        raise NotImplementedError
+
+    def checked(self) -> bool:
+        """Whether a pipeline needs no check first."""
+        raise NotImplementedError
+
+    def server_check(self) -> Operation[None]:
+        """What a pipeline of writes sends first."""
+        raise NotImplementedError
+
+    def read_check(self) -> Operation[None] | None:
+        """What a pipeline of reads only sends first."""
+        raise NotImplementedError
+
+    def _one(self, run: str, make: Callable[[PartCalls], Operation[T]], *,
              write: bool) -> Operation[T]:
         """A call of one run in its partition."""
         raise NotImplementedError
 
     def _each(self, runs: Iterable[str],
-              call: Callable[[RunOps, list[str]], Operation[T]]) -> Spread[T]:
+              call: Callable[[PartCalls, list[str]], Operation[T]]) -> Spread[T]:
         """A call over many runs: one in each partition, with its runs."""
         raise NotImplementedError
 
     def _claims(self, index: str, checks: Operation[tuple[list[Any], int]], limit: int,
-                records: bool, claim: Callable[[RunOps, Share], Operation[tuple[list[Any], int]]]
+                records: bool,
+                claim: Callable[[PartCalls, Share], Operation[tuple[list[Any], int]]]
                 ) -> Spread[tuple[list[Any], int]]:
         """A claim over every partition's ``index`` (``checks``: the core's, for its
         arguments' checks), each share by ``claim``."""

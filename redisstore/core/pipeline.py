@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 from .driver import Driver, Durability, Operation, Spread
 from .errors import NOT_APPLIED, StoreError, Unavailable
 from .groups import Group
-from .partitions import PartitionedOps
+from .partition_ops import PartitionOps
 from .pending import Pending
 from .pipeline_ops import PipelineOps
 from .runops import RunOps, fusable, fused, runs_only
@@ -56,10 +56,11 @@ class Pipelined(PipelineOps):
     arguments of the store method of its name, checks them at once (a bad one raises here,
     and nothing is queued) and returns a :class:`Pending`. See docs/runs.md."""
 
-    #: Its operations (the mixin types them by the generated ``PartitionOps`` alone).
-    _ops: RunOps | PartitionedOps
+    #: Its operations: one partition's or a store of partitions' (typed by the generated
+    #: ``PartitionOps``, not ``PartitionedOps``: a pipeline stands below the partitions).
+    _ops: RunOps | PartitionOps
 
-    def __init__(self, ops: RunOps | PartitionedOps, durability: Durability | None) -> None:
+    def __init__(self, ops: RunOps | PartitionOps, durability: Durability | None) -> None:
         self._ops = ops
         self._durability = durability
         self._calls: list[Pending[Any]] = []

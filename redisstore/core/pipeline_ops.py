@@ -14,9 +14,8 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
 if TYPE_CHECKING:
     from .driver import Operation, Spread
-    from .partition_ops import PartitionOps
+    from .partition_ops import PartCalls, PartitionOps
     from .pending import Pending
-    from .runops import RunOps
     from .runs import Claimed, Current, Failure, Fenced, Lease
 
 T = TypeVar("T")
@@ -27,7 +26,7 @@ class PipelineOps:
     asyncio alike), each the core's operation (:class:`redisstore.core.runops.RunOps`)
     handed to ``_queue``: its arguments are checked at once."""
 
-    _ops: RunOps | PartitionOps
+    _ops: PartCalls | PartitionOps
 
     def _queue(self, op: Operation[T] | Spread[T], *, write: bool = True) -> Pending[T]:
         """Queue ``op``."""

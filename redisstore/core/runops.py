@@ -13,7 +13,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Literal, NamedTuple, TypeAlias, TypeVar, overload
+from typing import Any, Literal, TypeAlias, TypeVar, overload
 
 from . import scripts, telemetry
 from .driver import (
@@ -88,6 +88,7 @@ from .runs import (
     check_wait,
 )
 from .waits import KINDS as KINDS
+from .waits import Share as Share
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -129,14 +130,6 @@ def operation(kind: Kind, route: str, *, pipeline: bool = True,
 
     return mark
 
-
-class Share(NamedTuple):
-    """A claim's part in one partition: at most ``limit`` runs, ``budget`` bytes of records
-    (0: ids only); ``strict``: the first run too must fit the budget."""
-
-    limit: int
-    budget: int
-    strict: bool = False
 
 #: The layout of the run store's keys that this library reads and writes (lua/_lib/keys.lua's
 #: LAYOUT). A new namespace starts at it; one an older library wrote is refused until

@@ -1,4 +1,4 @@
-"""What a blocked claim waits for: the kinds of work (:data:`KINDS`) and ``block``'s check.
+"""What a claim waits for and takes: the kinds of work (:data:`KINDS`), ``block``'s check, a share.
 
 A claimer waits for ready runs (``claim_ready``'s kind, ``READY``), expired leases
 (``claim_expired``'s, ``LEASES``) or either (``claim``'s, ``ANY``); the shells' waiting
@@ -6,6 +6,8 @@ A claimer waits for ready runs (``claim_ready``'s kind, ``READY``), expired leas
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 from .runs import check_int
 
@@ -24,3 +26,14 @@ MAX_BLOCK = 86_400_000
 def check_block(block: object) -> int:
     """``block``: None (do not wait) or an int of ms in [0, MAX_BLOCK]."""
     return 0 if block is None else check_int("block", block, minimum=0, maximum=MAX_BLOCK)
+
+
+# Here, below the operations: the partitions' mixin (core/partition_ops.py) types a claim's
+# share without standing on RunOps.
+class Share(NamedTuple):
+    """A claim's part in one partition: at most ``limit`` runs, ``budget`` bytes of records
+    (0: ids only); ``strict``: the first run too must fit the budget."""
+
+    limit: int
+    budget: int
+    strict: bool = False

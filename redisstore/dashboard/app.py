@@ -1,10 +1,11 @@
 """The dashboard's routes: each view, the actions' endpoints, the event stream, /metrics.
 
-:func:`app` builds the ASGI app (Starlette). Pages are rendered on the server by Jinja2
-with autoescape on (every stored value is escaped; no template marks stored data safe)
-and served with a Content-Security-Policy that runs no inline script: the one script,
-``static/live.js``, keeps a page up to date from ``/events``. A request with the header
-``X-Fragment: 1`` gets only the page's live part, which that script swaps in.
+:func:`app_of` builds the ASGI app (Starlette) over a :class:`Source`. Pages are rendered
+on the server by Jinja2 with autoescape on (every stored value is escaped; no template
+marks stored data safe) and served with a Content-Security-Policy that runs no inline
+script: the one script, ``static/live.js``, keeps a page up to date from ``/events``. A
+request with the header ``X-Fragment: 1`` gets only the page's live part, which that
+script swaps in.
 """
 
 from __future__ import annotations
@@ -34,7 +35,6 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from .actions import ACTIONS, Guard, read_form, seen_from
 from .chart import SERIES, chart
 from .live import Feed
-from .source import StoreSource
 from .values import PAGE, STATES, Counts, Source, as_seen, holder_text
 
 HERE = Path(__file__).parent
@@ -67,7 +67,7 @@ HEADERS = [
 
 
 class DashboardApp:
-    """The ASGI app :func:`app` makes: its routes, with :data:`HEADERS` added to every
+    """The ASGI app :func:`app_of` makes: its routes, with :data:`HEADERS` added to every
     response (pure ASGI: the event stream stays a stream). ``dashboard`` is its state."""
 
     def __init__(self, inner: ASGIApp, dashboard: Dashboard,
@@ -437,26 +437,13 @@ def _label(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
-def app(source: Source | Any, *, namespaces: Iterable[str] = (), allow_actions: bool = False,
-        token: str | None = None, label: str = "",
-        hide: Callable[[str], str] | None = None,
-        hosts: Iterable[str] | None = None) -> DashboardApp:
-    """The dashboard as an ASGI app, to serve (``redisstore dashboard``) or mount in your
-    own Starlette or FastAPI app (``Mount("/runs", app(client))``).
-
-    ``source``: a :class:`~redisstore.dashboard.values.Source`, or a sync redis-py
-    compatible client, read through a
-    :class:`~redisstore.dashboard.source.StoreSource` of ``namespaces`` (the ones known
-    without a scan; the namespaces page can scan for more). Actions (release, restore,
-    delete) are off unless ``allow_actions`` and a ``token``, which an operator gives at
-    ``/login``. ``label`` names the server on every page (redact its credentials first:
-    :func:`redisstore.cli.redact`); ``hide`` cleans an error's text before a page shows
-    it. ``hosts``: the only names a request may give in its Host header (None: any);
-    the command gives the loopback names when it listens on a loopback address."""
-    if not isinstance(source, Source):
-        source = StoreSource(source, namespaces, label=label)
-    elif label:
-        source.label = label
+def app_of(source: Source, *, allow_actions: bool = False, token: str | None = None,
+           hide: Callable[[str], str] | None = None,
+           hosts: Iterable[str] | None = None) -> DashboardApp:
+    """The dashboard's pages over ``source`` as an ASGI app: what
+    :func:`redisstore.dashboard.app` makes once it has a source (its docstring says what
+    each option does). The pages stand on the :class:`Source` seam alone, not on the
+    stores a :class:`~redisstore.dashboard.source.StoreSource` reads through."""
     board = Dashboard(source, Guard(allow_actions=allow_actions, token=token),
                       hide or (lambda text: text))
     routes = [

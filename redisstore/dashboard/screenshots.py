@@ -27,15 +27,16 @@ def take(out: Path, settle: float = 12.0) -> list[Path]:
     from playwright.sync_api import sync_playwright
 
     from ..core.runs import Hold
-    from . import app
+    from .app import app_of
     from .demo import Workload
     from .serving import Background
+    from .source import StoreSource
 
     token = secrets.token_urlsafe(24)
     client = fakeredis.FakeRedis()
     workload = Workload(client, seed=7).start()
-    board = app(client, namespaces=[workload.namespace, workload.quiet], allow_actions=True,
-                token=token, label="fakeredis (embedded)")
+    board = app_of(StoreSource(client, [workload.namespace, workload.quiet],
+                               label="fakeredis (embedded)"), allow_actions=True, token=token)
     written: list[Path] = []
     out.mkdir(parents=True, exist_ok=True)
     try:

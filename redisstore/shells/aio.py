@@ -1,5 +1,6 @@
-"""The asyncio I/O shell: ``AsyncRedisRunStore`` and ``AsyncRedisRepository`` over
-``redis.asyncio`` (or ``fakeredis.FakeAsyncRedis``).
+"""The asyncio I/O shell: ``AsyncRedisRunStore`` over ``redis.asyncio`` (or ``FakeAsyncRedis``).
+
+``AsyncRedisRepository`` is :mod:`redisstore.shells.repo_aio`, on this module's transport.
 
 Only I/O lives here. Every operation, what it sends and what each reply means, is the same
 sans-I/O generator the sync stores drive (:mod:`redisstore.core.driver`,
@@ -39,7 +40,6 @@ from ..core.driver import (
     Operation,
     PerNode,
     Spread,
-    check_io,
     continued,
     parsed,
     resume,
@@ -55,11 +55,8 @@ from ..core.groups import (
     straggled,
 )
 from ..core.outcomes import ErrorReply, Exchange, Lost, Reply
-from ..core.partitioned_repository import PartitionedRepositoryOps, repository_ops
-from ..core.partitions import PartitionedOps
+from ..core.partitions import PartitionedOps, run_ops
 from ..core.pipeline import Pipelined
-from ..core.repository import Logger
-from ..core.repository_ops import RepositoryOps
 from ..core.runops import RunOps
 from ..core.runs import MAX_RENEW, SessionInfo, check_listing_limit
 from ..sessions import AsyncSession, check_session
@@ -82,9 +79,8 @@ from .clients import (
     relearn_after,
     subscribe_failed,
 )
-from .repo_aio_ops import AsyncRepositoryStoreOps
 from .sessions import SessionSteps
-from .shell import RunShell, Shell
+from .shell import RunShell
 from .sync import _MORE, _pack_one, _replies, lean_error
 from .wakeups import LoopDriver, Nodes, Wakeups, check_block
 
@@ -1284,6 +1280,7 @@ class AsyncRedisRunStore(_Closes, SessionSteps, AsyncStoreOps, RunShell[AsyncTra
     #: Its operations (the mixin types them by the generated ``PartitionOps`` alone).
     _ops: RunOps | PartitionedOps
     _transport = AsyncTransport
+    _run_ops = staticmethod(run_ops)
 
     async def aclose(self) -> None:
         """Stop the store's waker (if a claim ever blocked) and disconnect its
@@ -1373,29 +1370,3 @@ class AsyncRedisRunStore(_Closes, SessionSteps, AsyncStoreOps, RunShell[AsyncTra
         if not wait:
             return (await once())[0]
         return await wakeups.aclaim(self._wakeups, index, once, wait)
-
-
-class AsyncRedisRepository(_Closes, AsyncRepositoryStoreOps,
-                           Shell[RepositoryOps | PartitionedRepositoryOps]):
-    """The instance repository on a ``redis.asyncio`` client: the asyncio twin of
-    :class:`redisstore.RedisRepository`, with the same options, methods (``async def``),
-    errors and semantics. A cancelled ``save`` or ``delete`` is of unknown outcome: load
-    the record to find out."""
-
-    #: Its operations (the mixin types them by the generated ``RepositoryCalls``).
-    _ops: RepositoryOps | PartitionedRepositoryOps
-
-    def __init__(self, client: Any, *, namespace: str = "redisstore", max_terminal: int = 1024,
-                 logger: Logger | None = None, durability: Durability | None = None,
-                 timeout: int = 5000, partitions: int = 1) -> None:
-        self._ops = repository_ops(namespace, max_terminal, logger, partitions)
-        self._io = AsyncTransport(client, *check_io(durability, timeout))
-
-    # The primitives of the methods (AsyncRepositoryStoreOps, generated from the core:
-    # redisstore/shells/repo_aio_ops.py).
-
-    async def _send(self, op: Operation[T] | Spread[T]) -> T:
-        return await self._io.drive(op)
-
-    def _settings(self) -> bool:
-        return not self._io.fake

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..core.partitions import PartitionedOps
+from ..core.partition_ops import PartitionOps
 from ..core.runops import RunOps
 from ..sessions import ClaimKind
 
@@ -14,7 +14,7 @@ from ..sessions import ClaimKind
 class SessionSteps:
     """The :class:`~redisstore.sessions.SessionBackend` of a Redis store."""
 
-    _ops: RunOps | PartitionedOps
+    _ops: RunOps | PartitionOps
 
     def _write(self, op: Any) -> Any:
         raise NotImplementedError

@@ -10,7 +10,7 @@ from typing import Any, Generic, Protocol, TypeVar
 from ..core.driver import Durability, check_io
 from ..core.feed import Feed
 from ..core.keys import Keyspace
-from ..core.partitions import PartitionedOps, run_ops
+from ..core.partition_ops import PartitionOps
 from ..core.runops import RunOps
 from ..core.runs import MAX_RECORD, Discover
 from .wakeups import Wakeups
@@ -42,18 +42,21 @@ class _Io(Protocol):
 IoT = TypeVar("IoT", bound=_Io)
 
 
-class RunShell(Shell[RunOps | PartitionedOps], Generic[IoT]):
+class RunShell(Shell[RunOps | PartitionOps], Generic[IoT]):
     """What ``RedisRunStore`` and ``AsyncRedisRunStore`` share, one source for both: the
     options they are opened with, their operations (one partition's or a store of
     partitions'), their waker (made with the first blocked claim) and a run's partition.
     Each names the transport it sends on (``_transport``: ``Transport`` or
     ``AsyncTransport``); the sync store's docstring says what the options mean."""
 
-    _ops: RunOps | PartitionedOps
+    _ops: RunOps | PartitionOps
     _io: IoT
     _wake: Wakeups | None
     #: The store's transport class, made of the client, durability and timeout.
     _transport: Callable[[Any, Durability | None, int], IoT]
+    #: What makes its operations (``core.partitions.run_ops``): named by each store, so
+    #: this base stands below the partitions, on the ``PartitionOps`` they declare.
+    _run_ops: Callable[..., RunOps | PartitionOps]
 
     def __init__(self, client: Any, *, namespace: str = "redisstore",
                  discover: Discover | None = None, projection_version: int = 1,
@@ -61,8 +64,9 @@ class RunShell(Shell[RunOps | PartitionedOps], Generic[IoT]):
                  max_record_bytes: int = MAX_RECORD, partitions: int = 1,
                  feed: Feed | None = None) -> None:
         durability, timeout = check_io(durability, timeout)
-        self._ops = run_ops(namespace, discover, projection_version, durability=durability,
-                            max_record_bytes=max_record_bytes, partitions=partitions)
+        self._ops = self._run_ops(namespace, discover, projection_version,
+                                  durability=durability, max_record_bytes=max_record_bytes,
+                                  partitions=partitions)
         self._ops.set_feed(feed)
         self._io = self._transport(client, durability, timeout)
         self._ops.checks = self._io.checks
@@ -73,4 +77,4 @@ class RunShell(Shell[RunOps | PartitionedOps], Generic[IoT]):
     def _place(self, run: str) -> int:
         """The partition of ``run`` (0 in a store of one partition): a keeper leaves a failed
         partition's runs out of the rest of its round."""
-        return self._ops.place(run) if isinstance(self._ops, PartitionedOps) else 0
+        return self._ops.place(run) if isinstance(self._ops, PartitionOps) else 0

@@ -12,7 +12,7 @@ import pytest
 from servers import EPHEMERAL, Server, missing, redis_binary
 
 from redisstore import RedisRunStore, acl_rule, drop_namespace
-from redisstore.admin import cli
+from redisstore import __main__ as cli
 
 
 def run(argv: list[str], monkeypatch: pytest.MonkeyPatch, env: str | None = None

@@ -383,7 +383,7 @@ def test_a_blocked_claim_follows_its_slot_to_another_node(
 
 def test_doctor_on_a_cluster_node_checks_the_namespace_on_its_slot_and_the_clocks(
         cluster: list[Server], capsys: pytest.CaptureFixture[str]) -> None:
-    from redisstore.admin import cli
+    from redisstore import __main__ as cli
 
     namespace = unique_namespace("doctor")
     # Whichever node the URL names, the namespace's calls go to its slot's node.
