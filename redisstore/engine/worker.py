@@ -178,19 +178,25 @@ class Job:
         if isinstance(error, Conflict | LeaseRefused | NotFound):
             self._lost.set()  # fenced out: another grant or another write came
 
+    def _checkpoint(self, record: bytes) -> Generator[_Call, Any, None]:
+        """:meth:`write` as the one step it takes (the store's call), for both jobs: a lost
+        job's write is refused unsent, a refused one marks the job lost."""
+        if self.lost:
+            raise self._refusal()
+        try:
+            yield _Call(functools.partial(self._store.compare_and_set, self.run,
+                                          self.current.revision, record, self.fence))
+        except StoreError as error:
+            self._refused(error)
+            raise
+        self._written(record)
+
     def write(self, record: bytes) -> None:
         """Write ``record`` as the run's next revision under the job's grant, keeping the
         lease (``Fenced``): a checkpoint; the revision is tracked. Raises ``LeaseRefused``
         or ``Conflict`` when the run is no longer this job's (then :attr:`lost` is true and
         nothing was written); once :attr:`lost`, raises ``LeaseRefused`` without sending."""
-        if self.lost:
-            raise self._refusal()
-        try:
-            self._store.compare_and_set(self.run, self.current.revision, record, self.fence)
-        except StoreError as error:
-            self._refused(error)
-            raise
-        self._written(record)
+        _calls(self._checkpoint(record))
 
 
 class AsyncJob(Job):
@@ -198,15 +204,7 @@ class AsyncJob(Job):
 
     async def write(self, record: bytes) -> None:  # type: ignore[override]
         """:meth:`Job.write` without blocking the event loop."""
-        if self.lost:
-            raise self._refusal()
-        try:
-            await self._store.compare_and_set(self.run, self.current.revision, record,
-                                              self.fence)
-        except StoreError as error:
-            self._refused(error)
-            raise
-        self._written(record)
+        await _acalls(self._checkpoint(record))
 
 
 @dataclass(slots=True)
@@ -252,6 +250,38 @@ class _Sleep:
 
 _Step: TypeAlias = _Call | _Handle | _Wait | _Sleep
 _Loop: TypeAlias = Generator[_Step, Any, None]
+
+
+def _calls(steps: Generator[_Call, Any, None]) -> None:
+    """Make each call ``steps`` yields, on this thread; its answer (or error) sent back."""
+    value: Any = None
+    error: Exception | None = None
+    while True:
+        try:
+            step = steps.send(value) if error is None else steps.throw(error)
+        except StopIteration:
+            return
+        value, error = None, None
+        try:
+            value = step.call()
+        except Exception as exc:  # the store's answer: the steps decide
+            error = exc
+
+
+async def _acalls(steps: Generator[_Call, Any, None]) -> None:
+    """:func:`_calls` of an asyncio store: each call awaited."""
+    value: Any = None
+    error: Exception | None = None
+    while True:
+        try:
+            step = steps.send(value) if error is None else steps.throw(error)
+        except StopIteration:
+            return
+        value, error = None, None
+        try:
+            value = await step.call()
+        except Exception as exc:  # the store's answer: the steps decide
+            error = exc
 
 
 def _one_trip(store: Any) -> bool:
