@@ -4,7 +4,7 @@ kept alive by one call; its runs live exactly while it does, and expire together
 from __future__ import annotations
 
 import threading
-from typing import Any, ClassVar, cast
+from typing import Any, cast
 
 import pytest
 
@@ -31,17 +31,6 @@ READY = rec({"at": 0})
 class SessionRules(RunSuite):
     """``open_session``, a session's claims, ``keepalive`` and ``close``, and the
     ``InSession`` condition."""
-
-    #: Whether the backend keeps sessions yet: a backend that does not runs each rule as
-    #: a strict expected failure (it turns red the day the rule passes).
-    keeps_sessions: ClassVar[bool] = True
-
-    @pytest.fixture(autouse=True)
-    def _sessions_kept(self, request: pytest.FixtureRequest) -> None:
-        rule = request.function.__qualname__.startswith(f"{SessionRules.__name__}.")
-        if rule and not self.keeps_sessions:
-            request.applymarker(pytest.mark.xfail(
-                strict=True, reason="sessions are not on this backend yet"))
 
     # ------------------------------------------------------------------ helpers
 
