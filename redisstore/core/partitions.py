@@ -831,13 +831,13 @@ class PartitionedOps(PartitionOps, Counted):
                 self._lapsed.pop(session, None)
                 raise SessionLapsed(session)
             before = len(lapsed)
-            got = yield from self._claim(index, limit, records, lambda part, share: (
+            claimed = yield from self._claim(index, limit, records, lambda part, share: (
                 part.session_claim_call(kind, share, session, owner, ttl, max_takeovers)),
                 lapsed)
             # Nothing claimed because the session lapsed in a partition: again without it
             # (at most once per partition), so that a session lapsed everywhere is refused.
-            if got[0] or len(lapsed) == before:
-                return got
+            if claimed[0] or len(lapsed) == before:
+                return claimed
 
     def session_close(self, session: str, owner: str, count: int
                       ) -> Spread[tuple[int, bool]]:
