@@ -743,7 +743,8 @@ class PartitionedOps(PartitionOps, Counted):
         from partition 0 (which gives ids never given twice), then the same session opened
         in each other partition at once. A partition that does not take it (its node down,
         or it knows that id already) is left out: the session is not live there, and its
-        claims and keepalives leave it out. Partition 0 failing fails the opening."""
+        claims and keepalives leave it out (once they find so, for a node that was away).
+        Partition 0 failing fails the opening."""
         return Spread(self._session_open(owner, ttl))
 
     def _session_open(self, owner: str, ttl: int) -> Steps[str]:
@@ -759,7 +760,11 @@ class PartitionedOps(PartitionOps, Counted):
                 continue
             if not isinstance(opened.error, StoreError):
                 raise opened.error
-            lapsed.add(p)
+            if isinstance(opened.error, SessionLapsed):
+                lapsed.add(p)
+            # Else (its node away...) it is not marked: the keepalives and claims sent there
+            # once it is back find no session (SessionLapsed) and leave it out from then on;
+            # until then they fail there as any call does (its runs wait for the node).
             log.warning("redisstore: session %s of %r was not opened in partition %d (%s): "
                         "its runs there are left to per-run claims", sid, owner, p,
                         opened.error)

@@ -330,6 +330,14 @@ class _Core:
                 if finish is not None:
                     yield from self._finish_alone(finish)
                 return
+            session = keeper.session
+            if session is not None and keeper.lapsed_in:
+                # Its session lapsed in some partitions (their node was away past the ttl):
+                # its claims leave those out, so a new session for the claims to come; the
+                # keeper keeps the old one alive while it holds runs of it. Not opened (the
+                # node of partition 0 away): the old one serves on, tried again next loop.
+                with contextlib.suppress(StoreError):
+                    self._reopen(keeper, session)
             since = time.monotonic()
             try:
                 if finish is not None and self.one_trip:
@@ -385,11 +393,10 @@ class _Core:
             finish = self._ended(job, keeper, result, raised)
 
     def _start_session(self, keeper: Keeper) -> None:
-        """Open the worker's session where it wants one and the store keeps them (a store
-        of partitions does not yet: its runs keep leases of their own)."""
+        """Open the worker's session where it wants one and the store keeps them (every
+        store of this library, of one partition or many)."""
         if self.sessions and hasattr(self.store, "_session_open"):
-            with contextlib.suppress(NotImplementedError):
-                keeper.open_session()
+            keeper.open_session()
 
     def _reopen(self, keeper: Keeper, lapsed: str) -> None:
         """A new session after ``lapsed`` (once, whichever loop saw it first)."""
