@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import contextlib
 import logging
 import threading
 import time
@@ -30,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core import telemetry
-from ..core.errors import Closed, SessionLapsed, Unavailable
+from ..core.errors import Closed, SessionLapsed, StoreError, Unavailable
 from ..core.runs import (
     MAX_RENEW,
     check_owner,
@@ -480,10 +481,15 @@ class Keeper:
         with self._cond:
             session = self._session
             held = {e.session for e in self._held.values()}
-            for old in [old for old in self._retiring if old not in held]:
-                del self._retiring[old]  # holds nothing of ours: left to lapse
+            done = [old for old in self._retiring if old not in held]
+            for old in done:
+                del self._retiring[old]
             sessions = [session, *self._retiring]
         try:
+            for old in done:  # holds nothing of ours: ended (a failed close lets it lapse)
+                with contextlib.suppress(StoreError):
+                    while not self._call("_session_close", old, self.owner, MAX_RENEW)[1]:
+                        pass
             self._expire(lost)
             for sid in sessions:
                 if sid is None:
