@@ -495,8 +495,10 @@ class PartitionedOps(PartitionOps, Counted):
                  else sorted(shares))
         if lapsed is not None and not order:
             # A session's claim with nothing due: one partition's claim of none checks the
-            # session there (refused once lapsed), as one partition's claim always does.
-            order = [min(set(range(self.n)) - left_out)]
+            # session there (refused once lapsed), as one partition's claim always does; one
+            # whose head answered, so that a node away does not fail a claim of nothing.
+            order = [min(p for p, got in enumerate(heads)
+                         if got.error is None and p not in left_out)]
         # The record budget is shared; only the partition of the earliest entry always hands
         # back its first run, so a reply passes the budget by one record at most.
         budget = max(1, MAX_CLAIM_BYTES // max(1, len(shares))) if records else 0
@@ -798,7 +800,7 @@ class PartitionedOps(PartitionOps, Counted):
             else:
                 raise got.error
         if len(lapsed) == self.n:
-            del self._lapsed[session]
+            self._lapsed.pop(session, None)  # (another thread's close may have, too)
             raise SessionLapsed(session)
         if len(unanswered) + len(lapsed) == self.n:
             raise worst(errors, applied=False)  # kept nowhere

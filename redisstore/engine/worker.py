@@ -303,6 +303,9 @@ class _Core:
         self._ids = itertools.count()
         self._lock = threading.Lock()
         self._stopping = threading.Event()
+        #: When a worker whose session lapsed in some partitions tries again to open a new
+        #: one, after a try that failed (monotonic).
+        self._reopen_after = 0.0
         self._namespace = str(getattr(store, "namespace", ""))
         #: The first error that stopped the worker: a handler's ``BaseException`` that is not
         #: an ``Exception`` (``SystemExit``...), or a bug of a loop. None while it runs.
@@ -331,13 +334,17 @@ class _Core:
                     yield from self._finish_alone(finish)
                 return
             session = keeper.session
-            if session is not None and keeper.lapsed_in:
+            if session is not None and keeper.lapsed_in \
+                    and time.monotonic() >= self._reopen_after:
                 # Its session lapsed in some partitions (their node was away past the ttl):
                 # its claims leave those out, so a new session for the claims to come; the
                 # keeper keeps the old one alive while it holds runs of it. Not opened (the
-                # node of partition 0 away): the old one serves on, tried again next loop.
-                with contextlib.suppress(StoreError):
+                # node of partition 0 away): the old one serves on, tried again a keeper's
+                # period later (each try may wait for that node its deadline).
+                try:
                     self._reopen(keeper, session)
+                except StoreError:
+                    self._reopen_after = time.monotonic() + keeper.renew_every / 1000
             since = time.monotonic()
             try:
                 if finish is not None and self.one_trip:
