@@ -94,7 +94,12 @@ class Keeper:
     session's (:meth:`add` counts each run's bound from the session's last confirmed
     keepalive); a run the keepalive reports taken from the session is lost (``not
     renewed``), and so is every run once the session lapsed (:attr:`lapsed` is then set:
-    open another and :meth:`use`). ``close(release=True)`` closes the session.
+    open another and :meth:`use`). On a store of partitions, a keepalive that finds the
+    session lapsed in some partitions only loses the runs held there (:attr:`lapsed_in`
+    names those partitions), and the runs of a partition it did not reach keep their bound;
+    a session replaced by :meth:`use` (or :meth:`open_session`) while it still lives and
+    holds runs is kept alive too until it holds none, then closed. ``close(release=True)``
+    closes the session (and those).
 
     ``on_lost(Lost)`` is called from the keeper's thread for each run it gives up (by
     default a warning is logged). A keeper that dies (an error that is not ``Unavailable``)

@@ -650,9 +650,10 @@ class Worker(_Core):
     - Its runs are held under one :class:`~redisstore.Session` of its own, kept alive by a
       :class:`~redisstore.Keeper` of its own (one keepalive a period, whatever the number
       of runs; ``ttl``, the only TTL, is the session's); a run taken from the session, or
-      every run once it lapsed, sets ``job.lost``, and a lapsed session is replaced.
-      ``sessions=False`` (and a store of partitions) hold a lease per run, renewed by the
-      keeper.
+      every run once it lapsed, sets ``job.lost``, and a lapsed session is replaced. On a
+      store of partitions, a session that lapsed in some partitions only costs the jobs
+      held there, and is replaced for the claims to come. ``sessions=False`` holds a lease
+      per run, renewed by the keeper.
     - Every write of a job is fenced by its grant (``Fenced(owner, job.token)``): after a
       takeover, nothing of it lands.
     - ``handler(job)`` returns bytes (written, the run freed: its new record's wait decides
