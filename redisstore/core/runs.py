@@ -265,7 +265,7 @@ class Kept(list[str]):
 
     __slots__ = ("lapsed", "unanswered")
 
-    def __init__(self, told: list[str] = [], *, lapsed: frozenset[int] = frozenset(),  # noqa: B006
+    def __init__(self, told: Iterable[str] = (), *, lapsed: frozenset[int] = frozenset(),
                  unanswered: frozenset[int] = frozenset()) -> None:
         super().__init__(told)
         self.lapsed = lapsed

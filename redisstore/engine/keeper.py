@@ -537,7 +537,8 @@ class Keeper:
         taken = set(told)
         with self._cond:
             if current and self._session == session:
-                self._session_since = sent
+                if not away:  # a run added now may be of a partition it did not reach
+                    self._session_since = sent
                 self.lapsed_in = gone
             elif session in self._retiring:
                 self._retiring[session] = sent
