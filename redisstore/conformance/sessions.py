@@ -246,7 +246,11 @@ class SessionRules(RunSuite):
         done = store.get("done")
         assert done.token is not None
         store.finish("done", 1, Fenced(ME, done.token), record=b"ok")  # its holder's: untold
-        assert sorted(session.keepalive()) == ["claimed", "deleted", "released", "seized"]
+        kept = session.keepalive()
+        assert sorted(kept) == ["claimed", "deleted", "released", "seized"]
+        # A session live everywhere: no partition lapsed, none unreached (of a store of
+        # partitions too: one session over all of them).
+        assert (kept.lapsed, kept.unanswered) == (frozenset(), frozenset())
         assert session.keepalive() == []  # told once
         assert store.get("seized").holder == Held(OTHER, True)
         assert store.get("claimed").session is None and store.get("kept").session == session.id
