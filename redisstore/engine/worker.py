@@ -302,6 +302,7 @@ class _Core:
         self._latest: dict[str, Job] = {}
         self._ids = itertools.count()
         self._lock = threading.Lock()
+        self._reopening = threading.Lock()
         self._stopping = threading.Event()
         #: When a worker whose session lapsed in some partitions tries again to open a new
         #: one, after a try that failed (monotonic).
@@ -406,8 +407,10 @@ class _Core:
             keeper.open_session()
 
     def _reopen(self, keeper: Keeper, lapsed: str) -> None:
-        """A new session after ``lapsed`` (once, whichever loop saw it first)."""
-        with self._lock:
+        """A new session after ``lapsed`` (once, whichever loop saw it first). Not under
+        the worker's lock: the keeper's thread may be reporting lost runs (which takes it)
+        before it answers the opening."""
+        with self._reopening:
             if keeper.session == lapsed:
                 keeper.open_session()
 
