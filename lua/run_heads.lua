@@ -24,11 +24,17 @@
 --          damaged (another type, or more bytes than its entries can take), none of it read.
 -- Entries are not checked against their runs: a stale one makes the partition's share too
 -- big, and its claim then hands out fewer.
+-- Sessions (index leases or any): the runs a lapsed session holds that are not in the leases
+-- index yet are due at its expiry, as its sweep puts them there; each session due (its
+-- SESSION_LEASES score passed) answers its SCARD of entries (one for a damaged entry) named
+-- "~"..id, so that the partition gets a share and its claim sweeps them. The first
+-- session not due counts in the wait (its runs are due at its expiry).
 -- Also reads, undeclared (same hash tag): a partition's P.."outbox", P.."unwatch" and the
--- P.."watch:"..run of its outbox entries.
+-- P.."watch:"..run of its outbox entries; P.."session-leases" and the P.."s:"..id of its
+-- due sessions.
 --- @include CORRUPT, MAX_CLAIM, MAX_TEXT, OK, now_ms, P, FANOUT, META, LEASES_IX, OUTBOX
 --- @include READY_IX, UNWATCH_Q, decimal, TYPES, of_type, WATCH_KEY, arg_int, check_layout
---- @include PARTITION, MAX_INT, within, index_intact
+--- @include PARTITION, MAX_INT, within, index_intact, SESSION_LEASES, SESSION_RUNS, int
 local ixs
 if ARGV[2] == 'ready' then
   ixs = {READY_IX}
@@ -77,6 +83,33 @@ end
 -- Each index (the caller merges them).
 for _, ix in ipairs(ixs) do
   take(redis.call('ZRANGE', ix.key, 0, limit, 'WITHSCORES'), 0)
+end
+-- The sessions due (see the header): counted as entries of the leases index.
+if ixs[#ixs] == LEASES_IX then
+  local heads = redis.pcall('ZRANGE', SESSION_LEASES, 0, limit, 'WITHSCORES')
+  local n = 0
+  for i = 1, (heads.err and 0 or #heads), 2 do
+    local at = tonumber(heads[i + 1])
+    if not at or at > MAX_INT then break end  -- inf: every run of those is in the index
+    if at > now then
+      local ms = math.ceil(at) - now
+      if wait ~= 0 and (wait < 0 or ms < wait) then wait = ms end
+      break
+    end
+    if n >= limit then
+      wait = 0
+      break
+    end
+    local sid = heads[i]
+    -- An entry that names no session, or a run set of another type: one entry (the claim's
+    -- sweep drops it). A session that holds no run here: none (a claim's sweep drops it).
+    local ok = #sid <= 20 and string.find(sid, '^[1-9]%d*$')
+    local runs = ok and redis.pcall('SCARD', P .. SESSION_RUNS .. sid)
+    runs = type(runs) == 'number' and runs or 1
+    for _ = 1, math.min(runs, limit - n) do
+      out[#out + 1], out[#out + 2], n = '~' .. (ok and sid or '?'), int(math.floor(at)), n + 1
+    end
+  end
 end
 local pending = 0
 if ixs[1] == READY_IX and redis.call('ZCARD', FANOUT) > 0 then pending = 1 end

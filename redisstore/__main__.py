@@ -265,10 +265,7 @@ def _inspect(url: str | None, namespace: str, run: str | None, as_json: bool, ou
         counts = [(*_index_counts(client, keys, "leases", now),
                    *_index_counts(client, keys, "ready", now)) for keys in spaces]
         held, held_expired, waiting, ready_now = (sum(c[i] for c in counts) for i in range(4))
-        try:  # a store of partitions opens no sessions yet
-            sessions = store.sessions(limit=50)
-        except NotImplementedError:
-            sessions = []
+        sessions = store.sessions(limit=50)
         # A live session's runs have no lease entry of their own: held, by its count.
         held += sum(s.runs for s in sessions if s.expires > now)
         report = {

@@ -58,6 +58,7 @@ from .runs import (
     Hold,
     Holder,
     InSession,
+    Kept,
     Lease,
     Migrated,
     Poll,
@@ -298,7 +299,7 @@ class MemoryRunStore(_NothingToClose):
             raise SessionLapsed(sid)
         return session
 
-    def _session_keepalive(self, sid: str, owner: str) -> list[str]:
+    def _session_keepalive(self, sid: str, owner: str) -> Kept:
         with self._lock:
             now = self._clock()
             session = self._live_session(sid, owner, now)
@@ -306,7 +307,7 @@ class MemoryRunStore(_NothingToClose):
             told = session.taken[:CLOSE_STEP]
             del session.taken[:CLOSE_STEP]
             self._changed.notify_all()  # a blocked claim waiting for the old expiry
-            return told
+            return Kept(told)
 
     def _session_claim(self, kind: ClaimKind, sid: str, owner: str, ttl: int, limit: int,
                        records: bool, block: int, max_takeovers: int | None) -> list[Any]:

@@ -10,6 +10,7 @@ from .runs import (
     MAX_RENEW,
     Claimed,
     InSession,
+    Kept,
     check_flag,
     check_limit,
     check_max_takeovers,
@@ -31,7 +32,7 @@ class SessionBackend(Protocol):
 
     def _session_open(self, owner: str, ttl: int, /) -> str: ...
 
-    def _session_keepalive(self, session: str, owner: str, /) -> list[str]: ...
+    def _session_keepalive(self, session: str, owner: str, /) -> Kept: ...
 
     def _session_claim(self, kind: ClaimKind, session: str, owner: str, ttl: int, limit: int,
                        records: bool, block: int, max_takeovers: int | None, /
@@ -45,7 +46,7 @@ class AsyncSessionBackend(Protocol):
 
     async def _session_open(self, owner: str, ttl: int, /) -> str: ...
 
-    async def _session_keepalive(self, session: str, owner: str, /) -> list[str]: ...
+    async def _session_keepalive(self, session: str, owner: str, /) -> Kept: ...
 
     async def _session_claim(self, kind: ClaimKind, session: str, owner: str, ttl: int,
                              limit: int, records: bool, block: int, max_takeovers: int | None,
@@ -111,11 +112,14 @@ class Session(_SessionValues):
         super().__init__(id, owner, ttl)
         self._store = store
 
-    def keepalive(self) -> list[str]:
+    def keepalive(self) -> Kept:
         """Keep the session live ``ttl`` ms from now, in one call whatever the number of
         runs; returns the runs taken from it since the last keepalive (a ``Seize``, a
         release, a delete...; at most ``CLOSE_STEP``, the rest at the next).
-        ``SessionLapsed`` when it is not live: nothing changes, it never comes back."""
+        ``SessionLapsed`` when it is not live: nothing changes, it never comes back. On a
+        store of partitions, one call to each partition at once: ``Kept.lapsed`` names the
+        partitions where it lapsed (their runs are lost; it goes on in the others), and
+        ``SessionLapsed`` comes once it lapsed in all."""
         return self._store._session_keepalive(self._id, self._owner)
 
     @overload
@@ -196,7 +200,7 @@ class AsyncSession(_SessionValues):
         super().__init__(id, owner, ttl)
         self._store = store
 
-    async def keepalive(self) -> list[str]:
+    async def keepalive(self) -> Kept:
         """:meth:`Session.keepalive`."""
         return await self._store._session_keepalive(self._id, self._owner)
 

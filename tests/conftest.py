@@ -237,10 +237,6 @@ class RedisSuite(FeedOnNextStore, RunStoreConformance):
     #: The store's partitions (one logical store over that many hash tags).
     partitions = 1
 
-    @property
-    def keeps_sessions(self) -> bool:  # type: ignore[override]
-        return self.partitions == 1  # sessions over partitions come next
-
     def make_store(self, *, discover: Discover | None = None) -> RunStore:
         return RedisRunStore(self.client, namespace=unique_namespace(), discover=discover,
                              partitions=self.partitions, feed=self.feed,

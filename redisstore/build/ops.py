@@ -73,6 +73,8 @@ IMPORTS = {
     "Fenced": "redisstore.core.runs",
     "Lease": "redisstore.core.runs",
     "Quarantined": "redisstore.core.runs",
+    "Kept": "redisstore.core.runs",
+    "SessionInfo": "redisstore.core.runs",
     "Changes": "redisstore.core.feed",
     "Rate": "redisstore.core.feed",
     "RunOps": "redisstore.core.runops",
@@ -562,6 +564,31 @@ class Partitions(Target):
 
     def migrate_step(self, count: int) -> Spread[tuple[int, bool, int, int]]:
         """One step of ``migrate()`` in every partition at once (the stores' loop)."""
+        raise NotImplementedError
+
+    # A session's steps (redisstore/shells/sessions.py sends them), each fanned to the
+    # partitions where the session is kept.
+    def session_open(self, owner: str, ttl: int) -> Spread[str]:
+        """Open a session in every partition at once, under partition 0's id."""
+        raise NotImplementedError
+
+    def session_keepalive(self, session: str, owner: str) -> Spread[Kept]:
+        """Keep ``session`` alive in every partition where it lives."""
+        raise NotImplementedError
+
+    def session_claim(self, kind: str, session: str, owner: str, ttl: int, limit: int,
+                      records: bool, max_takeovers: int | None
+                      ) -> Spread[tuple[list[Any], int]]:
+        """A claim under ``session`` over the partitions where it lives."""
+        raise NotImplementedError
+
+    def session_close(self, session: str, owner: str, count: int
+                      ) -> Spread[tuple[int, bool]]:
+        """One step of ``close`` in every partition at once."""
+        raise NotImplementedError
+
+    def sessions(self, limit: int) -> Spread[list[SessionInfo]]:
+        """The sessions of every partition, each once."""
         raise NotImplementedError
 '''
 

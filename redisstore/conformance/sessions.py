@@ -4,7 +4,7 @@ kept alive by one call; its runs live exactly while it does, and expire together
 from __future__ import annotations
 
 import threading
-from typing import Any, ClassVar, cast
+from typing import Any, cast
 
 import pytest
 
@@ -31,17 +31,6 @@ READY = rec({"at": 0})
 class SessionRules(RunSuite):
     """``open_session``, a session's claims, ``keepalive`` and ``close``, and the
     ``InSession`` condition."""
-
-    #: Whether the backend keeps sessions yet: a backend that does not runs each rule as
-    #: a strict expected failure (it turns red the day the rule passes).
-    keeps_sessions: ClassVar[bool] = True
-
-    @pytest.fixture(autouse=True)
-    def _sessions_kept(self, request: pytest.FixtureRequest) -> None:
-        rule = request.function.__qualname__.startswith(f"{SessionRules.__name__}.")
-        if rule and not self.keeps_sessions:
-            request.applymarker(pytest.mark.xfail(
-                strict=True, reason="sessions are not on this backend yet"))
 
     # ------------------------------------------------------------------ helpers
 
@@ -257,7 +246,11 @@ class SessionRules(RunSuite):
         done = store.get("done")
         assert done.token is not None
         store.finish("done", 1, Fenced(ME, done.token), record=b"ok")  # its holder's: untold
-        assert sorted(session.keepalive()) == ["claimed", "deleted", "released", "seized"]
+        kept = session.keepalive()
+        assert sorted(kept) == ["claimed", "deleted", "released", "seized"]
+        # A session live everywhere: no partition lapsed, none unreached (of a store of
+        # partitions too: one session over all of them).
+        assert (kept.lapsed, kept.unanswered) == (frozenset(), frozenset())
         assert session.keepalive() == []  # told once
         assert store.get("seized").holder == Held(OTHER, True)
         assert store.get("claimed").session is None and store.get("kept").session == session.id

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from .driver import Operation, Spread
     from .feed import Changes, Feed, Rate
     from .keys import Keyspace
-    from .runs import Claimed, Current, Failure, Fenced, Lease, Quarantined
+    from .runs import Claimed, Current, Failure, Fenced, Kept, Lease, Quarantined, SessionInfo
     from .waits import Share
 
 T = TypeVar("T")
@@ -158,6 +158,31 @@ class PartitionOps:
 
     def migrate_step(self, count: int) -> Spread[tuple[int, bool, int, int]]:
         """One step of ``migrate()`` in every partition at once (the stores' loop)."""
+        raise NotImplementedError
+
+    # A session's steps (redisstore/shells/sessions.py sends them), each fanned to the
+    # partitions where the session is kept.
+    def session_open(self, owner: str, ttl: int) -> Spread[str]:
+        """Open a session in every partition at once, under partition 0's id."""
+        raise NotImplementedError
+
+    def session_keepalive(self, session: str, owner: str) -> Spread[Kept]:
+        """Keep ``session`` alive in every partition where it lives."""
+        raise NotImplementedError
+
+    def session_claim(self, kind: str, session: str, owner: str, ttl: int, limit: int,
+                      records: bool, max_takeovers: int | None
+                      ) -> Spread[tuple[list[Any], int]]:
+        """A claim under ``session`` over the partitions where it lives."""
+        raise NotImplementedError
+
+    def session_close(self, session: str, owner: str, count: int
+                      ) -> Spread[tuple[int, bool]]:
+        """One step of ``close`` in every partition at once."""
+        raise NotImplementedError
+
+    def sessions(self, limit: int) -> Spread[list[SessionInfo]]:
+        """The sessions of every partition, each once."""
         raise NotImplementedError
 
     def now(self) -> Operation[int]:

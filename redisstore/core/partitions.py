@@ -33,7 +33,7 @@ from .driver import (
     fanned,
     preceded,
 )
-from .errors import NOT_APPLIED, UNKNOWN, Misconfigured, StoreError, Unavailable
+from .errors import NOT_APPLIED, UNKNOWN, Misconfigured, SessionLapsed, StoreError, Unavailable
 from .feed import Changes, Feed, Position, Rate, check_changes, check_minutes, decode, gap
 from .feed import answer as feed_answer
 from .keys import Keyspace
@@ -44,7 +44,9 @@ from .runs import (
     Cap,
     Claimed,
     Discover,
+    Kept,
     Quarantined,
+    SessionInfo,
     check_int,
     check_listing_limit,
     check_migrate_count,
@@ -283,6 +285,10 @@ class PartitionedOps(PartitionOps, Counted):
         self.keys = Keyspace(namespace)
         self.counted = False
         self._warned = -WARN_EVERY  # when a claim last warned of an unreachable partition
+        #: The partitions where each session this store opened or kept is known not to be
+        #: live (left out at its opening, lapsed since): its keepalives and claims leave them
+        #: out. Learned again from the partitions' answers by a store that did not open it.
+        self._lapsed: dict[str, set[int]] = {}
         for part in self.parts:
             part.watcher = self._watch
             part.opened = self.n
@@ -435,8 +441,8 @@ class PartitionedOps(PartitionOps, Counted):
         return Spread(self._claim(index, limit, records, claim))
 
     def _claim(self, index: str, limit: int, records: bool,
-               claim: Callable[[RunOps, Share], Operation[tuple[list[Any], int]]]
-               ) -> Steps[tuple[list[Any], int]]:
+               claim: Callable[[RunOps, Share], Operation[tuple[list[Any], int]]],
+               lapsed: set[int] | None = None) -> Steps[tuple[list[Any], int]]:
         """A claim over every partition, in two round trips per node (four when an outbox
         holds a dependency's write to deliver: :meth:`_heads_delivered`). First each
         partition's head (its first ``limit`` due entries, read only); the heads merged,
@@ -446,15 +452,23 @@ class PartitionedOps(PartitionOps, Counted):
         between the two round trips; a partition that gives less than its share (another
         claimer was faster, a stale entry) leaves the call short. The heads (and the
         notifies) are patient fans (:class:`~redisstore.core.driver.Fan`): a node that does
-        not answer them in time is left out, so the claims still have time."""
+        not answer them in time is left out, so the claims still have time.
+
+        A session's claim (``lapsed``: the partitions where its session is not live, which
+        the claim adds to as their claims answer so) leaves those partitions out: the
+        others' runs are handed out as ever; when nothing was claimed because of them, the
+        wait is 0, so that a blocked claim looks again at once."""
         if limit == 0:
             return [], -1
         heads, acks, more = yield from self._heads_delivered(index, limit)
+        left_out = frozenset(lapsed or ())
         entries: list[tuple[int, bytes, int, str]] = []
         waits: list[int] = []
         pending: list[int] = []
         errors: list[StoreError] = []
         for p, got in enumerate(heads):
+            if p in left_out:
+                continue
             if got.error is not None:
                 errors.append(got.error)
                 if isinstance(got.error, Unavailable):
@@ -468,7 +482,7 @@ class PartitionedOps(PartitionOps, Counted):
             waits.append(wait)
             if busy:
                 pending.append(p)
-        if len(errors) == len(heads):
+        if errors and len(errors) == len(heads) - len(left_out):
             raise worst(errors, applied=False)
         entries.sort()
         chosen = entries[:limit]
@@ -479,6 +493,12 @@ class PartitionedOps(PartitionOps, Counted):
         # so that its claim finishes that work, as one partition's claims do.
         order = (sorted(set(shares) | set(pending)) if index in ("ready", "any")
                  else sorted(shares))
+        if lapsed is not None and not order:
+            # A session's claim with nothing due: one partition's claim of none checks the
+            # session there (refused once lapsed), as one partition's claim always does; one
+            # whose head answered, so that a node away does not fail a claim of nothing.
+            order = [min(p for p, got in enumerate(heads)
+                         if got.error is None and p not in left_out)]
         # The record budget is shared; only the partition of the earliest entry always hands
         # back its first run, so a reply passes the budget by one record at most.
         budget = max(1, MAX_CLAIM_BYTES // max(1, len(shares))) if records else 0
@@ -506,6 +526,10 @@ class PartitionedOps(PartitionOps, Counted):
         claimed: list[tuple[int, Any]] = []
         failed: list[StoreError] = []
         for p, claim_answer in zip(order, answers, strict=True):
+            if lapsed is not None and isinstance(claim_answer.error, SessionLapsed):
+                lapsed.add(p)  # the session lapsed there: left out from now on
+                waits.append(0)
+                continue
             if claim_answer.error is not None:
                 failed.append(claim_answer.error)
                 if isinstance(claim_answer.error, Unavailable):
@@ -713,6 +737,152 @@ class PartitionedOps(PartitionOps, Counted):
         return (sum(s[0] for s in steps), all(s[1] for s in steps),
                 sum(s[2] for s in steps), sum(s[3] for s in steps))
 
+
+    # ------------------------------------------------------------------ sessions
+
+    def session_open(self, owner: str, ttl: int) -> Spread[str]:
+        """A session in every partition (docs/design/sessions.md, "Over partitions"): its id
+        from partition 0 (which gives ids never given twice), then the same session opened
+        in each other partition at once. A partition that does not take it (its node down,
+        or it knows that id already) is left out: the session is not live there, and its
+        claims and keepalives leave it out (once they find so, for a node that was away).
+        Partition 0 failing fails the opening."""
+        return Spread(self._session_open(owner, ttl))
+
+    def _session_open(self, owner: str, ttl: int) -> Steps[str]:
+        first = self.parts[0]
+        [got] = yield from self._fan([(deferred(RunOps.session_open, first, owner, ttl), first)])
+        sid: str = got.unwrap()
+        others = self.parts[1:]
+        answers = yield from self._fan([(deferred(RunOps.session_open, part, owner, ttl, sid),
+                                         part) for part in others])
+        lapsed = self._lapsed.setdefault(sid, set())
+        for p, opened in enumerate(answers, start=1):
+            if opened.error is None:
+                continue
+            if not isinstance(opened.error, StoreError):
+                raise opened.error
+            if isinstance(opened.error, SessionLapsed):
+                lapsed.add(p)
+            # Else (its node away...) it is not marked: the keepalives and claims sent there
+            # once it is back find no session (SessionLapsed) and leave it out from then on;
+            # until then they fail there as any call does (its runs wait for the node).
+            log.warning("redisstore: session %s of %r was not opened in partition %d (%s): "
+                        "its runs there are left to per-run claims", sid, owner, p,
+                        opened.error)
+        return sid
+
+    def session_keepalive(self, session: str, owner: str) -> Spread[Kept]:
+        """The keepalive of every partition where the session may be live, at once (one
+        round trip per node): their told runs merged. A partition where it lapsed is left
+        out from then on (:attr:`Kept.lapsed`: the runs held there are lost, it never
+        comes back there); ``SessionLapsed`` once it lapsed in every partition. One that
+        did not answer is in :attr:`Kept.unanswered`; when none kept it, the call's error."""
+        return Spread(self._keepalive(session, owner))
+
+    def _keepalive(self, session: str, owner: str) -> Steps[Kept]:
+        lapsed = self._lapsed.setdefault(session, set())
+        live = [p for p in range(self.n) if p not in lapsed]
+        answers = yield from self._fan([
+            (deferred(RunOps.session_keepalive, self.parts[p], session, owner), self.parts[p])
+            for p in live])
+        told: list[str] = []
+        errors: list[StoreError] = []
+        unanswered: set[int] = set()
+        for p, got in zip(live, answers, strict=True):
+            if got.error is None:
+                told += got.value or []
+            elif isinstance(got.error, SessionLapsed):
+                lapsed.add(p)
+            elif isinstance(got.error, StoreError):
+                errors.append(got.error)
+                unanswered.add(p)
+            else:
+                raise got.error
+        if len(lapsed) == self.n:
+            self._lapsed.pop(session, None)  # (another thread's close may have, too)
+            raise SessionLapsed(session)
+        if len(unanswered) + len(lapsed) == self.n:
+            raise worst(errors, applied=False)  # kept nowhere
+        return Kept(told, lapsed=frozenset(lapsed), unanswered=frozenset(unanswered))
+
+    def session_claim(self, kind: str, session: str, owner: str, ttl: int, limit: int,
+                      records: bool, max_takeovers: int | None
+                      ) -> Spread[tuple[list[Any], int]]:
+        """A claim under ``session`` (:meth:`RunOps.session_claim`) over the partitions where
+        it is live: shares by the heads as the store's claims (:meth:`_claim`; a lapsed
+        session's unswept runs count as due at its expiry), each partition's claim under
+        the session. ``SessionLapsed`` when it is live in none."""
+        return Spread(self._session_claim(kind, session, owner, ttl, limit, records,
+                                          max_takeovers))
+
+    def _session_claim(self, kind: str, session: str, owner: str, ttl: int, limit: int,
+                       records: bool, max_takeovers: int | None
+                       ) -> Steps[tuple[list[Any], int]]:
+        lapsed = self._lapsed.setdefault(session, set())
+        if limit == 0:
+            # Claims nothing; refused when the session is live nowhere, as one partition's.
+            live = [p for p in range(self.n) if p not in lapsed]
+            answers = yield from self._fan([(deferred(
+                RunOps.session_claim, self.parts[p], kind, session, owner, ttl, 0, records,
+                max_takeovers), self.parts[p]) for p in live])
+            for p, got in zip(live, answers, strict=True):
+                if isinstance(got.error, SessionLapsed):
+                    lapsed.add(p)
+            if len(lapsed) < self.n:
+                values_of([got for got in answers if not isinstance(got.error, SessionLapsed)])
+                return [], -1
+        index = "leases" if kind == "expired" else kind
+        while True:
+            if len(lapsed) == self.n:
+                self._lapsed.pop(session, None)
+                raise SessionLapsed(session)
+            before = len(lapsed)
+            claimed = yield from self._claim(index, limit, records, lambda part, share: (
+                part.session_claim_call(kind, share, session, owner, ttl, max_takeovers)),
+                lapsed)
+            # Nothing claimed because the session lapsed in a partition: again without it
+            # (at most once per partition), so that a session lapsed everywhere is refused.
+            if claimed[0] or len(lapsed) == before:
+                return claimed
+
+    def session_close(self, session: str, owner: str, count: int
+                      ) -> Spread[tuple[int, bool]]:
+        """One step of ``close`` in every partition at once (one that is done answers at
+        once): runs released, and whether every partition is done. Every partition, the
+        lapsed ones too: a lapsed session's runs left there are released as well."""
+        return Spread(self._session_close(session, owner, count))
+
+    def _session_close(self, session: str, owner: str, count: int
+                       ) -> Steps[tuple[int, bool]]:
+        answers = yield from self._fan([
+            (deferred(RunOps.session_close, part, session, owner, count), part)
+            for part in self.parts])
+        steps = values_of(answers, write=True)
+        done = all(d for _, d in steps)
+        if done:
+            self._lapsed.pop(session, None)
+        return sum(r for r, _ in steps), done
+
+    def sessions(self, limit: int) -> Spread[list[SessionInfo]]:
+        """Up to ``limit`` sessions, each once, read from every partition at once: its
+        owner, the runs it holds summed over the partitions, its latest expiry (it is live
+        while it is live in any partition); by expiry."""
+        return Spread(self._sessions(limit))
+
+    def _sessions(self, limit: int) -> Steps[list[SessionInfo]]:
+        answers = yield from fan(part.sessions(limit) for part in self.parts)
+        merged: dict[str, SessionInfo] = {}
+        for listed in values_of(answers):
+            for info in listed:
+                seen = merged.get(info.id)
+                if seen is None:
+                    merged[info.id] = info
+                    continue
+                merged[info.id] = SessionInfo(
+                    info.id, seen.owner if seen.owner != "?" else info.owner,
+                    max(seen.expires, info.expires), seen.runs + info.runs)
+        return sorted(merged.values(), key=lambda i: (i.expires, int(i.id)))[:limit]
 
 #: The longest ``XREAD BLOCK`` a blocked ``changes`` over partitions sends each at a time
 #: (ms): every partition waits at once, and the read of all follows the slowest.

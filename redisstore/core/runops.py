@@ -49,6 +49,7 @@ from .feedops import FeedOps
 from .keys import Keyspace
 from .runs import (
     MAX_CLAIM_BYTES,
+    MAX_RENEW,
     Changed,
     Claim,
     Claimed,
@@ -62,6 +63,7 @@ from .runs import (
     Hold,
     Holder,
     InSession,
+    Kept,
     Lease,
     Poll,
     Quarantined,
@@ -500,21 +502,24 @@ class SessionOps:
                     ) -> tuple[Arg, ...]:
         raise NotImplementedError
 
-    def session_open(self, owner: str, ttl: int) -> Operation[str]:
-        """A new session of ``owner``, live ``ttl`` ms from now: its id."""
+    def session_open(self, owner: str, ttl: int, session: str | None = None) -> Operation[str]:
+        """A new session of ``owner``, live ``ttl`` ms from now: its id. With ``session``,
+        that id (a store of partitions opens partition 0's in each other partition);
+        ``SessionLapsed`` where the partition knows that id already."""
         sid = yield from ask(Call(
             scripts.RUN_SESSION_OPEN,
             (self.keys.sessions, self.keys.session_leases, self.keys.session_seq,
-             self.keys.meta), (self.arg1, owner, ttl), self._answer()))
+             self.keys.meta), (self.arg1, owner, ttl, *(() if session is None else (session,))),
+            self._answer()))
         return text(sid)
 
-    def session_keepalive(self, session: str, owner: str) -> Operation[list[str]]:
+    def session_keepalive(self, session: str, owner: str) -> Operation[Kept]:
         """Keep ``session`` live; the runs others took from it since the last one."""
         told = yield from ask(Call(
             scripts.RUN_SESSION_KEEPALIVE,
             (self.keys.sessions, self.keys.session_leases, self.keys.meta),
             (self.arg1, session, owner), self._answer()))
-        return [text(run) for run in told]
+        return Kept([text(run) for run in told])
 
     def session_claim(self, kind: str, session: str, owner: str, ttl: int, limit: int,
                       records: bool, max_takeovers: int | None
@@ -522,7 +527,13 @@ class SessionOps:
         """A claim of ``kind`` (``any``, ``ready``, ``expired``) under ``session``. One of
         limit 0 is sent too: it claims nothing, but a lapsed session refuses it
         (``SessionLapsed``), as the contract and the memory reference say."""
-        share = Share(limit, MAX_CLAIM_BYTES if records else 0)
+        return (yield from self.session_claim_call(
+            kind, Share(limit, MAX_CLAIM_BYTES if records else 0), session, owner, ttl,
+            max_takeovers))
+
+    def session_claim_call(self, kind: str, share: Share, session: str, owner: str, ttl: int,
+                           max_takeovers: int | None) -> Operation[tuple[list[Any], int]]:
+        """:meth:`session_claim` of a ``share`` (a store of partitions gives each its own)."""
         bound = None if kind == "ready" else max_takeovers
         script, keys = {
             "any": (scripts.RUN_CLAIM, (self.keys.ready, self.keys.leases, self.keys.meta,
@@ -545,6 +556,18 @@ class SessionOps:
              self.keys.meta), (self.arg1, session, owner, count, self.projection_version),
             self._answer()))
         return int(released), bool(int(done))
+
+    def sessions(self, limit: int) -> Operation[list[SessionInfo]]:
+        """Up to ``limit`` sessions, by expiry: pages of ``MAX_RENEW`` read in turn."""
+        found: list[SessionInfo] = []
+        offset = 0
+        while len(found) < limit:
+            page, read = yield from self.sessions_page(offset, MAX_RENEW)
+            found += page
+            offset += read
+            if read < MAX_RENEW:
+                break
+        return found[:limit]
 
     def sessions_page(self, offset: int, count: int) -> Operation[tuple[list[SessionInfo], int]]:
         """A page of the sessions from ``offset``: those listed, and how many entries it

@@ -255,6 +255,23 @@ class SessionInfo:
     runs: int
 
 
+class Kept(list[str]):
+    """What a keepalive answers: the runs taken from the session since the last one (a
+    list of run ids). On a store of partitions, also ``lapsed``: the partitions where the
+    session is not live (it lapsed there, or was never opened there: their runs are lost,
+    and its claims leave them out), and ``unanswered``: those this keepalive did not reach
+    (their runs stay live only until the session's expiry there). Both empty on a store of
+    one partition, where a lapsed session raises ``SessionLapsed``."""
+
+    __slots__ = ("lapsed", "unanswered")
+
+    def __init__(self, told: Iterable[str] = (), *, lapsed: frozenset[int] = frozenset(),
+                 unanswered: frozenset[int] = frozenset()) -> None:
+        super().__init__(told)
+        self.lapsed = lapsed
+        self.unanswered = unanswered
+
+
 @dataclass(frozen=True, slots=True)
 class Claimed:
     """A run that a claim with ``records=True`` handed out, as it stands once claimed

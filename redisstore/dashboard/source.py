@@ -336,13 +336,10 @@ class StoreSource(Source):
         return Counts(namespace, now, len(spaces), *sums)
 
     def _sessions(self, namespace: str) -> list[SessionInfo]:
-        """The namespace's sessions (at most SESSIONS_READ; none on a store of partitions,
-        which does not open them yet)."""
+        """The namespace's sessions (at most SESSIONS_READ; on a store of partitions, each
+        once, its runs summed over them)."""
         store, _ = self._store(namespace)
-        try:
-            return store.sessions(SESSIONS_READ)
-        except NotImplementedError:
-            return []
+        return store.sessions(SESSIONS_READ)
 
     def listing(self, namespace: str, state: str, after: str | None = None,
                 limit: int = PAGE) -> Page:

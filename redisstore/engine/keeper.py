@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import contextlib
 import logging
 import threading
 import time
@@ -30,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core import telemetry
-from ..core.errors import Closed, SessionLapsed, Unavailable
+from ..core.errors import Closed, SessionLapsed, StoreError, Unavailable
 from ..core.runs import (
     MAX_RENEW,
     check_owner,
@@ -68,6 +69,7 @@ class _Entry:
     gen: int  # which add() made it: a reply to a renewal of another entry never counts
     since: float | None  # monotonic time the confirming call was sent; None: not yet
     added: float
+    session: str | None = None  # the session it is held under (None: a lease of its own)
 
 
 class Keeper:
@@ -92,7 +94,12 @@ class Keeper:
     session's (:meth:`add` counts each run's bound from the session's last confirmed
     keepalive); a run the keepalive reports taken from the session is lost (``not
     renewed``), and so is every run once the session lapsed (:attr:`lapsed` is then set:
-    open another and :meth:`use`). ``close(release=True)`` closes the session.
+    open another and :meth:`use`). On a store of partitions, a keepalive that finds the
+    session lapsed in some partitions only loses the runs held there (:attr:`lapsed_in`
+    names those partitions), and the runs of a partition it did not reach keep their bound;
+    a session replaced by :meth:`use` (or :meth:`open_session`) while it still lives and
+    holds runs is kept alive too until it holds none, then closed. ``close(release=True)``
+    closes the session (and those).
 
     ``on_lost(Lost)`` is called from the keeper's thread for each run it gives up (by
     default a warning is logged). A keeper that dies (an error that is not ``Unavailable``)
@@ -112,6 +119,14 @@ class Keeper:
         self._session_since = time.monotonic() if since is None else since
         #: Set once the session lapsed (a keepalive refused): every run of it was lost.
         self.lapsed = threading.Event()
+        #: On a store of partitions, the partitions where the session kept now lapsed
+        #: while others live (their runs were lost; its claims leave them out): a Worker
+        #: opens another session then (:meth:`use`), and this keeper keeps the old one
+        #: alive too while it holds runs of it.
+        self.lapsed_in: frozenset[int] = frozenset()
+        # Sessions replaced while still live somewhere (id -> when their last keepalive was
+        # sent), kept alive until no run held is theirs.
+        self._retiring: dict[str, float] = {}
         if session is not None:
             self._session = check_session_id(getattr(session, "id", session))
         every = ttl // 3 if renew_every is None else check_ttl(renew_every)
@@ -168,9 +183,16 @@ class Keeper:
             self._cond.notify()
 
     def _using(self, sid: str, since: float) -> None:
-        """Keep session ``sid`` alive from now on, its bound from ``since`` (under the lock)."""
+        """Keep session ``sid`` alive from now on, its bound from ``since`` (under the lock).
+        One it replaces that is live somewhere and holds runs is kept alive as well, until
+        it holds none."""
+        old = self._session
+        if old is not None and old != sid and not self.lapsed.is_set() \
+                and any(e.session == old for e in self._held.values()):
+            self._retiring[old] = self._session_since
         self._session, self._session_since = sid, since
         self.lapsed.clear()
+        self.lapsed_in = frozenset()
         self._due = since + self.renew_every / 1000
 
     def add(self, run: str, *, since: float | None = None) -> None:
@@ -188,7 +210,7 @@ class Keeper:
             if self._session is not None:
                 # A session's run lives with the session: its bound is the session's.
                 self._gen += 1
-                self._held[run] = _Entry(self._gen, self._session_since, now)
+                self._held[run] = _Entry(self._gen, self._session_since, now, self._session)
                 return
             if not self._held:  # idle until now: a fresh schedule
                 self._due = now + self.renew_every / 1000
@@ -452,40 +474,33 @@ class Keeper:
             self._backoff = min(self._backoff * 2, self.renew_every / 1000)
 
     def _keepalive_round(self, snapshot: list[tuple[str, int]]) -> None:
-        """A session's round: one keepalive for every run. The runs it reports taken are
-        lost; once the session lapsed, all of them are. Unanswered, the round is tried
-        again as a renewal is (the runs' bound decides, :meth:`_expire`)."""
+        """A session's round: one keepalive for every run (and one for each replaced
+        session that still holds runs). The runs it reports taken are lost; once the session
+        lapsed, all of them are; on a store of partitions, those of the partitions where it
+        lapsed are, and those of the partitions it did not reach keep their bound (they
+        are lost when it passes). Unanswered, the round is tried again as a renewal is (the
+        runs' bound decides, :meth:`_expire`)."""
         lost: list[Lost] = []
         started = time.monotonic()
         failed = unknown = False
         with self._cond:
             session = self._session
+            held = {e.session for e in self._held.values()}
+            done = [old for old in self._retiring if old not in held]
+            for old in done:
+                del self._retiring[old]
+            sessions = [session, *self._retiring]
         try:
+            for old in done:  # holds nothing of ours: ended (a failed close lets it lapse)
+                with contextlib.suppress(StoreError):
+                    while not self._call("_session_close", old, self.owner, MAX_RENEW)[1]:
+                        pass
             self._expire(lost)
-            sent = time.monotonic()
-            try:
-                told = set(self._call("_session_keepalive", session, self.owner))
-            except SessionLapsed:
-                telemetry.session_keepalive("lapsed", 0)
-                with self._cond:
-                    if self._session == session:
-                        self.lapsed.set()
-                        lost += [Lost(run, NOT_RENEWED) for run in self._held]
-                        self._held.clear()
-                told = set()
-            except Unavailable as exc:
-                failed, unknown = True, exc.outcome == "unknown"
-            else:
-                telemetry.session_keepalive("kept", len(told))
-                with self._cond:
-                    if self._session == session:
-                        self._session_since = sent
-                        for run, entry in list(self._held.items()):
-                            if run in told:
-                                del self._held[run]
-                                lost.append(Lost(run, NOT_RENEWED))
-                            else:
-                                entry.since = sent
+            for sid in sessions:
+                if sid is None:
+                    continue
+                f, u = self._keepalive(sid, sid == session, lost)
+                failed, unknown = failed or f, unknown or u
             self._expire(lost)
             with self._cond:
                 now = time.monotonic()
@@ -495,6 +510,47 @@ class Keeper:
                 self._next_retry(now, failed, unknown)
         finally:
             self._report(lost)
+
+    def _keepalive(self, session: str, current: bool, lost: list[Lost]) -> tuple[bool, bool]:
+        """One keepalive of ``session`` (the one kept, when ``current``, else a replaced one)
+        and what it says of the runs held under it: (failed, outcome unknown)."""
+        sent = time.monotonic()
+        try:
+            told = self._call("_session_keepalive", session, self.owner)
+        except SessionLapsed:
+            telemetry.session_keepalive("lapsed", 0)
+            with self._cond:
+                if current and self._session == session:
+                    self.lapsed.set()
+                self._retiring.pop(session, None)
+                for run, entry in list(self._held.items()):
+                    if entry.session == session:
+                        del self._held[run]
+                        lost.append(Lost(run, NOT_RENEWED))
+            return False, False
+        except Unavailable as exc:
+            return True, exc.outcome == "unknown"
+        telemetry.session_keepalive("kept", len(told))
+        # A store of partitions: where it lapsed, and where this keepalive did not reach.
+        gone: frozenset[int] = getattr(told, "lapsed", frozenset())
+        away: frozenset[int] = getattr(told, "unanswered", frozenset())
+        taken = set(told)
+        with self._cond:
+            if current and self._session == session:
+                if not away:  # a run added now may be of a partition it did not reach
+                    self._session_since = sent
+                self.lapsed_in = gone
+            elif session in self._retiring:
+                self._retiring[session] = sent
+            for run, entry in list(self._held.items()):
+                if entry.session != session:
+                    continue
+                if run in taken or (gone and self._place(run) in gone):
+                    del self._held[run]
+                    lost.append(Lost(run, NOT_RENEWED))
+                elif not (away and self._place(run) in away):
+                    entry.since = sent
+        return bool(away), False
 
     def _expire(self, lost: list[Lost]) -> None:
         """Give up every run whose bound passed without a confirmed renewal."""
@@ -530,10 +586,11 @@ class Keeper:
         try:
             if self._release_on_close and self._session is not None:
                 if self.failure is None:
-                    done = False
-                    while not done:  # Session.close's steps, from the keeper's store
-                        _, done = self._call("_session_close", self._session, self.owner,
-                                             MAX_RENEW)
+                    for sid in [self._session, *self._retiring]:
+                        done = False
+                        while not done:  # Session.close's steps, from the keeper's store
+                            _, done = self._call("_session_close", sid, self.owner,
+                                                 MAX_RENEW)
             elif self._release_on_close and held:
                 if self.failure is not None:
                     log.warning("redisstore: the keeper of %r stopped (%r): its leases are "

@@ -332,7 +332,11 @@ class _Core:
         self._latest: dict[str, Job] = {}
         self._ids = itertools.count()
         self._lock = threading.Lock()
+        self._reopening = threading.Lock()
         self._stopping = threading.Event()
+        #: When a worker whose session lapsed in some partitions tries again to open a new
+        #: one, after a try that failed (monotonic).
+        self._reopen_after = 0.0
         self._namespace = str(getattr(store, "namespace", ""))
         #: The first error that stopped the worker: a handler's ``BaseException`` that is not
         #: an ``Exception`` (``SystemExit``...), or a bug of a loop. None while it runs.
@@ -360,6 +364,18 @@ class _Core:
                 if finish is not None:
                     yield from self._finish_alone(finish)
                 return
+            session = keeper.session
+            if session is not None and keeper.lapsed_in \
+                    and time.monotonic() >= self._reopen_after:
+                # Its session lapsed in some partitions (their node was away past the ttl):
+                # its claims leave those out, so a new session for the claims to come; the
+                # keeper keeps the old one alive while it holds runs of it. Not opened (the
+                # node of partition 0 away): the old one serves on, tried again a keeper's
+                # period later (each try may wait for that node its deadline).
+                try:
+                    self._reopen(keeper, session)
+                except StoreError:
+                    self._reopen_after = time.monotonic() + keeper.renew_every / 1000
             since = time.monotonic()
             try:
                 if finish is not None and self.one_trip:
@@ -415,15 +431,16 @@ class _Core:
             finish = self._ended(job, keeper, result, raised)
 
     def _start_session(self, keeper: Keeper) -> None:
-        """Open the worker's session where it wants one and the store keeps them (a store
-        of partitions does not yet: its runs keep leases of their own)."""
+        """Open the worker's session where it wants one and the store keeps them (every
+        store of this library, of one partition or many)."""
         if self.sessions and hasattr(self.store, "_session_open"):
-            with contextlib.suppress(NotImplementedError):
-                keeper.open_session()
+            keeper.open_session()
 
     def _reopen(self, keeper: Keeper, lapsed: str) -> None:
-        """A new session after ``lapsed`` (once, whichever loop saw it first)."""
-        with self._lock:
+        """A new session after ``lapsed`` (once, whichever loop saw it first). Not under
+        the worker's lock: the keeper's thread may be reporting lost runs (which takes it)
+        before it answers the opening."""
+        with self._reopening:
             if keeper.session == lapsed:
                 keeper.open_session()
 
@@ -666,9 +683,10 @@ class Worker(_Core):
     - Its runs are held under one :class:`~redisstore.Session` of its own, kept alive by a
       :class:`~redisstore.Keeper` of its own (one keepalive a period, whatever the number
       of runs; ``ttl``, the only TTL, is the session's); a run taken from the session, or
-      every run once it lapsed, sets ``job.lost``, and a lapsed session is replaced.
-      ``sessions=False`` (and a store of partitions) hold a lease per run, renewed by the
-      keeper.
+      every run once it lapsed, sets ``job.lost``, and a lapsed session is replaced. On a
+      store of partitions, a session that lapsed in some partitions only costs the jobs
+      held there, and is replaced for the claims to come. ``sessions=False`` holds a lease
+      per run, renewed by the keeper.
     - Every write of a job is fenced by its grant (``Fenced(owner, job.token)``): after a
       takeover, nothing of it lands.
     - ``handler(job)`` returns bytes (written, the run freed: its new record's wait decides

@@ -58,7 +58,7 @@ from ..core.outcomes import ErrorReply, Exchange, Lost, Reply
 from ..core.partitions import PartitionedOps, run_ops
 from ..core.pipeline import Pipelined
 from ..core.runops import RunOps
-from ..core.runs import MAX_RENEW, SessionInfo, check_listing_limit
+from ..core.runs import SessionInfo, check_listing_limit
 from ..sessions import AsyncSession, check_session
 from . import wakeups
 from .aio_ops import AsyncStoreOps
@@ -1338,16 +1338,7 @@ class AsyncRedisRunStore(_Closes, SessionSteps, AsyncStoreOps, RunShell[AsyncTra
 
     async def sessions(self, limit: int = 1000) -> list[SessionInfo]:
         """:meth:`RedisRunStore.sessions`."""
-        limit = check_listing_limit(limit)
-        found: list[SessionInfo] = []
-        offset = 0
-        while len(found) < limit:
-            page, read = await self._sessions_page(offset, MAX_RENEW)
-            found += page
-            offset += read
-            if read < MAX_RENEW:
-                break
-        return found[:limit]
+        return await self._sessions(check_listing_limit(limit))  # type: ignore[no-any-return]
 
     async def _read(self, op: Operation[T] | Spread[T]) -> T:
         return await self._io.drive(self._ops.counting(op))

@@ -1,6 +1,7 @@
 """A Redis store's sessions: the steps a ``Session`` sends, one source for the sync store
-and the asyncio one (each step hands back what the store's ``_write``, ``_read`` or
-``_claim`` does: the answer, or an awaitable of it)."""
+and the asyncio one, of one partition or many (a store of partitions fans them:
+redisstore/core/partitions.py). Each step hands back what the store's ``_write``,
+``_read`` or ``_claim`` does: the answer, or an awaitable of it."""
 
 from __future__ import annotations
 
@@ -25,27 +26,20 @@ class SessionSteps:
     def _claim(self, index: str, limit: int, block: int | None, claim: Any) -> Any:
         raise NotImplementedError
 
-    def _session_ops(self) -> RunOps:
-        if isinstance(self._ops, RunOps):
-            return self._ops
-        raise NotImplementedError(
-            "sessions on a store of partitions are not built yet: open the session on a "
-            "store of one partition (docs/design/sessions.md)")
-
     def _session_open(self, owner: str, ttl: int, /) -> Any:
-        return self._write(self._session_ops().session_open(owner, ttl))
+        return self._write(self._ops.session_open(owner, ttl))
 
     def _session_keepalive(self, session: str, owner: str, /) -> Any:
-        return self._write(self._session_ops().session_keepalive(session, owner))
+        return self._write(self._ops.session_keepalive(session, owner))
 
     def _session_claim(self, kind: ClaimKind, session: str, owner: str, ttl: int, limit: int,
                        records: bool, block: int, max_takeovers: int | None, /) -> Any:
-        ops = self._session_ops()
+        ops = self._ops
         return self._claim("leases" if kind == "expired" else kind, limit, block, lambda: (
             ops.session_claim(kind, session, owner, ttl, limit, records, max_takeovers)))
 
     def _session_close(self, session: str, owner: str, count: int, /) -> Any:
-        return self._write(self._session_ops().session_close(session, owner, count))
+        return self._write(self._ops.session_close(session, owner, count))
 
-    def _sessions_page(self, offset: int, count: int) -> Any:
-        return self._read(self._session_ops().sessions_page(offset, count))
+    def _sessions(self, limit: int) -> Any:
+        return self._read(self._ops.sessions(limit))

@@ -16,7 +16,7 @@ from ..core.errors import StoreError
 from ..core.partitions import PartitionedOps, run_ops
 from ..core.pipeline import Pipelined
 from ..core.runops import RunOps
-from ..core.runs import MAX_RENEW, SessionInfo, check_listing_limit
+from ..core.runs import SessionInfo, check_listing_limit
 from ..sessions import Session, check_session
 from . import wakeups
 from .sessions import SessionSteps
@@ -189,23 +189,15 @@ class RedisRunStore(_Closes, SessionSteps, StoreOps, RunShell[Transport]):
 
     def open_session(self, owner: str, ttl: int) -> Session:
         """A new session of ``owner``, live ``ttl`` ms from now (docs/contract.md,
-        "Sessions"); on a store of one partition."""
+        "Sessions"); on a store of partitions, in every partition at once."""
         owner, ttl = check_session(owner, ttl)
         return Session(self, self._session_open(owner, ttl), owner, ttl)
 
     def sessions(self, limit: int = 1000) -> list[SessionInfo]:
         """Up to ``limit`` sessions: live ones, and lapsed ones that still hold runs, by
-        expiry, read a page of ``MAX_RENEW`` at a time."""
-        limit = check_listing_limit(limit)
-        found: list[SessionInfo] = []
-        offset = 0
-        while len(found) < limit:
-            page, read = self._sessions_page(offset, MAX_RENEW)
-            found += page
-            offset += read
-            if read < MAX_RENEW:
-                break
-        return found[:limit]
+        expiry, read a page of ``MAX_RENEW`` at a time (on a store of partitions, from each
+        partition at once: a session once, its runs summed)."""
+        return self._sessions(check_listing_limit(limit))  # type: ignore[no-any-return]
 
     def _read(self, op: Operation[T] | Spread[T]) -> T:
         return self._io.drive(self._ops.counting(op))

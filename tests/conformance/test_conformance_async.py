@@ -41,6 +41,13 @@ class TestFakeRedisAsyncRunStore(AsyncRunSuite):
         assert store.now() == self.clock.ms
 
 
+class TestFakeRedisAsyncRunStorePartitioned(TestFakeRedisAsyncRunStore):
+    """One logical asyncio store over 6 partitions (hash tags) of one server: its sessions
+    are fanned by the same core as the sync store's."""
+
+    partitions = 6
+
+
 @pytest.mark.server
 class TestRedis7AsyncRunStore(AsyncRunSuite):
     @pytest.fixture(autouse=True)

@@ -350,6 +350,50 @@ def test_a_raw_session_call_with_a_bad_id_is_refused(client: redis.Redis, name: 
     store.close()
 
 
+def test_a_raw_open_with_a_bad_id_is_refused(client: redis.Redis) -> None:
+    """ARGV[4] of run_session_open (the id a store of partitions opens partition 0's under
+    in the others): a bad one is BADARG, nothing written."""
+    store, keys, _ = namespace_with_a_session(client)
+    names = script_keys(store.namespace, ("sessions", "session_leases", "session_seq", "meta"))
+    before = contents(client, store.namespace)
+    for bad in BAD_IDS:
+        with pytest.raises(redis.ResponseError, match="BADARG"):
+            evalsha(client, scripts.RUN_SESSION_OPEN, names, keys.prefix, "me", LONG, bad)
+        assert contents(client, store.namespace) == before, bad
+    store.close()
+
+
+def test_a_raw_open_under_an_id_known_here_never_revives_it(client: redis.Redis) -> None:
+    """An id the namespace knows in any form (a session's record, its entry, its runs, its
+    told list, even damaged or left behind) is refused, SESSION_LAPSED, nothing written: a
+    forged open never brings a lapsed session back, nor takes another's runs."""
+    store, keys, session = namespace_with_a_session(client)
+    names = script_keys(store.namespace, ("sessions", "session_leases", "session_seq", "meta"))
+    p = keys.prefix
+    plants: list[Callable[[], Any]] = [
+        lambda: None,  # session 1 itself, live
+        lambda: client.hset(p + "sessions", "7", "garbage"),
+        lambda: client.zadd(p + "session-leases", {"8": 1}),
+        lambda: client.sadd(p + "s:9", "r2"),
+        lambda: client.rpush(p + "st:10", "r2"),
+        lambda: client.set(p + "s:11", "not a set"),
+    ]
+    for sid, planted in zip(["1", "7", "8", "9", "10", "11"], plants, strict=True):
+        planted()
+        before = contents(client, store.namespace)
+        for owner in ("me", "forged"):
+            reply = evalsha(client, scripts.RUN_SESSION_OPEN, names, p, owner, LONG, sid)
+            assert reply[0] == scripts.Code.SESSION_LAPSED, (sid, owner, reply)
+            assert contents(client, store.namespace) == before, (sid, owner)
+    # A new id there is opened as asked, session-seq untouched (partition 0 gives ids).
+    seq = client.get(p + "session-seq")
+    assert evalsha(client, scripts.RUN_SESSION_OPEN, names, p, "me", LONG, "12")[:2] == [
+        scripts.Code.OK, b"12"]
+    assert client.get(p + "session-seq") == seq
+    assert session.keepalive() == []
+    store.close()
+
+
 def test_a_raw_sessions_page_past_the_cap_is_refused(client: redis.Redis) -> None:
     store, keys, _ = namespace_with_a_session(client)
     names = script_keys(store.namespace, ("session_leases", "sessions"))

@@ -20,7 +20,7 @@ from aio_suites import LoopThread
 from redis.cluster import RedisCluster
 from servers import Server, redis_binary, start_cluster, unique_namespace
 
-from redisstore import AsyncRedisRunStore, Claim, RedisRunStore, Release
+from redisstore import AsyncRedisRunStore, Claim, Held, RedisRunStore, Release, Unavailable
 from redisstore.conformance.readiness import rec
 from redisstore.core.keys import Keyspace
 from redisstore.core.partitions import partition_of
@@ -196,5 +196,80 @@ def test_a_hung_node_costs_a_claim_only_its_own_partitions(
             time.sleep(0.2)
             got_back.update(io.call("claim_ready", "me", 60_000, 10))
         assert got_back == rest
+    finally:
+        io.close()
+
+
+SESSION_TTL = 5000  # ms: a keepalive waits for the hung node its deadline (TIMEOUT) each time
+
+
+@pytest.mark.parametrize("shell", ["sync", "asyncio"])
+def test_a_hung_node_costs_a_session_only_its_own_partitions(
+        cluster: list[Server], shell: str) -> None:
+    """A session over the 6 partitions while one node is hung past its ttl: the keepalives
+    keep it alive in the other nodes' partitions throughout; once the node is back, the
+    session has lapsed in its partitions alone: their runs are expired (taken over by
+    another owner's claim, due at the session's expiry), the keepalive names those
+    partitions and goes on, and the session's claims leave them out."""
+    io, victim, healthy = setup(shell, cluster)
+    everywhere = set(range(PARTITIONS))
+    away = frozenset(everywhere - healthy)
+
+    def on(session: Any, name: str, *args: Any) -> Any:
+        got = getattr(session, name)(*args)
+        return got if io.loop is None else io.loop.run(got)
+
+    try:
+        runs = runs_in(everywhere, 2, "held-")
+        for run in runs:
+            io.call("insert", run, rec({"at": 0}), Release())
+        assert io.call("quarantined") == []  # a connection to every node before the hang
+        session = io.call("open_session", "me", SESSION_TTL)
+        assert sorted(on(session, "claim", len(runs))) == sorted(runs)
+        kept_runs = {r for r in runs if partition_of(r, PARTITIONS) in healthy}
+        with hung(victim):
+            until = time.monotonic() + SESSION_TTL / 1000 + 1
+            while time.monotonic() < until:
+                kept = on(session, "keepalive")
+                assert (list(kept), kept.lapsed, kept.unanswered) == ([], frozenset(), away)
+            for run in kept_runs:  # alive throughout, by the keepalives of the others
+                assert io.call("get", run).holder == Held("me", True)
+            # Nothing due where it reaches: its claim answers none, not the hung node's error.
+            assert on(session, "claim", 5) == []
+        # Back: its partitions find the session lapsed (the node's clock ran on).
+        until = time.monotonic() + 10
+        while True:
+            try:
+                kept = on(session, "keepalive")
+            except Unavailable:
+                kept = None  # the cluster client relearning the hung node
+            if kept is not None and not kept.unanswered:
+                break
+            assert time.monotonic() < until, "the node never answered again"
+            time.sleep(0.2)
+        assert (list(kept), kept.lapsed) == ([], away)
+        for run in runs:
+            live = run in kept_runs
+            assert io.call("get", run).holder == Held("me", live)
+        # Its runs there are another's, due at the session's expiry there (claims over
+        # partitions leave out a node slow to answer their heads: the node just back may be
+        # for a while).
+        taken: set[str] = set()
+        until = time.monotonic() + 10
+        tries = 0
+        while taken != set(runs) - kept_runs and time.monotonic() < until:
+            tries += 1
+            taken.update(io.call("claim_expired", "other", 60_000, len(runs)))
+            time.sleep(0.1)
+        print(f"{shell}: the lapsed partitions' runs taken over in {tries} claims")
+        assert taken == set(runs) - kept_runs
+        # The session's claims leave those partitions out; its keepalives go on.
+        fresh = runs_in(everywhere, 1, "fresh-")
+        for run in fresh:
+            io.call("insert", run, rec({"at": 0}), Release())
+        got = on(session, "claim", len(fresh))
+        assert set(got) == {r for r in fresh if partition_of(r, PARTITIONS) in healthy}
+        assert on(session, "keepalive").lapsed == away
+        assert on(session, "close") == len(kept_runs) + len(got)
     finally:
         io.close()

@@ -40,6 +40,9 @@ from redisstore import (
     Worker,
     drop_namespace,
 )
+from redisstore.core.driver import Call, ask
+from redisstore.core.partitions import partition_of
+from redisstore.core.runops import RunOps
 
 
 def counting(monkeypatch: pytest.MonkeyPatch, cls: type, name: str) -> list[int]:
@@ -96,8 +99,9 @@ def test_the_worker_holds_its_runs_under_one_session(monkeypatch: pytest.MonkeyP
     assert store.sessions() == []  # stop closed it
 
 
-def test_a_run_taken_from_its_session_is_lost_to_its_handler() -> None:
-    store = fake_store()
+@pytest.mark.parametrize("partitions", [1, 6])
+def test_a_run_taken_from_its_session_is_lost_to_its_handler(partitions: int) -> None:
+    store = fake_store(partitions=partitions)
     store.insert("run", b"todo", Release())
     taken, outcome = threading.Event(), []
 
@@ -114,6 +118,7 @@ def test_a_run_taken_from_its_session_is_lost_to_its_handler() -> None:
     try:
         assert taken.wait(PATIENCE)
         current = store.get("run")
+        assert current.session is not None  # a store of partitions too: under its session
         store.compare_and_set("run", current.revision, b"mine", Seize("node-b", 60_000))
         until(lambda: outcome, "told the handler")
         until(lambda: worker.stats["lost"] == 1, "counted the run lost")
@@ -175,9 +180,10 @@ def test_without_sessions_each_run_keeps_a_lease_of_its_own() -> None:
     assert store.sessions() == []
 
 
-def test_an_async_worker_holds_its_runs_under_one_session() -> None:
+@pytest.mark.parametrize("partitions", [1, 6])
+def test_an_async_worker_holds_its_runs_under_one_session(partitions: int) -> None:
     async def main() -> None:
-        store: AsyncRedisRunStore = fake_astore()
+        store: AsyncRedisRunStore = fake_astore(partitions=partitions)
         await store.insert("run", b"todo", Release())
         seen: list[Any] = []
 
@@ -307,3 +313,58 @@ def test_a_killed_nodes_session_runs_are_taken_over_and_finished_once(
         assert store.sessions() == []  # the dead one went with its last run
     finally:
         drop_namespace(client, namespace)
+
+
+def test_a_partition_that_lapsed_costs_the_worker_its_runs_only(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a store of partitions, the keepalives of one partition cut off past the ttl (its
+    node away): the session lapses there alone. The run held there is lost to its handler
+    (nothing of it lands); the run of another partition is finished under the old session,
+    which the keeper keeps alive meanwhile; the worker opens a new session, whose claim
+    takes the lost run over and finishes it."""
+    store = fake_store(partitions=6)
+    away = partition_of("x", 6)
+    other = next(r for r in (f"y{i}" for i in range(100)) if partition_of(r, 6) != away)
+    for run in ("x", other):
+        store.insert(run, b"todo", Release())
+    cut, go = threading.Event(), threading.Event()
+    real = RunOps.session_keepalive
+
+    def keepalive(self: RunOps, session: str, owner: str) -> Any:
+        if cut.is_set() and self.keys.partition == away:
+            yield from ask(Call(None, (self.keys.meta,), ("EXISTS", self.keys.meta),
+                                lambda r: r, write=False))
+            raise Unavailable("keepalives cut off (the test's fault)", outcome="not_applied")
+        return (yield from real(self, session, owner))
+
+    monkeypatch.setattr(RunOps, "session_keepalive", keepalive)
+    tries: dict[str, list[bool]] = {"x": [], other: []}
+    sessions: dict[str, list[str | None]] = {"x": [], other: []}
+
+    def handler(job: Job) -> bytes:
+        sessions[job.run].append(store.get(job.run).session)
+        if not tries["x"] and job.run == "x":
+            cut.set()
+            until(lambda: job.lost, "lost the run of the partition cut off")
+            cut.clear()
+            go.set()
+        elif not tries[other] and job.run == other:
+            assert go.wait(PATIENCE)
+            # Past a few ttls after the new session opened: the old one is kept alive
+            # for this job (else it would lapse and the job be lost).
+            time.sleep(3 * 0.3)
+        tries[job.run].append(job.lost)
+        return b"done"
+
+    worker = Worker(store, "node-a", handler, ttl=300, concurrency=2, poll=50,
+                    sessions=True).start()
+    try:
+        until(lambda: worker.stats["done"] == 2, "finished both runs")
+    finally:
+        worker.stop()
+    assert tries == {"x": [True, False], other: [False]}
+    assert worker.stats["lost"] == 1
+    first, second = sessions["x"]
+    assert sessions[other] == [first] and second not in (None, first)
+    assert [store.get(run).record for run in ("x", other)] == [b"done", b"done"]
+    until(lambda: store.sessions() == [], "ended both sessions")
