@@ -39,12 +39,14 @@ Nothing is asserted (tests/worker/test_worker_sessions.py holds the contract's b
     .venv/bin/python benchmarks/bench_takeover.py --runs 2000 --rounds 1 --drain-rounds 1
     .venv/bin/python benchmarks/bench_takeover.py --instructions 2000   # + callgrind
     .venv/bin/python benchmarks/bench_takeover.py --cluster    # 3 primaries, no bare drains
+    .venv/bin/python benchmarks/bench_takeover.py --cluster --partitions 6
 
 ``--instructions N`` adds callgrind instructions per run of each bare drain (as
 bench_instructions.py counts them), over N runs prepared under valgrind (the session's
 lapse planted: its record's expiry set a second in the past). ``--cluster`` runs the
-takeover on a local cluster of three primaries (``bench_partitions.py``'s), the store of
-one partition on one of them, every process a ``RedisCluster`` client.
+takeover on a local cluster of three primaries (``bench_partitions.py``'s), every process
+a ``RedisCluster`` client; the store of one partition on one of them, or with
+``--partitions N`` of N partitions spread over them (the session kept in each).
 """
 
 from __future__ import annotations
@@ -81,11 +83,12 @@ import redis, redis.cluster
 from redisstore import At, RedisRunStore
 from redisstore.runs import MAX_RENEW
 
-port, namespace, n, ttl, mode, cluster = (int(sys.argv[1]), sys.argv[2], int(sys.argv[3]),
-                                          int(sys.argv[4]), sys.argv[5], sys.argv[6] == "1")
+port, namespace, n, ttl, mode, cluster, partitions = (
+    int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5],
+    sys.argv[6] == "1", int(sys.argv[7]))
 client = (redis.cluster.RedisCluster(host="127.0.0.1", port=port) if cluster
           else redis.Redis(host="127.0.0.1", port=port))
-store = RedisRunStore(client, namespace=namespace,
+store = RedisRunStore(client, namespace=namespace, partitions=partitions,
                       discover=lambda record: None if record.startswith(b"done") else At(0))
 held = []
 if mode == "session":
@@ -118,12 +121,12 @@ import json, sys, threading, time
 import redis, redis.cluster
 from redisstore import At, RedisRunStore, Worker
 
-port, namespace, name, ttl, sessions, concurrency, out, cluster = (
+port, namespace, name, ttl, sessions, concurrency, out, cluster, partitions = (
     int(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5] == "1",
-    int(sys.argv[6]), sys.argv[7], sys.argv[8] == "1")
+    int(sys.argv[6]), sys.argv[7], sys.argv[8] == "1", int(sys.argv[9]))
 client = (redis.cluster.RedisCluster(host="127.0.0.1", port=port) if cluster
           else redis.Redis(host="127.0.0.1", port=port))
-store = RedisRunStore(client, namespace=namespace,
+store = RedisRunStore(client, namespace=namespace, partitions=partitions,
                       discover=lambda record: None if record.startswith(b"done") else At(0))
 taken = []
 result = ("done-by-" + name).encode()
@@ -201,22 +204,32 @@ class Child:
         self.process.wait(10)
 
 
-class SweepWatch(threading.Thread):
-    """Reads the dead session's score in session-leases every 2 ms: the wall time it was
-    first ``inf`` (all its runs in the leases index) or gone."""
+def keyspaces(namespace: str, partitions: int) -> list[Keyspace]:
+    """The namespace's keys, or each partition's."""
+    if partitions == 1:
+        return [Keyspace(namespace)]
+    return [Keyspace(namespace, p) for p in range(partitions)]
 
-    def __init__(self, port: int, namespace: str, sid: str, cluster: bool) -> None:
+
+class SweepWatch(threading.Thread):
+    """Reads the dead session's score in session-leases (each partition's) every 2 ms: the
+    wall time it was first ``inf`` (all its runs in the leases index) or gone in all."""
+
+    def __init__(self, port: int, namespace: str, sid: str, cluster: bool,
+                 partitions: int = 1) -> None:
         super().__init__(daemon=True)
         self.client = connect(port, cluster)
-        self.key = Keyspace(namespace).session_leases
+        self.keys = [k.session_leases for k in keyspaces(namespace, partitions)]
         self.sid = sid
         self.done: float | None = None
         self.stopped = threading.Event()
 
     def run(self) -> None:
+        left = list(self.keys)
         while not self.stopped.is_set():
-            score = self.client.zscore(self.key, self.sid)
-            if score is None or score == float("inf"):
+            left = [key for key in left
+                    if self.client.zscore(key, self.sid) not in (None, float("inf"))]
+            if not left:
                 self.done = time.time()
                 return
             time.sleep(0.002)
@@ -228,16 +241,16 @@ class SweepWatch(threading.Thread):
 
 
 def takeover(port: int, mode: str, n: int, ttl: int, concurrency: int, folder: Path,
-             round_no: int, cluster: bool = False) -> dict[str, Any]:
+             round_no: int, cluster: bool = False, partitions: int = 1) -> dict[str, Any]:
     """One kill and drain: the figures of it (ms from the kill, µs a run)."""
     namespace = f"takeover-{mode}-{round_no}"
     client = connect(port, cluster)
-    store = RedisRunStore(client, namespace=namespace, discover=ready)
+    store = RedisRunStore(client, namespace=namespace, discover=ready, partitions=partitions)
     for start in range(0, n, 500):
         with store.pipeline() as pipe:
             for i in range(start, min(n, start + 500)):
                 pipe.insert(f"run-{i:032d}", b"todo", Release())
-    holder = Child(HOLDER, port, namespace, n, ttl, mode, int(cluster))
+    holder = Child(HOLDER, port, namespace, n, ttl, mode, int(cluster), partitions)
     workers: list[Child] = []
     try:
         held = holder.line()
@@ -245,11 +258,13 @@ def takeover(port: int, mode: str, n: int, ttl: int, concurrency: int, folder: P
         sid = held.split()[1]
         outs = [folder / f"{namespace}-w{k}.json" for k in range(WORKERS)]
         workers = [Child(WORKER, port, namespace, f"w{k}", ttl, int(mode == "session"),
-                         concurrency, outs[k], int(cluster)) for k in range(WORKERS)]
+                         concurrency, outs[k], int(cluster), partitions)
+                   for k in range(WORKERS)]
         for w in workers:
             assert w.line() == "started"
         time.sleep(0.3)
-        watch = SweepWatch(port, namespace, sid, cluster) if mode == "session" else None
+        watch = (SweepWatch(port, namespace, sid, cluster, partitions) if mode == "session"
+                 else None)
         if mode == "session":
             (info,) = [s for s in store.sessions() if s.id == sid]
             assert info.runs == n, info
@@ -260,8 +275,9 @@ def takeover(port: int, mode: str, n: int, ttl: int, concurrency: int, folder: P
         if mode == "session":
             expires_ms = next(s.expires for s in store.sessions() if s.id == sid)
         else:
-            entries: Any = client.zrange(Keyspace(namespace).leases, -1, -1, withscores=True)
-            expires_ms = float(entries[0][1])
+            expires_ms = max(float(entries[0][1]) for keys in keyspaces(namespace, partitions)
+                             if (entries := client.zrange(keys.leases, -1, -1,
+                                                          withscores=True)))
         if watch is not None:
             watch.start()
         done = [0] * WORKERS
@@ -429,12 +445,15 @@ def main() -> None:
     parser.add_argument("--cluster", action="store_true",
                         help="the takeover on a local cluster of three primaries (the store "
                              "of one partition on one of them); no bare drains")
+    parser.add_argument("--partitions", type=int, default=1,
+                        help="the store's partitions (with --cluster: spread over the "
+                             "primaries; the session kept in each)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     modes = [m for m in args.modes.split(",") if m]
     figures: dict[str, Any] = {"runs": args.runs, "ttl": args.ttl, "takeover": {},
                                "drain": {}, "load": [os.getloadavg()],
-                               "cluster": args.cluster}
+                               "cluster": args.cluster, "partitions": args.partitions}
     with contextlib.ExitStack() as stack:
         folder = stack.enter_context(tempfile.TemporaryDirectory(prefix="redisstore-takeover-"))
         if args.cluster:
@@ -447,7 +466,7 @@ def main() -> None:
         for r in range(args.rounds):
             for mode in (modes if r % 2 == 0 else modes[::-1]):
                 got = takeover(port, mode, args.runs, args.ttl, args.concurrency,
-                               Path(folder), r, args.cluster)
+                               Path(folder), r, args.cluster, args.partitions)
                 takes[mode].append(got)
                 if not args.json:
                     print(f"{mode:8} round {r + 1}: " + ", ".join(
