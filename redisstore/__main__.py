@@ -612,7 +612,7 @@ def _dashboard(url: str | None, namespaces: list[str], host: str, port: int, dem
               file=out, flush=True)
         if ready is not None:
             ready(bound)
-        server(board).run(sockets=[listening])
+        server(board).run_in_foreground([listening])
     finally:
         listening.close()
         if workload is not None:

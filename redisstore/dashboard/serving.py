@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import socket
 import threading
 import time
@@ -20,10 +21,22 @@ class _Server(uvicorn.Server):
         super().__init__(uvicorn.Config(asgi, log_level="warning", lifespan="off",
                                         timeout_graceful_shutdown=2))
         self.asgi = asgi
+        #: The signals that stopped it (the command's Ctrl-C: see :meth:`run_in_foreground`).
+        self.signals: list[int] = []
 
     def handle_exit(self, sig: int, frame: Any) -> None:
+        self.signals.append(sig)
         self.stop_streams()
         super().handle_exit(sig, frame)
+
+    def run_in_foreground(self, sockets: list[socket.socket]) -> None:
+        """Serve until a signal; Ctrl-C raises ``KeyboardInterrupt`` once it has stopped.
+        uvicorn raises the signal again after its shutdown, but asyncio's runner may take
+        that as a cancel of its main task just as the task ends, and return normally: the
+        command would then exit 0, not 130."""
+        self.run(sockets=sockets)
+        if signal.SIGINT in self.signals:
+            raise KeyboardInterrupt
 
     def stop_streams(self) -> None:
         board = getattr(self.asgi, "dashboard", None)
