@@ -252,36 +252,34 @@ _Step: TypeAlias = _Call | _Handle | _Wait | _Sleep
 _Loop: TypeAlias = Generator[_Step, Any, None]
 
 
+def _resume(steps: Generator[_Call, Any, None], value: Any, error: Exception | None
+            ) -> _Call | None:
+    """The next call ``steps`` asks for, given the last one's ``value`` or ``error`` (thrown
+    in); None once they ended."""
+    try:
+        return steps.send(value) if error is None else steps.throw(error)
+    except StopIteration:
+        return None
+
+
 def _calls(steps: Generator[_Call, Any, None]) -> None:
     """Make each call ``steps`` yields, on this thread; its answer (or error) sent back."""
-    value: Any = None
-    error: Exception | None = None
-    while True:
+    value, error = None, None
+    while (step := _resume(steps, value, error)) is not None:
         try:
-            step = steps.send(value) if error is None else steps.throw(error)
-        except StopIteration:
-            return
-        value, error = None, None
-        try:
-            value = step.call()
+            value, error = step.call(), None
         except Exception as exc:  # the store's answer: the steps decide
-            error = exc
+            value, error = None, exc
 
 
 async def _acalls(steps: Generator[_Call, Any, None]) -> None:
     """:func:`_calls` of an asyncio store: each call awaited."""
-    value: Any = None
-    error: Exception | None = None
-    while True:
+    value, error = None, None
+    while (step := _resume(steps, value, error)) is not None:
         try:
-            step = steps.send(value) if error is None else steps.throw(error)
-        except StopIteration:
-            return
-        value, error = None, None
-        try:
-            value = await step.call()
+            value, error = await step.call(), None
         except Exception as exc:  # the store's answer: the steps decide
-            error = exc
+            value, error = None, exc
 
 
 def _one_trip(store: Any) -> bool:
