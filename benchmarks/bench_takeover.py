@@ -71,6 +71,7 @@ from common import ROOT, own_server, server_binary
 from redis.cluster import RedisCluster
 
 from redisstore import At, Claim, Held, RedisRunStore, Release
+from redisstore.admin.namespaces import spaces_of
 from redisstore.core.keys import Keyspace
 from redisstore.runs import MAX_CLAIM
 
@@ -204,22 +205,14 @@ class Child:
         self.process.wait(10)
 
 
-def keyspaces(namespace: str, partitions: int) -> list[Keyspace]:
-    """The namespace's keys, or each partition's."""
-    if partitions == 1:
-        return [Keyspace(namespace)]
-    return [Keyspace(namespace, p) for p in range(partitions)]
-
-
 class SweepWatch(threading.Thread):
     """Reads the dead session's score in session-leases (each partition's) every 2 ms: the
     wall time it was first ``inf`` (all its runs in the leases index) or gone in all."""
 
-    def __init__(self, port: int, namespace: str, sid: str, cluster: bool,
-                 partitions: int = 1) -> None:
+    def __init__(self, port: int, namespace: str, sid: str, cluster: bool) -> None:
         super().__init__(daemon=True)
         self.client = connect(port, cluster)
-        self.keys = [k.session_leases for k in keyspaces(namespace, partitions)]
+        self.keys = [k.session_leases for k in spaces_of(self.client, namespace)]
         self.sid = sid
         self.done: float | None = None
         self.stopped = threading.Event()
@@ -263,8 +256,7 @@ def takeover(port: int, mode: str, n: int, ttl: int, concurrency: int, folder: P
         for w in workers:
             assert w.line() == "started"
         time.sleep(0.3)
-        watch = (SweepWatch(port, namespace, sid, cluster, partitions) if mode == "session"
-                 else None)
+        watch = SweepWatch(port, namespace, sid, cluster) if mode == "session" else None
         if mode == "session":
             (info,) = [s for s in store.sessions() if s.id == sid]
             assert info.runs == n, info
@@ -275,7 +267,7 @@ def takeover(port: int, mode: str, n: int, ttl: int, concurrency: int, folder: P
         if mode == "session":
             expires_ms = next(s.expires for s in store.sessions() if s.id == sid)
         else:
-            expires_ms = max(float(entries[0][1]) for keys in keyspaces(namespace, partitions)
+            expires_ms = max(float(entries[0][1]) for keys in spaces_of(client, namespace)
                              if (entries := client.zrange(keys.leases, -1, -1,
                                                           withscores=True)))
         if watch is not None:

@@ -28,7 +28,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, TypeVar
 
 from ..core import telemetry
 from ..core.driver import Settled
@@ -250,10 +250,11 @@ class _Sleep:
 
 _Step: TypeAlias = _Call | _Handle | _Wait | _Sleep
 _Loop: TypeAlias = Generator[_Step, Any, None]
+_StepT = TypeVar("_StepT")
 
 
-def _resume(steps: Generator[_Call, Any, None], value: Any, error: Exception | None
-            ) -> _Call | None:
+def _resume(steps: Generator[_StepT, Any, None], value: Any, error: Exception | None
+            ) -> _StepT | None:
     """The next call ``steps`` asks for, given the last one's ``value`` or ``error`` (thrown
     in); None once they ended."""
     try:
@@ -656,9 +657,7 @@ class _Core:
         in); None once it ended, or died of a bug (then the worker stops and says why).
         The bookkeeping of both workers' loops: each only takes the step, sync or awaited."""
         try:
-            return loop.send(value) if error is None else loop.throw(error)
-        except StopIteration:
-            return None
+            return _resume(loop, value, error)
         except BaseException as bug:  # a bug of the loop: the worker stops, says why
             self._loop_died(bug)
             return None
