@@ -72,6 +72,7 @@ from common import own_server, server_binary
 
 from redisstore import At, Claim, Feed, Fenced, Hold, LeaseRefused, RedisRunStore, Release
 from redisstore.core import scripts
+from redisstore.core.runops import fused
 from redisstore.runs import MAX_CLAIM_BYTES
 
 RECORD = b"x" * 100
@@ -102,6 +103,7 @@ class Prepared:
     sha: str
     P: str  # the key prefix, {ns}:
     held: tuple[str, int, int] | None = None
+    session: str | None = None  # the session the session unit's runs are held under
     replies: list[Any] | None = None
 
     def key(self, run: str) -> str:
@@ -144,7 +146,8 @@ class Op:
     real_script: scripts.Script
     real: Callable[[Prepared], int]
     minimal: Callable[[Prepared], int]
-    runs: str = "held"  # held by n for an hour; "expired" (1 ms); "ready"; "unit"
+    runs: str = "held"  # held by n for an hour; "expired" (1 ms); "ready"; "unit";
+    # "session-unit" (the unit's runs, m's claims under a session)
     budget: float = 2.0
     claim: bool = False  # its reply ends with a wait (the minimal scripts' is not read)
 
@@ -231,6 +234,22 @@ def unit_real(p: Prepared) -> int:
     return len(p.ids) - 1
 
 
+def session_unit_real(p: Prepared) -> int:
+    """The unit as the ``Worker`` on a session sends it: the finish of the session's run
+    and the session's claim of the next, one script (``run_finish_claim``)."""
+    assert p.held is not None and p.session is not None
+    ops, run, revision, token = p.store._ops, *p.held
+    for _ in range(len(p.ids) - 1):
+        first = ops.finish(run, revision, Fenced("m", token), record=RECORD)
+        then = ops.session_claim("any", p.session, "m", TTL, 1, True, None)
+        done, got = p.store._write(fused((first, next(first)), (then, next(then))))
+        assert done.error is None and got.error is None, (done, got)
+        (claimed,) = got.value[0]
+        assert claimed.current.token is not None
+        run, revision, token = claimed.run, claimed.current.revision, claimed.current.token
+    return len(p.ids) - 1
+
+
 def unit_minimal(p: Prepared) -> int:
     """The unit by EVALSHA, with run_finish_claim's keys and arguments."""
     assert p.held is not None
@@ -274,6 +293,9 @@ OPS: list[Op] = [
                          ("claim_expired", "expired"))),
     Op("unit", "unit: finish (record) + claim(1, records)", "finish_claim",
        scripts.RUN_FINISH_CLAIM, unit_real, unit_minimal, runs="unit"),
+    Op("session-unit", "unit on a session: finish + the session's claim(1, records)",
+       "finish_claim", scripts.RUN_FINISH_CLAIM, session_unit_real, unit_minimal,
+       runs="session-unit"),
 ]
 
 
@@ -298,7 +320,8 @@ def prepare(client: redis.Redis, op: Op, calls: int, namespace: str = NS,
                           feed=FEED)
     sha = client.script_load(source if source is not None else minimal_source(op))
     rng = random.Random(1)
-    ids = [f"{rng.getrandbits(128):032x}" for _ in range(calls + (op.runs == "unit"))]
+    unit = op.runs in ("unit", "session-unit")
+    ids = [f"{rng.getrandbits(128):032x}" for _ in range(calls + unit)]
     store.insert("w", RECORD, Claim("n", LONG))
     store.compare_and_set("w", 1, RECORD, Hold("n"))
     store.renew("n", ["w"], LONG)
@@ -316,17 +339,22 @@ def prepare(client: redis.Redis, op: Op, calls: int, namespace: str = NS,
     for run in ids:
         if op.runs == "expired":
             store.insert(run, RECORD, Claim("n", 1))
-        elif op.runs in ("ready", "unit"):
+        elif op.runs == "ready" or unit:
             store.insert(run, b"ready", Release())
         else:
             store.insert(run, RECORD, Claim("n", LONG))
     time.sleep(0.05)  # the 1 ms leases have expired
-    held = None
-    if op.runs == "unit":
-        (got,) = store.claim("m", TTL, records=True)
+    held, session = None, None
+    if unit:
+        if op.runs == "session-unit":
+            opened = store.open_session("m", LONG)
+            session = opened.id
+            (got,) = opened.claim(records=True)
+        else:
+            (got,) = store.claim("m", TTL, records=True)
         assert got.current.token is not None
         held = (got.run, got.current.revision, got.current.token)
-    return Prepared(client, store, ids, sha, "{" + namespace + "}:", held)
+    return Prepared(client, store, ids, sha, "{" + namespace + "}:", held, session)
 
 
 # ---------------------------------------------------------------------------- callgrind
@@ -637,7 +665,9 @@ def main() -> None:
     ops = [op for op in OPS if chosen(op.key, op.name)]
     if args.check:
         with own_server(server_binary()) as port:
-            raise SystemExit(0 if check(port, 300, ops) else 1)
+            # The session unit's minimal script is the plain unit's: no copy of its data.
+            raise SystemExit(0 if check(port, 300, [op for op in ops
+                                                    if op.runs != "session-unit"]) else 1)
 
     cas = scripts.RUN_COMPARE_AND_SET.source.decode()
     body = body_start(scripts.RUN_COMPARE_AND_SET)

@@ -23,6 +23,7 @@ from redisstore import (
     At,
     Claim,
     Corrupt,
+    Fenced,
     LeaseRefused,
     NotFound,
     RedisRunStore,
@@ -32,6 +33,7 @@ from redisstore import (
 )
 from redisstore.core import scripts
 from redisstore.core.keys import Keyspace
+from redisstore.core.runops import fused
 
 MAX_TEXT = scripts.Cap.MAX_TEXT
 
@@ -41,8 +43,12 @@ REFUSALS = (Corrupt, SessionLapsed, LeaseRefused, NotFound)
 
 def namespace_with_a_session(client: redis.Redis) -> tuple[RedisRunStore, Keyspace, Any]:
     """A store whose session 1 (owner "me") holds r0 (claimed) and r1 (InSession insert),
-    beside a free run r2 and a run r3 held by a per-run lease."""
-    store = RedisRunStore(client, namespace=unique_namespace(), discover=lambda r: At(0))
+    beside a free run r2, a run r3 held by a per-run lease of another owner, and r5 by one
+    of "me"."""
+    # A finished run (b"done") waits for nothing: a Worker's finish, as the fused fast path
+    # takes it.
+    store = RedisRunStore(client, namespace=unique_namespace(),
+                          discover=lambda r: None if r == b"done" else At(0))
     session = store.open_session("me", LONG)
     assert session.id == "1"
     store.insert("r0", b"x", Release())
@@ -50,6 +56,7 @@ def namespace_with_a_session(client: redis.Redis) -> tuple[RedisRunStore, Keyspa
     store.insert("r1", b"x", session.lease)
     store.insert("r2", b"x", Release())
     store.insert("r3", b"x", Claim("other", LONG))
+    store.insert("r5", b"x", Claim("me", LONG))
     return store, Keyspace(store.namespace), session
 
 
@@ -130,6 +137,20 @@ def operations(store: RedisRunStore, session: Any) -> dict[str, Callable[[], Any
         except StoreError:
             return 1
 
+    def finish_and_claim(run: str) -> Any:
+        """The finish of ``run`` and the session's claim of the next, one script, as a
+        Worker on the session sends them: two operations, each answered (the finish may
+        land and the claim be refused); any other error of either is raised."""
+        got = store.get(run)
+        ops = store._ops
+        first = ops.finish(run, got.revision, Fenced("me", got.token or 1), record=b"done")
+        then = ops.session_claim("any", session.id, "me", LONG, 5, True, None)
+        done, claimed = store._write(fused((first, next(first)), (then, next(then))))
+        for part in (done, claimed):
+            if part.error is not None and not isinstance(part.error, REFUSALS):
+                raise part.error
+        return done, claimed
+
     return {
         "open_session": lambda: store.open_session("me", LONG),
         "keepalive": session.keepalive,
@@ -149,6 +170,8 @@ def operations(store: RedisRunStore, session: Any) -> dict[str, Callable[[], Any
         "compare_and_set of its run": lambda: store.compare_and_set(
             "r0", current("r0"), b"y", Claim("me", LONG)),
         "delete of its run": lambda: store.delete("r1", current("r1"), Claim("me", LONG)),
+        "finish of its run and session claim": lambda: finish_and_claim("r0"),
+        "finish of a lease and session claim": lambda: finish_and_claim("r5"),
     }
 
 
@@ -156,7 +179,8 @@ def operations(store: RedisRunStore, session: Any) -> dict[str, Callable[[], Any
 OPERATIONS = ["open_session", "keepalive", "session claim", "session claim_ready",
               "session claim_expired", "store claim", "store claim_expired", "close",
               "sessions", "get", "renew", "release", "insert InSession",
-              "compare_and_set InSession", "compare_and_set of its run", "delete of its run"]
+              "compare_and_set InSession", "compare_and_set of its run", "delete of its run",
+              "finish of its run and session claim", "finish of a lease and session claim"]
 
 
 @pytest.mark.parametrize("damage", sorted(DAMAGES))
