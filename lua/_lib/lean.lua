@@ -26,12 +26,12 @@ local function lean_session(sid)
   return exp, own
 end
 
--- A claim's arguments at ARGV[b..b+6] (run_claim's ARGV[2..8]) when each is what the fast
+-- A claim's arguments at ARGV[b..b+7] (run_claim's ARGV[2..9]) when each is what the fast
 -- path takes, as claim_args reads them; else nil (the general code checks them again). A
--- session's claim (ARGV[b+7]), and any claim in a namespace that has sessions (whose
--- lapsed ones a claim puts into LEASES first, and whose expiries its wait counts), are the
--- general code's.
-local function lean_claim_args(b)
+-- claim while a session is due (its runs are the general code's to put into LEASES) is
+-- the general code's. f: a fused finish's plan (lean_write's), whose session record, read
+-- in this script, a claim under the same session takes as it is.
+local function lean_claim_args(b, f)
   -- The first session due (nil: none): a lapsed one's runs are for the general code to put
   -- into LEASES; a live one's expiry counts in the leases index's wait.
   local h = redis.pcall('ZRANGE', SESSION_LEASES, 0, 0, 'WITHSCORES')
@@ -45,7 +45,11 @@ local function lean_claim_args(b)
     -- A session's claim: its session live, of owner (else the general code refuses it).
     if #sid > 20 or not str_find(sid, '^[1-9]%d*$') then return nil end
     local own
-    sn, own = lean_session(sid)
+    if f and f.sid == sid then
+      sn, own = f.sexp, f.sown
+    else
+      sn, own = lean_session(sid)
+    end
     if not sn or own ~= owner or sn <= now_ms() then return nil end
   end
   local a = {owner = owner, ttl = decimal(ARGV[b + 1], 1, MAX_TTL),

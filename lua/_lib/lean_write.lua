@@ -3,6 +3,13 @@
 -- common case only, checked as the general code checks it, the same bytes written; nil for
 -- anything else, before anything is written.
 
+-- Whether key is absent or of type kind (a key the fast path writes but did not read).
+local function lean_of(key, kind)
+  local t = redis.call('TYPE', key)
+  t = type(t) == 'table' and t.ok or t
+  return t == kind or t == 'none'
+end
+
 -- The fast path of a write: a finish with a record (run_finish's ARGV at ARGV[b..]) or,
 -- with cas, a compare_and_set (run_compare_and_set's) under Release, Hold or Fenced (the
 -- lease kept, or with release). The run as the condition asks (for a fused write, one that
@@ -12,7 +19,9 @@
 -- place() sends it). Reads only: {k, h, record, run, held (its lease goes), keep (its lease
 -- stays), rx (a free run's ready entry, which the write moves), ready_at and ready_ats (where
 -- it enters READY, as a number and as text, or false), now_due (it is claimable now: a
--- signal)}, or nil for the general code.
+-- signal), and for a session's run sid, sexp and sown (its session's id, expiry and owner,
+-- as lean_session read them; '', false, false for a run of its own lease)}, or nil for the
+-- general code.
 local function lean_write(b, cas, fused)
   local run, expected, record, kind, owner, token, w
   if cas then
@@ -54,13 +63,15 @@ local function lean_write(b, cas, fused)
       or redis.call('EXISTS', P .. DEPS_KEY .. run) == 1 then
     return nil
   end
+  local sexp, sown = false, false
   if sid ~= '' then
     -- A session's run: only its holder's fenced release (a finish) leaves the session here
     -- (untold), while the session lives, its set a set.
-    local sexp, sown = lean_session(sid)
-    local t = kind == 'F' and sexp and sown == own and sexp > now_ms()
-      and redis.call('TYPE', P .. SESSION_RUNS .. sid)
-    if not t or (type(t) == 'table' and t.ok or t) ~= 'set' then return nil end
+    sexp, sown = lean_session(sid)
+    if kind ~= 'F' or not sexp or sown ~= own or sexp <= now_ms()
+        or not lean_of(P .. SESSION_RUNS .. sid, 'set') then
+      return nil
+    end
   end
   local now_due = false
   if wait and not keep then
@@ -81,7 +92,7 @@ local function lean_write(b, cas, fused)
     h = rev .. ',,' .. tok .. ',,,' .. w5 .. ',,,,,,,0,0,0:'
   end
   return {k = k, h = h, record = record, run = run, held = own ~= '' and not keep, sid = sid,
-          keep = keep, rx = own == '' and rwk ~= '', ready_at = not keep and wait,
+          sexp = sexp, sown = sown, keep = keep, rx = own == '' and rwk ~= '', ready_at = not keep and wait,
           ready_ats = waits, now_due = now_due}
 end
 
@@ -107,12 +118,6 @@ local function lean_finished(f)
   end
 end
 
--- Whether key is absent or a sorted set (an index the fast path writes but did not read).
-local function lean_zset(key)
-  local t = redis.call('TYPE', key)
-  t = type(t) == 'table' and t.ok or t
-  return t == 'zset' or t == 'none'
-end
 
 -- compare_and_set's fast path (run_compare_and_set's ARGV, no watch of another partition's
 -- dependency): the write as lean_write takes it, the index keys it writes of the types
@@ -120,8 +125,8 @@ end
 local function lean_cas()
   if ARGV[13] then return nil end
   local f = lean_write(2, true, false)
-  if not f or (f.held and not lean_zset(LEASES))
-      or ((f.ready_at or f.rx) and not lean_zset(READY)) then
+  if not f or (f.held and not lean_of(LEASES, 'zset'))
+      or ((f.ready_at or f.rx) and not lean_of(READY, 'zset')) then
     return nil
   end
   lean_finished(f)
@@ -139,12 +144,15 @@ local function lean_two(n, cas)
   if (kind ~= 'ready' and kind ~= 'leases' and kind ~= 'any') or ARGV[n + 12] then return nil end
   local f = lean_write(3, cas, true)
   if f and #f.record > MAX_FUSED_RECORD then return nil end  -- the claim goes alone
-  local a = f and lean_claim_args(n + 4)
+  local a = f and lean_claim_args(n + 4, f)
   local plan = a and lean_claim(kind, a, f.run, f.ready_at)
-  -- The index keys the write changes, of the types its commands need: read by the claim's
-  -- pages, or asked here.
-  if not plan or (kind == 'ready' and not lean_zset(LEASES))
-      or (kind == 'leases' and f.ready_at and not lean_zset(READY)) then
+  -- The keys the two write after the finish's first write, of the types their commands
+  -- need: the indexes the claim's pages read, or asked here; a session's set, asked by the
+  -- finish of a run of that session, or here (it takes the claim's runs).
+  if not plan or (kind == 'ready' and not lean_of(LEASES, 'zset'))
+      or (kind == 'leases' and f.ready_at and not lean_of(READY, 'zset'))
+      or (a.sid and #plan.runs > 0 and a.sid ~= f.sid
+          and not lean_of(P .. SESSION_RUNS .. a.sid, 'set')) then
     return nil
   end
   lean_finished(f)
