@@ -208,6 +208,64 @@ def test_an_async_worker_holds_its_runs_under_one_session(partitions: int) -> No
     run_async(main)
 
 
+# ------------------------------------------------ waking at an expiry, over partitions
+
+#: A poll far past the test's patience: a worker that took the run only at its poll
+#: would fail the test, one that slept until the claim's wait passes.
+NEVER = 60_000
+
+
+@pytest.mark.parametrize("held", ["lease", "session"])
+@pytest.mark.parametrize("partitions", [1, 6])
+def test_a_worker_wakes_at_an_expiry_not_at_its_poll(partitions: int, held: str) -> None:
+    """A worker with nothing to claim waits until its claim's wait (the next expiry), on a
+    store of partitions too: a dead node's lease or session is taken over at its expiry."""
+    store = fake_store(partitions=partitions)
+    store.insert("run", b"todo", Release())
+    if held == "lease":
+        assert store.claim_ready("dead-node", 300, 1) == ["run"]
+    else:
+        assert store.open_session("dead-node", 300).claim_ready(1) == ["run"]
+    taken = threading.Event()
+
+    def handler(job: Job) -> bytes:
+        taken.set()
+        return b"done"
+
+    worker = Worker(store, "node-a", handler, ttl=5_000, poll=NEVER).start()
+    try:
+        assert taken.wait(PATIENCE), "the run was not taken at its expiry"
+    finally:
+        worker.stop()
+
+
+@pytest.mark.parametrize("held", ["lease", "session"])
+@pytest.mark.parametrize("partitions", [1, 6])
+def test_an_async_worker_wakes_at_an_expiry_not_at_its_poll(partitions: int,
+                                                            held: str) -> None:
+    async def main() -> None:
+        store = fake_astore(partitions=partitions)
+        await store.insert("run", b"todo", Release())
+        if held == "lease":
+            assert await store.claim_ready("dead-node", 300, 1) == ["run"]
+        else:
+            session = await store.open_session("dead-node", 300)
+            assert await session.claim_ready(1) == ["run"]
+        taken = asyncio.Event()
+
+        async def handler(job: AsyncJob) -> bytes:
+            taken.set()
+            return b"done"
+
+        worker = AsyncWorker(store, "node-a", handler, ttl=5_000, poll=NEVER).start()
+        try:
+            await asyncio.wait_for(taken.wait(), PATIENCE)
+        finally:
+            await worker.stop()
+
+    run_async(main)
+
+
 # ---------------------------------------------------------------- a dead node's session
 
 # A node holding its runs under one session, in a process of its own: it takes every ready
