@@ -283,6 +283,12 @@ async def _acalls(steps: Generator[_Call, Any, None]) -> None:
             value, error = None, exc
 
 
+def _scripted(store: Any) -> bool:
+    """Whether the store is a Redis store, whose claims answer their wait (the ms until the
+    next run is due) beside their runs (memory's claims wait on its condition)."""
+    return hasattr(store, "_ops") and hasattr(store, "_write")
+
+
 def _one_trip(store: Any) -> bool:
     """Whether the store finishes a run and claims the next in one script: a Redis store of
     one partition (a claim over partitions spans nodes; memory has no scripts)."""
@@ -290,8 +296,7 @@ def _one_trip(store: Any) -> bool:
     from ..core.runops import RunOps
 
     ops = getattr(store, "_ops", None)
-    return isinstance(ops, RunOps) and not isinstance(ops, PartitionedOps) \
-        and hasattr(store, "_write")
+    return _scripted(store) and isinstance(ops, RunOps) and not isinstance(ops, PartitionedOps)
 
 
 class _Core:
@@ -320,6 +325,7 @@ class _Core:
         #: Whether the worker holds its runs under one session (where the store keeps
         #: them): one keepalive a period, whatever the number of runs.
         self.sessions = check_flag("sessions", sessions)
+        self.scripted = _scripted(store)
         self.one_trip = _one_trip(store)
         #: The store's cap on a record: a result over it is a failed try, not a crash.
         ops = getattr(store, "_ops", None)
@@ -444,9 +450,11 @@ class _Core:
                 keeper.open_session()
 
     def _claim(self, session: str | None) -> Any:
-        """A claim of one run, with its record (memory: the store's method), under the
-        worker's session if it has one."""
-        if self.one_trip:
+        """A claim of one run, with its record, under the worker's session if it has one:
+        (runs, wait). A Redis store's, of one partition or many, answers its wait, which the
+        loop sleeps until when nothing came (a dead node's lease or session expiring);
+        memory's answers -1 (its claims wait on its condition)."""
+        if self.scripted:
             if session is not None:
                 return self.store._write(self.store._ops.session_claim(
                     "any", session, self.owner, self.ttl, 1, True, self.max_takeovers))
