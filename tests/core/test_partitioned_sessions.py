@@ -119,3 +119,25 @@ def test_a_session_lapsed_everywhere_is_refused(client: fakeredis.FakeRedis,
         session.claim(1)
     # Its runs, in every partition, are due at its expiry: one claim of all.
     assert sorted(store.claim_expired("other", LONG, N)) == sorted(runs.values())
+
+
+@pytest.mark.parametrize("kind", ["claim", "claim_expired"])
+def test_one_claim_past_a_lapse_sweeps_the_session_in_every_partition(
+        client: fakeredis.FakeRedis, fake_clock: Clock, kind: str) -> None:
+    """A lapsed session's runs enter each partition's leases index at the first claim that
+    meets them there. A claim of one run takes it from one partition; the others, whose
+    heads answered the session's runs as due, claim none but sweep theirs in, so that every
+    run of a dead node is claimable at once, not when the merge of due runs reaches its
+    partition."""
+    store = store_of(client)
+    runs = [run for k in range(3) for run in runs_in(set(range(N)), f"s{k}-").values()]
+    for run in runs:
+        store.insert(run, READY, Release())
+    session = store.open_session("dead", 1000)
+    assert len(session.claim(len(runs))) == len(runs)
+    fake_clock.advance(1000)
+    assert len(getattr(store, kind)("other", LONG, 1)) == 1
+    unswept = [p for p, part in enumerate(store._ops.parts)
+               if client.zscore(part.keys.session_leases, session.id) not in (None, float("inf"))]
+    assert unswept == []
+    assert len(store.claim_expired("other", LONG, len(runs))) == len(runs) - 1
