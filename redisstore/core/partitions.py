@@ -66,6 +66,8 @@ Acks = dict[tuple[int, str], list[tuple[str, int]]]
 MAX_PARTITIONS = int(Cap.MAX_PARTITIONS)
 #: The wake-up token of an outbox with entries left to deliver (as the scripts' announce).
 OUTBOX_TOKEN = "~outbox"
+#: How run_heads names a lapsed session's runs not yet in its partition's leases index.
+LAPSED_MARK = "~"
 #: A claim that left out a partition it could not reach says its next claim is due in this
 #: many ms (the breaker's suspect period: pipeline.SUSPECT_FOR), so a blocked claimer comes
 #: back for that partition's runs then.
@@ -490,9 +492,14 @@ class PartitionedOps(PartitionOps, Counted):
             waits.append(0)  # more is due than this call takes
         shares = Counter(p for _, _, p, _ in chosen)
         # A partition still re-indexing a dependency's waiters claims (its share, or 0)
-        # so that its claim finishes that work, as one partition's claims do.
-        order = (sorted(set(shares) | set(pending)) if index in ("ready", "any")
-                 else sorted(shares))
+        # so that its claim finishes that work, as one partition's claims do; so does one
+        # whose lapsed sessions hold runs outside its leases index (run_heads names them
+        # "~<session>"), so that its claim sweeps them in: a dead node's runs are claimable
+        # in every partition at its expiry, not when the merge reaches theirs.
+        extra = set(pending) if index in ("ready", "any") else set()
+        if index in ("leases", "any"):
+            extra.update(p for _, _, p, run in entries if run.startswith(LAPSED_MARK))
+        order = sorted(set(shares) | extra)
         if lapsed is not None and not order:
             # A session's claim with nothing due: one partition's claim of none checks the
             # session there (refused once lapsed), as one partition's claim always does; one
