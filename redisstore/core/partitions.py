@@ -294,6 +294,12 @@ class PartitionedOps(PartitionOps, Counted):
             part.opened = self.n
         self._tail(str(self.n))
 
+    @property
+    def max_record_bytes(self) -> int:
+        """The cap on a record, the same in every partition (a Worker checks its results
+        against it)."""
+        return self.parts[0].max_record_bytes
+
     def _watch(self, dependency: str, watcher: int, floor: int = 0
                ) -> Operation[tuple[int, int, int]]:
         """The watch of ``dependency`` by a run of partition ``watcher``, in its partition

@@ -676,8 +676,6 @@ def test_an_asyncio_result_up_to_the_stores_max_record_bytes_is_written() -> Non
     run_async(main)
 
 
-@pytest.mark.xfail(strict=True, reason="the worker caps results at 1 MiB "
-                   "on a store of partitions (issue 33, item 5)")
 def test_a_result_up_to_the_max_record_bytes_of_a_store_of_partitions_is_written() -> None:
     """The same over partitions: the cap is the store's, whatever its layout."""
     store = fake_store(max_record_bytes=2 << 20, partitions=3)
@@ -691,8 +689,6 @@ def test_a_result_up_to_the_max_record_bytes_of_a_store_of_partitions_is_written
     assert store.get("run").record == BIG
 
 
-@pytest.mark.xfail(strict=True, reason="the worker caps results at 1 MiB "
-                   "on a store of partitions (issue 33, item 5)")
 def test_an_asyncio_result_up_to_the_max_record_bytes_of_a_store_of_partitions_is_written(
 ) -> None:
     async def main() -> None:
