@@ -243,8 +243,6 @@ def test_every_block_that_names_a_server_names_readmes() -> None:
     assert {(name, port) for name, port in named if port != "6379"} == set()
 
 
-@pytest.mark.xfail(strict=True, reason="docs/runs.md's claim section pipelines "
-                   "compare_and_set(..., Release()) before a claim (issue 33, item 1)")
 def test_every_finish_the_docs_pipeline_before_a_claim_is_fenced() -> None:
     """A run's finish queued in a pipeline (the finish-and-claim step of a worker's loop),
     in a block or in the prose around it, is fenced by the claim's grant (``Fenced``):
