@@ -428,7 +428,11 @@ class PartitionedOps(PartitionOps, Counted):
                 errors.append(got.error)
                 unanswered.update(group)
         if errors:
-            error = worst(errors, applied=len(errors) < len(answers))
+            # renew and release (answering lists) are writes: another partition that
+            # answered applied them. get_many (a dict by run) is a read: nothing was applied
+            # anywhere, so an answer of the contract (Corrupt) is the call's answer.
+            write = not by_run
+            error = worst(errors, applied=write and len(errors) < len(answers))
             if isinstance(error, Unavailable):
                 error.done = [name for name in names if name in done]
                 error.unanswered = [name for name in names if name in unanswered]

@@ -413,9 +413,7 @@ def test_a_renew_or_release_with_a_partition_unreachable_says_what_the_others_di
     assert Unavailable("x").done is None and Unavailable("x").unanswered is None
 
 
-@pytest.mark.parametrize("partitions", [1, pytest.param(3, marks=pytest.mark.xfail(
-    strict=True, reason="get_many over partitions calls a corrupt run "
-    "Unavailable(outcome='unknown'), as if it were a partial write"))])
+@pytest.mark.parametrize("partitions", [1, 3])
 def test_get_many_answers_a_corrupt_run_as_corrupt_over_partitions_too(
         partitions: int) -> None:
     """get_many raises ``Corrupt`` for a run whose stored data fails its checks (its
