@@ -241,3 +241,15 @@ def test_every_block_that_names_a_server_names_readmes() -> None:
              for port in re.findall(r"port=(\d+)", block)}
     assert ("README.md", "6379") in named
     assert {(name, port) for name, port in named if port != "6379"} == set()
+
+
+def test_every_finish_the_docs_pipeline_before_a_claim_is_fenced() -> None:
+    """A run's finish queued in a pipeline (the finish-and-claim step of a worker's loop),
+    in a block or in the prose around it, is fenced by the claim's grant (``Fenced``):
+    ``Release()`` frees the run whoever holds it, and ``Hold`` cannot tell two grants of
+    one owner apart, so either would land a paused worker's result over a takeover."""
+    call = re.compile(r"pipe\.(?:compare_and_set|finish|release)\((?:[^()]|\([^()]*\))*\)")
+    unfenced = [f"{name}: {' '.join(found.split())}" for name in FILES
+                for found in call.findall((ROOT / name).read_text())
+                if "Fenced(" not in found]
+    assert not unfenced, unfenced

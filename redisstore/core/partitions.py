@@ -296,6 +296,12 @@ class PartitionedOps(PartitionOps, Counted):
             part.opened = self.n
         self._tail(str(self.n))
 
+    @property
+    def max_record_bytes(self) -> int:
+        """The cap on a record, the same in every partition (a Worker checks its results
+        against it)."""
+        return self.parts[0].max_record_bytes
+
     def _watch(self, dependency: str, watcher: int, floor: int = 0
                ) -> Operation[tuple[int, int, int]]:
         """The watch of ``dependency`` by a run of partition ``watcher``, in its partition
@@ -424,7 +430,11 @@ class PartitionedOps(PartitionOps, Counted):
                 errors.append(got.error)
                 unanswered.update(group)
         if errors:
-            error = worst(errors, applied=len(errors) < len(answers))
+            # renew and release (answering lists) are writes: another partition that
+            # answered applied them. get_many (a dict by run) is a read: nothing was applied
+            # anywhere, so an answer of the contract (Corrupt) is the call's answer.
+            write = not by_run
+            error = worst(errors, applied=write and len(errors) < len(answers))
             if isinstance(error, Unavailable):
                 error.done = [name for name in names if name in done]
                 error.unanswered = [name for name in names if name in unanswered]

@@ -413,6 +413,28 @@ def test_a_renew_or_release_with_a_partition_unreachable_says_what_the_others_di
     assert Unavailable("x").done is None and Unavailable("x").unanswered is None
 
 
+@pytest.mark.parametrize("partitions", [1, 3])
+def test_get_many_answers_a_corrupt_run_as_corrupt_over_partitions_too(
+        partitions: int) -> None:
+    """get_many raises ``Corrupt`` for a run whose stored data fails its checks (its
+    docstring, docs/contract.md): over partitions as on one. It is a read: no partition
+    applied anything, so its outcome is never "unknown" (which asks the caller to read
+    back a write that never was, and to retry a read that will fail the same way)."""
+    client = fakeredis.FakeRedis()
+    ns = unique_namespace()
+    store = RedisRunStore(client, namespace=ns, partitions=partitions)
+    runs = [f"r{i}" for i in range(12)]
+    for run in runs:
+        store.insert(run, b"r", Release())
+    client.set(Keyspace(ns, partition_of("r0", partitions) if partitions > 1 else None)
+               .run("r0"), b"garbage")
+    with pytest.raises(Corrupt) as one:
+        store.get("r0")
+    with pytest.raises(Corrupt) as many:
+        store.get_many(runs)
+    assert (many.value.run, many.value.field) == (one.value.run, one.value.field)
+
+
 def _drive(spread: Any, answer: Any) -> Any:
     """Run a Spread by hand: ``answer(op)`` settles each operation of each fan."""
     steps, answers = spread.steps, None

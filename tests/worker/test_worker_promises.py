@@ -676,6 +676,39 @@ def test_an_asyncio_result_up_to_the_stores_max_record_bytes_is_written() -> Non
     run_async(main)
 
 
+def test_a_result_up_to_the_max_record_bytes_of_a_store_of_partitions_is_written() -> None:
+    """The same over partitions: the cap is the store's, whatever its layout."""
+    store = fake_store(max_record_bytes=2 << 20, partitions=3)
+    store.insert("run", b"todo", Release())
+    worker = Worker(store, "w", lambda job: BIG, ttl=5_000, poll=100).start()
+    try:
+        until(lambda: ended(worker) >= 1, "ended the run")
+    finally:
+        worker.stop()
+    assert (worker.stats["done"], worker.stats["failed"]) == (1, 0)
+    assert store.get("run").record == BIG
+
+
+def test_an_asyncio_result_up_to_the_max_record_bytes_of_a_store_of_partitions_is_written(
+) -> None:
+    async def main() -> None:
+        store = fake_astore(max_record_bytes=2 << 20, partitions=3)
+        await store.insert("run", b"todo", Release())
+
+        async def handler(job: AsyncJob) -> bytes:
+            return BIG
+
+        worker = AsyncWorker(store, "w", handler, ttl=5_000, poll=100).start()
+        try:
+            await auntil(lambda: ended(worker) >= 1, "ended the run")
+        finally:
+            await worker.stop()
+        assert (worker.stats["done"], worker.stats["failed"]) == (1, 0)
+        assert (await store.get("run")).record == BIG
+
+    run_async(main)
+
+
 # ---------------------------------------------------------------- job.lost fences writes
 
 
