@@ -11,7 +11,7 @@ from importlib.metadata import version as _version
 from .admin.namespaces import drop_namespace
 from .admin.repartition import Repartitioned, repartition, repartition_repository
 from .admin.security import acl_rule
-from .core.driver import Durability
+from .core.driver import Durability, Pending
 from .core.errors import (
     AlreadyExists,
     Closed,
@@ -28,7 +28,6 @@ from .core.errors import (
     UnknownGroup,
 )
 from .core.feed import Changes, Event, Feed, Rate
-from .core.pending import Pending
 from .core.repository import InFlightPage, InstanceLease, InstanceRecord, Repository, Status
 from .core.runs import (
     At,

@@ -20,11 +20,10 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from .driver import Driver, Durability, Operation, Spread
+from .driver import Driver, Durability, Operation, Pending, Spread
 from .errors import NOT_APPLIED, StoreError, Unavailable
 from .groups import Group
 from .partition_ops import PartitionOps
-from .pending import Pending
 from .pipeline_ops import PipelineOps
 from .runops import RunOps, fusable, fused, runs_only
 from .waits import check_block

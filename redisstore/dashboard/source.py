@@ -24,9 +24,9 @@ from typing import Any
 
 from ..core.errors import Compacted, Conflict, LeaseRefused, NotFound
 from ..core.feed import ENTRY_BYTES, ORIGIN, Feed, Position, encode
-from ..core.feedops import parse_events
 from ..core.keys import Keyspace, check_namespace
 from ..core.partitions import PartitionedOps
+from ..core.runops import parse_events
 from ..core.runs import MAX_RATE_MINUTES, MAX_RENEW, Claim, Fenced, Held, SessionInfo
 from ..shells.store import RedisRunStore
 from .values import *  # noqa: F403 - the values StoreSource answers, where they were

@@ -77,11 +77,10 @@ from .clients import (
     node_name,
     pushed,
     relearn_after,
-    subscribe_failed,
 )
 from .sessions import SessionSteps
 from .shell import RunShell
-from .sync import _MORE, _pack_one, _replies, lean_error
+from .sync import _MORE, _pack_one, _replies, lean_error, subscribe_failed
 from .wakeups import LoopDriver, Nodes, Wakeups, check_block
 
 try:

@@ -17,7 +17,6 @@ from typing import Any, TypeVar
 
 from ..core.driver import Batch, text
 from ..core.outcomes import ErrorReply, Exchange, Lost, split_error
-from .wakeups import Refused
 
 try:
     from hiredis import pack_command as _hiredis_pack
@@ -321,14 +320,3 @@ def pushed(reply: Any) -> tuple[str, str] | None:
     if not isinstance(reply, list) or len(reply) < 2:
         return None
     return text(reply[0]), text(reply[1])
-
-
-def subscribe_failed(exc: BaseException) -> BaseException:
-    """What a refused ``SSUBSCRIBE`` raises: :class:`~redisstore.shells.wakeups.Refused` when the
-    server will keep refusing it (no such command: Redis 6.2; NOPERM: a user without it or
-    the channels), else ``exc`` (a moved slot, a broken link: subscribe again later)."""
-    if is_error_reply(exc):
-        reply = error_reply(exc)
-        if reply.code == "NOPERM" or "unknown command" in reply.message.lower():
-            return Refused(str(reply))
-    return exc

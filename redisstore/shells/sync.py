@@ -68,9 +68,8 @@ from .clients import (
     pack,
     pushed,
     relearn_after,
-    subscribe_failed,
 )
-from .wakeups import Nodes
+from .wakeups import Nodes, Refused
 
 try:
     from hiredis import Reader as _Reader
@@ -931,6 +930,18 @@ def _cap_connect_timeout(conn: Any, remaining: float) -> None:
     if hasattr(conn, "socket_connect_timeout"):
         conn.socket_connect_timeout = remaining if configured is None \
             else min(configured, remaining)
+
+
+# Here, not with the client adapters (clients.py): they stand below the wakers' queues.
+def subscribe_failed(exc: BaseException) -> BaseException:
+    """What a refused ``SSUBSCRIBE`` raises: :class:`~redisstore.shells.wakeups.Refused` when the
+    server will keep refusing it (no such command: Redis 6.2; NOPERM: a user without it or
+    the channels), else ``exc`` (a moved slot, a broken link: subscribe again later)."""
+    if is_error_reply(exc):
+        reply = error_reply(exc)
+        if reply.code == "NOPERM" or "unknown command" in reply.message.lower():
+            return Refused(str(reply))
+    return exc
 
 
 class NodeSubscription:
