@@ -22,6 +22,7 @@ from .errors import (
     Unavailable,
 )
 from .outcomes import ErrorReply, Exchange, Lost, Reply
+from .outcomes import text as text
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -609,16 +610,6 @@ class Pending(Generic[T]):
         """Answer with ``error``, unless the call has its answer already."""
         if not self.done():
             self._error = error
-
-
-# ---------------------------------------------------------------------------- replies
-
-
-def text(value: Any) -> str:
-    """A reply string as str (replies come undecoded). Bytes that are not UTF-8 (a run id a
-    raw EVALSHA stored) decode with surrogateescape, so a claim that took such a run still
-    answers, and the name sent back names the same key."""
-    return value.decode("utf-8", "surrogateescape") if isinstance(value, bytes) else str(value)
 
 
 # ---------------------------------------------------------------------------- operations

@@ -32,7 +32,7 @@ from . import scripts
 from .driver import Operation, Spread, Steps
 from .errors import StoreError, Unavailable
 from .keys import Keyspace
-from .partitions import Counted, check_partitions, deferred, partition_of, values_of
+from .placing import Counted, check_partitions, deferred, partition_of, values_of
 from .repository import (
     MAX_PAGE,
     InFlightPage,

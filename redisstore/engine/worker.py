@@ -286,12 +286,12 @@ async def _acalls(steps: Generator[_Call, Any, None]) -> None:
 def _one_trip(store: Any) -> bool:
     """Whether the store finishes a run and claims the next in one script: a Redis store of
     one partition (a claim over partitions spans nodes; memory has no scripts)."""
-    from ..core.partitions import PartitionedOps
     from ..core.runops import RunOps
 
+    # One partition's operations are a RunOps; a store of partitions' are not (they stand
+    # beside it, on the same generated declarations).
     ops = getattr(store, "_ops", None)
-    return isinstance(ops, RunOps) and not isinstance(ops, PartitionedOps) \
-        and hasattr(store, "_write")
+    return isinstance(ops, RunOps) and hasattr(store, "_write")
 
 
 class _Core:

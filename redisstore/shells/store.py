@@ -22,30 +22,10 @@ from . import wakeups
 from .sessions import SessionSteps
 from .shell import RunShell
 from .store_ops import StoreOps
-from .sync import Transport, node_wakers
+from .sync import Transport, _Drives, node_wakers
 from .wakeups import Wakeups, check_block
 
 T = TypeVar("T")
-S = TypeVar("S", bound="_Closes")
-
-
-class _Closes:
-    """``close()`` and ``with``: the store's own connections are given back to the server."""
-
-    _io: Transport
-
-    def close(self) -> None:
-        """Disconnect the store's own connections to the server: the idle ones now, the
-        busy ones as their calls end. They are shared by every store on the same client,
-        and any of them connects again on its next call, so closing is always safe. The
-        client is yours: close it too when you are done with it."""
-        self._io.close()
-
-    def __enter__(self: S) -> S:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 class Pipeline(Pipelined):
@@ -97,7 +77,7 @@ class Pipeline(Pipelined):
             self.send()
 
 
-class RedisRunStore(_Closes, SessionSteps, StoreOps, RunShell[Transport]):
+class RedisRunStore(_Drives, SessionSteps, StoreOps, RunShell[Transport]):
     """The leased run backend on a ``redis.Redis``-compatible client.
 
     Every method is one server-side Lua script, one round trip (``refresh`` reads, then
@@ -198,14 +178,6 @@ class RedisRunStore(_Closes, SessionSteps, StoreOps, RunShell[Transport]):
         expiry, read a page of ``MAX_RENEW`` at a time (on a store of partitions, from each
         partition at once: a session once, its runs summed)."""
         return self._sessions(check_listing_limit(limit))  # type: ignore[no-any-return]
-
-    def _read(self, op: Operation[T] | Spread[T]) -> T:
-        return self._io.drive(self._ops.counting(op))
-
-    def _write(self, op: Operation[T] | Spread[T]) -> T:
-        # The one-time server check runs before the store's first write (after the
-        # write's own argument checks).
-        return self._io.drive(self._ops.guarded(op))
 
     def _claim(self, index: str, limit: int, block: int | None,
                claim: Callable[[], Operation[tuple[list[Any], int]]
