@@ -155,6 +155,17 @@ def preceded(check: Generator[Y, S, None], op: Generator[Y, S, T]) -> Generator[
         answer = yield step
 
 
+def next_step(steps: Generator[Y, Any, Any], value: Any, error: BaseException | None
+              ) -> Y | None:
+    """The next step ``steps`` asks for, given the last one's ``value`` or ``error`` (thrown
+    in); None once they ended. What drives steps written once for a sync and an asyncio
+    caller (a worker's loop, a pipeline's send) with each caller's own calls."""
+    try:
+        return steps.send(value) if error is None else steps.throw(error)
+    except StopIteration:
+        return None
+
+
 def fanned(op: Operation[None]) -> Generator[Fan, list[Settled[Any]], None]:
     """One operation as the steps of a call over partitions: a fan of it alone."""
     (settled,) = yield Fan((op,))

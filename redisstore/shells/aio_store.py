@@ -14,10 +14,10 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from ..core.driver import Operation, Spread, continued
+from ..core.driver import Operation, Spread, next_step
 from ..core.errors import StoreError
 from ..core.partitions import PartitionedOps, run_ops
-from ..core.pipeline import Pipelined
+from ..core.pipeline import Drive, Pipelined, SendGroups, SendStep
 from ..core.runops import RunOps
 from ..core.runs import SessionInfo, check_listing_limit
 from ..sessions import AsyncSession, check_session
@@ -49,23 +49,25 @@ class AsyncPipeline(Pipelined):
         started = time.monotonic()
         if self._io.cluster:
             await self._io.client.initialize()  # once: it learns the layout on first use
-        alone = None if self._io.cluster else self._alone()
-        if alone is not None:
-            assert alone._call is not None
+        steps = self._sending(self._io.node_of, started, alone=not self._io.cluster)
+        value: Any = None
+        error: StoreError | None = None
+        while (step := next_step(steps, value, error)) is not None:
             try:
-                alone.settled(await self._io.drive(continued(alone._op, alone._call)))
-            except StoreError as error:
-                alone.settled(error=error)
-        groups = [] if alone is not None else self._groups(self._io.node_of)
-        if groups:
-            await run_all(self._io, groups)
-        for blocked, left in self._still_blocked(started):
-            assert self._claim is not None, "a store's pipeline blocks with the store"
-            try:
-                blocked.answer(await self._claim(blocked.index, blocked.limit, left,
-                                                 blocked.claim))
-            except StoreError as error:
-                blocked.answer(error=error)
+                value, error = await self._make(step), None
+            except StoreError as exc:  # the call's answer: the steps decide
+                value, error = None, exc
+
+    async def _make(self, step: SendStep) -> Any:
+        """One step of :meth:`send`, awaited (every group at once)."""
+        if isinstance(step, Drive):
+            return await self._io.drive(step.op)
+        if isinstance(step, SendGroups):
+            await run_all(self._io, step.groups)
+            return None
+        assert self._claim is not None, "a store's pipeline blocks with the store"
+        blocked = step.blocked
+        return await self._claim(blocked.index, blocked.limit, step.left, blocked.claim)
 
     async def __aenter__(self) -> AsyncPipeline:
         return self

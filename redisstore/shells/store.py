@@ -11,10 +11,10 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from ..core.driver import Operation, Spread, continued
+from ..core.driver import Operation, Spread, next_step
 from ..core.errors import StoreError
 from ..core.partitions import PartitionedOps, run_ops
-from ..core.pipeline import Pipelined
+from ..core.pipeline import Drive, Pipelined, SendGroups, SendStep
 from ..core.runops import RunOps
 from ..core.runs import SessionInfo, check_listing_limit
 from ..sessions import Session, check_session
@@ -44,28 +44,31 @@ class Pipeline(Pipelined):
         trip per node their partitions are on). A claim queued with ``block`` that got
         nothing then waits for work, as the store's does (the calls after it in the
         pipeline have their answers already)."""
-        started = time.monotonic()
-        alone = self._alone()
-        if alone is not None:
-            assert alone._call is not None
+        steps = self._sending(self._io.node_of, time.monotonic())
+        value: Any = None
+        error: StoreError | None = None
+        while (step := next_step(steps, value, error)) is not None:
             try:
-                alone.settled(self._io.drive(continued(alone._op, alone._call)))
-            except StoreError as error:
-                alone.settled(error=error)
-        groups = [] if alone is not None else self._groups(self._io.node_of)
-        try:
-            for group in groups:
-                self._io.run(group)
-        except BaseException as exc:  # cancelled, interrupted: every call gets an answer
-            for group in groups:
-                group.interrupted(type(exc).__name__)
-            raise
-        for blocked, left in self._still_blocked(started):
-            assert self._claim is not None, "a store's pipeline blocks with the store"
+                value, error = self._make(step), None
+            except StoreError as exc:  # the call's answer: the steps decide
+                value, error = None, exc
+
+    def _make(self, step: SendStep) -> Any:
+        """One step of :meth:`send`, on this thread."""
+        if isinstance(step, Drive):
+            return self._io.drive(step.op)
+        if isinstance(step, SendGroups):
             try:
-                blocked.answer(self._claim(blocked.index, blocked.limit, left, blocked.claim))
-            except StoreError as error:
-                blocked.answer(error=error)
+                for group in step.groups:
+                    self._io.run(group)
+            except BaseException as exc:  # cancelled, interrupted: every call gets an answer
+                for group in step.groups:
+                    group.interrupted(type(exc).__name__)
+                raise
+            return None
+        assert self._claim is not None, "a store's pipeline blocks with the store"
+        blocked = step.blocked
+        return self._claim(blocked.index, blocked.limit, step.left, blocked.claim)
 
     def __enter__(self) -> Pipeline:
         return self
