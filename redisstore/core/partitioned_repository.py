@@ -2,7 +2,7 @@
 generators (sans-I/O, like :mod:`redisstore.repository`). docs/scale-out.md is the user's
 guide.
 
-A record lives in the partition of its id (:func:`redisstore.core.partitions.partition_of`: the
+A record lives in the partition of its id (:func:`redisstore.core.placing.partition_of`: the
 ``{family}`` part of the id, else the id), the partition a run of the same id is in, so a
 record and its run share a node. Every call of one record is that partition's script,
 unchanged: one round trip. The calls over every partition:

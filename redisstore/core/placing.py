@@ -185,7 +185,7 @@ class Counted:
     def _fan(self, calls: list[tuple[Callable[[], Operation[Any]], Any]], *,
              patient: bool = False) -> Steps[list[Settled[Any]]]:
         """A fan of :meth:`_checked` operations (each in its partition, on its node); those
-        answered :class:`~redisstore.core.runops.Uncounted` go again, in a fan of their own,
+        answered :class:`~redisstore.core.replies.Uncounted` go again, in a fan of their own,
         after the count check (itself a fan of its own: a fan's operation stays on its
         node). When the count check fails, they fail with its error: the others' answers
         stand. ``patient``: see :class:`~redisstore.core.driver.Fan`."""

@@ -49,7 +49,7 @@ def reply_parts(reply: Any) -> tuple[Any, Any]:
 class Uncounted(Misconfigured):
     """A partition records no partition count, and the caller's store has not checked the
     namespace's own yet (nothing was written): a store of partitions checks it
-    (:meth:`redisstore.core.partitions.Counted.count_check`) and sends the call again."""
+    (:meth:`redisstore.core.placing.Counted.count_check`) and sends the call again."""
 
 
 def answer(run: str, namespace: str, opened: int | None = None) -> Callable[[Any], Any]:
