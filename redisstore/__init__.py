@@ -11,7 +11,7 @@ from importlib.metadata import version as _version
 from .admin.namespaces import drop_namespace
 from .admin.repartition import Repartitioned, repartition, repartition_repository
 from .admin.security import acl_rule
-from .core.driver import Durability
+from .core.driver import Durability, Pending
 from .core.errors import (
     AlreadyExists,
     Closed,
@@ -28,7 +28,6 @@ from .core.errors import (
     UnknownGroup,
 )
 from .core.feed import Changes, Event, Feed, Rate
-from .core.pending import Pending
 from .core.repository import InFlightPage, InstanceLease, InstanceRecord, Repository, Status
 from .core.runs import (
     At,
@@ -62,7 +61,7 @@ from .engine.keeper import AsyncKeeper, Keeper, Lost
 from .engine.worker import AsyncJob, AsyncWorker, Job, Retry, Unrecoverable, Worker
 from .memory import MemoryRepository, MemoryRunStore
 from .sessions import AsyncSession, Session
-from .shells.aio import AsyncPipeline, AsyncRedisRunStore
+from .shells.aio_store import AsyncPipeline, AsyncRedisRunStore
 from .shells.repo_aio import AsyncRedisRepository
 from .shells.repo_store import RedisRepository
 from .shells.store import Pipeline, RedisRunStore

@@ -532,7 +532,8 @@ def bench_command(url: str | None, ops: int, as_json: bool, plot_to: str | None,
         if url is None:
             print("on embedded fakeredis: the figures are the Python side's alone; give "
                   "--url for a server's", file=sys.stderr)
-        rows = bench.run(_client(url), ops, bench.progress_line, namespace=namespace)
+        rows = bench.run(_client(url), ops, bench.progress_line, namespace=namespace,
+                         stores=RedisRunStore)
         if sys.stderr.isatty():
             print(file=sys.stderr)
         print(bench.as_json(rows) if as_json else bench.table(rows), file=o)
@@ -588,7 +589,8 @@ def _dashboard(url: str | None, namespaces: list[str], host: str, port: int, dem
     workload = None
     if demo:
         suffix = "" if url is None else f"-{uuid.uuid4().hex[:6]}"
-        workload = Workload(client, f"demo-orders{suffix}", f"demo-billing{suffix}")
+        workload = Workload(client, f"demo-orders{suffix}", f"demo-billing{suffix}",
+                            stores=RedisRunStore)
         namespaces = [*namespaces, workload.namespace, workload.quiet]
     label = redact(url) if url else "fakeredis (embedded)"
     import ipaddress

@@ -3,7 +3,8 @@ alive by one call whatever their number (docs/contract.md, "Sessions")."""
 
 from __future__ import annotations
 
-from typing import Any, Literal, Protocol, overload
+from collections.abc import Callable, Generator
+from typing import Any, Literal, Protocol, TypeAlias, TypeVar, overload
 
 from .core.waits import check_block
 from .runs import (
@@ -24,6 +25,13 @@ ClaimKind = Literal["any", "ready", "expired"]
 
 #: The most runs one step of ``close`` releases, and one keepalive reports.
 CLOSE_STEP = MAX_RENEW
+
+T = TypeVar("T")
+#: What a session's call asks of its store, one step: the backend's call, given the store.
+#: Both kinds of session make the same steps (:class:`_SessionValues`); only the drivers
+#: differ, :func:`_run` calls each step, :func:`_arun` awaits it.
+_Ask: TypeAlias = Callable[[Any], Any]
+_Steps: TypeAlias = Generator[_Ask, Any, T]
 
 
 class SessionBackend(Protocol):
@@ -100,6 +108,50 @@ class _SessionValues:
     def __repr__(self) -> str:
         return f"{type(self).__name__}(id={self._id!r}, owner={self._owner!r}, ttl={self._ttl})"
 
+    # The calls' steps, written once for both kinds (docs/contract.md, "Sessions").
+
+    def _keeping(self) -> _Steps[Kept]:
+        kept: Kept = yield lambda store: store._session_keepalive(self._id, self._owner)
+        return kept
+
+    def _claiming(self, kind: ClaimKind, limit: object, records: object, block: object,
+                  max_takeovers: object) -> _Steps[list[Any]]:
+        n, rec, wait, bound = check_claim(limit, records, block, max_takeovers)
+        claimed: list[Any] = yield lambda store: store._session_claim(
+            kind, self._id, self._owner, self._ttl, n, rec, wait, bound)
+        return claimed
+
+    def _closing(self) -> _Steps[int]:
+        released = 0
+        while True:
+            step: tuple[int, bool] = yield lambda store: store._session_close(
+                self._id, self._owner, CLOSE_STEP)
+            released += step[0]
+            if step[1]:
+                return released
+
+
+def _run(store: SessionBackend, steps: _Steps[T]) -> T:
+    """What ``steps`` answer, each step's call made on this thread."""
+    answer = None
+    while True:
+        try:
+            ask = steps.send(answer)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+        answer = ask(store)
+
+
+async def _arun(store: AsyncSessionBackend, steps: _Steps[T]) -> T:
+    """:func:`_run` of an asyncio store: each step's call awaited."""
+    answer = None
+    while True:
+        try:
+            ask = steps.send(answer)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+        answer = await ask(store)
+
 
 class Session(_SessionValues):
     """One owner's liveness lease (``store.open_session(owner, ttl)``): the runs it holds
@@ -120,7 +172,7 @@ class Session(_SessionValues):
         store of partitions, one call to each partition at once: ``Kept.lapsed`` names the
         partitions where it lapsed (their runs are lost; it goes on in the others), and
         ``SessionLapsed`` comes once it lapsed in all."""
-        return self._store._session_keepalive(self._id, self._owner)
+        return _run(self._store, self._keeping())
 
     @overload
     def claim(self, limit: int = 1, *, records: Literal[False] = False,
@@ -134,7 +186,7 @@ class Session(_SessionValues):
               max_takeovers: int | None = None) -> list[str] | list[Claimed]:
         """``store.claim`` for the session's owner, the runs taken under the session;
         ``SessionLapsed`` (nothing claimed) when it is not live."""
-        return self._claim("any", limit, records, block, max_takeovers)
+        return _run(self._store, self._claiming("any", limit, records, block, max_takeovers))
 
     @overload
     def claim_ready(self, limit: int = 1, *, records: Literal[False] = False,
@@ -149,7 +201,7 @@ class Session(_SessionValues):
     def claim_ready(self, limit: int = 1, *, records: bool = False, block: int | None = None,
                     max_takeovers: int | None = None) -> list[str] | list[Claimed]:
         """``store.claim_ready`` under the session (``max_takeovers`` plays no part)."""
-        return self._claim("ready", limit, records, block, max_takeovers)
+        return _run(self._store, self._claiming("ready", limit, records, block, max_takeovers))
 
     @overload
     def claim_expired(self, limit: int = 1, *, records: Literal[False] = False,
@@ -165,24 +217,13 @@ class Session(_SessionValues):
                       block: int | None = None,
                       max_takeovers: int | None = None) -> list[str] | list[Claimed]:
         """``store.claim_expired`` under the session."""
-        return self._claim("expired", limit, records, block, max_takeovers)
-
-    def _claim(self, kind: ClaimKind, limit: object, records: object, block: object,
-               max_takeovers: object) -> list[Any]:
-        n, rec, wait, bound = check_claim(limit, records, block, max_takeovers)
-        return self._store._session_claim(kind, self._id, self._owner, self._ttl, n, rec, wait,
-                                          bound)
+        return _run(self._store, self._claiming("expired", limit, records, block, max_takeovers))
 
     def close(self) -> int:
         """Release every run the session holds (as ``release`` does), in steps of at most
         ``CLOSE_STEP`` runs, then end it; returns how many runs it released. Closing a
         closed or lapsed session releases what is left in it (nothing, once closed)."""
-        released = 0
-        while True:
-            count, done = self._store._session_close(self._id, self._owner, CLOSE_STEP)
-            released += count
-            if done:
-                return released
+        return _run(self._store, self._closing())
 
     def __enter__(self) -> Session:
         return self
@@ -202,39 +243,31 @@ class AsyncSession(_SessionValues):
 
     async def keepalive(self) -> Kept:
         """:meth:`Session.keepalive`."""
-        return await self._store._session_keepalive(self._id, self._owner)
+        return await _arun(self._store, self._keeping())
 
     async def claim(self, limit: int = 1, *, records: bool = False, block: int | None = None,
                     max_takeovers: int | None = None) -> list[Any]:
         """:meth:`Session.claim`."""
-        return await self._claim("any", limit, records, block, max_takeovers)
+        return await _arun(self._store, self._claiming("any", limit, records, block,
+                                                      max_takeovers))
 
     async def claim_ready(self, limit: int = 1, *, records: bool = False,
                           block: int | None = None,
                           max_takeovers: int | None = None) -> list[Any]:
         """:meth:`Session.claim_ready`."""
-        return await self._claim("ready", limit, records, block, max_takeovers)
+        return await _arun(self._store, self._claiming("ready", limit, records, block,
+                                                      max_takeovers))
 
     async def claim_expired(self, limit: int = 1, *, records: bool = False,
                             block: int | None = None,
                             max_takeovers: int | None = None) -> list[Any]:
         """:meth:`Session.claim_expired`."""
-        return await self._claim("expired", limit, records, block, max_takeovers)
-
-    async def _claim(self, kind: ClaimKind, limit: object, records: object, block: object,
-                     max_takeovers: object) -> list[Any]:
-        n, rec, wait, bound = check_claim(limit, records, block, max_takeovers)
-        return await self._store._session_claim(kind, self._id, self._owner, self._ttl, n, rec,
-                                                wait, bound)
+        return await _arun(self._store, self._claiming("expired", limit, records, block,
+                                                      max_takeovers))
 
     async def close(self) -> int:
         """:meth:`Session.close`."""
-        released = 0
-        while True:
-            count, done = await self._store._session_close(self._id, self._owner, CLOSE_STEP)
-            released += count
-            if done:
-                return released
+        return await _arun(self._store, self._closing())
 
     async def __aenter__(self) -> AsyncSession:
         return self

@@ -43,14 +43,15 @@ def _pct(values: list[float], q: float) -> float:
 
 
 def run(client: Any, ops: int = 500, progress: Any = None, *,
-        namespace: str | None = None) -> list[Row]:
+        namespace: str | None = None, stores: Callable[..., Any]) -> list[Row]:
     """Measure each operation ``ops`` times on ``client`` (a redis.Redis or fakeredis), in
-    ``namespace`` (default: a new ``bench-<hex>``), whose keys are removed afterwards."""
+    ``namespace`` (default: a new ``bench-<hex>``), whose keys are removed afterwards, on a
+    store ``stores`` opens (the command's: ``RedisRunStore``, which the bench does not
+    import, so it stands below the stores)."""
     from ..discovery import json_wait
-    from ..shells.store import RedisRunStore
 
     namespace = namespace or f"bench-{uuid.uuid4().hex[:8]}"
-    store = RedisRunStore(client, namespace=namespace, discover=json_wait)
+    store = stores(client, namespace=namespace, discover=json_wait)
     store.migrate()
     ready = b'{"wait": {"at": 0}}'
     revisions: dict[str, int] = {}  # what each insert returned: a write names it, no read

@@ -67,6 +67,7 @@ IMPORTS = {
     "Feed": "redisstore.core.feed",
     "Operation": "redisstore.core.driver",
     "Spread": "redisstore.core.driver",
+    "Sendable": "redisstore.core.driver",
     "Claimed": "redisstore.core.runs",
     "Current": "redisstore.core.runs",
     "Failure": "redisstore.core.runs",
@@ -81,7 +82,8 @@ IMPORTS = {
     "Share": "redisstore.core.waits",
     "PartitionOps": "redisstore.core.partition_ops",
     "PartCalls": "redisstore.core.partition_ops",
-    "Pending": "redisstore.core.pending",
+    "PipelineCalls": "redisstore.core.pipeline_ops",
+    "Pending": "redisstore.core.driver",
     "datetime": "datetime",
     "InstanceRecord": "redisstore.core.repository",
     "InFlightPage": "redisstore.core.repository",
@@ -468,7 +470,7 @@ class Pipelines(Target):
              "asyncio alike), each the core's operation (:class:`redisstore.core.runops.RunOps`)\n"
              "handed to ``_queue``: its arguments are checked at once.")
     primitives = '''
-    _ops: PartCalls | PartitionOps
+    _ops: PipelineCalls
 
     def _queue(self, op: Operation[T] | Spread[T], *, write: bool = True) -> Pending[T]:
         """Queue ``op``."""
@@ -485,6 +487,25 @@ class Pipelines(Target):
 
     def wants(self, op: Op) -> bool:
         return op.spec.pipeline
+
+    def render(self, ops: list[Op]) -> str:
+        # What the mixin calls on a store's operations, one partition's or many's: a
+        # Protocol of its own, so the mixin stands below both (PartCalls and PartitionOps
+        # stand where the partitions' values do).
+        calls = ["class PipelineCalls(Protocol):",
+                 *docstring(4, "The operations a pipeline queues, as a store's operations "
+                               "make them: one\npartition's (:class:`redisstore.core.runops."
+                               "RunOps`) or many's (``PartitionOps``).")]
+        for op in ops:
+            if not self.wants(op):
+                continue
+            for sig in op.overloads or (op.signature,):
+                calls.append("")
+                if op.overloads:
+                    calls.append("    @overload")
+                calls.extend(wrap(4, f"def {op.name}(", params_text(sig.params),
+                                  f") -> Sendable[{sig.answers}]: ...", orphan=True))
+        return "\n".join(calls) + "\n\n\n" + super().render(ops)
 
     def method(self, op: Op, sig: Signature) -> Method:
         params = params_text(sig.params)
@@ -542,6 +563,14 @@ class Partitions(Target):
 
     def read_check(self) -> Operation[None] | None:
         """What a pipeline of reads only sends first."""
+        raise NotImplementedError
+
+    def counting(self, op: Operation[T] | Spread[T]) -> Operation[T] | Spread[T]:
+        """``op`` as a store sends a read (the sync store's primitives ask it)."""
+        raise NotImplementedError
+
+    def guarded(self, op: Operation[T] | Spread[T]) -> Operation[T] | Spread[T]:
+        """``op`` as a store sends a write."""
         raise NotImplementedError
 
     def _one(self, run: str, make: Callable[[PartCalls], Operation[T]], *,

@@ -13,8 +13,7 @@ import pytest
 
 from ..discovery import json_wait
 from ..runs import Claim, Claimed, Free, Held, Quarantined, Release, RunStore
-from .base import LONG, ME, OTHER, RunSuite
-from .readiness import rec
+from .base import LONG, ME, OTHER, RunSuite, rec
 from .wakeups import BLOCK, SETTLE, SLACK, Blocked
 
 

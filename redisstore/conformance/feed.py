@@ -16,8 +16,7 @@ from ..discovery import json_wait
 from ..errors import AlreadyExists, Compacted, Conflict, LeaseRefused, NotFound
 from ..feed import MINUTE_MS, Changes, Event, Feed
 from ..runs import Claim, Discover, Failure, Fenced, Hold, Release, RunStore, Seize
-from .base import LONG, ME, OTHER, RunSuite
-from .readiness import rec
+from .base import LONG, ME, OTHER, RunSuite, rec
 
 
 def seen(events: list[Event]) -> list[tuple[str, str, int, str | None, bool]]:

@@ -26,8 +26,7 @@ from ..runs import (
     RunStore,
     Seize,
 )
-from .base import LONG, ME, OTHER, RunSuite
-from .readiness import rec
+from .base import LONG, ME, OTHER, RunSuite, rec
 
 READY = rec({"at": 0})
 

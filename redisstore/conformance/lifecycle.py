@@ -24,8 +24,7 @@ from ..runs import (
     Seize,
     confirm_write,
 )
-from .base import ACCEPTS, LONG, ME, OTHER, STATES, RunSuite, lease_of
-from .readiness import rec
+from .base import ACCEPTS, LONG, ME, OTHER, STATES, RunSuite, lease_of, rec
 
 THIRD = "node-c"
 

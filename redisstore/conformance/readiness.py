@@ -9,20 +9,12 @@ keeps the two in one partition; the rules "of another family" put them apart.
 
 from __future__ import annotations
 
-import json
-from typing import Any
-
 import pytest
 
 from ..discovery import json_wait
 from ..errors import NotFound
 from ..runs import Claim, Claimed, ClaimInfo, Free, Held, Hold, Release, RunStore, Seize
-from .base import LONG, ME, OTHER, RunSuite
-
-
-def rec(wait: dict[str, Any] | None, **fields: Any) -> bytes:
-    """A JSON record whose ``"wait"`` is ``wait``."""
-    return json.dumps({"wait": wait, **fields}, sort_keys=True).encode()
+from .base import LONG, ME, OTHER, RunSuite, rec
 
 
 class ReadinessRules(RunSuite):

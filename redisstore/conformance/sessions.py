@@ -22,8 +22,7 @@ from ..runs import (
     Seize,
 )
 from ..sessions import CLOSE_STEP, Session
-from .base import LONG, ME, OTHER, RunSuite
-from .readiness import rec
+from .base import LONG, ME, OTHER, RunSuite, rec
 
 READY = rec({"at": 0})
 

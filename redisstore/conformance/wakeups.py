@@ -17,8 +17,7 @@ from typing import Any
 import pytest
 
 from ..runs import Claim, Claimed, Free, Held, Hold, Release, RunStore
-from .base import LONG, ME, OTHER, RunSuite
-from .readiness import rec
+from .base import LONG, ME, OTHER, RunSuite, rec
 
 #: How long a rule's claim blocks: far longer than any wake-up may take.
 BLOCK = 5000

@@ -18,8 +18,7 @@ from ..discovery import json_wait
 from ..engine.worker import Job, Retry, Unrecoverable, Worker
 from ..errors import Conflict, LeaseRefused
 from ..runs import Claim, Free, Held, Quarantined, Release, RunStore, Seize
-from .base import LONG, OTHER, RunSuite
-from .readiness import rec
+from .base import LONG, OTHER, RunSuite, rec
 
 #: The worker's owner in these rules, and its lease.
 NODE, TTL = "worker-node", 5_000

@@ -22,6 +22,7 @@ from .errors import (
     Unavailable,
 )
 from .outcomes import ErrorReply, Exchange, Lost, Reply
+from .outcomes import text as text
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -128,6 +129,10 @@ class Spread(Generic[T]):
         self.steps = steps
 
 
+#: What a store's operations make, one partition's or many's: what a shell drives.
+Sendable: TypeAlias = Operation[T] | Spread[T]
+
+
 Y = TypeVar("Y")
 S = TypeVar("S")
 
@@ -148,6 +153,17 @@ def preceded(check: Generator[Y, S, None], op: Generator[Y, S, T]) -> Generator[
         except StopIteration as stop:
             return stop.value  # type: ignore[no-any-return]
         answer = yield step
+
+
+def next_step(steps: Generator[Y, Any, Any], value: Any, error: BaseException | None
+              ) -> Y | None:
+    """The next step ``steps`` asks for, given the last one's ``value`` or ``error`` (thrown
+    in); None once they ended. What drives steps written once for a sync and an asyncio
+    caller (a worker's loop, a pipeline's send) with each caller's own calls."""
+    try:
+        return steps.send(value) if error is None else steps.throw(error)
+    except StopIteration:
+        return None
 
 
 def fanned(op: Operation[None]) -> Generator[Fan, list[Settled[Any]], None]:
@@ -561,14 +577,50 @@ class Driver(Generic[T]):
                      batch.keys)
 
 
-# ---------------------------------------------------------------------------- replies
+# ---------------------------------------------------------------------------- pipelines
+# What a call queued in a pipeline will answer: here, beside its Driver, so that the
+# groups that send it and the pipelines' mixin that types it stand one floor lower.
 
 
-def text(value: Any) -> str:
-    """A reply string as str (replies come undecoded). Bytes that are not UTF-8 (a run id a
-    raw EVALSHA stored) decode with surrogateescape, so a claim that took such a run still
-    answers, and the name sent back names the same key."""
-    return value.decode("utf-8", "surrogateescape") if isinstance(value, bytes) else str(value)
+class Pending(Generic[T]):
+    """What a call queued in a pipeline will answer: :meth:`result` gives its value or
+    raises its own error, once the pipeline has been sent."""
+
+    __slots__ = ("_driver", "_error", "_later", "_part", "_write")
+
+    def __init__(self, driver: Driver[T] | None, write: bool = True) -> None:
+        self._driver: Driver[Any] | None = driver
+        self._error: BaseException | None = None
+        self._write = write
+        #: The answer of a blocked claim's wait after the round trip, when it waited.
+        self._later: tuple[T] | None = None
+        #: A call that shares one script with its neighbour (runops.fused): which of the
+        #: driver's two answers is its own (None: the driver is its own).
+        self._part: int | None = None
+
+    def done(self) -> bool:
+        """Whether the call has its answer (the pipeline was sent)."""
+        return self._error is not None or (self._driver is not None
+                                           and self._driver.over())
+
+    def result(self) -> T:
+        """The call's value, or raise its error (``Conflict``, ``Unavailable``...);
+        ``RuntimeError`` before the pipeline was sent."""
+        if self._error is not None:
+            raise self._error
+        if self._later is not None:
+            return self._later[0]
+        if self._driver is None or not self._driver.over():
+            raise RuntimeError("the pipeline has not been sent yet: leave its with block "
+                               "(or call send()) first")
+        if self._part is not None:
+            return self._driver.result()[self._part].unwrap()  # type: ignore[no-any-return]
+        return self._driver.result()  # type: ignore[no-any-return]
+
+    def _fail(self, error: BaseException) -> None:
+        """Answer with ``error``, unless the call has its answer already."""
+        if not self.done():
+            self._error = error
 
 
 # ---------------------------------------------------------------------------- operations

@@ -11,10 +11,9 @@ import copy
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any, Generic, TypeVar
 
-from .driver import Batch, Driver, Durability, Operation, Settled, Spread
+from .driver import Batch, Driver, Durability, Operation, Pending, Settled, Spread
 from .errors import NOT_APPLIED, UNKNOWN, StoreError, Unavailable
 from .outcomes import ErrorReply, Exchange, Lost, Reply
-from .pending import Pending
 
 T = TypeVar("T")
 

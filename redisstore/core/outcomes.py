@@ -158,3 +158,12 @@ def unconfirmed(reason: str) -> Unavailable:
     """A write applied on the primary whose durability confirmation failed."""
     return Unavailable(f"write applied but not confirmed: {reason}; it may be lost on "
                        "failover", outcome=APPLIED_UNCONFIRMED)
+
+
+# Here, with what the shells report, so what a reply means (core/replies.py) stands below
+# the Driver.
+def text(value: Any) -> str:
+    """A reply string as str (replies come undecoded). Bytes that are not UTF-8 (a run id a
+    raw EVALSHA stored) decode with surrogateescape, so a claim that took such a run still
+    answers, and the name sent back names the same key."""
+    return value.decode("utf-8", "surrogateescape") if isinstance(value, bytes) else str(value)

@@ -138,6 +138,14 @@ class PartitionOps:
         """What a pipeline of reads only sends first."""
         raise NotImplementedError
 
+    def counting(self, op: Operation[T] | Spread[T]) -> Operation[T] | Spread[T]:
+        """``op`` as a store sends a read (the sync store's primitives ask it)."""
+        raise NotImplementedError
+
+    def guarded(self, op: Operation[T] | Spread[T]) -> Operation[T] | Spread[T]:
+        """``op`` as a store sends a write."""
+        raise NotImplementedError
+
     def _one(self, run: str, make: Callable[[PartCalls], Operation[T]], *,
              write: bool) -> Operation[T]:
         """A call of one run in its partition."""

@@ -2,7 +2,7 @@
 generators (sans-I/O, like :mod:`redisstore.repository`). docs/scale-out.md is the user's
 guide.
 
-A record lives in the partition of its id (:func:`redisstore.core.partitions.partition_of`: the
+A record lives in the partition of its id (:func:`redisstore.core.placing.partition_of`: the
 ``{family}`` part of the id, else the id), the partition a run of the same id is in, so a
 record and its run share a node. Every call of one record is that partition's script,
 unchanged: one round trip. The calls over every partition:
@@ -32,7 +32,7 @@ from . import scripts
 from .driver import Operation, Spread, Steps
 from .errors import StoreError, Unavailable
 from .keys import Keyspace
-from .partitions import Counted, check_partitions, deferred, partition_of, values_of
+from .placing import Counted, check_partitions, deferred, partition_of, values_of
 from .repository import (
     MAX_PAGE,
     InFlightPage,

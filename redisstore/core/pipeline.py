@@ -16,15 +16,14 @@ covers every write in it (``WAIT`` counts every write sent before it on the conn
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Generator, Hashable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeAlias, TypeVar
 
-from .driver import Driver, Durability, Operation, Spread
+from .driver import Driver, Durability, Operation, Pending, Spread, continued
 from .errors import NOT_APPLIED, StoreError, Unavailable
 from .groups import Group
 from .partition_ops import PartitionOps
-from .pending import Pending
 from .pipeline_ops import PipelineOps
 from .runops import RunOps, fusable, fused, runs_only
 from .waits import check_block
@@ -49,6 +48,35 @@ class Blocked:
             self.pending._error = error
         else:
             self.pending._later = (runs,)
+
+
+# What a pipeline's send asks of its shell, one step at a time: the order of the steps is
+# written once (Pipelined._sending); each shell makes them its own way (the sync one on this
+# thread, group after group; the asyncio one awaited, every group at once).
+@dataclass(frozen=True, slots=True)
+class Drive:
+    """Send one operation as the store sends one call; answers its value."""
+
+    op: Operation[Any]
+
+
+@dataclass(frozen=True, slots=True)
+class SendGroups:
+    """Send ``groups``, one round trip each; every call of theirs then has its answer."""
+
+    groups: list[Group]
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimAgain:
+    """Claim again, waiting up to ``left`` ms, for a claim queued with ``block`` that got
+    nothing in the round trip; answers its runs."""
+
+    blocked: Blocked
+    left: int
+
+
+SendStep: TypeAlias = Drive | SendGroups | ClaimAgain
 
 
 class Pipelined(PipelineOps):
@@ -166,6 +194,28 @@ class Pipelined(PipelineOps):
                 first, reads = Driver(check, None), True
             groups.append(Group(calls, self._durability, first, guards_reads=reads))
         return groups
+
+    def _sending(self, node_of: Callable[[str], Hashable], started: float, *,
+                 alone: bool = True) -> Generator[SendStep, Any, None]:
+        """The steps of ``send``, for the sync and asyncio pipelines alike: the pipeline's one
+        call as the store sends it (``alone``: where the shell may), else a group per node
+        (``node_of``); then each claim queued with ``block`` that got nothing waits for
+        work, what is left of its block since ``started``. A call's error is its answer."""
+        one = self._alone() if alone else None
+        if one is not None:
+            assert one._call is not None
+            try:
+                one.settled((yield Drive(continued(one._op, one._call))))
+            except StoreError as error:
+                one.settled(error=error)
+        groups = [] if one is not None else self._groups(node_of)
+        if groups:
+            yield SendGroups(groups)
+        for blocked, left in self._still_blocked(started):
+            try:
+                blocked.answer((yield ClaimAgain(blocked, left)))
+            except StoreError as error:
+                blocked.answer(error=error)
 
     def _abandon(self) -> None:
         """The with block raised: a pipeline not sent yet never will be, and each call

@@ -10,15 +10,81 @@ Generated (redisstore/build/ops.py): tests/codegen/test_generated.py checks it i
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, overload
 
 if TYPE_CHECKING:
-    from .driver import Operation, Spread
-    from .partition_ops import PartCalls, PartitionOps
-    from .pending import Pending
+    from .driver import Operation, Pending, Sendable, Spread
     from .runs import Claimed, Current, Failure, Fenced, Lease
 
 T = TypeVar("T")
+
+
+class PipelineCalls(Protocol):
+    """The operations a pipeline queues, as a store's operations make them: one
+    partition's (:class:`redisstore.core.runops.RunOps`) or many's (``PartitionOps``)."""
+
+    def now(self) -> Sendable[int]: ...
+
+    def get(self, run: str) -> Sendable[Current]: ...
+
+    def get_many(self, runs: Iterable[str]) -> Sendable[dict[str, Current]]: ...
+
+    def insert(self, run: str, record: bytes, lease: Lease) -> Sendable[int]: ...
+
+    def compare_and_set(self, run: str, expected: int, record: bytes, lease: Lease
+                        ) -> Sendable[None]: ...
+
+    def renew(self, owner: str, runs: Iterable[str], ttl: int) -> Sendable[list[str]]: ...
+
+    def release(self, owner: str, runs: Iterable[str]) -> Sendable[list[str]]: ...
+
+    def delete(self, run: str, expected: int, lease: Lease) -> Sendable[None]: ...
+
+    def finish(self, run: str, expected: int, lease: Fenced, *, record: bytes | None = None,
+               failure: Failure | None = None) -> Sendable[None]: ...
+
+    def restore(self, run: str, expected: int | None = None) -> Sendable[bool]: ...
+
+    @overload
+    def claim_expired(self, owner: str, ttl: int, limit: int = 1, *,
+                      records: Literal[False] = False, max_takeovers: int | None = None
+                      ) -> Sendable[tuple[list[str], int]]: ...
+
+    @overload
+    def claim_expired(self, owner: str, ttl: int, limit: int = 1, *, records: Literal[True],
+                      max_takeovers: int | None = None) -> Sendable[tuple[list[Claimed], int]]: ...
+
+    @overload
+    def claim_expired(self, owner: str, ttl: int, limit: int = 1, *, records: bool = False,
+                      max_takeovers: int | None = None
+                      ) -> Sendable[tuple[list[str] | list[Claimed], int]]: ...
+
+    @overload
+    def claim_ready(self, owner: str, ttl: int, limit: int = 1, *, records: Literal[False] = False
+                    ) -> Sendable[tuple[list[str], int]]: ...
+
+    @overload
+    def claim_ready(self, owner: str, ttl: int, limit: int = 1, *, records: Literal[True]
+                    ) -> Sendable[tuple[list[Claimed], int]]: ...
+
+    @overload
+    def claim_ready(self, owner: str, ttl: int, limit: int = 1, *, records: bool = False
+                    ) -> Sendable[tuple[list[str] | list[Claimed], int]]: ...
+
+    @overload
+    def claim(self, owner: str, ttl: int, limit: int = 1, *, records: Literal[False] = False,
+              max_takeovers: int | None = None) -> Sendable[tuple[list[str], int]]: ...
+
+    @overload
+    def claim(self, owner: str, ttl: int, limit: int = 1, *, records: Literal[True],
+              max_takeovers: int | None = None) -> Sendable[tuple[list[Claimed], int]]: ...
+
+    @overload
+    def claim(self, owner: str, ttl: int, limit: int = 1, *, records: bool = False,
+              max_takeovers: int | None = None
+              ) -> Sendable[tuple[list[str] | list[Claimed], int]]: ...
+
+    def refresh(self, run: str) -> Sendable[bool]: ...
 
 
 class PipelineOps:
@@ -26,7 +92,7 @@ class PipelineOps:
     asyncio alike), each the core's operation (:class:`redisstore.core.runops.RunOps`)
     handed to ``_queue``: its arguments are checked at once."""
 
-    _ops: PartCalls | PartitionOps
+    _ops: PipelineCalls
 
     def _queue(self, op: Operation[T] | Spread[T], *, write: bool = True) -> Pending[T]:
         """Queue ``op``."""

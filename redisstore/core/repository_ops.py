@@ -19,6 +19,7 @@ from .errors import (
     UnknownGroup,
 )
 from .keys import Keyspace
+from .replies import Uncounted, partitioned, reply_parts
 from .repository import (
     _INT,
     LAYOUT_VERSION,
@@ -45,7 +46,7 @@ from .repository import (
     offset_us,
     to_us,
 )
-from .runops import Code, Uncounted, partitioned, reply_parts
+from .scripts import Code
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -119,7 +120,7 @@ def answer(id: str, *, stale: Callable[[Any], StoreError] | None = None,
            group: str = "", namespace: str = "", opened: int | None = None
            ) -> Callable[[Any], Any]:
     """A parser of ``{code, payload, dropped, next_due}`` replies (the run store's shape and
-    :class:`~redisstore.core.runops.Code`): the payload on OK, else the contract's answer.
+    :class:`~redisstore.core.scripts.Code`): the payload on OK, else the contract's answer.
     ``stale`` makes CONFLICT's error from the stored version; ``opened``: the partition
     count of the repository that calls (None: one partition)."""
 

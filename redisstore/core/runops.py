@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import re
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -33,20 +34,32 @@ from .driver import (
 from .errors import (
     APPLIED_UNCONFIRMED,
     NOT_APPLIED,
-    AlreadyExists,
     Conflict,
     Corrupt,
-    LeaseRefused,
     Misconfigured,
-    NotFound,
-    SessionLapsed,
     StoreError,
     Unavailable,
 )
-from .feed import MINUTE_MS, Changes, Entry, Rate, check_changes, check_minutes, decode, gap
+from .feed import (
+    MINUTE_MS,
+    Changes,
+    Entry,
+    Feed,
+    Found,
+    Position,
+    Rate,
+    check_changes,
+    check_minutes,
+    decode,
+    gap,
+)
+from .feed import Kind as EventKind
 from .feed import answer as feed_answer
-from .feedops import FeedOps
 from .keys import Keyspace
+from .replies import LAYOUT as LAYOUT
+from .replies import Uncounted as Uncounted
+from .replies import answer as answer
+from .replies import holder_of, reply_parts
 from .runs import (
     MAX_CLAIM_BYTES,
     MAX_RENEW,
@@ -58,10 +71,7 @@ from .runs import (
     Discover,
     Failure,
     Fenced,
-    Free,
-    Held,
     Hold,
-    Holder,
     InSession,
     Kept,
     Lease,
@@ -133,103 +143,12 @@ def operation(kind: Kind, route: str, *, pipeline: bool = True,
     return mark
 
 
-#: The layout of the run store's keys that this library reads and writes (lua/_lib/keys.lua's
-#: LAYOUT). A new namespace starts at it; one an older library wrote is refused until
-#: ``migrate()`` moves it.
-LAYOUT = 5
-
-
-
 #: The longest ``XREAD BLOCK`` a blocked ``changes`` sends at a time (ms): below every
 #: store's call deadline; it reads again and waits again until its ``block`` is over.
 FEED_WAIT = 1000
 
 #: A script reply's status code: defined in scripts, the one place the Lua side gets them too.
 Code = scripts.Code
-
-
-def holder_of(owner: Any, live: Any) -> Holder:
-    """A holder from the reply shape owner|false, live 0|1."""
-    if owner is None or owner is False:
-        return Free()
-    return Held(text(owner), bool(live))
-
-
-def reply_parts(reply: Any) -> tuple[Any, Any]:
-    """The (code, payload) of a ``{code, payload, dropped, next_due}`` reply, the shape of
-    every script of both ports; ValueError for anything else."""
-    if not isinstance(reply, list) or len(reply) < 2:
-        raise ValueError("not a {code, payload} reply")
-    return reply[0], reply[1]
-
-
-class Uncounted(Misconfigured):
-    """A partition records no partition count, and the caller's store has not checked the
-    namespace's own yet (nothing was written): a store of partitions checks it
-    (:meth:`redisstore.core.partitions.Counted.count_check`) and sends the call again."""
-
-
-def answer(run: str, namespace: str, opened: int | None = None) -> Callable[[Any], Any]:
-    """A parser for ``{code, payload, ...}`` replies: the payload on OK, else the contract's
-    answer (NotFound, Conflict...) or Corrupt / Misconfigured. ``opened``: the partition
-    count of the store that calls (None: one partition)."""
-
-    def parse(reply: Any) -> Any:
-        code, payload = reply_parts(reply)
-        if code == Code.OK:
-            return payload
-        if code == Code.NOT_FOUND:
-            raise NotFound(run)
-        if code == Code.EXISTS:
-            raise AlreadyExists(run)
-        if code == Code.CONFLICT:
-            raise Conflict(int(payload))
-        if code == Code.REFUSED:
-            raise LeaseRefused(holder_of(payload[0], payload[1]))
-        if code == Code.CORRUPT:
-            raise Corrupt(run, text(payload))
-        if code == Code.TOO_NEW:
-            raise Misconfigured(
-                f"namespace {namespace!r} has run layout version {int(payload)}, newer than "
-                f"this library's {LAYOUT}: upgrade redisstore on this node")
-        if code == Code.PARTITIONED:
-            raise partitioned(namespace, int(payload), opened)
-        if code == Code.UNCOUNTED:
-            raise Uncounted(f"namespace {namespace!r}: a partition records no partition "
-                            "count (nothing was written)")
-        if code == Code.SESSION_LAPSED:
-            raise SessionLapsed(text(payload))
-        if code == Code.TOO_OLD:
-            raise Misconfigured(
-                f"namespace {namespace!r} has run layout version {int(payload)}, older than "
-                f"this library's {LAYOUT}: stop every node, then call store.migrate() once "
-                "with this version of redisstore (nothing was written)")
-        raise ValueError(f"unknown reply code {code!r}")
-
-    return parse
-
-
-def partitioned(namespace: str, recorded: int, opened: int | None, *, what: str = "store",
-                step: str = "redisstore.repartition") -> Misconfigured:
-    """The refusal of a namespace whose count (``recorded``: as a partition, or the
-    namespace's own meta, records it) is not ``opened``, the caller's (a ``what`` whose
-    count ``step`` changes)."""
-    if opened is None:
-        return Misconfigured(
-            f"namespace {namespace!r} is spread over {recorded} partitions: open it with "
-            f"partitions={recorded} (nothing was written)")
-    if recorded == 0:
-        return Misconfigured(
-            f"namespace {namespace!r} is being repartitioned ({step} stopped before its "
-            f"end, or runs now): finish it first, then open the {what} with the new count "
-            "(nothing was written)")
-    return Misconfigured(
-        f"namespace {namespace!r} is "
-        + (f"spread over {recorded} partitions" if recorded > 1 else
-           f"used by a {what} of one partition")
-        + f" and this {what} was opened with partitions={opened}: open it with "
-        f"partitions={recorded} (its count changed since it was opened? Nothing was "
-        "written; docs/scale-out.md says how to change the count)")
 
 
 def with_wait(parse: Callable[[Any], Any]) -> Callable[[Any], tuple[Any, int]]:
@@ -477,6 +396,147 @@ MAX_REWATCH = 16
 
 #: The highest integer a Lua number holds exactly (lua/_common.lua's MAX_INT).
 MAX_INT = 2**53 - 1
+
+
+# ---------------------------------------------------------------------------- the feed
+# The change feed's calls of one partition (docs/design/feed.md): recording the
+# store's bounds in meta, reading the stream, waiting on it. ``RunOps.changes`` and
+# ``PartitionedOps.changes`` put them together through redisstore.feed. Here, not in a
+# module of their own under RunOps: that would hold the stores a floor higher.
+
+#: The events' one-letter codes, as lua/_lib/feed.lua writes them.
+CODES: dict[str, tuple[EventKind, bool]] = {
+    "i": ("inserted", False), "w": ("written", False), "c": ("claimed", False),
+    "t": ("claimed", True), "r": ("released", False), "d": ("deleted", False),
+    "q": ("quarantined", False), "b": ("restored", False)}
+
+_EVENT = re.compile(rb"([iwctrdqb])(\d{1,16}):(\d{1,5}):")
+
+
+def parse_events(value: bytes) -> tuple[tuple[str, EventKind, int, bool], ...]:
+    """An entry's ``e`` field: each event as ``<code><rev>:<length>:<run>``."""
+    events = []
+    at = 0
+    while at < len(value):
+        match = _EVENT.match(value, at)
+        if match is None:
+            raise Corrupt("", "feed")
+        code, rev, length = match.groups()
+        start = match.end()
+        end = start + int(length)
+        if end > len(value):
+            raise Corrupt("", "feed")
+        kind, takeover = CODES[code.decode()]
+        events.append((value[start:end].decode("utf-8", "surrogateescape"), kind, int(rev),
+                       takeover))
+        at = end
+    return tuple(events)
+
+
+def parse_entries(reply: Any) -> list[Entry]:
+    """XRANGE's (or one stream of XREAD's) raw answer as entries."""
+    if isinstance(reply, StoreError):
+        raise reply
+    entries = []
+    for entry_id, fields in reply or []:
+        pairs = dict(zip(fields[::2], fields[1::2], strict=True)) if isinstance(fields, list) \
+            else fields
+        try:
+            seq = int(pairs[b"n"])
+            owner = text(pairs[b"o"]) or None
+            items = parse_events(bytes(pairs[b"e"]))
+        except (KeyError, ValueError, TypeError) as exc:
+            raise Corrupt("", "feed") from exc
+        entries.append(Entry(text(entry_id), seq, owner, items))
+    return entries
+
+
+def _count(reply: Any) -> int:
+    if reply is None:
+        return 0
+    try:
+        return int(reply)
+    except (TypeError, ValueError) as exc:
+        raise Corrupt("", "meta.feed-n") from exc
+
+
+def _typed(call: Call[T], field: str) -> Operation[T]:
+    """``call``'s answer; a key of another type (WRONGTYPE) is the namespace's data damaged:
+    ``Corrupt`` naming ``field``, never an outage."""
+    try:
+        return (yield from ask(call))
+    except Unavailable as exc:
+        if exc.code == "WRONGTYPE":
+            raise Corrupt("", field) from exc
+        raise
+
+
+class FeedOps:
+    """The feed's part of :class:`~redisstore.core.runops.RunOps`."""
+
+    keys: Keyspace
+    #: The store's feed bounds (None: it keeps none), and whether they are in meta yet.
+    feed: Feed | None = None
+    feed_recorded: bool = True
+
+    def set_feed(self, feed: Feed | None) -> None:
+        """Open the store with ``feed``: recorded in the namespace's meta before its first
+        write (:meth:`record_feed`), which every script of the namespace then reads."""
+        if feed is not None and not isinstance(feed, Feed):
+            raise TypeError(f"feed must be a Feed or None, got {type(feed).__name__}")
+        self.feed = feed
+        self.feed_recorded = feed is None
+
+    def record_feed(self) -> Operation[None]:
+        """Record the bounds (idempotent: sent again after a lost reply)."""
+        if self.feed_recorded or self.feed is None:
+            return
+        meta = self.keys.meta
+        # v5 goes: a namespace with a feed leaves its writes to the scripts' general code,
+        # which writes the entries (lua/_lib/layout.lua).
+        yield from ask(Call(None, (meta,), ("HSET", meta, "feed", f"{self.feed.max_entries}:"
+                                            f"{self.feed.retention_ms}"),
+                            lambda _: None, write=False))
+        yield from ask(Call(None, (meta,), ("HDEL", meta, "v5"), lambda _: None, write=False))
+        self.feed_recorded = True
+
+    def feed_on(self) -> None:
+        if self.feed is None:
+            raise Misconfigured("this store was opened without a change feed: open it with "
+                                "feed=Feed(...) (docs/runs.md, \"The change feed\")")
+
+    def feed_read(self, position: Position, count: int) -> Operation[Found]:
+        """Up to ``count`` entries past ``position`` (from its own entry when read partly),
+        and the partition's count, read first: entries written in between only add."""
+        k = self.keys
+        n = yield from _typed(Call(None, (k.meta,), ("HGET", k.meta, "feed-n"), _count,
+                                   write=False), "meta")
+        if position.id is None:
+            start = "-"
+        elif position.read is not None:
+            start = position.id
+        else:
+            start = "(" + position.id
+        entries = yield from _typed(Call(None, (k.feed,), ("XRANGE", k.feed, start, "+",
+                                                           "COUNT", count), parse_entries,
+                                         write=False), "feed")
+        return Found(entries, max(n, entries[-1].seq if entries else 0))
+
+    def feed_oldest(self) -> Operation[Entry | None]:
+        """The partition's oldest entry retained, or None."""
+        k = self.keys
+        entries = yield from _typed(Call(None, (k.feed,), ("XRANGE", k.feed, "-", "+",
+                                                           "COUNT", 1), parse_entries,
+                                         write=False), "feed")
+        return entries[0] if entries else None
+
+    def feed_wait(self, position: Position, ms: int) -> Operation[None]:
+        """Wait up to ``ms`` (server-side, ``XREAD BLOCK``) for an entry past ``position``."""
+        k = self.keys
+        after = "$" if position.id is None else position.id
+        yield from ask(Call(None, (k.feed,), ("XREAD", "COUNT", 1, "BLOCK", ms, "STREAMS",
+                                              k.feed, after), lambda _: None, write=False,
+                            fresh=True))
 
 
 def _version(score: Any) -> int:

@@ -37,3 +37,10 @@ class Share(NamedTuple):
     limit: int
     budget: int
     strict: bool = False
+
+
+# Here, below both the wakers' queues (shells/wakeups.py) and the client adapters that
+# decide it (shells/clients.py), so neither stands on the other.
+class Refused(Exception):
+    """The server refuses sharded pub/sub for good (Redis 6.2 has none; a user without the
+    command or the channels): the store's waker listens per partition instead."""

@@ -16,13 +16,13 @@ import random
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 from ..core.errors import StoreError
 from ..core.runs import Claim, Failure, Feed, Fenced, Release
 from ..discovery import json_wait
 from ..engine.worker import Job, Retry, Unrecoverable, Worker
-from ..shells.store import RedisRunStore
 
 #: Runs the feeder keeps in the namespace at most (finished ones are deleted).
 POPULATION = 80
@@ -38,16 +38,18 @@ def _record(data: dict[str, Any]) -> bytes:
 
 class Workload:
     """The demo's nodes and feeder over ``client``, in ``namespace`` (the workers') and
-    ``quiet`` (a few runs nobody works on). ``start()``, then ``stop()``."""
+    ``quiet`` (a few runs nobody works on), on stores ``stores`` opens (the command's:
+    ``RedisRunStore``, which the demo does not import, so it stands below the stores).
+    ``start()``, then ``stop()``."""
 
     def __init__(self, client: Any, namespace: str = "demo-orders",
-                 quiet: str = "demo-billing", *, seed: int | None = None) -> None:
+                 quiet: str = "demo-billing", *, stores: Callable[..., Any],
+                 seed: int | None = None) -> None:
         self.namespace, self.quiet = namespace, quiet
         # The workers' namespace keeps a change feed (so the live pages read it, and the
         # chart has the per-minute counts); the quiet one shows a namespace without.
-        self.store = RedisRunStore(client, namespace=namespace, discover=json_wait,
-                                   feed=Feed())
-        self.quiet_store = RedisRunStore(client, namespace=quiet, discover=json_wait)
+        self.store = stores(client, namespace=namespace, discover=json_wait, feed=Feed())
+        self.quiet_store = stores(client, namespace=quiet, discover=json_wait)
         self.random = random.Random(seed)
         self.workers = [Worker(self.store, f"node-{name}", self._handle, ttl=4_000,
                                concurrency=2, poll=500,

@@ -27,6 +27,7 @@ def take(out: Path, settle: float = 12.0) -> list[Path]:
     from playwright.sync_api import sync_playwright
 
     from ..core.runs import Hold
+    from ..shells.store import RedisRunStore
     from .app import app_of
     from .demo import Workload
     from .serving import Background
@@ -34,7 +35,7 @@ def take(out: Path, settle: float = 12.0) -> list[Path]:
 
     token = secrets.token_urlsafe(24)
     client = fakeredis.FakeRedis()
-    workload = Workload(client, seed=7).start()
+    workload = Workload(client, seed=7, stores=RedisRunStore).start()
     board = app_of(StoreSource(client, [workload.namespace, workload.quiet],
                                label="fakeredis (embedded)"), allow_actions=True, token=token)
     written: list[Path] = []

@@ -24,11 +24,13 @@ from typing import Any
 
 from ..core.errors import Compacted, Conflict, LeaseRefused, NotFound
 from ..core.feed import ENTRY_BYTES, ORIGIN, Feed, Position, encode
-from ..core.feedops import parse_events
 from ..core.keys import Keyspace, check_namespace
-from ..core.partitions import PartitionedOps
+from ..core.partitions import PartitionedOps, run_ops
+from ..core.runops import RunOps, parse_events
 from ..core.runs import MAX_RATE_MINUTES, MAX_RENEW, Claim, Fenced, Held, SessionInfo
-from ..shells.store import RedisRunStore
+from ..shells.shell import RunShell
+from ..shells.store_ops import StoreOps
+from ..shells.sync import Transport, _Drives
 from .values import *  # noqa: F403 - the values StoreSource answers, where they were
 from .values import (
     PAGE,
@@ -72,7 +74,22 @@ EVENTS_LOOKED = 200
 DASHBOARD_OWNER = "redisstore-dashboard"
 
 
-def _keeps_feed(store: RedisRunStore) -> bool:
+class _Runs(_Drives, StoreOps, RunShell[Transport]):
+    """A namespace's run store as the dashboard reads it and acts on it: the sync store's
+    operations on a transport of their own, without its pipelines, sessions or blocked
+    claims. Not a ``RedisRunStore``: the source stands below the stores, so the dashboard's
+    package and the command stand within the house's floors (docs/design/house.md)."""
+
+    _ops: RunOps | PartitionedOps
+    _transport = Transport
+    _run_ops = staticmethod(run_ops)
+
+    def sessions(self, limit: int) -> list[SessionInfo]:
+        """Up to ``limit`` sessions (see :meth:`redisstore.RedisRunStore.sessions`)."""
+        return self._read(self._ops.sessions(limit))
+
+
+def _keeps_feed(store: _Runs) -> bool:
     """Whether ``store`` was opened with the namespace's change feed."""
     ops = store._ops
     part = ops.parts[0] if isinstance(ops, PartitionedOps) else ops
@@ -116,7 +133,7 @@ _RUN_KEYS = frozenset({b"meta", b"leases", b"ready", b"quarantine"})
 
 class StoreSource(Source):
     """:class:`Source` over one redis-py compatible client (``redis.Redis``, fakeredis,
-    valkey-py): a :class:`RedisRunStore` per namespace for runs and actions, and bounded
+    valkey-py): the run store's operations per namespace for runs and actions, and bounded
     index reads of its own for counts and listings. ``namespaces``: those known without a
     scan (more come from :meth:`scan`)."""
 
@@ -124,7 +141,7 @@ class StoreSource(Source):
         self.client = client
         self.label = label
         self._given = [check_namespace(ns) for ns in namespaces]
-        self._stores: dict[str, RedisRunStore] = {}
+        self._stores: dict[str, _Runs] = {}
         #: Per namespace: where the last read of its feed "from now" ended.
         self._tails: dict[str, str] = {}
         self._spaces: dict[str, list[Keyspace]] = {}
@@ -198,7 +215,7 @@ class StoreSource(Source):
             spaces = self._spaces[namespace] = spaces_of(self.client, namespace)
         return spaces
 
-    def _store(self, namespace: str) -> tuple[RedisRunStore, list[Keyspace]]:
+    def _store(self, namespace: str) -> tuple[_Runs, list[Keyspace]]:
         """The namespace's store (made on its first run read or action: a store keeps
         connections of its own, and the counts need none) and keyspaces."""
         spaces = self._spaces_of(namespace)
@@ -209,7 +226,7 @@ class StoreSource(Source):
                     for old in self._stores.values():
                         old.close()
                     self._stores.clear()
-                store = RedisRunStore(self.client, namespace=namespace,
+                store = _Runs(self.client, namespace=namespace,
                                       partitions=len(spaces), feed=self._feed_of(spaces))
                 self._stores[namespace] = store
             return store, spaces

@@ -28,10 +28,10 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass
-from typing import Any, TypeAlias, TypeVar
+from typing import Any, TypeAlias
 
 from ..core import telemetry
-from ..core.driver import Settled
+from ..core.driver import Settled, next_step
 from ..core.errors import Closed, Conflict, LeaseRefused, NotFound, SessionLapsed, StoreError
 from ..core.runops import fusable, fused
 from ..core.runs import (
@@ -250,23 +250,10 @@ class _Sleep:
 
 _Step: TypeAlias = _Call | _Handle | _Wait | _Sleep
 _Loop: TypeAlias = Generator[_Step, Any, None]
-_StepT = TypeVar("_StepT")
-
-
-def _resume(steps: Generator[_StepT, Any, None], value: Any, error: Exception | None
-            ) -> _StepT | None:
-    """The next call ``steps`` asks for, given the last one's ``value`` or ``error`` (thrown
-    in); None once they ended."""
-    try:
-        return steps.send(value) if error is None else steps.throw(error)
-    except StopIteration:
-        return None
-
-
 def _calls(steps: Generator[_Call, Any, None]) -> None:
     """Make each call ``steps`` yields, on this thread; its answer (or error) sent back."""
     value, error = None, None
-    while (step := _resume(steps, value, error)) is not None:
+    while (step := next_step(steps, value, error)) is not None:
         try:
             value, error = step.call(), None
         except Exception as exc:  # the store's answer: the steps decide
@@ -276,7 +263,7 @@ def _calls(steps: Generator[_Call, Any, None]) -> None:
 async def _acalls(steps: Generator[_Call, Any, None]) -> None:
     """:func:`_calls` of an asyncio store: each call awaited."""
     value, error = None, None
-    while (step := _resume(steps, value, error)) is not None:
+    while (step := next_step(steps, value, error)) is not None:
         try:
             value, error = await step.call(), None
         except Exception as exc:  # the store's answer: the steps decide
@@ -292,11 +279,12 @@ def _scripted(store: Any) -> bool:
 def _one_trip(store: Any) -> bool:
     """Whether the store finishes a run and claims the next in one script: a Redis store of
     one partition (a claim over partitions spans nodes; memory has no scripts)."""
-    from ..core.partitions import PartitionedOps
     from ..core.runops import RunOps
 
+    # One partition's operations are a RunOps; a store of partitions' are not (they stand
+    # beside it, on the same generated declarations).
     ops = getattr(store, "_ops", None)
-    return _scripted(store) and isinstance(ops, RunOps) and not isinstance(ops, PartitionedOps)
+    return _scripted(store) and isinstance(ops, RunOps)
 
 
 class _Core:
@@ -665,7 +653,7 @@ class _Core:
         in); None once it ended, or died of a bug (then the worker stops and says why).
         The bookkeeping of both workers' loops: each only takes the step, sync or awaited."""
         try:
-            return _resume(loop, value, error)
+            return next_step(loop, value, error)
         except BaseException as bug:  # a bug of the loop: the worker stops, says why
             self._loop_died(bug)
             return None

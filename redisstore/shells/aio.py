@@ -1,6 +1,7 @@
-"""The asyncio I/O shell: ``AsyncRedisRunStore`` over ``redis.asyncio`` (or ``FakeAsyncRedis``).
+"""The asyncio transport over ``redis.asyncio`` (or ``FakeAsyncRedis``): ``AsyncTransport``.
 
-``AsyncRedisRepository`` is :mod:`redisstore.shells.repo_aio`, on this module's transport.
+The stores on it are :mod:`redisstore.shells.aio_store` (``AsyncRedisRunStore``) and
+:mod:`redisstore.shells.repo_aio` (``AsyncRedisRepository``).
 
 Only I/O lives here. Every operation, what it sends and what each reply means, is the same
 sans-I/O generator the sync stores drive (:mod:`redisstore.core.driver`,
@@ -22,12 +23,11 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import copy
 import logging
 import select
 import time
 import weakref
-from collections.abc import Awaitable, Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any, TypeVar
 
 from ..core import telemetry
@@ -40,11 +40,9 @@ from ..core.driver import (
     Operation,
     PerNode,
     Spread,
-    continued,
     parsed,
     resume,
 )
-from ..core.errors import StoreError
 from ..core.groups import (
     MAX_ROUND_BYTES,
     MAX_ROUND_CALLS,
@@ -55,22 +53,19 @@ from ..core.groups import (
     straggled,
 )
 from ..core.outcomes import ErrorReply, Exchange, Lost, Reply
-from ..core.partitions import PartitionedOps, run_ops
-from ..core.pipeline import Pipelined
-from ..core.runops import RunOps
-from ..core.runs import SessionInfo, check_listing_limit
-from ..sessions import AsyncSession, check_session
-from . import wakeups
-from .aio_ops import AsyncStoreOps
 from .clients import (
+    _MORE,
     RELEARNING,
     Connections,
+    _pack_one,
+    _replies,
     attached,
     attached_to,
     check_client,
     describe,
     error_reply,
     is_error_reply,
+    lean_error,
     never_evicts,
     next_hop,
     no_node,
@@ -79,10 +74,7 @@ from .clients import (
     relearn_after,
     subscribe_failed,
 )
-from .sessions import SessionSteps
-from .shell import RunShell
-from .sync import _MORE, _pack_one, _replies, lean_error
-from .wakeups import LoopDriver, Nodes, Wakeups, check_block
+from .wakeups import LoopDriver, Nodes
 
 try:
     from hiredis import Reader as _Reader
@@ -1224,140 +1216,3 @@ class _Closes:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
-
-
-class AsyncPipeline(Pipelined):
-    """Calls of one :class:`AsyncRedisRunStore` sent together in one round trip, at the end
-    of its ``async with`` block (or by :meth:`send`): the asyncio twin of
-    :class:`redisstore.shells.store.Pipeline`."""
-
-    def __init__(self, io: AsyncTransport, ops: RunOps | PartitionedOps,
-                 claim: Callable[[str, int, int | None, Callable[[], Any]],
-                                 Awaitable[list[Any]]] | None = None) -> None:
-        super().__init__(ops, io.durability)
-        self._io = io
-        self._claim = claim
-
-    async def send(self) -> None:
-        """Send the queued calls; each :class:`Pending` then holds its answer. A claim
-        queued with ``block`` that got nothing then waits, as the store's does."""
-        started = time.monotonic()
-        if self._io.cluster:
-            await self._io.client.initialize()  # once: it learns the layout on first use
-        alone = None if self._io.cluster else self._alone()
-        if alone is not None:
-            assert alone._call is not None
-            try:
-                alone.settled(await self._io.drive(continued(alone._op, alone._call)))
-            except StoreError as error:
-                alone.settled(error=error)
-        groups = [] if alone is not None else self._groups(self._io.node_of)
-        if groups:
-            await run_all(self._io, groups)
-        for blocked, left in self._still_blocked(started):
-            assert self._claim is not None, "a store's pipeline blocks with the store"
-            try:
-                blocked.answer(await self._claim(blocked.index, blocked.limit, left,
-                                                 blocked.claim))
-            except StoreError as error:
-                blocked.answer(error=error)
-
-    async def __aenter__(self) -> AsyncPipeline:
-        return self
-
-    async def __aexit__(self, kind: type[BaseException] | None, *rest: object) -> None:
-        if kind is not None:
-            self._abandon()
-        elif not self._sent:
-            await self.send()
-
-
-class AsyncRedisRunStore(_Closes, SessionSteps, AsyncStoreOps, RunShell[AsyncTransport]):
-    """The leased run backend on a ``redis.asyncio`` client: the asyncio twin of
-    :class:`redisstore.RedisRunStore`, with the same options, methods (``async def``),
-    errors and semantics. A cancelled write is of unknown outcome (see the module)."""
-
-    #: Its operations (the mixin types them by the generated ``PartitionOps`` alone).
-    _ops: RunOps | PartitionedOps
-    _transport = AsyncTransport
-    _run_ops = staticmethod(run_ops)
-
-    async def aclose(self) -> None:
-        """Stop the store's waker (if a claim ever blocked) and disconnect its
-        connections (see :meth:`redisstore.RedisRunStore.close`)."""
-        wake, self._wake = self._wake, None
-        if wake is not None:
-            wake.stop()
-        await super().aclose()
-
-    def _wakeups(self) -> Wakeups:
-        """The store's blocked claims (see :mod:`redisstore.shells.wakeups`): each waker thread
-        runs an event loop of its own, so its connections are its own."""
-        if self._wake is None:
-            io = AsyncTransport(self._io.client, None, wakeups.waker_timeout(self._io.timeout),
-                                home=asyncio.get_running_loop())
-            driver = LoopDriver(io.drive, io.aclose)
-            (first, *also) = self._ops.wake_sources(io.cluster)
-            sweeps = self._ops.sweeps(io.cluster)
-            self._wake = Wakeups(driver, *first, driver.close,
-                                 pop_seconds=wakeups.pop_cap(self._io.client), also=also,
-                                 sharded=None if sweeps is None else (
-                                     sweeps, node_wakers(io, driver, self._io.timeout)))
-        return self._wake
-
-    def _dedicated(self, timeout: int) -> AsyncRedisRunStore:
-        """This store with a deadline of at most ``timeout`` ms, for a keeper's event loop
-        (connections are per event loop: that loop's are the keeper's own)."""
-        twin = copy.copy(self)
-        io = self._io
-        twin._io = AsyncTransport(io.client, io.durability, min(timeout, io.timeout))
-        twin._wake = None
-        return twin
-
-    def pipeline(self) -> AsyncPipeline:
-        """Queue calls and send them in one round trip (see
-        :meth:`redisstore.RedisRunStore.pipeline`)::
-
-            async with store.pipeline() as pipe:
-                done = pipe.compare_and_set(run, revision, record, Release())
-                nxt = pipe.claim("node-a", 30_000, records=True, block=5_000)
-            claimed = nxt.result()
-
-        A task cancelled while the pipeline is in flight leaves each write in it of
-        unknown outcome, as one cancelled write is.
-        """
-        return AsyncPipeline(self._io, self._ops, self._claim)
-
-    # The primitives of the operations (AsyncStoreOps, generated from the core:
-    # redisstore/shells/aio_ops.py).
-
-    async def open_session(self, owner: str, ttl: int) -> AsyncSession:
-        """:meth:`RedisRunStore.open_session`."""
-        owner, ttl = check_session(owner, ttl)
-        return AsyncSession(self, await self._session_open(owner, ttl), owner, ttl)
-
-    async def sessions(self, limit: int = 1000) -> list[SessionInfo]:
-        """:meth:`RedisRunStore.sessions`."""
-        return await self._sessions(check_listing_limit(limit))  # type: ignore[no-any-return]
-
-    async def _read(self, op: Operation[T] | Spread[T]) -> T:
-        return await self._io.drive(self._ops.counting(op))
-
-    async def _write(self, op: Operation[T] | Spread[T]) -> T:
-        # The one-time server check runs before the store's first write (after the
-        # write's own argument checks).
-        return await self._io.drive(self._ops.guarded(op))
-
-    async def _claim(self, index: str, limit: int, block: int | None,
-                     claim: Callable[[], Operation[tuple[list[Any], int]]
-                                     | Spread[tuple[list[Any], int]]]) -> list[Any]:
-        wait = check_block(block)
-        if limit == 0:
-            wait = 0  # nothing could be claimed: nothing to wait for
-
-        async def once() -> tuple[list[Any], int]:
-            return await self._write(claim())
-
-        if not wait:
-            return (await once())[0]
-        return await wakeups.aclaim(self._wakeups, index, once, wait)

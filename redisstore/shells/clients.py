@@ -16,13 +16,14 @@ from collections.abc import Callable, Hashable
 from typing import Any, TypeVar
 
 from ..core.driver import Batch, text
-from ..core.outcomes import ErrorReply, Exchange, Lost, split_error
-from .wakeups import Refused
+from ..core.outcomes import ErrorReply, Exchange, Lost, Reply, split_error
+from ..core.waits import Refused
 
 try:
+    from hiredis import ReplyError as _ReplyError
     from hiredis import pack_command as _hiredis_pack
 except ImportError:  # pragma: no cover - hiredis comes with redis[hiredis]
-    _hiredis_pack = None  # type: ignore[assignment]
+    _ReplyError = _hiredis_pack = None  # type: ignore[assignment,misc]
 
 T = TypeVar("T")
 
@@ -321,6 +322,38 @@ def pushed(reply: Any) -> tuple[str, str] | None:
     if not isinstance(reply, list) or len(reply) < 2:
         return None
     return text(reply[0]), text(reply[1])
+
+
+# The lean paths' readers (a hiredis.Reader of their own), the sync and the asyncio one's.
+#: What a lean reader answers while a reply is incomplete (False and None are replies).
+_MORE = object()
+
+
+def _pack_one(command: tuple[str | bytes | int, ...]) -> bytes:
+    """One command as RESP, packed in C. Text that is not UTF-8 (a name that came back from
+    the server as such bytes: see protocol.text) goes as the same bytes."""
+    try:
+        return _hiredis_pack(command)  # type: ignore[arg-type,no-any-return]
+    except UnicodeEncodeError:
+        return _hiredis_pack(tuple(a.encode("utf-8", "surrogateescape")  # type: ignore[arg-type,no-any-return]
+                                   if isinstance(a, str) else a for a in command))
+
+
+def lean_error(text: str) -> ErrorReply:
+    """An error reply read by a ``hiredis.Reader`` as the :class:`ErrorReply` the client's
+    parser gives (see :func:`~redisstore.shells.clients.error_reply`): the generic ``ERR`` prefix
+    stripped, a wrapped code (Redis 6.2, the scripts' BADARG / ABORTED) read out of it."""
+    code, _, rest = text.partition(" ")
+    if code == "ERR":
+        reply = split_error(rest)
+        return reply if reply.code else ErrorReply("ERR", rest)
+    reply = split_error(text)
+    return reply if reply.code else ErrorReply("ERR", text)
+
+
+def _replies(got: list[Any]) -> tuple[Reply | ErrorReply, ...]:
+    """Replies read by a lean reader as neutral values."""
+    return tuple([lean_error(str(r)) if type(r) is _ReplyError else Reply(r) for r in got])
 
 
 def subscribe_failed(exc: BaseException) -> BaseException:

@@ -10,8 +10,7 @@ from ..core.repository import Logger
 from ..core.repository_ops import RepositoryOps
 from .repo_store_ops import RepositoryStoreOps
 from .shell import Shell
-from .store import _Closes
-from .sync import Transport
+from .sync import Transport, _Closes
 
 T = TypeVar("T")
 

@@ -11,10 +11,10 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from ..core.driver import Operation, Spread, continued
+from ..core.driver import Operation, Spread, next_step
 from ..core.errors import StoreError
 from ..core.partitions import PartitionedOps, run_ops
-from ..core.pipeline import Pipelined
+from ..core.pipeline import Drive, Pipelined, SendGroups, SendStep
 from ..core.runops import RunOps
 from ..core.runs import SessionInfo, check_listing_limit
 from ..sessions import Session, check_session
@@ -22,30 +22,10 @@ from . import wakeups
 from .sessions import SessionSteps
 from .shell import RunShell
 from .store_ops import StoreOps
-from .sync import Transport, node_wakers
+from .sync import Transport, _Drives, node_wakers
 from .wakeups import Wakeups, check_block
 
 T = TypeVar("T")
-S = TypeVar("S", bound="_Closes")
-
-
-class _Closes:
-    """``close()`` and ``with``: the store's own connections are given back to the server."""
-
-    _io: Transport
-
-    def close(self) -> None:
-        """Disconnect the store's own connections to the server: the idle ones now, the
-        busy ones as their calls end. They are shared by every store on the same client,
-        and any of them connects again on its next call, so closing is always safe. The
-        client is yours: close it too when you are done with it."""
-        self._io.close()
-
-    def __enter__(self: S) -> S:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 class Pipeline(Pipelined):
@@ -64,28 +44,31 @@ class Pipeline(Pipelined):
         trip per node their partitions are on). A claim queued with ``block`` that got
         nothing then waits for work, as the store's does (the calls after it in the
         pipeline have their answers already)."""
-        started = time.monotonic()
-        alone = self._alone()
-        if alone is not None:
-            assert alone._call is not None
+        steps = self._sending(self._io.node_of, time.monotonic())
+        value: Any = None
+        error: StoreError | None = None
+        while (step := next_step(steps, value, error)) is not None:
             try:
-                alone.settled(self._io.drive(continued(alone._op, alone._call)))
-            except StoreError as error:
-                alone.settled(error=error)
-        groups = [] if alone is not None else self._groups(self._io.node_of)
-        try:
-            for group in groups:
-                self._io.run(group)
-        except BaseException as exc:  # cancelled, interrupted: every call gets an answer
-            for group in groups:
-                group.interrupted(type(exc).__name__)
-            raise
-        for blocked, left in self._still_blocked(started):
-            assert self._claim is not None, "a store's pipeline blocks with the store"
+                value, error = self._make(step), None
+            except StoreError as exc:  # the call's answer: the steps decide
+                value, error = None, exc
+
+    def _make(self, step: SendStep) -> Any:
+        """One step of :meth:`send`, on this thread."""
+        if isinstance(step, Drive):
+            return self._io.drive(step.op)
+        if isinstance(step, SendGroups):
             try:
-                blocked.answer(self._claim(blocked.index, blocked.limit, left, blocked.claim))
-            except StoreError as error:
-                blocked.answer(error=error)
+                for group in step.groups:
+                    self._io.run(group)
+            except BaseException as exc:  # cancelled, interrupted: every call gets an answer
+                for group in step.groups:
+                    group.interrupted(type(exc).__name__)
+                raise
+            return None
+        assert self._claim is not None, "a store's pipeline blocks with the store"
+        blocked = step.blocked
+        return self._claim(blocked.index, blocked.limit, step.left, blocked.claim)
 
     def __enter__(self) -> Pipeline:
         return self
@@ -97,7 +80,7 @@ class Pipeline(Pipelined):
             self.send()
 
 
-class RedisRunStore(_Closes, SessionSteps, StoreOps, RunShell[Transport]):
+class RedisRunStore(_Drives, SessionSteps, StoreOps, RunShell[Transport]):
     """The leased run backend on a ``redis.Redis``-compatible client.
 
     Every method is one server-side Lua script, one round trip (``refresh`` reads, then
@@ -198,14 +181,6 @@ class RedisRunStore(_Closes, SessionSteps, StoreOps, RunShell[Transport]):
         expiry, read a page of ``MAX_RENEW`` at a time (on a store of partitions, from each
         partition at once: a session once, its runs summed)."""
         return self._sessions(check_listing_limit(limit))  # type: ignore[no-any-return]
-
-    def _read(self, op: Operation[T] | Spread[T]) -> T:
-        return self._io.drive(self._ops.counting(op))
-
-    def _write(self, op: Operation[T] | Spread[T]) -> T:
-        # The one-time server check runs before the store's first write (after the
-        # write's own argument checks).
-        return self._io.drive(self._ops.guarded(op))
 
     def _claim(self, index: str, limit: int, block: int | None,
                claim: Callable[[], Operation[tuple[list[Any], int]]

@@ -51,10 +51,15 @@ from ..core.driver import (
     resume,
 )
 from ..core.groups import MIN_PATIENCE, Spreading, Suspects, patience, straggled
-from ..core.outcomes import ErrorReply, Exchange, Lost, Reply, split_error
+from ..core.outcomes import Exchange, Lost, Reply
+from ..core.partition_ops import PartitionOps
+from ..core.runops import RunOps
 from .clients import (
+    _MORE,
     RELEARNING,
     Connections,
+    _pack_one,
+    _replies,
     attached,
     check_client,
     describe,
@@ -75,15 +80,15 @@ from .wakeups import Nodes
 try:
     from hiredis import Reader as _Reader
     from hiredis import ReplyError as _ReplyError
-    from hiredis import pack_command as _hiredis_pack
 except ImportError:  # pragma: no cover - hiredis comes with redis[hiredis]
-    _Reader = _ReplyError = _hiredis_pack = None  # type: ignore[assignment,misc]
+    _Reader = _ReplyError = None  # type: ignore[assignment,misc]
 try:
     from hiredis import PushNotification as _Push
 except ImportError:  # pragma: no cover - hiredis < 3.2: RESP3 takes the full path
     _Push = None  # type: ignore[assignment,misc]
 
 T = TypeVar("T")
+S = TypeVar("S", bound="_Closes")
 log = logging.getLogger("redisstore.core.driver")
 _monotonic = time.monotonic
 #: Bytes asked of the socket per read on the lean path.
@@ -97,35 +102,6 @@ _TIMEVAL = struct.Struct("ll")
 #: before they are set again (a syscall): at most this late (or early, and the read goes
 #: on); the watchdog's own granularity.
 _SLACK = 0.001
-#: What a lean reader answers while a reply is incomplete (False and None are replies).
-_MORE = object()
-
-
-def _pack_one(command: tuple[str | bytes | int, ...]) -> bytes:
-    """One command as RESP, packed in C. Text that is not UTF-8 (a name that came back from
-    the server as such bytes: see protocol.text) goes as the same bytes."""
-    try:
-        return _hiredis_pack(command)  # type: ignore[arg-type,no-any-return]
-    except UnicodeEncodeError:
-        return _hiredis_pack(tuple(a.encode("utf-8", "surrogateescape")  # type: ignore[arg-type,no-any-return]
-                                   if isinstance(a, str) else a for a in command))
-
-
-def lean_error(text: str) -> ErrorReply:
-    """An error reply read by a ``hiredis.Reader`` as the :class:`ErrorReply` the client's
-    parser gives (see :func:`~redisstore.shells.clients.error_reply`): the generic ``ERR`` prefix
-    stripped, a wrapped code (Redis 6.2, the scripts' BADARG / ABORTED) read out of it."""
-    code, _, rest = text.partition(" ")
-    if code == "ERR":
-        reply = split_error(rest)
-        return reply if reply.code else ErrorReply("ERR", rest)
-    reply = split_error(text)
-    return reply if reply.code else ErrorReply("ERR", text)
-
-
-def _replies(got: list[Any]) -> tuple[Reply | ErrorReply, ...]:
-    """Replies read by a lean reader as neutral values."""
-    return tuple([lean_error(str(r)) if type(r) is _ReplyError else Reply(r) for r in got])
 
 
 class Lean:
@@ -969,3 +945,40 @@ def node_wakers(io: Transport, timeout: int) -> Nodes:
     (``timeout``: the store's, in ms)."""
     return Nodes(io.node_of, lambda key: NodeSubscription(io.client, key, timeout / 1000),
                  lambda: relearn_later(io.client, timeout))
+
+
+# Here, with the transport it closes: the run store and the repository share it, and the
+# repository does not stand on the run store (docs/design/house.md).
+class _Closes:
+    """``close()`` and ``with``: the store's own connections are given back to the server."""
+
+    _io: Transport
+
+    def close(self) -> None:
+        """Disconnect the store's own connections to the server: the idle ones now, the
+        busy ones as their calls end. They are shared by every store on the same client,
+        and any of them connects again on its next call, so closing is always safe. The
+        client is yours: close it too when you are done with it."""
+        self._io.close()
+
+    def __enter__(self: S) -> S:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class _Drives(_Closes):
+    """What a sync run store hands its operations to (the primitives ``_read`` and
+    ``_write`` of the generated ``StoreOps``): the run store's and the dashboard's reader's,
+    written once."""
+
+    _ops: RunOps | PartitionOps
+
+    def _read(self, op: Operation[T] | Spread[T]) -> T:
+        return self._io.drive(self._ops.counting(op))
+
+    def _write(self, op: Operation[T] | Spread[T]) -> T:
+        # The one-time server check runs before the store's first write (after the
+        # write's own argument checks).
+        return self._io.drive(self._ops.guarded(op))

@@ -46,6 +46,7 @@ from ..core.waits import KINDS as KINDS
 from ..core.waits import LEASES as LEASES
 from ..core.waits import MAX_BLOCK as MAX_BLOCK
 from ..core.waits import READY as READY
+from ..core.waits import Refused as Refused
 from ..core.waits import check_block as check_block
 
 log = logging.getLogger(__name__)
@@ -88,11 +89,6 @@ class Subscription(Protocol):
 
     def close(self) -> None:
         """Disconnect."""
-
-
-class Refused(Exception):
-    """The server refuses sharded pub/sub for good (Redis 6.2 has none; a user without the
-    command or the channels): the store's waker listens per partition instead."""
 
 
 class Sweeps(Protocol):

@@ -38,7 +38,7 @@ from redisstore import (
 )
 from redisstore.admin.security import glob_escape, script_commands
 from redisstore.conformance import RepositoryConformance
-from redisstore.conformance.readiness import rec
+from redisstore.conformance.base import rec
 from redisstore.core import scripts
 from redisstore.core.keys import Keyspace
 from redisstore.core.partitions import partition_of

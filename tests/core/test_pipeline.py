@@ -784,9 +784,8 @@ def test_on_an_evicting_server_the_writes_are_refused_and_the_reads_answered(
 
 
 def test_a_node_a_patient_fan_cut_is_left_out_for_a_while_then_probed() -> None:
-    from redisstore.core.driver import Driver
+    from redisstore.core.driver import Driver, Pending
     from redisstore.core.groups import PROBE, SUSPECT_FOR, Group, Suspects
-    from redisstore.core.pending import Pending
     from redisstore.core.runops import RunOps
 
     def groups() -> tuple[list[Group], list[Pending[Any]]]:

@@ -38,6 +38,7 @@ from redisstore.dashboard.live import Feed
 from redisstore.dashboard.source import Entry, Seen, decode_cursor, encode_cursor
 from redisstore.discovery import json_wait
 from redisstore.pytest_plugin import Clock
+from redisstore.shells.store_ops import StoreOps
 
 TOKEN = "operator-token-0123456789"
 ORIGIN = {"origin": "http://testserver"}
@@ -309,14 +310,14 @@ def test_the_store_calls_of_pages_are_reads(store: RedisRunStore, client: Record
     for name in ("now", "get", "get_many", "insert", "compare_and_set", "delete", "finish",
                  "restore", "release", "renew", "claim", "claim_ready", "claim_expired",
                  "refresh", "quarantined", "migrate"):
-        real = getattr(RedisRunStore, name)
+        real = getattr(StoreOps, name)
 
         def spy(self: Any, *args: Any, _real: Any = real, _name: str = name,
                 **kwargs: Any) -> Any:
             called.append(_name)
             return _real(self, *args, **kwargs)
 
-        monkeypatch.setattr(RedisRunStore, name, spy)
+        monkeypatch.setattr(StoreOps, name, spy)
     browser = web(app(client, namespaces=["shop"]))
     for path in _pages(store):
         browser.get(path)
@@ -598,7 +599,7 @@ def test_the_restore_is_one_checked_script(store: RedisRunStore, client: Recordi
     browser, _ = logged_in(app(client, namespaces=["shop"], allow_actions=True, token=TOKEN))
     failed = browser.get("/run?ns=shop&id=failed-1").text
     calls: list[tuple[str, tuple[Any, ...]]] = []
-    real_restore = RedisRunStore.restore
+    real_restore = StoreOps.restore
 
     def no_read(self: Any, *args: Any, **kwargs: Any) -> Any:
         raise AssertionError("a read before the restore")
@@ -607,8 +608,8 @@ def test_the_restore_is_one_checked_script(store: RedisRunStore, client: Recordi
         calls.append(("restore", args))
         return real_restore(self, *args, **kwargs)
 
-    monkeypatch.setattr(RedisRunStore, "get", no_read)
-    monkeypatch.setattr(RedisRunStore, "restore", restore)
+    monkeypatch.setattr(StoreOps, "get", no_read)
+    monkeypatch.setattr(StoreOps, "restore", restore)
     reply = browser.post("/action/restore", data=form_of(failed, "restore"), headers=ORIGIN,
                          follow_redirects=False)
     assert reply.status_code == 303, reply.text

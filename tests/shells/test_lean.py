@@ -20,8 +20,8 @@ from faultproxy import FaultProxy
 from servers import Server, unique_namespace
 
 from redisstore import Claim, Hold, RedisRunStore, Unavailable
-from redisstore.shells.clients import error_reply
-from redisstore.shells.sync import lean_error, pool_for
+from redisstore.shells.clients import error_reply, lean_error
+from redisstore.shells.sync import pool_for
 
 
 def lean_connections(client: redis.Redis) -> int:

@@ -25,7 +25,7 @@ from redisstore import (
     Release,
     RunStore,
 )
-from redisstore.conformance.readiness import rec
+from redisstore.conformance.base import rec
 from redisstore.conformance.wakeups import SLACK, Blocked
 from redisstore.core.keys import Keyspace
 from redisstore.discovery import json_wait
