@@ -563,6 +563,38 @@ def fill_mixed(store: RedisRunStore) -> dict[str, bytes]:
 
 
 @pytest.mark.parametrize("counts", [(1, 6), (6, 3), (3, 1)])
+def test_repartition_ends_the_stopped_engines_sessions_and_never_reuses_an_id(
+        counts: tuple[int, int]) -> None:
+    """The engines are stopped: their sessions' runs are freed by the moves, and the
+    sessions themselves go with them, in every partition of either count (no record, no
+    run set, no told list, no entry left, none listed); the ids go on from the highest
+    given, never given again."""
+    from redisstore import repartition
+
+    client = fakeredis.FakeRedis()
+    ns = unique_namespace()
+    source, to = counts
+    old = RedisRunStore(client, namespace=ns, discover=json_wait, partitions=source)
+    for i in range(20):
+        old.insert(f"run-{i}", rec({"at": 0}), Release())
+    first = old.open_session("old", LONG)
+    second = old.open_session("old", LONG)
+    assert len(second.claim(12)) == 12
+    assert first.id != second.id
+    old.close()
+    repartition(client, ns, to, discover=json_wait)
+    store = RedisRunStore(client, namespace=ns, discover=json_wait, partitions=to)
+    assert store.sessions() == []
+    kinds = (b":sessions", b":session-leases", b":s:", b":st:")
+    left = sorted(k for k in client.scan_iter(match=f"{{{ns}*")
+                  if any(kind in k for kind in kinds))
+    assert left == []
+    assert int(store.open_session("new", LONG).id) == int(second.id) + 1
+    assert len(store.claim("new", LONG, 20)) == 20
+    store.close()
+
+
+@pytest.mark.parametrize("counts", [(1, 6), (6, 3), (3, 1)])
 def test_repartition_moves_every_run_keeps_its_record_and_fences_its_revision(
         counts: tuple[int, int]) -> None:
     from redisstore import repartition
