@@ -14,6 +14,8 @@ operations, so every rule holds as for any write: its wait is derived again by
   was.
 - Before the moves, the derived state of dependencies across partitions (mirrors, watches,
   outboxes) is cleared in every partition: the writes rebuild it for the new count.
+- After them, the sessions of the stopped engines end in every partition of the old count;
+  the new count's partition 0 gives the ids on from the highest given.
 
 Stopped anywhere, it can be run again with the same arguments: a run already inserted in
 its new partition (same record) is only deleted where it was, one already rewritten is
@@ -165,6 +167,7 @@ def repartition(client: Any, namespace: str, to: int, *, discover: Discover | No
             io.drive(source.delete(run, current.revision, Release()))
             arrived.add(run)
             moved += 1
+    _end_sessions(client, [o.keys for o in old], new[0].keys)
     _record(client, namespace, span, to)
     if to > 1:
         client.hset(meta, "partitions", to)
@@ -213,6 +216,23 @@ def _last_token(client: Any, key: str) -> int:
     start = size - 1 - digits - region
     numbers = client.getrange(key, start, start + min(region, 64) - 1).split(b",", 3)
     return int(numbers[2]) if numbers[2] else 0
+
+
+def _end_sessions(client: Any, old: list[Keyspace], first: Keyspace) -> None:
+    """End the sessions of the stopped engines, whose runs the moves freed: their records,
+    entries, run sets and told lists go from every partition of the old count (the new
+    count's partitions are of it, or hold none), and the new count's partition 0, which
+    gives the ids from now on, goes on from the highest id given (a session id is never
+    given twice)."""
+    given = max(int(client.get(keys.session_seq) or 0) for keys in (*old, first))
+    for keys in old:
+        stale = [keys.sessions, keys.session_leases,
+                 *_scan(client, keys.meta, glob_escape(keys.session_runs("")) + "*"),
+                 *_scan(client, keys.meta, glob_escape(keys.session_told("")) + "*")]
+        for start in range(0, len(stale), 500):
+            client.delete(*stale[start:start + 500])
+    if given:
+        client.set(first.session_seq, given)
 
 
 def _clear_dependencies(client: Any, keys: Keyspace) -> None:
