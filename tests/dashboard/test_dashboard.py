@@ -230,6 +230,34 @@ def test_counts_and_owners_include_the_runs_of_live_sessions(
     assert (counts.held_live, counts.held_expired) == (1, 3)
 
 
+def test_a_session_lapsed_in_one_partition_holds_no_run_of_it_live(
+        client: Recording, fake_clock: Clock) -> None:
+    """Over partitions, a session that lapsed in one partition only (its node away past the
+    ttl) holds its runs there expired: the counts and the owners view count live only the
+    runs of the partitions where it lives."""
+    from redisstore.core.partitions import partition_of
+
+    store = RedisRunStore(client, namespace="parts", discover=json_wait, partitions=4)
+    runs = [f"p-{i}" for i in range(12)]
+    for run in runs:
+        store.insert(run, b'{"wait": {"at": 0}}', Release())
+    session = store.open_session("node-s", 60_000)
+    assert len(session.claim(len(runs))) == len(runs)
+    # Partition 1's record of the session lapsed (its keepalives cut off), as the server
+    # would have it.
+    gone = store._ops.parts[1].keys
+    past = int(client.time()[0]) * 1000 - 1
+    client.hset(gone.sessions, session.id, f"{past},60000,,node-s")
+    client.zadd(gone.session_leases, {session.id: past})
+    live = len([run for run in runs if partition_of(run, 4) != 1])
+    assert 0 < live < len(runs)
+    source = StoreSource(client, ["parts"])
+    assert source.counts("parts").held_live == live
+    owners = source.owners("parts")
+    assert [(o.owner, o.runs, o.live) for o in owners.rows] == [("node-s", live, live)]
+    store.close()
+
+
 def test_the_quarantine_is_listed_with_its_errors(store: RedisRunStore, client: Recording,
                                                   fake_clock: Clock) -> None:
     seed(store, fake_clock)
