@@ -704,10 +704,19 @@ class PartitionedOps(PartitionOps, Counted):
         while it is live in any partition); by expiry."""
         return Spread(self._sessions(limit))
 
-    def _sessions(self, limit: int) -> Steps[list[SessionInfo]]:
+    def session_parts(self, limit: int) -> Spread[list[list[SessionInfo]]]:
+        """Each partition's sessions (up to ``limit`` of each, read at once), as that
+        partition has them: its own expiry and runs. A session lapsed in some partitions
+        only (their node away past the ttl) is live in the others alone."""
+        return Spread(self._session_parts(limit))
+
+    def _session_parts(self, limit: int) -> Steps[list[list[SessionInfo]]]:
         answers = yield from fan(part.sessions(limit) for part in self.parts)
+        return list(values_of(answers))
+
+    def _sessions(self, limit: int) -> Steps[list[SessionInfo]]:
         merged: dict[str, SessionInfo] = {}
-        for listed in values_of(answers):
+        for listed in (yield from self._session_parts(limit)):
             for info in listed:
                 seen = merged.get(info.id)
                 if seen is None:

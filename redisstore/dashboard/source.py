@@ -84,9 +84,13 @@ class _Runs(_Drives, StoreOps, RunShell[Transport]):
     _transport = Transport
     _run_ops = staticmethod(run_ops)
 
-    def sessions(self, limit: int) -> list[SessionInfo]:
-        """Up to ``limit`` sessions (see :meth:`redisstore.RedisRunStore.sessions`)."""
-        return self._read(self._ops.sessions(limit))
+    def session_parts(self, limit: int) -> list[list[SessionInfo]]:
+        """Each partition's sessions, up to ``limit`` of each, with that partition's expiry
+        and runs (:meth:`~redisstore.core.partitions.PartitionedOps.session_parts`)."""
+        ops = self._ops
+        if isinstance(ops, PartitionedOps):
+            return self._read(ops.session_parts(limit))
+        return [self._read(ops.sessions(limit))]
 
 
 def _keeps_feed(store: _Runs) -> bool:
@@ -349,14 +353,16 @@ class StoreSource(Source):
         # A live session's runs have no lease entry of their own: held live, by the
         # session's count. (A lapsed session's runs go into the leases index at the next
         # claim, and are counted there.)
-        sums[0] += sum(s.runs for s in self._sessions(namespace) if s.expires > now)
+        sums[0] += sum(s.runs for s in self._live_sessions(namespace, now))
         return Counts(namespace, now, len(spaces), *sums)
 
-    def _sessions(self, namespace: str) -> list[SessionInfo]:
-        """The namespace's sessions (at most SESSIONS_READ; on a store of partitions, each
-        once, its runs summed over them)."""
+    def _live_sessions(self, namespace: str, now: int) -> list[SessionInfo]:
+        """The namespace's sessions live at ``now`` (at most SESSIONS_READ of each
+        partition), each partition's apart: a session lapsed in some partitions only holds
+        its runs there expired."""
         store, _ = self._store(namespace)
-        return store.sessions(SESSIONS_READ)
+        return [s for listed in store.session_parts(SESSIONS_READ) for s in listed
+                if s.expires > now]
 
     def listing(self, namespace: str, state: str, after: str | None = None,
                 limit: int = PAGE) -> Page:
@@ -463,8 +469,8 @@ class StoreSource(Source):
         total = sum(int(x) for x in pipe.execute())
         if after is None:
             # The runs of live sessions (no lease entry of their own), by their owner.
-            for session in self._sessions(namespace):
-                if session.expires > now and session.runs:
+            for session in self._live_sessions(namespace, now):
+                if session.runs:
                     was = rows.get(session.owner, Owner(session.owner, 0, 0, session.expires))
                     rows[session.owner] = Owner(session.owner, was.runs + session.runs,
                                                 was.live + session.runs,
