@@ -66,12 +66,9 @@ local function lean_write(b, cas, fused)
   local sexp, sown = false, false
   if sid ~= '' then
     -- A session's run: only its holder's fenced release (a finish) leaves the session here
-    -- (untold), while the session lives, its set a set.
+    -- (untold), while the session lives (its set's type: lean_two's to check).
     sexp, sown = lean_session(sid)
-    if kind ~= 'F' or not sexp or sown ~= own or sexp <= now_ms()
-        or not lean_of(P .. SESSION_RUNS .. sid, 'set') then
-      return nil
-    end
+    if kind ~= 'F' or not sexp or sown ~= own or sexp <= now_ms() then return nil end
   end
   local now_due = false
   if wait and not keep then
@@ -146,14 +143,25 @@ local function lean_two(n, cas)
   if f and #f.record > MAX_FUSED_RECORD then return nil end  -- the claim goes alone
   local a = f and lean_claim_args(n + 4, f)
   local plan = a and lean_claim(kind, a, f.run, f.ready_at)
-  -- The keys the two write after the finish's first write, of the types their commands
-  -- need: the indexes the claim's pages read, or asked here; a session's set, asked by the
-  -- finish of a run of that session, or here (it takes the claim's runs).
-  if not plan or (kind == 'ready' and not lean_of(LEASES, 'zset'))
+  if not plan then return nil end
+  -- A finish of a session's run, and the same session's claim taking runs (a Worker's
+  -- unit): the claim writes first, its SADD to the set the finish then leaves (a set of
+  -- another type refuses it, nothing written), so that the set's type needs no read.
+  local after = #plan.runs > 0 and f.sid ~= '' and a.sid == f.sid
+  -- The keys written after the first write, of the types their commands need: the
+  -- indexes the claim's pages read, or asked here; a session's set, asked here.
+  if (kind == 'ready' and not lean_of(LEASES, 'zset'))
       or (kind == 'leases' and f.ready_at and not lean_of(READY, 'zset'))
+      or (f.sid ~= '' and not after and not lean_of(P .. SESSION_RUNS .. f.sid, 'set'))
       or (a.sid and #plan.runs > 0 and a.sid ~= f.sid
           and not lean_of(P .. SESSION_RUNS .. a.sid, 'set')) then
     return nil
+  end
+  if after then
+    local claimed = lean_take(kind, a, plan, false)
+    if not claimed then return nil end
+    lean_finished(f)
+    return {{OK, false, 0, -1}, claimed}
   end
   lean_finished(f)
   return {{OK, false, 0, -1}, lean_take(kind, a, plan, true)}
