@@ -1045,7 +1045,7 @@ with store.pipeline() as pipe:
 print(nxt.result())                       # [Claimed(run, current), ...]: the next job, if any
 try:
     done.result()                         # None, or raises this finish's own error
-except LeaseRefused:                      # another node took job-7 over: ours never landed
+except (Conflict, LeaseRefused):          # another node took job-7 over: ours never landed
     pass
 """
 
@@ -1077,8 +1077,6 @@ def test_the_documented_loop_leaves_no_run_claimed_unworked_when_a_finish_is_ref
     assert _held_by_node_a(store, runs) == [], "claimed by node-a and never worked"
 
 
-@pytest.mark.xfail(strict=True, reason="README's step catches LeaseRefused only: a takeover "
-                   "that wrote job-7 refuses the finish with Conflict (issue 33)")
 def test_the_readme_pipeline_leaves_no_run_claimed_unworked_when_its_finish_is_refused(
         backend: Backend) -> None:
     """README.md's finish-and-claim step, its finish refused (node-b took job-7 over and
