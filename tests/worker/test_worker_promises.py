@@ -581,8 +581,10 @@ def test_an_asyncio_result_the_store_refuses_fails_the_run_not_the_worker(
 
 
 def test_a_run_claimed_late_in_a_long_blocked_claim_is_handled_once(backend: Backend) -> None:
-    """ttl 1000, poll 5000: the loop's claim blocks; a run comes 1.5 s into the wait. Its
-    lease is fresh: the handler runs once, never sees ``job.lost``, its result lands."""
+    """ttl 2000, poll 6000: the loop's claim blocks; a run comes 2.3 s into the wait (past
+    the ttl). Its lease is fresh: the handler runs once, never sees ``job.lost``, its result
+    lands. (A ttl of 1000 left a loaded machine too little margin: a keepalive 1.3 s late
+    lapsed the worker's session, a loss the test did not mean to try.)"""
     store = backend.store()
     lost_seen: list[bool] = []
 
@@ -593,9 +595,9 @@ def test_a_run_claimed_late_in_a_long_blocked_claim_is_handled_once(backend: Bac
         lost_seen.append(job.lost)
         return b"done"
 
-    worker = Worker(store, "w", handler, ttl=1_000, poll=5_000).start()
+    worker = Worker(store, "w", handler, ttl=2_000, poll=6_000).start()
     try:
-        time.sleep(1.5)  # the loop waits in its claim; the run comes late in the wait
+        time.sleep(2.3)  # the loop waits in its claim; the run comes late in the wait
         store.insert("run", b"todo", Release())
         until(lambda: ended(worker) >= 1, "ended the run")
     finally:
@@ -621,9 +623,9 @@ def test_an_asyncio_run_claimed_late_in_a_long_blocked_claim_is_handled_once(
             lost_seen.append(job.lost)
             return b"done"
 
-        worker = AsyncWorker(store, "w", handler, ttl=1_000, poll=5_000, grace=5).start()
+        worker = AsyncWorker(store, "w", handler, ttl=2_000, poll=6_000, grace=5).start()
         try:
-            await asyncio.sleep(1.5)
+            await asyncio.sleep(2.3)
             await store.insert("run", b"todo", Release())
             await auntil(lambda: ended(worker) >= 1, "ended the run")
         finally:
