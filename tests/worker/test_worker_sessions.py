@@ -192,7 +192,10 @@ def test_an_async_worker_holds_its_runs_under_one_session(partitions: int) -> No
             await asyncio.sleep(0.05)
             return b"done"
 
-        worker = AsyncWorker(store, "node-a", handler, ttl=600, poll=50,
+        # A ttl of 3 s: the keeper's calls have a period (ttl / 3) each, and its first,
+        # the session's opening in 6 partitions, loads the scripts (600 ms left 200 ms,
+        # which fakeredis on a loaded machine once passed).
+        worker = AsyncWorker(store, "node-a", handler, ttl=3_000, poll=50,
                              sessions=True).start()
         try:
             deadline = asyncio.get_running_loop().time() + PATIENCE
