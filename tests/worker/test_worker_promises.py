@@ -195,8 +195,8 @@ class Backend:
 
 @pytest.fixture(params=["fakeredis", pytest.param("redis7", marks=pytest.mark.server)])
 def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
-    """Stores of fakeredis, or of the session's Redis 7 (issue 33: every promise is tested
-    on both, where the test applies; not where it moves fakeredis's clock)."""
+    """Stores of fakeredis, or of the session's Redis 7: every promise is tried on both,
+    where the test applies (not where it moves fakeredis's clock)."""
     server: Server | None = None
     if request.param == "redis7":
         server = request.getfixturevalue("redis7")
