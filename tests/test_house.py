@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import functools
 import importlib
+import importlib.util
 import re
 from pathlib import Path
 
@@ -185,3 +186,28 @@ def test_every_path_the_house_names_exists():
               ROOT / "lua" / "_lib", ROOT / "docs", ROOT / "docs" / "design"]
     missing = sorted(n for n in names if not any((place / n).exists() for place in places))
     assert missing == []
+
+
+def test_the_core_never_awaits():
+    # The ground floor is sans-I/O: what awaits lives in the shells (docs/design/house.md).
+    found = []
+    for path in sorted((PACKAGE / "core").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.AsyncFunctionDef, ast.Await, ast.AsyncFor, ast.AsyncWith)):
+                found.append(f"{path.relative_to(PACKAGE)}:{node.lineno}")
+    assert found == []
+
+
+def test_every_module_and_test_file_the_docs_name_exists():
+    # What a reader runs (``python -m redisstore.x``) and the tests a design points to.
+    docs = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    wrong = []
+    for doc in docs:
+        text = doc.read_text(encoding="utf-8")
+        for name in re.findall(r"python -m (redisstore(?:\.\w+)*)", text):
+            if importlib.util.find_spec(name) is None:
+                wrong.append(f"{doc.relative_to(ROOT)}: {name}")
+        for name in re.findall(r"(?<![\w/.])(tests/[\w/]+\.py)", text):
+            if not (ROOT / name).exists():
+                wrong.append(f"{doc.relative_to(ROOT)}: {name}")
+    assert wrong == []
