@@ -180,6 +180,15 @@ def test_every_path_the_house_names_exists():
              if ("/" in n or re.search(r"\.(py|lua|json|md|toml)$", n))
              and not re.search(r"[<*]", n) and not n.startswith("{")}
     assert len(names) > 40
+    # ... and the paths written bare, outside backticks (lua/_lib/ops.lua, docs/faults.md, a
+    # link's target): a name with a file's extension, or a folder with its slash. A word with
+    # a slash alone (I/O, pub/sub) is prose.
+    bare = re.sub(r"`[^`]*`", " ", text)
+    written = {n.rstrip(".") for n in re.findall(
+        r"(?<![\w/.<*{-])((?:[\w.-]+/)*[\w-]+(?:\.[\w-]+)*\.(?:py|lua|json|md|toml)"
+        r"|(?:[\w.-]+/)+)(?![\w*<>])", bare)}
+    assert "docs/faults.md" in written and len(written) > 8
+    names |= written
     # A table names its files from its section's folder: the root, the package, a room,
     # lua/, docs/.
     places = [ROOT, PACKAGE, *(d for d in PACKAGE.iterdir() if d.is_dir()), ROOT / "lua",
