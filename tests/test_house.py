@@ -220,3 +220,11 @@ def test_every_module_and_test_file_the_docs_name_exists():
             if not (ROOT / name).exists():
                 wrong.append(f"{doc.relative_to(ROOT)}: {name}")
     assert wrong == []
+
+
+def test_the_house_names_every_file_at_the_top_of_the_tests():
+    # tests/ mirrors the package: what stays at the top is named, with why, in the map.
+    text = HOUSE.read_text(encoding="utf-8")
+    section = text[text.index("**Tests, benchmarks, docs.**"):text.index("## One call")]
+    top = {p.name for p in (ROOT / "tests").glob("*.py")} - {"conftest.py"}
+    assert sorted(n for n in top if f"`tests/{n}`" not in section) == []
