@@ -20,9 +20,6 @@ from .runs import (
     check_ttl,
 )
 
-#: The claims a session makes: the store's three kinds.
-ClaimKind = Literal["any", "ready", "expired"]
-
 #: The most runs one step of ``close`` releases, and one keepalive reports.
 CLOSE_STEP = MAX_RENEW
 
@@ -42,7 +39,7 @@ class SessionBackend(Protocol):
 
     def _session_keepalive(self, session: str, owner: str, /) -> Kept: ...
 
-    def _session_claim(self, kind: ClaimKind, session: str, owner: str, ttl: int, limit: int,
+    def _session_claim(self, kind: str, session: str, owner: str, ttl: int, limit: int,
                        records: bool, block: int, max_takeovers: int | None, /
                        ) -> list[Any]: ...
 
@@ -56,7 +53,7 @@ class AsyncSessionBackend(Protocol):
 
     async def _session_keepalive(self, session: str, owner: str, /) -> Kept: ...
 
-    async def _session_claim(self, kind: ClaimKind, session: str, owner: str, ttl: int,
+    async def _session_claim(self, kind: str, session: str, owner: str, ttl: int,
                              limit: int, records: bool, block: int, max_takeovers: int | None,
                              /) -> list[Any]: ...
 
@@ -114,7 +111,7 @@ class _SessionValues:
         kept: Kept = yield lambda store: store._session_keepalive(self._id, self._owner)
         return kept
 
-    def _claiming(self, kind: ClaimKind, limit: object, records: object, block: object,
+    def _claiming(self, kind: str, limit: object, records: object, block: object,
                   max_takeovers: object) -> _Steps[list[Any]]:
         n, rec, wait, bound = check_claim(limit, records, block, max_takeovers)
         claimed: list[Any] = yield lambda store: store._session_claim(
@@ -217,7 +214,7 @@ class Session(_SessionValues):
                       block: int | None = None,
                       max_takeovers: int | None = None) -> list[str] | list[Claimed]:
         """``store.claim_expired`` under the session."""
-        return _run(self._store, self._claiming("expired", limit, records, block, max_takeovers))
+        return _run(self._store, self._claiming("leases", limit, records, block, max_takeovers))
 
     def close(self) -> int:
         """Release every run the session holds (as ``release`` does), in steps of at most
@@ -262,7 +259,7 @@ class AsyncSession(_SessionValues):
                             block: int | None = None,
                             max_takeovers: int | None = None) -> list[Any]:
         """:meth:`Session.claim_expired`."""
-        return await _arun(self._store, self._claiming("expired", limit, records, block,
+        return await _arun(self._store, self._claiming("leases", limit, records, block,
                                                       max_takeovers))
 
     async def close(self) -> int:

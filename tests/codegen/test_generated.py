@@ -187,6 +187,44 @@ def test_the_claim_kinds_come_from_the_operations() -> None:
     assert set(claims) == telemetry._CLAIMS
 
 
+def test_a_sessions_claims_come_from_the_operations() -> None:
+    # A session's claim of each kind sends the script and keys of the store's claim of that
+    # kind (runops.CLAIM_SCRIPTS), and the memory reference takes it as its own claim does.
+    claims = {name: spec.route.removeprefix("claim:")
+              for name, spec in _operations().items() if spec.kind == "claim"}
+    scripts_by_kind = {kind: f"run_{name}" for name, kind in claims.items()}
+    assert scripts_by_kind == runops.CLAIM_SCRIPTS
+    ops = RunOps("ns", None, 1)
+    for name, kind in claims.items():
+        own = next(getattr(ops, name)("me", 1000, 2))
+        under = next(ops.session_claim(kind, "7", "me", 1000, 2, False, None))
+        assert (under.script, under.keys) == (own.script, own.keys), name
+        assert under.args[:len(own.args) - 1] == own.args[:-1], name
+        assert callable(getattr(MemoryRunStore, f"_{kind}_now"))
+        assert callable(getattr(MemoryRunStore, f"_{kind}_due"))
+    # Each of a session's claims, sync and asyncio, is the store's of its name, of its kind.
+    asked: list[str] = []
+
+    class Store:
+        def _session_claim(self, kind: str, *rest: object) -> list[str]:
+            asked.append(kind)
+            return []
+
+    class AsyncStore:
+        async def _session_claim(self, kind: str, *rest: object) -> list[str]:
+            asked.append(kind)
+            return []
+
+    sync = redisstore.Session(Store(), "7", "me", 1000)  # type: ignore[arg-type]
+    aio = redisstore.AsyncSession(AsyncStore(), "7", "me", 1000)  # type: ignore[arg-type]
+    import asyncio
+    for name, kind in claims.items():
+        asked.clear()
+        getattr(sync, name)()
+        asyncio.run(getattr(aio, name)())
+        assert asked == [kind, kind], name
+
+
 def test_the_scripts_are_the_files_of_lua() -> None:
     folder = Path(str(scripts.lua_dir()))
     assert set(scripts.RUN_NAMES) == {p.stem for p in folder.glob("run_*.lua")}
