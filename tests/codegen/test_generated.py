@@ -40,10 +40,17 @@ def test_the_check_mode_finds_nothing_stale() -> None:
 
 def test_every_operation_has_a_known_kind_and_route() -> None:
     ops = _generate.operations()
-    assert [op.name for op in ops] == ["now", "get", "get_many", "insert", "compare_and_set",
-                                       "renew", "release", "delete", "finish", "restore",
-                                       "claim_expired", "claim_ready", "claim", "refresh",
-                                       "changes", "rates", "quarantined"]
+    # The operations are what core/runops.py marks @operation, in its order (read from its
+    # source, not kept here), each a method of the port.
+    import ast
+    source = ast.parse(Path(runops.__file__).read_text(encoding="utf-8"))
+    marked = [node.name for node in ast.walk(source)
+              if isinstance(node, ast.FunctionDef) and any(
+                  isinstance(d, ast.Call) and getattr(d.func, "id", "") == "operation"
+                  for d in node.decorator_list)]
+    assert [op.name for op in ops] == marked
+    assert len(marked) > 15
+    assert set(marked) <= set(vars(RunStore))
     # finish and restore name one run each: a store of partitions sends them to its own.
     assert {op.name: (op.kind, op.spec.route) for op in ops
             if op.name in ("finish", "restore")} == {"finish": ("write", "one:run"),
@@ -223,6 +230,15 @@ def test_a_sessions_claims_come_from_the_operations() -> None:
         getattr(sync, name)()
         asyncio.run(getattr(aio, name)())
         assert asked == [kind, kind], name
+
+
+def test_the_scripts_constants_are_declared_as_the_build_writes_them() -> None:
+    from redisstore.build import lua
+
+    text = lua.SCRIPTS.read_text(encoding="utf-8")
+    assert lua.declared(text) == text, "stale: run python -m redisstore.build.lua"
+    declared = {n for n, kind in scripts.__annotations__.items() if kind in ("Script",)}
+    assert declared == {n.upper() for n in (*scripts.RUN_NAMES, *scripts.REPO_NAMES)}
 
 
 def test_the_scripts_are_the_files_of_lua() -> None:
