@@ -5,6 +5,7 @@ written in five places, and the registries (scripts, claim kinds) derive from th
 from __future__ import annotations
 
 import inspect
+import typing
 from pathlib import Path
 
 import pytest
@@ -230,6 +231,12 @@ def test_a_sessions_claims_come_from_the_operations() -> None:
         getattr(sync, name)()
         asyncio.run(getattr(aio, name)())
         assert asked == [kind, kind], name
+        # One source: both kinds have the store's overloads, alike.
+        sync_sigs = [inspect.signature(o) for o in typing.get_overloads(
+            getattr(redisstore.Session, name))]
+        aio_sigs = [inspect.signature(o) for o in typing.get_overloads(
+            getattr(redisstore.AsyncSession, name))]
+        assert len(sync_sigs) >= 2 and sync_sigs == aio_sigs, name
 
 
 def test_the_scripts_constants_are_declared_as_the_build_writes_them() -> None:
