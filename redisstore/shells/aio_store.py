@@ -175,12 +175,5 @@ class AsyncRedisRunStore(_Closes, SessionSteps, AsyncStoreOps, RunShell[AsyncTra
                      claim: Callable[[], Operation[tuple[list[Any], int]]
                                      | Spread[tuple[list[Any], int]]]) -> list[Any]:
         wait = check_block(block)
-        if limit == 0:
-            wait = 0  # nothing could be claimed: nothing to wait for
-
-        async def once() -> tuple[list[Any], int]:
-            return await self._write(claim())
-
-        if not wait:
-            return (await once())[0]
-        return await wakeups.aclaim(self._wakeups, index, once, wait)
+        wait = wait if limit else 0  # limit 0: nothing could be claimed, nothing to wait for
+        return await wakeups.aclaim(self._wakeups, index, lambda: self._write(claim()), wait)
