@@ -891,7 +891,7 @@ def sessions(bench: Bench, c: redis.Redis, n_runs: int) -> None:
                   lambda i: ops.claim("me", LONG, CLAIM), claimed(CLAIM))
     bench.measure(f"session claim_expired({CLAIM}) {swept}", "run_claim_expired", L,
                   SWEEP, c,
-                  lambda i: ops.session_claim("expired", taker, "taker", LONG, CLAIM, False,
+                  lambda i: ops.session_claim("leases", taker, "taker", LONG, CLAIM, False,
                                               None), claimed(CLAIM))
     expect(c.zscore(keys.session_leases, dead) not in (None, float("inf")),
            "the lapsed session's sweep is not done yet (every claim above swept a step)")

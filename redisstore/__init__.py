@@ -54,14 +54,13 @@ from .core.runs import (
     Seize,
     SessionInfo,
     Wait,
-    aconfirm_write,
     confirm_write,
 )
 from .engine.keeper import AsyncKeeper, Keeper, Lost
 from .engine.worker import AsyncJob, AsyncWorker, Job, Retry, Unrecoverable, Worker
 from .memory import MemoryRepository, MemoryRunStore
 from .sessions import AsyncSession, Session
-from .shells.aio_store import AsyncPipeline, AsyncRedisRunStore
+from .shells.aio_store import AsyncPipeline, AsyncRedisRunStore, aconfirm_write
 from .shells.repo_aio import AsyncRedisRepository
 from .shells.repo_store import RedisRepository
 from .shells.store import Pipeline, RedisRunStore

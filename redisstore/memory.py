@@ -85,7 +85,7 @@ from .runs import (
     check_ttl,
     check_wait,
 )
-from .sessions import CLOSE_STEP, ClaimKind, Session, check_session
+from .sessions import CLOSE_STEP, Session, check_session
 from .shells import wakeups
 from .shells.wakeups import check_block
 
@@ -309,19 +309,18 @@ class MemoryRunStore(_NothingToClose):
             self._changed.notify_all()  # a blocked claim waiting for the old expiry
             return Kept(told)
 
-    def _session_claim(self, kind: ClaimKind, sid: str, owner: str, ttl: int, limit: int,
+    def _session_claim(self, kind: str, sid: str, owner: str, ttl: int, limit: int,
                        records: bool, block: int, max_takeovers: int | None) -> list[Any]:
+        # A claim of each kind of work (core/waits.py's KINDS) is its _<kind>_now, due at
+        # its _<kind>_due: the store's own claim of that kind, under the session.
+        take = getattr(self, f"_{kind}_now")
+
         def claim(now: int) -> list[Any]:
             self._live_session(sid, owner, now)  # checked at every look of a blocked claim
-            if kind == "ready":
-                return self._claim_ready_now(owner, ttl, limit, records, now, sid)
-            if kind == "expired":
-                return self._claim_expired_now(owner, ttl, limit, records, max_takeovers, now,
-                                               sid)
-            return self._claim_now(owner, ttl, limit, records, max_takeovers, now, sid)
+            claimed: list[Any] = take(owner, ttl, limit, records, max_takeovers, now, sid)
+            return claimed
 
-        due = {"ready": self._ready_due, "expired": self._leases_due}.get(kind, self._any_due)
-        return self._blocking(block if limit else 0, due, claim)
+        return self._blocking(block if limit else 0, getattr(self, f"_{kind}_due"), claim)
 
     def _session_close(self, sid: str, owner: str, count: int) -> tuple[int, bool]:
         with self._lock:
@@ -520,11 +519,11 @@ class MemoryRunStore(_NothingToClose):
         max_takeovers = check_max_takeovers(max_takeovers)
         wait = check_block(block)
         return self._blocking(wait if limit else 0, self._leases_due, lambda now: (
-            self._claim_expired_now(owner, ttl, limit, records, max_takeovers, now)))
+            self._leases_now(owner, ttl, limit, records, max_takeovers, now)))
 
-    def _claim_expired_now(self, owner: str, ttl: int, limit: int, records: bool,
-                           max_takeovers: int | None, now: int,
-                           session: str | None = None) -> list[str] | list[Claimed]:
+    def _leases_now(self, owner: str, ttl: int, limit: int, records: bool,
+                    max_takeovers: int | None, now: int,
+                    session: str | None = None) -> list[str] | list[Claimed]:
         expired = sorted((self._expiry(s), run) for run, s in self._runs.items()
                          if s.own is not None and self._expiry(s) <= now and not s.poisoned)
         budget = _Budget(records)
@@ -567,7 +566,7 @@ class MemoryRunStore(_NothingToClose):
         records = check_flag("records", records)
         wait = check_block(block)
         return self._blocking(wait if limit else 0, self._ready_due, lambda now: (
-            self._claim_ready_now(owner, ttl, limit, records, now)))
+            self._ready_now(owner, ttl, limit, records, None, now)))
 
     @overload
     def claim(self, owner: str, ttl: int, limit: int = 1, *,
@@ -590,15 +589,15 @@ class MemoryRunStore(_NothingToClose):
         max_takeovers = check_max_takeovers(max_takeovers)
         wait = check_block(block)
         return self._blocking(wait if limit else 0, self._any_due, lambda now: (
-            self._claim_now(owner, ttl, limit, records, max_takeovers, now)))
+            self._any_now(owner, ttl, limit, records, max_takeovers, now)))
 
     def _any_due(self) -> int | None:
         return min((t for t in (self._ready_due(), self._leases_due()) if t is not None),
                    default=None)
 
-    def _claim_now(self, owner: str, ttl: int, limit: int, records: bool,
-                   max_takeovers: int | None, now: int,
-                   session: str | None = None) -> list[str] | list[Claimed]:
+    def _any_now(self, owner: str, ttl: int, limit: int, records: bool,
+                 max_takeovers: int | None, now: int,
+                 session: str | None = None) -> list[str] | list[Claimed]:
         # As the script: the two indexes merged by (due time, id bytes), each visited at
         # most limit + MAX_VISIT times, each entry handled as the claim of its kind does.
         budget = _Budget(records)
@@ -705,8 +704,10 @@ class MemoryRunStore(_NothingToClose):
                     self._ready[run] = at
         return self._claimed(claimed, records, now)
 
-    def _claim_ready_now(self, owner: str, ttl: int, limit: int, records: bool,
-                         now: int, session: str | None = None) -> list[str] | list[Claimed]:
+    def _ready_now(self, owner: str, ttl: int, limit: int, records: bool,
+                   max_takeovers: int | None, now: int, session: str | None = None
+                   ) -> list[str] | list[Claimed]:
+        # max_takeovers plays no part: a ready run is free.
         claimed = self._claim_ready_runs(owner, ttl, limit, records, now, session)
         runs = [c if isinstance(c, str) else c.run for c in claimed]
         self._note(owner, [(run, "claimed", self._runs[run].rev, False) for run in runs], now)

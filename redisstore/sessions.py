@@ -4,12 +4,11 @@ alive by one call whatever their number (docs/contract.md, "Sessions")."""
 from __future__ import annotations
 
 from collections.abc import Callable, Generator
-from typing import Any, Literal, Protocol, TypeAlias, TypeVar, overload
+from typing import Any, Protocol, TypeAlias, TypeVar
 
 from .core.waits import check_block
 from .runs import (
     MAX_RENEW,
-    Claimed,
     InSession,
     Kept,
     check_flag,
@@ -19,9 +18,7 @@ from .runs import (
     check_session_id,
     check_ttl,
 )
-
-#: The claims a session makes: the store's three kinds.
-ClaimKind = Literal["any", "ready", "expired"]
+from .session_ops import AsyncSessionMethods, SessionMethods
 
 #: The most runs one step of ``close`` releases, and one keepalive reports.
 CLOSE_STEP = MAX_RENEW
@@ -42,7 +39,7 @@ class SessionBackend(Protocol):
 
     def _session_keepalive(self, session: str, owner: str, /) -> Kept: ...
 
-    def _session_claim(self, kind: ClaimKind, session: str, owner: str, ttl: int, limit: int,
+    def _session_claim(self, kind: str, session: str, owner: str, ttl: int, limit: int,
                        records: bool, block: int, max_takeovers: int | None, /
                        ) -> list[Any]: ...
 
@@ -56,7 +53,7 @@ class AsyncSessionBackend(Protocol):
 
     async def _session_keepalive(self, session: str, owner: str, /) -> Kept: ...
 
-    async def _session_claim(self, kind: ClaimKind, session: str, owner: str, ttl: int,
+    async def _session_claim(self, kind: str, session: str, owner: str, ttl: int,
                              limit: int, records: bool, block: int, max_takeovers: int | None,
                              /) -> list[Any]: ...
 
@@ -114,7 +111,7 @@ class _SessionValues:
         kept: Kept = yield lambda store: store._session_keepalive(self._id, self._owner)
         return kept
 
-    def _claiming(self, kind: ClaimKind, limit: object, records: object, block: object,
+    def _claiming(self, kind: str, limit: object, records: object, block: object,
                   max_takeovers: object) -> _Steps[list[Any]]:
         n, rec, wait, bound = check_claim(limit, records, block, max_takeovers)
         claimed: list[Any] = yield lambda store: store._session_claim(
@@ -153,10 +150,11 @@ async def _arun(store: AsyncSessionBackend, steps: _Steps[T]) -> T:
         answer = await ask(store)
 
 
-class Session(_SessionValues):
+class Session(_SessionValues, SessionMethods):
     """One owner's liveness lease (``store.open_session(owner, ttl)``): the runs it holds
     are live exactly while it is, and :meth:`keepalive` keeps them all alive in one call.
-    A context manager: leaving it closes the session."""
+    A context manager: leaving it closes the session. Its calls are generated
+    (:mod:`redisstore.session_ops`), one source with :class:`AsyncSession`'s."""
 
     __slots__ = ("_store",)
 
@@ -164,75 +162,11 @@ class Session(_SessionValues):
         super().__init__(id, owner, ttl)
         self._store = store
 
-    def keepalive(self) -> Kept:
-        """Keep the session live ``ttl`` ms from now, in one call whatever the number of
-        runs; returns the runs taken from it since the last keepalive (a ``Seize``, a
-        release, a delete...; at most ``CLOSE_STEP``, the rest at the next).
-        ``SessionLapsed`` when it is not live: nothing changes, it never comes back. On a
-        store of partitions, one call to each partition at once: ``Kept.lapsed`` names the
-        partitions where it lapsed (their runs are lost; it goes on in the others), and
-        ``SessionLapsed`` comes once it lapsed in all."""
-        return _run(self._store, self._keeping())
-
-    @overload
-    def claim(self, limit: int = 1, *, records: Literal[False] = False,
-              block: int | None = None, max_takeovers: int | None = None) -> list[str]: ...
-
-    @overload
-    def claim(self, limit: int = 1, *, records: Literal[True], block: int | None = None,
-              max_takeovers: int | None = None) -> list[Claimed]: ...
-
-    def claim(self, limit: int = 1, *, records: bool = False, block: int | None = None,
-              max_takeovers: int | None = None) -> list[str] | list[Claimed]:
-        """``store.claim`` for the session's owner, the runs taken under the session;
-        ``SessionLapsed`` (nothing claimed) when it is not live."""
-        return _run(self._store, self._claiming("any", limit, records, block, max_takeovers))
-
-    @overload
-    def claim_ready(self, limit: int = 1, *, records: Literal[False] = False,
-                    block: int | None = None,
-                    max_takeovers: int | None = None) -> list[str]: ...
-
-    @overload
-    def claim_ready(self, limit: int = 1, *, records: Literal[True],
-                    block: int | None = None,
-                    max_takeovers: int | None = None) -> list[Claimed]: ...
-
-    def claim_ready(self, limit: int = 1, *, records: bool = False, block: int | None = None,
-                    max_takeovers: int | None = None) -> list[str] | list[Claimed]:
-        """``store.claim_ready`` under the session (``max_takeovers`` plays no part)."""
-        return _run(self._store, self._claiming("ready", limit, records, block, max_takeovers))
-
-    @overload
-    def claim_expired(self, limit: int = 1, *, records: Literal[False] = False,
-                      block: int | None = None,
-                      max_takeovers: int | None = None) -> list[str]: ...
-
-    @overload
-    def claim_expired(self, limit: int = 1, *, records: Literal[True],
-                      block: int | None = None,
-                      max_takeovers: int | None = None) -> list[Claimed]: ...
-
-    def claim_expired(self, limit: int = 1, *, records: bool = False,
-                      block: int | None = None,
-                      max_takeovers: int | None = None) -> list[str] | list[Claimed]:
-        """``store.claim_expired`` under the session."""
-        return _run(self._store, self._claiming("expired", limit, records, block, max_takeovers))
-
-    def close(self) -> int:
-        """Release every run the session holds (as ``release`` does), in steps of at most
-        ``CLOSE_STEP`` runs, then end it; returns how many runs it released. Closing a
-        closed or lapsed session releases what is left in it (nothing, once closed)."""
-        return _run(self._store, self._closing())
-
-    def __enter__(self) -> Session:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def _call(self, steps: _Steps[T]) -> T:
+        return _run(self._store, steps)
 
 
-class AsyncSession(_SessionValues):
+class AsyncSession(_SessionValues, AsyncSessionMethods):
     """:class:`Session` of an asyncio store: the same calls, awaited."""
 
     __slots__ = ("_store",)
@@ -241,36 +175,5 @@ class AsyncSession(_SessionValues):
         super().__init__(id, owner, ttl)
         self._store = store
 
-    async def keepalive(self) -> Kept:
-        """:meth:`Session.keepalive`."""
-        return await _arun(self._store, self._keeping())
-
-    async def claim(self, limit: int = 1, *, records: bool = False, block: int | None = None,
-                    max_takeovers: int | None = None) -> list[Any]:
-        """:meth:`Session.claim`."""
-        return await _arun(self._store, self._claiming("any", limit, records, block,
-                                                      max_takeovers))
-
-    async def claim_ready(self, limit: int = 1, *, records: bool = False,
-                          block: int | None = None,
-                          max_takeovers: int | None = None) -> list[Any]:
-        """:meth:`Session.claim_ready`."""
-        return await _arun(self._store, self._claiming("ready", limit, records, block,
-                                                      max_takeovers))
-
-    async def claim_expired(self, limit: int = 1, *, records: bool = False,
-                            block: int | None = None,
-                            max_takeovers: int | None = None) -> list[Any]:
-        """:meth:`Session.claim_expired`."""
-        return await _arun(self._store, self._claiming("expired", limit, records, block,
-                                                      max_takeovers))
-
-    async def close(self) -> int:
-        """:meth:`Session.close`."""
-        return await _arun(self._store, self._closing())
-
-    async def __aenter__(self) -> AsyncSession:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
+    async def _call(self, steps: _Steps[T]) -> T:
+        return await _arun(self._store, steps)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import functools
 import importlib
+import importlib.util
 import re
 from pathlib import Path
 
@@ -172,16 +173,62 @@ def test_the_house_lists_the_floors_as_they_are():
 
 
 def test_every_path_the_house_names_exists():
-    # The floors table names modules, not files.
-    text = "\n".join(line for line in HOUSE.read_text(encoding="utf-8").splitlines()
-                     if not re.match(r"\| \d+ \| `", line))
+    # The floors table names modules, not files (the recipes' numbered tables name files).
+    whole = HOUSE.read_text(encoding="utf-8")
+    floors_at = whole.index("## Floors"), whole.index("## Who owns what")
+    section = whole[floors_at[0]:floors_at[1]]
+    section = "\n".join(line for line in section.splitlines()
+                        if not re.match(r"\| \d+ \| `", line))
+    text = whole[:floors_at[0]] + section + whole[floors_at[1]:]
     names = {n for n in re.findall(r"`([^`\s]+)`", text)
              if ("/" in n or re.search(r"\.(py|lua|json|md|toml)$", n))
              and not re.search(r"[<*]", n) and not n.startswith("{")}
     assert len(names) > 40
+    # ... and the paths written bare, outside backticks (lua/_lib/ops.lua, docs/faults.md, a
+    # link's target): a name with a file's extension, or a folder with its slash. A word with
+    # a slash alone (I/O, pub/sub) is prose.
+    bare = re.sub(r"`[^`]*`", " ", text)
+    written = {n.rstrip(".") for n in re.findall(
+        r"(?<![\w/.<*{-])((?:[\w.-]+/)*[\w-]+(?:\.[\w-]+)*\.(?:py|lua|json|md|toml)"
+        r"|(?:[\w.-]+/)+)(?![\w*<>])", bare)}
+    assert "docs/faults.md" in written and len(written) > 8
+    names |= written
     # A table names its files from its section's folder: the root, the package, a room,
     # lua/, docs/.
     places = [ROOT, PACKAGE, *(d for d in PACKAGE.iterdir() if d.is_dir()), ROOT / "lua",
               ROOT / "lua" / "_lib", ROOT / "docs", ROOT / "docs" / "design"]
     missing = sorted(n for n in names if not any((place / n).exists() for place in places))
     assert missing == []
+
+
+def test_the_core_never_awaits():
+    # The ground floor is sans-I/O: what awaits lives in the shells (docs/design/house.md).
+    found = []
+    for path in sorted((PACKAGE / "core").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.AsyncFunctionDef, ast.Await, ast.AsyncFor, ast.AsyncWith)):
+                found.append(f"{path.relative_to(PACKAGE)}:{node.lineno}")
+    assert found == []
+
+
+def test_every_module_and_test_file_the_docs_name_exists():
+    # What a reader runs (``python -m redisstore.x``) and the tests a design points to.
+    docs = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    wrong = []
+    for doc in docs:
+        text = doc.read_text(encoding="utf-8")
+        for name in re.findall(r"python -m (redisstore(?:\.\w+)*)", text):
+            if importlib.util.find_spec(name) is None:
+                wrong.append(f"{doc.relative_to(ROOT)}: {name}")
+        for name in re.findall(r"(?<![\w/.])(tests/[\w/]+\.py)", text):
+            if not (ROOT / name).exists():
+                wrong.append(f"{doc.relative_to(ROOT)}: {name}")
+    assert wrong == []
+
+
+def test_the_house_names_every_file_at_the_top_of_the_tests():
+    # tests/ mirrors the package: what stays at the top is named, with why, in the map.
+    text = HOUSE.read_text(encoding="utf-8")
+    section = text[text.index("**Tests, benchmarks, docs.**"):text.index("## One call")]
+    top = {p.name for p in (ROOT / "tests").glob("*.py")} - {"conftest.py"}
+    assert sorted(n for n in top if f"`tests/{n}`" not in section) == []

@@ -44,3 +44,39 @@ def test_an_unavailable_is_logged_with_its_outcome(caplog: pytest.LogCaptureFixt
     with caplog.at_level(logging.INFO, logger="redisstore"), pytest.raises(Unavailable):
         store.get("run")
     assert any("outcome not_applied" in r.getMessage() for r in caplog.records)
+
+
+def _loggers() -> dict[str, str]:
+    """Each module's logger (``log = logging.getLogger(...)``) by name: its module."""
+    import ast
+    from pathlib import Path
+
+    package = Path(__file__).resolve().parent.parent / "redisstore"
+    found: dict[str, str] = {}
+    for path in sorted(package.rglob("*.py")):
+        module = ".".join(path.relative_to(package.parent).with_suffix("").parts)
+        module = module.removesuffix(".__init__")
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not (isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)
+                    and ast.unparse(node.value.func) == "logging.getLogger"):
+                continue
+            (arg,) = node.value.args
+            name = module if ast.unparse(arg) == "__name__" else ast.literal_eval(arg)
+            found[name] = module
+    return found
+
+
+def test_every_logger_is_the_one_docs_faults_lists() -> None:
+    # A logger's name is the user's interface (their logging configuration names it):
+    # renaming one, or adding one, fails here until docs/faults.md says so.
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parent.parent / "docs" / "faults.md").read_text()
+    section = text[text.index("## What the store logs"):text.index("## Metrics")]
+    listed = set(re.findall(r"`(redisstore\.[\w.]+)`", section.split("| level |")[0]))
+    tabled = set(re.findall(r"^\| \w+ \| `([\w.]+)` \|", section, flags=re.MULTILINE))
+    loggers = _loggers()
+    assert len(loggers) >= 7
+    assert set(loggers) == listed
+    assert set(loggers) == tabled

@@ -15,6 +15,11 @@ redisstore/core/pipeline_ops.py     ``PipelineOps``   ``core.pipeline.Pipelined`
 redisstore/core/partition_ops.py    ``PartitionOps``  ``core.partitions.PartitionedOps``
 ==============================  ================  ======================================
 
+A session's claims follow from the claim operations too: ``redisstore/session_ops.py``
+(``SessionMethods``, ``AsyncSessionMethods``, inherited by :class:`redisstore.Session` and
+:class:`redisstore.AsyncSession`) has one of each, with the operation's overloads, and the
+sessions' other calls, written once here for both.
+
 The repository's methods both stores offer are written once too, in
 :class:`redisstore.core.repository_ops.RepositoryOps` (marked ``@public``): this module
 writes them for :class:`redisstore.RedisRepository` (``shells/repo_store_ops.py``,
@@ -61,6 +66,8 @@ IMPORTS = {
     "Any": "typing",
     "Literal": "typing",
     "Callable": "collections.abc",
+    "Generator": "collections.abc",
+    "Self": "typing",
     "Iterable": "collections.abc",
     "Sequence": "collections.abc",
     "Keyspace": "redisstore.core.keys",
@@ -89,7 +96,8 @@ IMPORTS = {
     "InFlightPage": "redisstore.core.repository",
     "RepositoryCalls": "redisstore.shells.repo_store_ops",
 }
-BUILTINS = {"str", "int", "bytes", "bool", "float", "None", "list", "tuple", "dict", "set", "T"}
+BUILTINS = {"str", "int", "bytes", "bool", "float", "None", "list", "tuple", "dict", "set", "T",
+            "object"}
 #: What a generated file imports at run time from the package (a value, not a type alone).
 RUNTIME = {"Migrated": "redisstore.core.runs", "MIGRATE_COUNT": "redisstore.core.runs"}
 #: What the generated modules always import at run time.
@@ -337,7 +345,8 @@ class Target:
             asynchronous = self.asynchronous
             out.extend(["", *self.also.strip("\n").format(
                 async_="async " if asynchronous else "",
-                await_="await " if asynchronous else "").splitlines()])
+                await_="await " if asynchronous else "",
+                a="a" if asynchronous else "").splitlines()])
         head = f"class {self.cls}:"
         return "\n".join([head, *docstring(4, self.about), "",
                           *self.primitives.strip("\n").splitlines(), *out]) + "\n"
@@ -793,8 +802,112 @@ class AsyncRepositories(Repositories):
     calls = False
 
 
+#: A session's steps, as what ``_call`` makes of them (``sessions._SessionValues``).
+STEPS = "Generator[Callable[[Any], Any], Any, {}]"
+
+
+class Sessions(Target):
+    """:class:`redisstore.Session`'s calls, and :class:`redisstore.AsyncSession`'s (the
+    asyncio class below the sync one, in the same file)."""
+
+    path = "session_ops.py"
+    cls = "SessionMethods"
+    about = ("A session's calls (:class:`redisstore.Session`; ``AsyncSessionMethods``:\n"
+             ":class:`redisstore.AsyncSession`'s, awaited), each its steps (written once in\n"
+             ":mod:`redisstore.sessions`) made by the session's ``_call``; its claims are the\n"
+             "run store's (:class:`redisstore.core.runops.RunOps`'s marked\n"
+             "``@operation(\"claim\", ...)``), each of its kind.")
+    primitives = '''
+    __slots__ = ()
+
+    {async_}def _call(self, steps: STEPS[T]) -> T:
+        """What ``steps`` answer, each step made on the session's store."""
+        raise NotImplementedError
+
+    def _keeping(self) -> STEPS[Kept]:
+        raise NotImplementedError
+
+    def _claiming(self, kind: str, limit: object, records: object, block: object,
+                  max_takeovers: object) -> STEPS[list[Any]]:
+        raise NotImplementedError
+
+    def _closing(self) -> STEPS[int]:
+        raise NotImplementedError
+'''
+    also = '''
+    {async_}def keepalive(self) -> Kept:
+        """Keep the session live ``ttl`` ms from now, in one call whatever the number of
+        runs; returns the runs taken from it since the last keepalive (a ``Seize``, a
+        release, a delete...; at most ``CLOSE_STEP``, the rest at the next).
+        ``SessionLapsed`` when it is not live: nothing changes, it never comes back. On a
+        store of partitions, one call to each partition at once: ``Kept.lapsed`` names the
+        partitions where it lapsed (their runs are lost; it goes on in the others), and
+        ``SessionLapsed`` comes once it lapsed in all."""
+        return {await_}self._call(self._keeping())
+
+    {async_}def close(self) -> int:
+        """Release every run the session holds (as ``release`` does), in steps of at most
+        ``CLOSE_STEP`` runs, then end it; returns how many runs it released. Closing a
+        closed or lapsed session releases what is left in it (nothing, once closed)."""
+        return {await_}self._call(self._closing())
+
+    {async_}def __{a}enter__(self) -> Self:
+        return self
+
+    {async_}def __{a}exit__(self, *exc: object) -> None:
+        {await_}self.close()
+'''
+
+    def wants(self, op: Op) -> bool:
+        return op.kind == "claim"
+
+    def overloads(self, op: Op) -> tuple[Signature, ...]:
+        return tuple(o for o in op.overloads if o != op.signature)
+
+    def _params(self, sig: Signature) -> list[str]:
+        params = params_text(tuple(p for p in sig.params if p.name not in ("owner", "ttl")))
+        params = [*params, BLOCK] if "*" in params else [*params, "*", BLOCK]
+        if not any(p.startswith("max_takeovers:") for p in params):
+            params.append("max_takeovers: int | None = None")
+        return params
+
+    def method(self, op: Op, sig: Signature) -> Method:
+        return Method(self._params(sig), runs_of(sig.answers))
+
+    def doc(self, op: Op) -> str:
+        unused = ("" if any(p.name == "max_takeovers" for p in op.signature.params)
+                  else " (``max_takeovers`` plays no part)")
+        return textwrap.fill(f"``store.{op.name}`` for the session's owner{unused}, the runs "
+                             "taken under the session; ``SessionLapsed`` (nothing claimed) "
+                             "when it is not live.", WIDTH - 12)
+
+    def body(self, op: Op) -> list[str]:
+        await_ = "await " if self.asynchronous else ""
+        return wrap(8, f"return {await_}self._call(self._claiming(",
+                    [f'"{_index(op)}"', "limit", "records", "block", "max_takeovers"], "))")
+
+    def render(self, ops: list[Op]) -> str:
+        sync = self._one(ops, False)
+        aio = self._one(ops, True)
+        return sync + "\n\n" + aio
+
+    def _one(self, ops: list[Op], asynchronous: bool) -> str:
+        self.asynchronous = asynchronous
+        self.cls = "AsyncSessionMethods" if asynchronous else "SessionMethods"
+        saved = self.primitives
+        self.primitives = saved.format(async_="async " if asynchronous else "").replace(
+            "STEPS[T]", STEPS.format("T")).replace("STEPS[Kept]", STEPS.format("Kept")).replace(
+            "STEPS[list[Any]]", STEPS.format("list[Any]")).replace("STEPS[int]",
+                                                                    STEPS.format("int"))
+        try:
+            made = super().render(ops)
+        finally:
+            self.primitives, self.asynchronous, self.cls = saved, False, "SessionMethods"
+        return made
+
+
 TARGETS: list[Target] = [Stores(), AsyncStores(), Pipelines(), Partitions(), Repositories(),
-                         AsyncRepositories()]
+                         AsyncRepositories(), Sessions()]
 
 
 def module(target: Target, ops: list[Op] | None = None) -> str:

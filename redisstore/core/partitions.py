@@ -666,13 +666,12 @@ class PartitionedOps(PartitionOps, Counted):
             if len(lapsed) < self.n:
                 values_of([got for got in answers if not isinstance(got.error, SessionLapsed)])
                 return [], -1
-        index = "leases" if kind == "expired" else kind
         while True:
             if len(lapsed) == self.n:
                 self._lapsed.pop(session, None)
                 raise SessionLapsed(session)
             before = len(lapsed)
-            claimed = yield from self._claim(index, limit, records, lambda part, share: (
+            claimed = yield from self._claim(kind, limit, records, lambda part, share: (
                 part.session_claim_call(kind, share, session, owner, ttl, max_takeovers)),
                 lapsed)
             # Nothing claimed because the session lapsed in a partition: again without it

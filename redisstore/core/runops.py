@@ -99,6 +99,7 @@ from .runs import (
     check_ttl,
     check_wait,
 )
+from .waits import ANY, LEASES, READY
 from .waits import KINDS as KINDS
 from .waits import Share as Share
 
@@ -178,6 +179,9 @@ FUSED = {scripts.RUN_FINISH.name: scripts.RUN_FINISH_CLAIM,
 #: ``@operation("claim", "claim:<kind>")`` of :class:`RunOps`, by the script it sends
 #: (``run_<operation>``); made below the class (:func:`claim_kinds`).
 CLAIM_KINDS: dict[str, str] = {}
+#: Each kind's claim script, by name: :data:`CLAIM_KINDS` the other way round. A session's
+#: claim names its kind (``any``, ``ready``, ``leases``), and sends that kind's script.
+CLAIM_SCRIPTS: dict[str, str] = {}
 
 
 def fusable(first: Call[Any] | None, then: Call[Any] | None) -> bool:
@@ -562,6 +566,13 @@ class SessionOps:
                     ) -> tuple[Arg, ...]:
         raise NotImplementedError
 
+    def claim_keys(self, kind: str) -> tuple[str, ...]:
+        """The keys a claim of ``kind`` touches: the leases and the meta always; the ready
+        index and the dependencies' fan-out when it takes ready runs."""
+        if kind == LEASES:
+            return (self.keys.leases, self.keys.meta)
+        return (self.keys.ready, self.keys.leases, self.keys.meta, self.keys.fanout)
+
     def session_open(self, owner: str, ttl: int, session: str | None = None) -> Operation[str]:
         """A new session of ``owner``, live ``ttl`` ms from now: its id. With ``session``,
         that id (a store of partitions opens partition 0's in each other partition);
@@ -584,7 +595,8 @@ class SessionOps:
     def session_claim(self, kind: str, session: str, owner: str, ttl: int, limit: int,
                       records: bool, max_takeovers: int | None
                       ) -> Operation[tuple[list[Any], int]]:
-        """A claim of ``kind`` (``any``, ``ready``, ``expired``) under ``session``. One of
+        """A claim of ``kind`` (one of :data:`CLAIM_SCRIPTS`: ``any``, ``ready``, ``leases``)
+        under ``session``. One of
         limit 0 is sent too: it claims nothing, but a lapsed session refuses it
         (``SessionLapsed``), as the contract and the memory reference say."""
         return (yield from self.session_claim_call(
@@ -594,16 +606,10 @@ class SessionOps:
     def session_claim_call(self, kind: str, share: Share, session: str, owner: str, ttl: int,
                            max_takeovers: int | None) -> Operation[tuple[list[Any], int]]:
         """:meth:`session_claim` of a ``share`` (a store of partitions gives each its own)."""
-        bound = None if kind == "ready" else max_takeovers
-        script, keys = {
-            "any": (scripts.RUN_CLAIM, (self.keys.ready, self.keys.leases, self.keys.meta,
-                                        self.keys.fanout)),
-            "ready": (scripts.RUN_CLAIM_READY, (self.keys.ready, self.keys.leases,
-                                                self.keys.meta, self.keys.fanout)),
-            "expired": (scripts.RUN_CLAIM_EXPIRED, (self.keys.leases, self.keys.meta)),
-        }[kind]
+        bound = None if kind == READY else max_takeovers
         payload, wait = yield from ask(Call(
-            script, keys, (*self._claim_argv(share, owner, ttl, bound), session),
+            getattr(scripts, CLAIM_SCRIPTS[kind].upper()), self.claim_keys(kind),
+            (*self._claim_argv(share, owner, ttl, bound), session),
             with_wait(self._answer())))
         return (parse_claimed(payload) if share.budget else parse_names(payload)), wait
 
@@ -1080,7 +1086,7 @@ class RunOps(FeedOps, SessionOps):
                            ) -> Operation[tuple[list[Any], int]]:
         """:meth:`claim_expired`'s script, arguments checked, for ``share``."""
         payload, wait = yield from ask(Call(
-            scripts.RUN_CLAIM_EXPIRED, (self.keys.leases, self.keys.meta),
+            scripts.RUN_CLAIM_EXPIRED, self.claim_keys(LEASES),
             self._claim_argv(share, owner, ttl, max_takeovers), with_wait(self._answer())))
         return (parse_claimed(payload) if share.budget else parse_names(payload)), wait
 
@@ -1125,8 +1131,7 @@ class RunOps(FeedOps, SessionOps):
         """:meth:`claim_ready`'s script, arguments checked, for ``share``. With limit 0 it
         only finishes re-indexing a dependency's waiters."""
         payload, wait = yield from ask(Call(
-            scripts.RUN_CLAIM_READY,
-            (self.keys.ready, self.keys.leases, self.keys.meta, self.keys.fanout),
+            scripts.RUN_CLAIM_READY, self.claim_keys(READY),
             self._claim_argv(share, owner, ttl, None), with_wait(self._answer())))
         return (parse_claimed(payload) if share.budget else parse_names(payload)), wait
 
@@ -1174,8 +1179,7 @@ class RunOps(FeedOps, SessionOps):
         """:meth:`claim`'s script, arguments checked, for ``share``. With limit 0 it only
         finishes re-indexing a dependency's waiters."""
         payload, wait = yield from ask(Call(
-            scripts.RUN_CLAIM,
-            (self.keys.ready, self.keys.leases, self.keys.meta, self.keys.fanout),
+            scripts.RUN_CLAIM, self.claim_keys(ANY),
             self._claim_argv(share, owner, ttl, max_takeovers), with_wait(self._answer())))
         return (parse_claimed(payload) if share.budget else parse_names(payload)), wait
 
@@ -1372,4 +1376,5 @@ def claim_kinds() -> dict[str, str]:
 
 
 CLAIM_KINDS.update(claim_kinds())
+CLAIM_SCRIPTS.update({kind: script for script, kind in CLAIM_KINDS.items()})
 telemetry.count_claims(CLAIM_KINDS)

@@ -632,21 +632,6 @@ def confirm_write(store: RunStore, run: str, revision: int | None, record: bytes
     return _is_the_write(current, revision, record)
 
 
-class _AsyncReader(Protocol):
-    async def get(self, run: str) -> Current: ...
-
-
-async def aconfirm_write(store: _AsyncReader, run: str, revision: int | None,
-                         record: bytes) -> bool:
-    """The asyncio twin of :func:`confirm_write`, for ``AsyncRedisRunStore``: after an
-    ``Unavailable`` (or cancelled) insert or compare_and_set, whether it is the one stored."""
-    try:
-        current = await store.get(run)
-    except NotFound:
-        return False
-    return _is_the_write(current, revision, record)
-
-
 def _is_the_write(current: Current, revision: int | None, record: bytes) -> bool:
     # The record carries the writer's fresh token: the same bytes at the revision it wrote
     # can only be its own write.

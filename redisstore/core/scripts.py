@@ -922,53 +922,50 @@ def read_built(folder: Traversable | None = None) -> dict[str, Script] | None:
 
 _BUILT = read_built() or load_all(SHIPPED, every=True)
 
-# Each script as a constant, RUN_<NAME> for lua/run_<name>.lua (REPO_ for repo_): declared
-# here for the type checker and the reader, made from the folder below (a script without
-# its declaration, or a declaration without its script, fails at import).
-RUN_NOW: Script
-RUN_GET: Script
-RUN_GET_MANY: Script
-RUN_INSERT: Script
-RUN_COMPARE_AND_SET: Script
-RUN_RENEW: Script
-RUN_RELEASE: Script
-RUN_DELETE: Script
-RUN_CLAIM_EXPIRED: Script
-RUN_CLAIM_READY: Script
-RUN_CLAIM: Script
-RUN_FINISH: Script
-RUN_RESTORE: Script
-RUN_FINISH_CLAIM: Script
-RUN_CAS_CLAIM: Script
-RUN_RELEASE_CLAIM: Script
-RUN_REFRESH: Script
-RUN_QUARANTINED: Script
-RUN_RATES: Script
-RUN_MIGRATE: Script
-RUN_HEADS: Script
-RUN_PARTITIONS: Script
-RUN_WATCH: Script
-RUN_NOTIFY: Script
-RUN_DELIVERED: Script
-RUN_UNWATCH: Script
-RUN_SESSION_OPEN: Script
-RUN_SESSION_KEEPALIVE: Script
-RUN_SESSION_CLOSE: Script
-RUN_SESSIONS: Script
-REPO_SAVE: Script
-REPO_LOAD: Script
+# Each script as a constant, RUN_<NAME> for lua/run_<name>.lua (REPO_ for repo_), made from
+# the folder below. Declared for the type checker and the reader by `python -m
+# redisstore.build.lua`, from the folder (tests/codegen/test_generated.py checks them).
+# --- declarations: begin
 REPO_DELETE: Script
-REPO_LIST_IN_FLIGHT: Script
-REPO_REGISTER_GROUP: Script
 REPO_GROUP_EXISTS: Script
+REPO_LIST_IN_FLIGHT: Script
+REPO_LOAD: Script
 REPO_MIGRATE: Script
 REPO_PARTITIONS: Script
+REPO_REGISTER_GROUP: Script
+REPO_SAVE: Script
+RUN_CAS_CLAIM: Script
+RUN_CLAIM: Script
+RUN_CLAIM_EXPIRED: Script
+RUN_CLAIM_READY: Script
+RUN_COMPARE_AND_SET: Script
+RUN_DELETE: Script
+RUN_DELIVERED: Script
+RUN_FINISH: Script
+RUN_FINISH_CLAIM: Script
+RUN_GET: Script
+RUN_GET_MANY: Script
+RUN_HEADS: Script
+RUN_INSERT: Script
+RUN_MIGRATE: Script
+RUN_NOTIFY: Script
+RUN_NOW: Script
+RUN_PARTITIONS: Script
+RUN_QUARANTINED: Script
+RUN_RATES: Script
+RUN_REFRESH: Script
+RUN_RELEASE: Script
+RUN_RELEASE_CLAIM: Script
+RUN_RENEW: Script
+RUN_RESTORE: Script
+RUN_SESSION_CLOSE: Script
+RUN_SESSION_KEEPALIVE: Script
+RUN_SESSION_OPEN: Script
+RUN_SESSIONS: Script
+RUN_UNWATCH: Script
+RUN_WATCH: Script
+# --- declarations: end
 
-_DECLARED = {name for name, kind in __annotations__.items() if kind in ("Script", Script)}
-if {name.upper() for name in _BUILT} != _DECLARED:
-    raise BuildError("the scripts of lua/ and the RUN_/REPO_ constants of "
-                     "redisstore/core/scripts.py differ: "
-                     f"{sorted(_DECLARED ^ {name.upper() for name in _BUILT})}")
 globals().update({name.upper(): script for name, script in _BUILT.items()})
 
 #: The scripts only a store spread over partitions sends (a partition's prefix, {ns#p}:).

@@ -12,14 +12,14 @@ import asyncio
 import copy
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from ..core.driver import Operation, Spread, next_step
-from ..core.errors import StoreError
+from ..core.errors import NotFound, StoreError
 from ..core.partitions import PartitionedOps, run_ops
 from ..core.pipeline import Drive, Pipelined, SendGroups, SendStep
 from ..core.runops import RunOps
-from ..core.runs import SessionInfo, check_listing_limit
+from ..core.runs import Current, SessionInfo, _is_the_write, check_listing_limit
 from ..sessions import AsyncSession, check_session
 from . import wakeups
 from .aio import AsyncTransport, _Closes, node_wakers, run_all
@@ -29,6 +29,22 @@ from .shell import RunShell
 from .wakeups import LoopDriver, Wakeups, check_block
 
 T = TypeVar("T")
+
+
+class _AsyncReader(Protocol):
+    async def get(self, run: str) -> Current: ...
+
+
+async def aconfirm_write(store: _AsyncReader, run: str, revision: int | None,
+                         record: bytes) -> bool:
+    """The asyncio twin of :func:`redisstore.confirm_write`, for ``AsyncRedisRunStore``:
+    after an ``Unavailable`` (or cancelled) insert or compare_and_set, whether it is the one
+    stored. Here, with the store it reads, so the core never awaits (docs/design/house.md)."""
+    try:
+        current = await store.get(run)
+    except NotFound:
+        return False
+    return _is_the_write(current, revision, record)
 
 
 class AsyncPipeline(Pipelined):
@@ -159,12 +175,5 @@ class AsyncRedisRunStore(_Closes, SessionSteps, AsyncStoreOps, RunShell[AsyncTra
                      claim: Callable[[], Operation[tuple[list[Any], int]]
                                      | Spread[tuple[list[Any], int]]]) -> list[Any]:
         wait = check_block(block)
-        if limit == 0:
-            wait = 0  # nothing could be claimed: nothing to wait for
-
-        async def once() -> tuple[list[Any], int]:
-            return await self._write(claim())
-
-        if not wait:
-            return (await once())[0]
-        return await wakeups.aclaim(self._wakeups, index, once, wait)
+        wait = wait if limit else 0  # limit 0: nothing could be claimed, nothing to wait for
+        return await wakeups.aclaim(self._wakeups, index, lambda: self._write(claim()), wait)

@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
-
-from ..core.driver import Durability, Operation, Spread, check_io
 from ..core.partitioned_repository import PartitionedRepositoryOps, repository_ops
-from ..core.repository import Logger
 from ..core.repository_ops import RepositoryOps
 from .repo_store_ops import RepositoryStoreOps
-from .shell import Shell
+from .shell import RepositoryShell
 from .sync import Transport, _Closes
 
-T = TypeVar("T")
 
-
-class RedisRepository(_Closes, RepositoryStoreOps, Shell[RepositoryOps | PartitionedRepositoryOps]):
+# The shell first: its _send and _settings are the primitives the generated mixin declares.
+class RedisRepository(_Closes,
+                      RepositoryShell[RepositoryOps | PartitionedRepositoryOps, Transport],
+                      RepositoryStoreOps):
     """The instance repository on a ``redis.Redis``-compatible client.
 
     Every method is one server-side Lua script, one round trip. ``save`` is a
@@ -38,18 +35,5 @@ class RedisRepository(_Closes, RepositoryStoreOps, Shell[RepositoryOps | Partiti
 
     #: Its operations (the mixin types them by the generated ``RepositoryCalls``).
     _ops: RepositoryOps | PartitionedRepositoryOps
-
-    def __init__(self, client: Any, *, namespace: str = "redisstore", max_terminal: int = 1024,
-                 logger: Logger | None = None, durability: Durability | None = None,
-                 timeout: int = 5000, partitions: int = 1) -> None:
-        self._ops = repository_ops(namespace, max_terminal, logger, partitions)
-        self._io = Transport(client, *check_io(durability, timeout))
-
-    # The primitives of the methods (RepositoryStoreOps, generated from the core:
-    # redisstore/shells/repo_store_ops.py).
-
-    def _send(self, op: Operation[T] | Spread[T]) -> T:
-        return self._io.drive(op)
-
-    def _settings(self) -> bool:
-        return not self._io.fake
+    _transport = Transport
+    _repository_ops = staticmethod(repository_ops)

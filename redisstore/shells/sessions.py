@@ -9,7 +9,6 @@ from typing import Any
 
 from ..core.partition_ops import PartitionOps
 from ..core.runops import RunOps
-from ..sessions import ClaimKind
 
 
 class SessionSteps:
@@ -32,10 +31,10 @@ class SessionSteps:
     def _session_keepalive(self, session: str, owner: str, /) -> Any:
         return self._write(self._ops.session_keepalive(session, owner))
 
-    def _session_claim(self, kind: ClaimKind, session: str, owner: str, ttl: int, limit: int,
+    def _session_claim(self, kind: str, session: str, owner: str, ttl: int, limit: int,
                        records: bool, block: int, max_takeovers: int | None, /) -> Any:
         ops = self._ops
-        return self._claim("leases" if kind == "expired" else kind, limit, block, lambda: (
+        return self._claim(kind, limit, block, lambda: (
             ops.session_claim(kind, session, owner, ttl, limit, records, max_takeovers)))
 
     def _session_close(self, session: str, owner: str, count: int, /) -> Any:

@@ -1,5 +1,6 @@
-"""``Shell``, the base of the store classes, and ``RunShell``, what the sync and asyncio run
-stores share: written once for both."""
+"""``Shell``, the base of the store classes; ``RunShell``, what the sync and asyncio run
+stores share, and ``RepositoryShell``, what the two repositories share: written once for
+both."""
 
 from __future__ import annotations
 
@@ -7,10 +8,11 @@ import threading
 from collections.abc import Callable
 from typing import Any, Generic, Protocol, TypeVar
 
-from ..core.driver import Durability, check_io
+from ..core.driver import Durability, Operation, Spread, check_io
 from ..core.feed import Feed
 from ..core.keys import Keyspace
 from ..core.partition_ops import PartitionOps
+from ..core.repository import Logger
 from ..core.runops import RunOps
 from ..core.runs import MAX_RECORD, Discover
 from .wakeups import Wakeups
@@ -78,3 +80,43 @@ class RunShell(Shell[RunOps | PartitionOps], Generic[IoT]):
         """The partition of ``run`` (0 in a store of one partition): a keeper leaves a failed
         partition's runs out of the rest of its round."""
         return self._ops.place(run) if isinstance(self._ops, PartitionOps) else 0
+
+
+class _Drives(Protocol):
+    fake: bool
+
+    def drive(self, op: Any) -> Any: ...
+
+
+DrivesT = TypeVar("DrivesT", bound=_Drives)
+T = TypeVar("T")
+
+
+class RepositoryShell(Shell[OpsT], Generic[OpsT, DrivesT]):
+    """What ``RedisRepository`` and ``AsyncRedisRepository`` share, one source for both:
+    the options they are opened with, and the primitives their generated methods hand an
+    operation to (``_send``, ``_settings``). Each names the transport it sends on
+    (``_transport``) and what makes its operations (``_repository_ops``: one partition's
+    or a repository of partitions'); the sync repository's docstring says what the options
+    mean."""
+
+    _io: DrivesT
+    #: The repository's transport class, made of the client, durability and timeout.
+    _transport: Callable[[Any, Durability | None, int], DrivesT]
+    #: What makes its operations (``core.partitioned_repository.repository_ops``).
+    _repository_ops: Callable[..., OpsT]
+
+    def __init__(self, client: Any, *, namespace: str = "redisstore", max_terminal: int = 1024,
+                 logger: Logger | None = None, durability: Durability | None = None,
+                 timeout: int = 5000, partitions: int = 1) -> None:
+        self._ops = self._repository_ops(namespace, max_terminal, logger, partitions)
+        self._io = self._transport(client, *check_io(durability, timeout))
+
+    def _send(self, op: Operation[T] | Spread[T]) -> Any:
+        """Send ``op``: its answer (the asyncio transport's: an awaitable of it, which the
+        generated method awaits)."""
+        return self._io.drive(op)
+
+    def _settings(self) -> bool:
+        """Whether ``migrate()`` checks the server's settings (fakeredis has none)."""
+        return not self._io.fake

@@ -186,10 +186,5 @@ class RedisRunStore(_Drives, SessionSteps, StoreOps, RunShell[Transport]):
                claim: Callable[[], Operation[tuple[list[Any], int]]
                                | Spread[tuple[list[Any], int]]]) -> list[Any]:
         wait = check_block(block)
-        if limit == 0:
-            wait = 0  # nothing could be claimed: nothing to wait for
-
-        def once() -> tuple[list[Any], int]:
-            return self._write(claim())
-
-        return once()[0] if not wait else wakeups.claim(self._wakeups, index, once, wait)
+        wait = wait if limit else 0  # limit 0: nothing could be claimed, nothing to wait for
+        return wakeups.claim(self._wakeups, index, lambda: self._write(claim()), wait)

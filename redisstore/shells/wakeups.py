@@ -36,7 +36,15 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Hashable, Iterable, Sequence
+from collections.abc import (
+    Awaitable,
+    Callable,
+    Coroutine,
+    Generator,
+    Hashable,
+    Iterable,
+    Sequence,
+)
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeAlias, TypeVar
 
@@ -152,40 +160,71 @@ class _Waiter:
         self.since = time.monotonic()
 
 
-def claim(hub: Callable[[], Wakeups], kind: str, claim: Callable[[], tuple[list[T], int]],
-          block: int) -> list[T]:
-    """Claim with ``claim()`` (its runs and wait) until it gets some or ``block`` ms have
-    passed, waiting between claims on the store's current ``hub()`` (a store closed
-    meanwhile makes a new one)."""
+@dataclass(frozen=True)
+class _Wait:
+    """A step of :func:`_claiming`: wait on ``waker`` for ``kind``, at most ``remaining``
+    seconds, for a change since ``since``; the answer is whether one came."""
+
+    waker: Wakeups
+    kind: str
+    remaining: float
+    since: float
+
+
+#: A step of :func:`_claiming`: claim once; the answer is the claim's runs and wait.
+_CLAIM = "claim"
+
+
+def _claiming(hub: Callable[[], Wakeups], kind: str, block: int
+              ) -> Generator[str | _Wait, Any, list[Any]]:
+    """The steps of a claim that waits up to ``block`` ms (0: claim once): claim, and while
+    it gets nothing and time is left, wait on the store's current ``hub()`` (a store closed
+    meanwhile makes a new one), then claim again. Written once: :func:`claim` makes each
+    step on this thread, :func:`aclaim` awaits it."""
     deadline = time.monotonic() + block / 1000
     while True:
         since = time.monotonic()
-        runs, wait = claim()
+        runs: list[Any]
+        runs, wait = yield _CLAIM
+        if not block:
+            return runs  # nothing to wait for: no waker
         waker = hub()
         waker.due(kind, wait)
         remaining = deadline - time.monotonic()
         if runs or remaining <= 0:
             return runs
-        if (wait != 0 and not waker.wait(kind, remaining, since)
+        if (wait != 0 and not (yield _Wait(waker, kind, remaining, since))
                 and time.monotonic() >= deadline):
             return runs
+
+
+def claim(hub: Callable[[], Wakeups], kind: str, claim: Callable[[], tuple[list[T], int]],
+          block: int) -> list[T]:
+    """Claim with ``claim()`` (its runs and wait) until it gets some or ``block`` ms have
+    passed (:func:`_claiming`), waiting on this thread."""
+    steps = _claiming(hub, kind, block)
+    answer: Any = None
+    while True:
+        try:
+            step = steps.send(answer)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+        answer = (claim() if isinstance(step, str)
+                  else step.waker.wait(step.kind, step.remaining, step.since))
 
 
 async def aclaim(hub: Callable[[], Wakeups], kind: str,
                  claim: Callable[[], Awaitable[tuple[list[T], int]]], block: int) -> list[T]:
     """:func:`claim` for a coroutine ``claim``: the event loop runs on while it waits."""
-    deadline = time.monotonic() + block / 1000
+    steps = _claiming(hub, kind, block)
+    answer: Any = None
     while True:
-        since = time.monotonic()
-        runs, wait = await claim()
-        waker = hub()
-        waker.due(kind, wait)
-        remaining = deadline - time.monotonic()
-        if runs or remaining <= 0:
-            return runs
-        if (wait != 0 and not await waker.await_(kind, remaining, since)
-                and time.monotonic() >= deadline):
-            return runs
+        try:
+            step = steps.send(answer)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+        answer = (await claim() if isinstance(step, str)
+                  else await step.waker.await_(step.kind, step.remaining, step.since))
 
 
 class Wakeups:

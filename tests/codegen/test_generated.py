@@ -5,6 +5,7 @@ written in five places, and the registries (scripts, claim kinds) derive from th
 from __future__ import annotations
 
 import inspect
+import typing
 from pathlib import Path
 
 import pytest
@@ -40,10 +41,17 @@ def test_the_check_mode_finds_nothing_stale() -> None:
 
 def test_every_operation_has_a_known_kind_and_route() -> None:
     ops = _generate.operations()
-    assert [op.name for op in ops] == ["now", "get", "get_many", "insert", "compare_and_set",
-                                       "renew", "release", "delete", "finish", "restore",
-                                       "claim_expired", "claim_ready", "claim", "refresh",
-                                       "changes", "rates", "quarantined"]
+    # The operations are what core/runops.py marks @operation, in its order (read from its
+    # source, not kept here), each a method of the port.
+    import ast
+    source = ast.parse(Path(runops.__file__).read_text(encoding="utf-8"))
+    marked = [node.name for node in ast.walk(source)
+              if isinstance(node, ast.FunctionDef) and any(
+                  isinstance(d, ast.Call) and getattr(d.func, "id", "") == "operation"
+                  for d in node.decorator_list)]
+    assert [op.name for op in ops] == marked
+    assert len(marked) > 15
+    assert set(marked) <= set(vars(RunStore))
     # finish and restore name one run each: a store of partitions sends them to its own.
     assert {op.name: (op.kind, op.spec.route) for op in ops
             if op.name in ("finish", "restore")} == {"finish": ("write", "one:run"),
@@ -136,7 +144,7 @@ def hand_written() -> dict[str, set[str]]:
 
 
 def test_each_public_operation_is_written_by_hand_in_at_most_four_places() -> None:
-    allowed = {"runs:RunStore", "runs:_AsyncReader", "memory:MemoryRunStore", "runops:RunOps"}
+    allowed = {"runs:RunStore", "aio_store:_AsyncReader", "memory:MemoryRunStore", "runops:RunOps"}
     for op, places in hand_written().items():
         assert places <= allowed, (op, places - allowed)
         assert len(places) <= 4
@@ -185,6 +193,59 @@ def test_the_claim_kinds_come_from_the_operations() -> None:
                                             "run_claim_expired": "leases"}
     assert set(claims.values()) <= set(waits.KINDS)
     assert set(claims) == telemetry._CLAIMS
+
+
+def test_a_sessions_claims_come_from_the_operations() -> None:
+    # A session's claim of each kind sends the script and keys of the store's claim of that
+    # kind (runops.CLAIM_SCRIPTS), and the memory reference takes it as its own claim does.
+    claims = {name: spec.route.removeprefix("claim:")
+              for name, spec in _operations().items() if spec.kind == "claim"}
+    scripts_by_kind = {kind: f"run_{name}" for name, kind in claims.items()}
+    assert scripts_by_kind == runops.CLAIM_SCRIPTS
+    ops = RunOps("ns", None, 1)
+    for name, kind in claims.items():
+        own = next(getattr(ops, name)("me", 1000, 2))
+        under = next(ops.session_claim(kind, "7", "me", 1000, 2, False, None))
+        assert (under.script, under.keys) == (own.script, own.keys), name
+        assert under.args[:len(own.args) - 1] == own.args[:-1], name
+        assert callable(getattr(MemoryRunStore, f"_{kind}_now"))
+        assert callable(getattr(MemoryRunStore, f"_{kind}_due"))
+    # Each of a session's claims, sync and asyncio, is the store's of its name, of its kind.
+    asked: list[str] = []
+
+    class Store:
+        def _session_claim(self, kind: str, *rest: object) -> list[str]:
+            asked.append(kind)
+            return []
+
+    class AsyncStore:
+        async def _session_claim(self, kind: str, *rest: object) -> list[str]:
+            asked.append(kind)
+            return []
+
+    sync = redisstore.Session(Store(), "7", "me", 1000)  # type: ignore[arg-type]
+    aio = redisstore.AsyncSession(AsyncStore(), "7", "me", 1000)  # type: ignore[arg-type]
+    import asyncio
+    for name, kind in claims.items():
+        asked.clear()
+        getattr(sync, name)()
+        asyncio.run(getattr(aio, name)())
+        assert asked == [kind, kind], name
+        # One source: both kinds have the store's overloads, alike.
+        sync_sigs = [inspect.signature(o) for o in typing.get_overloads(
+            getattr(redisstore.Session, name))]
+        aio_sigs = [inspect.signature(o) for o in typing.get_overloads(
+            getattr(redisstore.AsyncSession, name))]
+        assert len(sync_sigs) >= 2 and sync_sigs == aio_sigs, name
+
+
+def test_the_scripts_constants_are_declared_as_the_build_writes_them() -> None:
+    from redisstore.build import lua
+
+    text = lua.SCRIPTS.read_text(encoding="utf-8")
+    assert lua.declared(text) == text, "stale: run python -m redisstore.build.lua"
+    declared = {n for n, kind in scripts.__annotations__.items() if kind in ("Script",)}
+    assert declared == {n.upper() for n in (*scripts.RUN_NAMES, *scripts.REPO_NAMES)}
 
 
 def test_the_scripts_are_the_files_of_lua() -> None:

@@ -215,7 +215,7 @@ def a_session_claim(rng: random.Random, session: str, owner: str
     limit = rng.choice([1, 1, 2, 3])
     records = rng.random() < 0.6
     bound = rng.choice([None, None, 0, 1])
-    kind = rng.choice(["any", "any", "ready", "expired"])
+    kind = rng.choice(["any", "any", "ready", "leases"])
     return lambda s: s._session_claim(kind, session, owner, LONG, limit, records, 0, bound)
 
 

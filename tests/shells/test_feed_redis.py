@@ -9,7 +9,7 @@ from typing import Any
 
 import fakeredis
 import pytest
-from conftest import unique_namespace
+from servers import unique_namespace
 
 from redisstore import (
     At,
