@@ -167,6 +167,23 @@ def test_a_feed_dropped_under_its_readers_is_compacted(client: Any) -> None:
     assert kinds(store.changes(after=caught_up).events) == [("c", "inserted")]
 
 
+def test_an_entry_after_a_dropped_feed_comes_after_every_cursor_given(client: Any) -> None:
+    """The stream deleted, the next entry's id is past every entry's the feed ever had, even
+    in the same millisecond as the last (an id the server makes, time-sequence, starts again
+    at the millisecond's 0 in a new stream: a caught-up reader then read nothing, or was
+    told Compacted). Rounds of write, drop, write, read, a few milliseconds each: many meet
+    the same millisecond."""
+    store = store_of(client)
+    store.insert("first", b"x", Release())
+    caught_up = store.changes().cursor
+    for i in range(40):
+        client.delete(f"{{{store.namespace}}}:feed")
+        store.insert(f"after-{i}", b"x", Release())
+        got = store.changes(after=caught_up)
+        assert kinds(got.events) == [(f"after-{i}", "inserted")], i
+        caught_up = got.cursor
+
+
 # ---------------------------------------------------------------------------- per-minute counts
 
 
