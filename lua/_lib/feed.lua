@@ -88,12 +88,20 @@ end
 
 -- Send the events noted as one entry (nothing noted: nothing sent), numbered by meta's
 -- feed-n, trimmed by the bounds: MAXLEN ~ each entry, MINID every 128th (exact: `~` on
--- fakeredis drops entries younger than asked).
+-- fakeredis drops entries younger than asked). Its id is the time and n (ms-n): past every
+-- id the feed ever had, a stream deleted under it too (a server-made id starts a new
+-- stream's millisecond at 0 again, not past a cursor given in that millisecond); a clock
+-- that went back (an id under the stream's last) takes a server-made one.
 local function feed_send()
   if #FEED_STATE.events == 0 then return end
   local n = redis.call('HINCRBY', META, 'feed-n', 1)
-  redis.call('XADD', FEED, 'MAXLEN', '~', FEED_STATE.max, '*', 'n', n, 'o', FEED_STATE.owner, 'e',
-    table.concat(FEED_STATE.events))
+  local events = table.concat(FEED_STATE.events)
+  local added = redis.pcall('XADD', FEED, 'MAXLEN', '~', FEED_STATE.max,
+    int(now_ms()) .. '-' .. int(n), 'n', n, 'o', FEED_STATE.owner, 'e', events)
+  if type(added) == 'table' then
+    redis.call('XADD', FEED, 'MAXLEN', '~', FEED_STATE.max, '*', 'n', n, 'o',
+      FEED_STATE.owner, 'e', events)
+  end
   if n % 128 == 0 then redis.call('XTRIM', FEED, 'MINID', int(now_ms() - FEED_STATE.ms)) end
   FEED_STATE.events, FEED_STATE.owner = {}, ''
 end
