@@ -96,6 +96,8 @@ class Pipelined(PipelineOps):
         #: The claims queued with ``block``: each waits after the round trip if it got
         #: nothing (:meth:`_still_blocked`).
         self._blocked: list[Blocked] = []
+        #: The call :meth:`_lone` gave its shell to drive.
+        self._one: Driver[Any] | None = None
 
     def __len__(self) -> int:
         return len(self._calls)
@@ -170,6 +172,29 @@ class Pipelined(PipelineOps):
             return None
         self._sent = True
         return driver
+
+    def _lone(self, alone: bool = True) -> Operation[Any] | None:
+        """The pipeline's one call as the store sends one call (:meth:`_alone`), when
+        nothing follows its answer (no claim queued with ``block``): a worker's unit, a
+        finish and the next claim. The shells drive it themselves, then settle it with
+        :meth:`_settle_lone`: no steps of :meth:`_sending` (their generator cost the asyncio
+        unit 7% of its client CPU). None: :meth:`_sending`'s."""
+        if not alone or self._blocked:
+            return None
+        one = self._alone()
+        if one is None:
+            return None
+        assert one._call is not None
+        self._one = one
+        return continued(one._op, one._call)
+
+    def _settle_lone(self, value: Any = None, error: StoreError | None = None) -> None:
+        """The answer (or error) of the call :meth:`_lone` gave."""
+        assert self._one is not None, "_lone first"
+        if error is None:
+            self._one.settled(value)
+        else:
+            self._one.settled(error=error)
 
     def _groups(self, node_of: Callable[[str], Hashable]) -> list[Group]:
         """The calls to send, once, as one group per node (``node_of`` a key's node; one

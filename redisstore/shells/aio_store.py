@@ -65,6 +65,12 @@ class AsyncPipeline(Pipelined):
         started = time.monotonic()
         if self._io.cluster:
             await self._io.client.initialize()  # once: it learns the layout on first use
+        elif (lone := self._lone()) is not None:  # a worker's unit: one script, no steps
+            try:
+                self._settle_lone(await self._io.drive(lone))
+            except StoreError as refused:
+                self._settle_lone(error=refused)
+            return
         steps = self._sending(self._io.node_of, started, alone=not self._io.cluster)
         value: Any = None
         error: StoreError | None = None

@@ -44,7 +44,14 @@ class Pipeline(Pipelined):
         trip per node their partitions are on). A claim queued with ``block`` that got
         nothing then waits for work, as the store's does (the calls after it in the
         pipeline have their answers already)."""
-        steps = self._sending(self._io.node_of, time.monotonic())
+        started = time.monotonic()
+        if (lone := self._lone()) is not None:  # a worker's unit: one script, no steps
+            try:
+                self._settle_lone(self._io.drive(lone))
+            except StoreError as refused:
+                self._settle_lone(error=refused)
+            return
+        steps = self._sending(self._io.node_of, started)
         value: Any = None
         error: StoreError | None = None
         while (step := next_step(steps, value, error)) is not None:
