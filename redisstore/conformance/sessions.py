@@ -188,6 +188,19 @@ class SessionRules(RunSuite):
             assert (got.takeovers, got.attempts) == (1, 1)
         assert self.sessions_of(store) == []  # lapsed and empty: gone
 
+    def test_lapsed_sessions_ahead_hold_back_no_others_runs(self) -> None:
+        """Sessions that lapsed earlier, holding nothing, never keep a later lapsed
+        session's runs from the claim that comes after it lapsed."""
+        store = self.make_store(discover=json_wait)
+        self.ready_runs(store, "a")
+        for _ in range(3):
+            self.open(store, ttl=1)  # lapse first, holding nothing
+        self.advance(store, 1)
+        session = self.open(store, ttl=self.lapsing)
+        assert session.claim(1) == ["a"]
+        self.lapse(store)
+        assert store.claim_expired(OTHER, LONG, 5) == ["a"]
+
     def test_max_takeovers_applies_to_its_runs(self) -> None:
         store = self.make_store(discover=json_wait)
         self.ready_runs(store, "a")
