@@ -110,17 +110,31 @@ function SESSION.head()
   return h[1], at
 end
 
--- Before a claim walks LEASES: the runs of the first lapsed session, SSCAN steps of cap of
--- them (one, and more while fewer than SESSION_SWEEP runs and SESSION_SWEEP_BYTES of ids
--- went in; its cursor kept in the session's record), go into LEASES due at the session's
--- expiry, where the claim (this one, and the next ones) meets them as any expired lease. A
--- session all of whose runs went in leaves SESSION_LEASES; its record stays while it holds
--- runs (their expiry). Written at once, before the claim reads LEASES: index upkeep that
+-- Before a claim walks LEASES: the runs of the lapsed sessions, first due first, SSCAN
+-- steps of cap of them (one, and more while fewer than SESSION_SWEEP runs and
+-- SESSION_SWEEP_BYTES of ids went in, over every session this claim sweeps; a session's
+-- cursor kept in its record), go into LEASES due at their session's expiry, where the
+-- claim (this one, and the next ones) meets them as any expired lease: a lapsed session
+-- ahead holds back no other's runs. A session all of whose runs went in leaves
+-- SESSION_LEASES; its record stays while it holds runs (their expiry). At most MAX_VISIT
+-- sessions a claim. Written at once, before the claim reads LEASES: index upkeep that
 -- changes no run, right whatever the claim then answers. An entry naming no session (or a
 -- damaged one) goes, listed in the quarantine as "session|id".
 function SESSION.sweep(cap)
+  local spent = {runs = 0, bytes = 0}
+  for _ = 1, MAX_VISIT do
+    if not SESSION.sweep_first(cap, spent) or spent.runs >= SESSION_SWEEP
+        or spent.bytes >= SESSION_SWEEP_BYTES then
+      return
+    end
+  end
+end
+
+-- SESSION.sweep's step: the first lapsed session's runs, within what spent leaves. True
+-- when that session is done with (all its runs in, or gone), so the next may follow.
+function SESSION.sweep_first(cap, spent)
   local sid, at = SESSION.head()
-  if not sid or at > now_ms() or not of_type(LEASES, 'zset') then return end
+  if not sid or at > now_ms() or not of_type(LEASES, 'zset') then return false end
   local id = string.find(sid, '^[1-9]%d*$') and #sid <= 20
   local sn = id and SESSION.of(sid)
   if not sn then
@@ -128,7 +142,7 @@ function SESSION.sweep(cap)
     DROPPED = DROPPED + 1
     if not id or not of_type(SESSIONS, 'hash') then
       redis.call('ZREM', SESSION_LEASES, sid)
-      return
+      return true
     end
     -- An id whose record is missing or damaged: a session lapsed at its entry's score (0
     -- for one below, a fraction cut off: a record SESSION.of reads), of
@@ -140,10 +154,11 @@ function SESSION.sweep(cap)
   end
   if sn.exp > now_ms() then  -- a score behind its record's (a lost keepalive's ZADD)
     redis.call('ZADD', SESSION_LEASES, int(sn.exp), sid)
-    return
+    return true
   end
   -- SSCAN steps of cap runs, one at least, more while the runs and their ids stay small.
-  local set, cur, add, bytes = P .. SESSION_RUNS .. sid, sn.cur == '' and '0' or sn.cur, {}, 0
+  local set, cur, add, bytes = P .. SESSION_RUNS .. sid, sn.cur == '' and '0' or sn.cur, {},
+    spent.bytes
   local exps = int(sn.exp)
   repeat
     local step = redis.pcall('SSCAN', set, cur, 'COUNT', cap)
@@ -151,7 +166,7 @@ function SESSION.sweep(cap)
       redis.call('ZREM', SESSION_LEASES, sid)
       redis.call('HSET', QUARANTINE, 'session|' .. sid, 'type')
       DROPPED = DROPPED + 1
-      return
+      return true
     end
     local runs = step[2]
     for i = 1, #runs do
@@ -160,8 +175,9 @@ function SESSION.sweep(cap)
       bytes = bytes + #runs[i]
     end
     cur = step[1]
-  until cur == '0' or #add >= 2 * SESSION_SWEEP or bytes >= SESSION_SWEEP_BYTES
+  until cur == '0' or spent.runs + #add / 2 >= SESSION_SWEEP or bytes >= SESSION_SWEEP_BYTES
   if #add > 0 then redis.call('ZADD', LEASES, unpack(add)) end
+  spent.runs, spent.bytes = spent.runs + #add / 2, bytes
   if cur == '0' and #add == 0 and redis.call('SCARD', set) == 0 then
     -- Lapsed holding no run: gone (its record, its entry, its told list).
     redis.call('HDEL', SESSIONS, sid)
@@ -174,5 +190,7 @@ function SESSION.sweep(cap)
     sn.cur = cur
     redis.call('HSET', SESSIONS, sid, int(sn.exp) .. ',' .. int(sn.ttl) .. ',' .. sn.cur ..
       ',' .. sn.owner)
+    return false
   end
+  return true
 end
