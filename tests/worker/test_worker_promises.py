@@ -739,10 +739,13 @@ def test_asyncio_held_and_kill_see_every_handler_of_a_run_two_loops_took(
 BIG = b"done" + b"x" * 1_500_000  # over 1 MiB, under the store's 2 MiB
 
 
-def test_a_result_up_to_the_stores_max_record_bytes_is_written(backend: Backend) -> None:
+@pytest.mark.parametrize("partitions", [1, 3])
+def test_a_result_up_to_the_stores_max_record_bytes_is_written(backend: Backend,
+                                                               partitions: int) -> None:
     """What a handler returns is "written with Release()": any record the store takes, up
-    to its ``max_record_bytes`` (2 MiB here), not only up to the default 1 MiB."""
-    store = backend.store(max_record_bytes=2 << 20)
+    to its ``max_record_bytes`` (2 MiB here), not only up to the default 1 MiB; over
+    partitions too (the cap is the store's, whatever its layout)."""
+    store = backend.store(max_record_bytes=2 << 20, partitions=partitions)
     store.insert("run", b"todo", Release())
     worker = Worker(store, "w", lambda job: BIG, ttl=5_000, poll=100).start()
     try:
@@ -753,43 +756,11 @@ def test_a_result_up_to_the_stores_max_record_bytes_is_written(backend: Backend)
     assert store.get("run").record == BIG
 
 
-def test_an_asyncio_result_up_to_the_stores_max_record_bytes_is_written(backend: Backend) -> None:
+@pytest.mark.parametrize("partitions", [1, 3])
+def test_an_asyncio_result_up_to_the_stores_max_record_bytes_is_written(
+        backend: Backend, partitions: int) -> None:
     async def main() -> None:
-        store = backend.astore(max_record_bytes=2 << 20)
-        await store.insert("run", b"todo", Release())
-
-        async def handler(job: AsyncJob) -> bytes:
-            return BIG
-
-        worker = AsyncWorker(store, "w", handler, ttl=5_000, poll=100).start()
-        try:
-            await auntil(lambda: ended(worker) >= 1, "ended the run")
-        finally:
-            await worker.stop()
-        assert (worker.stats["done"], worker.stats["failed"]) == (1, 0)
-        assert (await store.get("run")).record == BIG
-
-    backend.run(main)
-
-
-def test_a_result_up_to_the_max_record_bytes_of_a_store_of_partitions_is_written(
-        backend: Backend) -> None:
-    """The same over partitions: the cap is the store's, whatever its layout."""
-    store = backend.store(max_record_bytes=2 << 20, partitions=3)
-    store.insert("run", b"todo", Release())
-    worker = Worker(store, "w", lambda job: BIG, ttl=5_000, poll=100).start()
-    try:
-        until(lambda: ended(worker) >= 1, "ended the run")
-    finally:
-        worker.stop()
-    assert (worker.stats["done"], worker.stats["failed"]) == (1, 0)
-    assert store.get("run").record == BIG
-
-
-def test_an_asyncio_result_up_to_the_max_record_bytes_of_a_store_of_partitions_is_written(
-        backend: Backend) -> None:
-    async def main() -> None:
-        store = backend.astore(max_record_bytes=2 << 20, partitions=3)
+        store = backend.astore(max_record_bytes=2 << 20, partitions=partitions)
         await store.insert("run", b"todo", Release())
 
         async def handler(job: AsyncJob) -> bytes:
