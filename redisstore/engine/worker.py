@@ -454,10 +454,6 @@ class _Core:
         else:
             runs = self.store.claim(self.owner, self.ttl, records=True,
                                     max_takeovers=self.max_takeovers)
-        if asyncio.iscoroutine(runs):
-            async def waited() -> tuple[list[Claimed], int]:
-                return await runs, -1
-            return waited()
         return runs, -1
 
     def _fused(self, finish: _Finish, session: str | None) -> Callable[[], Any]:
