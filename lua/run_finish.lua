@@ -20,5 +20,13 @@
 --          | {REFUSED, {owner|false, live 0|1}} (not the grant of owner and token)
 --          | {REWATCH, unwatched} | {CORRUPT, field} | {TOO_NEW, layout} | {TOO_OLD, layout}
 -- Also touches, undeclared (same hash tag): what run_compare_and_set touches.
---- @include op_finish, finish_args
+-- Fast path: a finish that writes a record and frees the run, as lean.lua's lean_write
+-- takes it (no dependency, no poll wait, nothing waiting on the run; a run of a session or
+-- of its own lease); any other case, before anything is written, takes the general code.
+--- @include op_finish, finish_args, lean_finish
+local reply = lean_finish()
+if reply then
+  return reply
+end
+--- @slow
 return op_finish(finish_args())

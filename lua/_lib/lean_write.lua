@@ -131,6 +131,23 @@ local function lean_cas()
   return {OK, false, 0, -1}
 end
 
+-- finish's fast path (run_finish's ARGV, a record written and the run freed, no watch of
+-- another partition's dependency): the write as lean_write takes it, the keys it writes of
+-- the types their commands need (a session's set too: its run leaves it), and its signal
+-- as place() sends it: its reply, or nil.
+local function lean_finish()
+  if ARGV[17] then return nil end
+  local f = lean_write(2, false, false)
+  if not f or (f.held and f.sid == '' and not lean_of(LEASES, 'zset'))
+      or (f.held and f.sid ~= '' and not lean_of(P .. SESSION_RUNS .. f.sid, 'set'))
+      or ((f.ready_at or f.rx) and not lean_of(READY, 'zset')) then
+    return nil
+  end
+  lean_finished(f)
+  if f.now_due then add_tokens(WAKE_READY, {wake_token(f.run)}) end
+  return {OK, false, 0, -1}
+end
+
 -- A fused script's fast path (run_finish_claim, run_cas_claim: cas), its first call's n
 -- arguments at ARGV[3..] (n: that call's exact count, no watch of another partition's
 -- dependency): the write that frees a run (lean_write), then a claim of the kind ARGV[n + 3]

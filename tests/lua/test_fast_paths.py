@@ -368,6 +368,11 @@ def history(rng: random.Random, store: RedisRunStore, clock: Clock,
                     first = partial(cas_in, run=run, revision=revision, record=record,
                                     lease=lease)
                 call = partial(pipelined, store, first, a_claim(rng, holder))
+                if how < 0.2:
+                    # The finish alone, as an AsyncWorker's loops send theirs at
+                    # concurrency (their claims go together).
+                    call = partial(store.finish, run, revision, Fenced(holder, token),
+                                   record=record)
         elif op < 0.57:
             try:
                 current = store.get(run)
@@ -489,9 +494,9 @@ def one_history(seed: int, clock: Clock, with_sessions: bool = False) -> dict[st
                          ids=lambda r: f"{r.start}-{r.stop - 1}")
 def test_the_fast_path_writes_what_the_general_code_writes(seeds: range,
                                                            fake_clock: Clock) -> None:
-    # The three claims, the two fused writes and claims; compare_and_set, get, renew,
-    # release, insert.
-    assert len(FAST) == 10, FAST
+    # The three claims, the two fused writes and claims; finish, compare_and_set, get,
+    # renew, release, insert.
+    assert len(FAST) == 11, FAST
     took: dict[str, list[int]] = {getattr(scripts, name).name: [] for name in FAST}
     for seed in seeds:
         for name, count in one_history(seed, fake_clock).items():
@@ -514,7 +519,7 @@ def test_the_fast_path_writes_what_the_general_code_writes_under_sessions(
         for name, count in one_history(seed, fake_clock, with_sessions=True).items():
             if count:
                 took[name].append(seed)
-    for name in ("run_claim", "run_finish_claim"):
+    for name in ("run_claim", "run_finish_claim", "run_finish"):
         assert len(took[name]) >= 5, (name, took[name])
 
 
@@ -560,6 +565,17 @@ def test_the_common_claims_take_the_fast_path(over: str, fake_clock: Clock) -> N
             done.result()
             (got,) = nxt.result()
         calls["run_finish_claim"] = 3
+        # A finish alone (an AsyncWorker's at concurrency), of a run held under a lease of
+        # its own and of one held under a session.
+        store.finish(got.run, got.current.revision, Fenced("m", got.current.token or 0),
+                     record=b"plain")
+        session = store.open_session("m", LONG)
+        (got,) = session.claim(records=True)
+        store.finish(got.run, got.current.revision, Fenced("m", got.current.token or 1),
+                     record=b"plain")
+        calls.update(run_finish=2, run_claim=calls["run_claim"] + 1)
+        (got,) = store.claim("m", LONG, 1, records=True)
+        calls["run_claim"] += 1
         # The single-run calls: a get, a renew and a release of one held run (its At
         # wait due: it is ready again, with a signal), an insert with a lease and one
         # ready now.
