@@ -199,6 +199,69 @@ class Job:
         _calls(self._checkpoint(record))
 
 
+class _Claims:
+    """The claims of an :class:`AsyncWorker`'s loops, sent together: one in flight at a
+    time; the loops that come meanwhile wait for the next, which takes as many runs as they
+    are (under the session of the first of them; a loop of another session waits one more).
+    Each loop gets one run or none, with the claim's wait, or the claim's error. A run no
+    loop is left to take (its loop cancelled while the claim was in flight) is given back
+    at once, under its own grant."""
+
+    def __init__(self, worker: AsyncWorker) -> None:
+        self._worker = worker
+        self._waiting: list[tuple[str | None, asyncio.Future[tuple[list[Claimed], int]]]] = []
+        self._task: asyncio.Task[None] | None = None
+
+    async def take(self, session: str | None) -> tuple[list[Claimed], int]:
+        """One run (or none, and the wait), from the next claim."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[tuple[list[Claimed], int]] = loop.create_future()
+        self._waiting.append((session, future))
+        if self._task is None:
+            self._task = loop.create_task(self._send())
+        return await future
+
+    async def settle(self) -> None:
+        """Until the claim in flight was answered and its runs handed out or given back."""
+        if self._task is not None:
+            await asyncio.wait([self._task])
+
+    def cancel(self) -> None:
+        """Stop sending (the worker was killed): a claim in flight is abandoned."""
+        if self._task is not None:
+            self._task.cancel()
+
+    async def _send(self) -> None:
+        try:
+            while self._waiting:
+                session = self._waiting[0][0]
+                batch = [future for sid, future in self._waiting
+                         if sid == session and not future.done()]
+                self._waiting = [(sid, future) for sid, future in self._waiting
+                                 if sid != session and not future.done()]
+                if batch:
+                    await self._one(session, batch)
+        finally:
+            self._task = None
+
+    async def _one(self, session: str | None,
+                   batch: list[asyncio.Future[tuple[list[Claimed], int]]]) -> None:
+        worker = self._worker
+        try:
+            runs, wait = await worker._claim_many(session, len(batch))
+        except Exception as error:  # each loop decides, as it does of its own claim's
+            for future in batch:
+                if not future.done():
+                    future.set_exception(error)
+            return
+        runs = list(runs)
+        for future in batch:
+            if not future.done():
+                future.set_result(([runs.pop(0)] if runs else [], wait))
+        for claimed in runs:  # their loops were cancelled meanwhile
+            await _acalls(worker._give_back(claimed))
+
+
 class AsyncJob(Job):
     """:class:`Job` of an :class:`AsyncWorker`: ``await job.write(record)``."""
 
@@ -314,7 +377,10 @@ class _Core:
         #: them): one keepalive a period, whatever the number of runs.
         self.sessions = check_flag("sessions", sessions)
         self.scripted = _scripted(store)
+        #: Whether a run's finish goes in the script that claims the next (a Redis store of
+        #: one partition; not where the loops' claims are sent together, below).
         self.one_trip = _one_trip(store)
+        self._fuse = self.one_trip
         #: The store's cap on a record: a result over it is a failed try, not a crash.
         ops = getattr(store, "_ops", None)
         self.max_record_bytes: int = getattr(ops, "max_record_bytes", MAX_RECORD)
@@ -371,7 +437,7 @@ class _Core:
                     self._reopen_after = time.monotonic() + keeper.renew_every / 1000
             since = time.monotonic()
             try:
-                if finish is not None and self.one_trip:
+                if finish is not None and self._fuse:
                     try:
                         claim = self._fused(finish, keeper.session)
                     except Exception as bad:
@@ -437,24 +503,28 @@ class _Core:
             if keeper.session == lapsed:
                 keeper.open_session()
 
-    def _claim(self, session: str | None) -> Any:
-        """A claim of one run, with its record, under the worker's session if it has one:
-        (runs, wait). A Redis store's, of one partition or many, answers its wait, which the
-        loop sleeps until when nothing came (a dead node's lease or session expiring);
-        memory's answers -1 (its claims wait on its condition)."""
+    def _claim(self, session: str | None, limit: int = 1) -> Any:
+        """A claim of up to ``limit`` runs, with their records, under the worker's session if
+        it has one: (runs, wait). A Redis store's, of one partition or many, answers its
+        wait, which the loop sleeps until when nothing came (a dead node's lease or session
+        expiring); memory's answers -1 (its claims wait on its condition)."""
         if self.scripted:
             if session is not None:
                 return self.store._write(self.store._ops.session_claim(
-                    "any", session, self.owner, self.ttl, 1, True, self.max_takeovers))
+                    "any", session, self.owner, self.ttl, limit, True, self.max_takeovers))
             return self.store._write(self.store._ops.claim(
-                self.owner, self.ttl, records=True, max_takeovers=self.max_takeovers))
+                self.owner, self.ttl, limit, records=True, max_takeovers=self.max_takeovers))
         if session is not None:
-            runs = self.store._session_claim("any", session, self.owner, self.ttl, 1, True, 0,
-                                             self.max_takeovers)
+            runs = self.store._session_claim("any", session, self.owner, self.ttl, limit, True,
+                                             0, self.max_takeovers)
         else:
-            runs = self.store.claim(self.owner, self.ttl, records=True,
+            runs = self.store.claim(self.owner, self.ttl, limit, records=True,
                                     max_takeovers=self.max_takeovers)
         return runs, -1
+
+    def _claim_many(self, session: str | None, limit: int) -> Any:
+        """:meth:`_claim` of up to ``limit`` runs, past any batching of the claims."""
+        return _Core._claim(self, session, limit)
 
     def _fused(self, finish: _Finish, session: str | None) -> Callable[[], Any]:
         """The finish of the last run and the claim of the next, as one script. Building it
@@ -492,7 +562,7 @@ class _Core:
         else:
             self._settled(finish, Settled(None))
 
-    def _give_back(self, claimed: Claimed) -> _Loop:
+    def _give_back(self, claimed: Claimed) -> Generator[_Call, Any, None]:
         """Free a run a claim took as the worker stopped, under that claim's grant."""
         job = self._job(claimed, time.monotonic())
         with contextlib.suppress(StoreError):
@@ -836,6 +906,13 @@ class AsyncWorker(_Core):
         self._futures: dict[int, asyncio.Future[None]] = {}
         self._handling: dict[str, tuple[asyncio.Task[Any], Job]] = {}
         self._loop_of: asyncio.AbstractEventLoop | None = None
+        #: Loops that come to claim while a claim is in flight wait for the next, which
+        #: takes as many runs as they are: at concurrency, one claim script for many runs
+        #: (most of a claim's server time is what it costs at any limit), and each finish
+        #: goes alone, beside the others' in the transport's pipelines.
+        self._claims = _Claims(self) if concurrency > 1 else None
+        if self._claims is not None:
+            self._fuse = False
 
     def start(self) -> AsyncWorker:
         """Start the loops as tasks of the running event loop (once)."""
@@ -862,6 +939,8 @@ class AsyncWorker(_Core):
                 # A handler that swallows its cancellation is left behind: its lease is
                 # released below, so nothing of it lands.
                 await asyncio.wait(pending, timeout=CANCELLED)
+        if self._claims is not None:
+            await self._claims.settle()  # a claim in flight: its runs no loop took go back
         if self._keeper is not None:
             await self._run(self._give_up(), 0)
             await self._keeper.aclose(release=self._keeper.session is not None)
@@ -871,6 +950,8 @@ class AsyncWorker(_Core):
         self._abandon()
         for task in self._tasks:
             task.cancel()
+        if self._claims is not None:
+            self._claims.cancel()
         if self._keeper is not None:
             self._keeper._stop(False)  # its thread ends on its own; nothing is released
 
@@ -888,6 +969,11 @@ class AsyncWorker(_Core):
 
     def _job(self, claimed: Claimed, since: float) -> Job:
         return AsyncJob(claimed, self.owner, self.store, since)
+
+    def _claim(self, session: str | None, limit: int = 1) -> Any:
+        if self._claims is None or limit != 1:
+            return super()._claim(session, limit)
+        return self._claims.take(session)
 
     def _lost(self, lost: Lost) -> None:
         super()._lost(lost)

@@ -22,6 +22,7 @@ from redisstore import (
     AsyncWorker,
     At,
     Claim,
+    Fenced,
     Free,
     Job,
     MemoryRunStore,
@@ -31,6 +32,7 @@ from redisstore import (
     Worker,
 )
 from redisstore.core import scripts
+from redisstore.shells import aio
 from redisstore.shells.sync import Transport
 
 
@@ -69,6 +71,55 @@ def test_a_finish_and_the_next_claim_are_one_script(
     # (A script's first call goes behind its SCRIPT LOAD: nothing else shares a batch.)
     assert all(len(names) == 1 or names[0] == b"LOAD" for names in batches), batches
     assert all(store.get(f"run-{i}").record == b"done" for i in range(5))
+
+
+def test_an_async_workers_loops_claim_together_and_finish_alone(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """At concurrency, the loops that come to claim while a claim is in flight wait for the
+    next, which takes a run for each: far fewer claim scripts than runs, each run's finish
+    a script of its own (the fast path of a finish alone), every run done once."""
+    sent: list[str] = []
+    pack = aio._pack_one
+
+    def spying(command: Any) -> Any:
+        if command[0] == b"EVALSHA":
+            sha = command[1]
+            sent.append(sha.decode() if isinstance(sha, bytes) else sha)
+        return pack(command)
+
+    monkeypatch.setattr(aio, "_pack_one", spying)
+
+    async def main() -> None:
+        store = AsyncRedisRunStore(fakeredis.FakeAsyncRedis(), namespace=unique_namespace(),
+                                   discover=ready)
+        for i in range(41):
+            await store.insert(f"run-{i}", b"todo", Release())
+
+        async def handler(job: AsyncJob) -> bytes:
+            await asyncio.sleep(0.001 * (hash(job.run) % 5))
+            return b"done"
+
+        # The scripts loaded first, so that each call below is sent once.
+        (warm,) = await store.claim("w", 5_000, records=True)
+        await store.finish(warm.run, warm.current.revision,
+                           Fenced("w", warm.current.token or 1), record=b"done")
+        worker = AsyncWorker(store, "w", handler, ttl=5_000, concurrency=8, poll=100)
+        sent.clear()
+        worker.start()
+        try:
+            while worker.stats["done"] < 40:
+                await asyncio.sleep(0.01)
+        finally:
+            await worker.stop()
+        assert (worker.stats["claimed"], worker.stats["done"]) == (40, 40)
+        for i in range(41):
+            assert (await store.get(f"run-{i}")).record == b"done"
+
+    asyncio.run(main())
+    claims = sent.count(scripts.RUN_CLAIM.sha)
+    assert sent.count(scripts.RUN_FINISH.sha) == 40
+    assert sent.count(scripts.RUN_FINISH_CLAIM.sha) == 0
+    assert claims <= 20, f"{claims} claims for 40 runs at concurrency 8"
 
 
 def test_a_handler_answer_that_is_not_bytes_releases_the_run_as_a_failure() -> None:

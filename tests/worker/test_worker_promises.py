@@ -895,6 +895,87 @@ def test_an_asyncio_stop_returns_by_its_timeout_and_releases_the_lease(backend: 
     backend.run(main)
 
 
+# ------------------------------------------------ an AsyncWorker's loops claim together
+
+def _slow_claims(monkeypatch: pytest.MonkeyPatch, seconds: float,
+                 fail: list[StoreError] | None = None) -> list[int]:
+    """Each claim the AsyncWorker's loops send together answers ``seconds`` late (a slow
+    server), and raises the errors of ``fail`` first, one a claim: the limits sent."""
+    limits: list[int] = []
+    real = AsyncWorker._claim_many
+
+    async def slow(self: AsyncWorker, session: str | None, limit: int) -> Any:
+        limits.append(limit)
+        await asyncio.sleep(seconds)
+        if fail:
+            raise fail.pop(0)
+        return await real(self, session, limit)
+
+    monkeypatch.setattr(AsyncWorker, "_claim_many", slow)
+    return limits
+
+
+@pytest.mark.parametrize("sessions", [True, False], ids=["session", "leases"])
+def test_an_asyncio_stop_gives_back_the_runs_of_a_claim_in_flight(
+        backend: Backend, monkeypatch: pytest.MonkeyPatch, sessions: bool) -> None:
+    """The loops of an AsyncWorker at concurrency wait for one claim together; stop's
+    timeout cancels them while it is in flight. The runs it took when it came back are
+    given to no handler and freed at once, under their own grant (with a lease per run,
+    nothing else would free them before their ttl)."""
+    limits = _slow_claims(monkeypatch, 0.3)
+
+    async def main() -> None:
+        store = backend.astore()
+        for i in range(4):
+            await store.insert(f"run-{i}", b"todo", Release())
+        handled: list[str] = []
+
+        async def handler(job: AsyncJob) -> bytes:
+            handled.append(job.run)
+            return b"done"
+
+        worker = AsyncWorker(store, "w", handler, ttl=30_000, concurrency=4, poll=100,
+                             sessions=sessions).start()
+        await auntil(lambda: limits, "sent a claim")
+        await worker.stop(timeout=0)
+        assert handled == []
+        assert limits[0] == 4  # the four loops' claims, one
+        for i in range(4):
+            current = await store.get(f"run-{i}")
+            assert (current.record, current.holder) == (b"todo", Free()), current
+        assert worker.stats["claimed"] == 0
+
+    backend.run(main)
+
+
+def test_a_failed_claim_fails_each_asyncio_loop_that_waited_for_it(
+        backend: Backend, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A claim sent for several loops fails (the server away): each loop pauses and claims
+    again, none dies, and every run is then done once."""
+    _slow_claims(monkeypatch, 0.0, fail=[Unavailable("away", outcome="not_applied")])
+
+    async def main() -> None:
+        store = backend.astore()
+        for i in range(12):
+            await store.insert(f"run-{i}", b"todo", Release())
+
+        async def handler(job: AsyncJob) -> bytes:
+            return b"done"
+
+        worker = AsyncWorker(store, "w", handler, ttl=30_000, concurrency=4,
+                             poll=100).start()
+        try:
+            await auntil(lambda: worker.stats["done"] == 12, "finished every run")
+        finally:
+            await worker.stop()
+        assert worker.failure is None
+        assert worker.stats["claimed"] == 12 and worker.stats["done"] == 12
+        for i in range(12):
+            assert (await store.get(f"run-{i}")).record == b"done"
+
+    backend.run(main)
+
+
 # ---------------------------------------------------------------- stop() stops claiming
 
 
