@@ -26,7 +26,9 @@ defining its fragments, on every call), and compare_and_set (Hold) itself.
 Operations: ``get``, ``insert`` (with a lease), ``compare_and_set`` (Hold and Release),
 ``renew`` and ``release`` of one run; ``claim`` (over ready runs, and over expired
 leases), ``claim_ready`` and ``claim_expired``, each at limit 1 and at limit 100 (per run);
-and the job cycle's **unit**: ``pipeline()`` of ``finish(run, rev, Fenced(owner, token),
+``finish`` with a record sent alone (an ``AsyncWorker``'s at concurrency), of a run of its
+own lease and of a session's run, beside ``minimal/finish.lua``; and the job cycle's
+**unit**: ``pipeline()`` of ``finish(run, rev, Fenced(owner, token),
 record=...)`` then ``claim(owner, ttl, records=True)``, which the store sends as one
 script (run_finish_claim), beside ``minimal/finish_claim.lua``.
 
@@ -63,7 +65,7 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -105,6 +107,7 @@ class Prepared:
     held: tuple[str, int, int] | None = None
     session: str | None = None  # the session the session unit's runs are held under
     replies: list[Any] | None = None
+    tokens: dict[str, int] = field(default_factory=dict)  # the grants a finish row ends
 
     def key(self, run: str) -> str:
         return f"{self.P}r:{run}"
@@ -146,7 +149,8 @@ class Op:
     real_script: scripts.Script
     real: Callable[[Prepared], int]
     minimal: Callable[[Prepared], int]
-    runs: str = "held"  # held by n for an hour; "expired" (1 ms); "ready"; "unit";
+    runs: str = "held"  # held by n for an hour; "session-held" (under n's session);
+    # "expired" (1 ms); "ready"; "unit";
     # "session-unit" (the unit's runs, m's claims under a session)
     budget: float = 2.0
     claim: bool = False  # its reply ends with a wait (the minimal scripts' is not read)
@@ -265,6 +269,19 @@ def unit_minimal(p: Prepared) -> int:
     return len(p.ids) - 1
 
 
+def finish_real(p: Prepared) -> int:
+    """finish through the API, alone (an AsyncWorker's at concurrency): each held run's
+    record written and the run freed, under its grant."""
+    return each(p, lambda r: p.store.finish(r, 1, Fenced("n", p.tokens[r]), record=RECORD))
+
+
+def finish_minimal(p: Prepared) -> int:
+    """The finish by EVALSHA, with run_finish's keys and arguments."""
+    return each(p, lambda r: ok(p.call(4, p.key(r), p.leases, p.ready, p.meta, p.P, r, 1,
+                                       "n", p.tokens[r], "w", RECORD, "-", 0, "", "", "",
+                                       "", "", "", PV)))
+
+
 OPS: list[Op] = [
     Op("get", "get", "get", scripts.RUN_GET,
        lambda p: each(p, p.store.get),
@@ -291,6 +308,10 @@ OPS: list[Op] = [
     *(claim_op(kind, limit, over) for limit in (1, 100)
       for kind, over in (("claim", "ready"), ("claim", "expired"), ("claim_ready", "ready"),
                          ("claim_expired", "expired"))),
+    Op("finish", "finish (record), alone", "finish", scripts.RUN_FINISH, finish_real,
+       finish_minimal),
+    Op("session-finish", "finish (record) of a session's run, alone", "finish",
+       scripts.RUN_FINISH, finish_real, finish_minimal, runs="session-held"),
     Op("unit", "unit: finish (record) + claim(1, records)", "finish_claim",
        scripts.RUN_FINISH_CLAIM, unit_real, unit_minimal, runs="unit"),
     Op("session-unit", "unit on a session: finish + the session's claim(1, records)",
@@ -336,13 +357,18 @@ def prepare(client: redis.Redis, op: Op, calls: int, namespace: str = NS,
         pipe.claim("m", TTL, records=True)
     with contextlib.suppress(LeaseRefused):
         refused.result()
+    with contextlib.suppress(LeaseRefused):
+        store.finish("w", 2, Fenced("m", 1), record=RECORD)  # run_finish, refused alike
+    lease: Any = Claim("n", LONG)
+    if op.runs == "session-held":
+        lease = store.open_session("n", LONG).lease
     for run in ids:
         if op.runs == "expired":
             store.insert(run, RECORD, Claim("n", 1))
         elif op.runs == "ready" or unit:
             store.insert(run, b"ready", Release())
         else:
-            store.insert(run, RECORD, Claim("n", LONG))
+            store.insert(run, RECORD, lease)
     time.sleep(0.05)  # the 1 ms leases have expired
     held, session = None, None
     if unit:
@@ -354,7 +380,10 @@ def prepare(client: redis.Redis, op: Op, calls: int, namespace: str = NS,
             (got,) = store.claim("m", TTL, records=True)
         assert got.current.token is not None
         held = (got.run, got.current.revision, got.current.token)
-    return Prepared(client, store, ids, sha, "{" + namespace + "}:", held, session)
+    tokens = ({run: store.get(run).token or 1 for run in ids} if op.script == "finish"
+              else {})
+    return Prepared(client, store, ids, sha, "{" + namespace + "}:", held, session,
+                    tokens=tokens)
 
 
 # ---------------------------------------------------------------------------- callgrind
@@ -665,9 +694,10 @@ def main() -> None:
     ops = [op for op in OPS if chosen(op.key, op.name)]
     if args.check:
         with own_server(server_binary()) as port:
-            # The session unit's minimal script is the plain unit's: no copy of its data.
+            # A session's rows' minimal scripts are the plain rows': no copy of their data.
             raise SystemExit(0 if check(port, 300, [op for op in ops
-                                                    if op.runs != "session-unit"]) else 1)
+                                                    if not op.runs.startswith("session")])
+                            else 1)
 
     cas = scripts.RUN_COMPARE_AND_SET.source.decode()
     body = body_start(scripts.RUN_COMPARE_AND_SET)

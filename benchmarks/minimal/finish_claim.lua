@@ -11,10 +11,10 @@
 --          (not read), record budget (0: ids only, else the records too; no bound), max
 --          takeovers, strict (not read)
 -- Reply    {{0, false, 0, -1}, {0, {claimed run ids, or {run, current} with records (current
---          as run_get's)}, 0, wait}} (wait 0 when the claim took limit runs, else -1: not
---          read from the indexes) | {{1, false, 0, -1}, false} (no run) | {{3, revision, 0,
---          -1}, false} (another revision) | {{4, {owner|false, live 0|1}, 0, -1}, false}
---          (not that grant); nothing written but on 0
+--          as run_get's, no session)}, 0, wait}} (wait 0 when the claim took limit runs,
+--          else -1: not read from the indexes) | {{1, false, 0, -1}, false} (no run) | {{3,
+--          revision, 0, -1}, false} (another revision) | {{4, {owner|false, live 0|1}, 0,
+--          -1}, false} (not that grant); nothing written but on 0
 -- Also touches (same hash tag): P.."r:"..run of each run claimed (and of its dependency
 -- for a Changed wait).
 -- Commands: the finish's GETRANGE of the last 256 bytes (STRLEN and a GETRANGE of the
@@ -147,7 +147,7 @@ while #out < limit do
     end
     out[#out + 1] = {run, {tonumber(rrev), rec, owner2, 1, cat ~= '' and ck, cdr,
       cat ~= '' and tonumber(cat), tonumber(tk) or 0, ntok, tonumber(at) or 0,
-      nb ~= '' and tonumber(nb), px}}
+      nb ~= '' and tonumber(nb), px, false}}
   else
     out[#out + 1] = run
   end
