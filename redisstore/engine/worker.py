@@ -211,6 +211,8 @@ class _Claims:
         self._worker = worker
         self._waiting: list[tuple[str | None, asyncio.Future[tuple[list[Claimed], int]]]] = []
         self._task: asyncio.Task[None] | None = None
+        #: Runs being given back (their loops gone), for settle() to wait for.
+        self._giving: set[asyncio.Task[None]] = set()
 
     async def take(self, session: str | None) -> tuple[list[Claimed], int]:
         """One run (or none, and the wait), from the next claim."""
@@ -219,17 +221,31 @@ class _Claims:
         self._waiting.append((session, future))
         if self._task is None:
             self._task = loop.create_task(self._send())
-        return await future
+        try:
+            return await future
+        except asyncio.CancelledError:
+            # Cancelled as its run came (stop's timeout): no handler will have it.
+            if future.done() and not future.cancelled() and future.exception() is None:
+                self._give_back(future.result()[0])
+            raise
 
     async def settle(self) -> None:
-        """Until the claim in flight was answered and its runs handed out or given back."""
-        if self._task is not None:
-            await asyncio.wait([self._task])
+        """Until the claim in flight was answered, its runs handed out, and every run no
+        loop took given back."""
+        while self._task is not None or self._giving:
+            await asyncio.wait([t for t in (self._task, *self._giving) if t is not None])
 
     def cancel(self) -> None:
         """Stop sending (the worker was killed): a claim in flight is abandoned."""
         if self._task is not None:
             self._task.cancel()
+
+    def _give_back(self, runs: list[Claimed]) -> None:
+        for claimed in runs:
+            task = asyncio.get_running_loop().create_task(
+                _acalls(self._worker._give_back(claimed)))
+            self._giving.add(task)
+            task.add_done_callback(self._giving.discard)
 
     async def _send(self) -> None:
         try:
@@ -241,14 +257,21 @@ class _Claims:
                                  if sid != session and not future.done()]
                 if batch:
                     await self._one(session, batch)
+        except BaseException as error:
+            # A bug here (or the worker killed): no loop waits for this claim forever.
+            for _, future in self._waiting:
+                if not future.done():
+                    future.set_exception(error if isinstance(error, Exception)
+                                         else RuntimeError("the worker's claims stopped"))
+            self._waiting = []
+            raise
         finally:
             self._task = None
 
     async def _one(self, session: str | None,
                    batch: list[asyncio.Future[tuple[list[Claimed], int]]]) -> None:
-        worker = self._worker
         try:
-            runs, wait = await worker._claim_many(session, len(batch))
+            runs, wait = await self._worker._claim_many(session, len(batch))
         except Exception as error:  # each loop decides, as it does of its own claim's
             for future in batch:
                 if not future.done():
@@ -258,8 +281,7 @@ class _Claims:
         for future in batch:
             if not future.done():
                 future.set_result(([runs.pop(0)] if runs else [], wait))
-        for claimed in runs:  # their loops were cancelled meanwhile
-            await _acalls(worker._give_back(claimed))
+        self._give_back(runs)  # their loops were cancelled meanwhile
 
 
 class AsyncJob(Job):

@@ -948,6 +948,44 @@ def test_an_asyncio_stop_gives_back_the_runs_of_a_claim_in_flight(
     backend.run(main)
 
 
+def test_an_asyncio_loop_cancelled_as_its_claimed_run_comes_gives_it_back(
+        backend: Backend, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The narrowest window: the claim answered, each loop's run set aside for it, and the
+    loops cancelled (stop's timeout) before they run again. No handler gets a run, and
+    each is freed under its grant at once (a lease per run: nothing else would free it
+    before its ttl)."""
+    real = AsyncWorker._claim_many
+
+    async def then_cancelled(self: AsyncWorker, session: str | None, limit: int) -> Any:
+        got = await real(self, session, limit)
+        # Before the loops wake with their runs: as stop's timeout cancels them.
+        asyncio.get_running_loop().call_soon(lambda: [t.cancel() for t in self._tasks])
+        return got
+
+    monkeypatch.setattr(AsyncWorker, "_claim_many", then_cancelled)
+
+    async def main() -> None:
+        store = backend.astore()
+        for i in range(3):
+            await store.insert(f"run-{i}", b"todo", Release())
+        handled: list[str] = []
+
+        async def handler(job: AsyncJob) -> bytes:
+            handled.append(job.run)
+            return b"done"
+
+        worker = AsyncWorker(store, "w", handler, ttl=30_000, concurrency=3, poll=100,
+                             sessions=False).start()
+        await asyncio.wait(worker._tasks, timeout=PATIENCE)
+        await worker.stop()
+        assert handled == []
+        for i in range(3):
+            current = await store.get(f"run-{i}")
+            assert (current.record, current.holder) == (b"todo", Free()), current
+
+    backend.run(main)
+
+
 def test_a_failed_claim_fails_each_asyncio_loop_that_waited_for_it(
         backend: Backend, monkeypatch: pytest.MonkeyPatch) -> None:
     """A claim sent for several loops fails (the server away): each loop pauses and claims
