@@ -822,7 +822,9 @@ def sessions(bench: Bench, c: redis.Redis, n_runs: int) -> None:
     n_runs runs into the leases index (SSCAN steps of limit + MAX_VISIT of them until
     SESSION_SWEEP went in, the ids being short; then the claim of MAX_CLAIM:
     claim_expired, claim, and claim_expired under a live session
-    of the taker's, as a Worker on sessions takes them over); a close step (MAX_RENEW runs
+    of the taker's, as a Worker on sessions takes them over); a claim behind MAX_VISIT
+    lapsed sessions (of SESSION_SWEEP / MAX_VISIT runs each, and of one run each: it
+    sweeps them all, then claims MAX_CLAIM); a close step (MAX_RENEW runs
     released) of the live session and of the lapsed one. The lapsed session was filled
     live: its record's expiry and its session-leases score are then set a second in the
     past (it lapses as if its node died a second ago; a fill of 100k runs outlasts any
@@ -909,6 +911,29 @@ def sessions(bench: Bench, c: redis.Redis, n_runs: int) -> None:
     bench.measure(f"claim_expired({CLAIM}) sweeping a lapsed session of {count:,} runs, "
                   f"ids of {TEXT:,} bytes", "run_claim_expired", L, CLAIM + VISIT, c,
                   lambda i: far.claim_expired("me", LONG, CLAIM), claimed(CLAIM))
+
+    # MAX_VISIT lapsed sessions ahead of the claim, a fresh set before each call: of
+    # SESSION_SWEEP / MAX_VISIT runs each (the most one claim sweeps, in as many sessions
+    # as it may visit) and of one run each; the claim sweeps them all, then claims.
+    for per in (SWEEP // VISIT, 1):
+        many = RunOps(f"{ns}-ahead-{per}", None, 0)
+
+        def lapsed_ahead(i: int, per: int = per, many: RunOps = many) -> None:
+            gone = int(c.time()[0]) * 1000 - 1000
+            for k in range(VISIT):
+                owner = f"gone{k}"
+                sid, _ = bench.drive(c, many.session_open(owner, LONG))
+                bench.fill(c, run_ids(f"a{i}-{k}-", per),
+                           lambda run, o=owner, s=sid: many.insert(run, RECORD,
+                                                                    InSession(o, s)),
+                           threads=1)
+                c.hset(many.keys.sessions, sid, f"{gone},{LONG},,{owner}")
+                c.zadd(many.keys.session_leases, {sid: gone})
+
+        bench.measure(f"claim_expired({CLAIM}) behind {VISIT} lapsed sessions of {per} "
+                      f"run{'s' if per > 1 else ''}", "run_claim_expired", L, VISIT * per, c,
+                      lambda i, many=many: many.claim_expired("me", LONG, CLAIM),
+                      claimed(CLAIM), before=lapsed_ahead)
 
     def closed(i: int, result: Any, reply: Any) -> int:
         released, done = result

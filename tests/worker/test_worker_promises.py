@@ -915,6 +915,32 @@ def _slow_claims(monkeypatch: pytest.MonkeyPatch, seconds: float,
     return limits
 
 
+def _none_handled_each_freed(backend: Backend, runs: int, sessions: bool,
+                             stopping: Callable[[AsyncWorker], Awaitable[None]]) -> None:
+    """``runs`` ready runs and an AsyncWorker of as many loops, which ``stopping`` stops:
+    no handler had a run, and each is free and as it was."""
+
+    async def main() -> None:
+        store = backend.astore()
+        for i in range(runs):
+            await store.insert(f"run-{i}", b"todo", Release())
+        handled: list[str] = []
+
+        async def handler(job: AsyncJob) -> bytes:
+            handled.append(job.run)
+            return b"done"
+
+        worker = AsyncWorker(store, "w", handler, ttl=30_000, concurrency=runs, poll=100,
+                             sessions=sessions).start()
+        await stopping(worker)
+        assert handled == [] and worker.stats["claimed"] == 0
+        for i in range(runs):
+            current = await store.get(f"run-{i}")
+            assert (current.record, current.holder) == (b"todo", Free()), current
+
+    backend.run(main)
+
+
 @pytest.mark.parametrize("sessions", [True, False], ids=["session", "leases"])
 def test_an_asyncio_stop_gives_back_the_runs_of_a_claim_in_flight(
         backend: Backend, monkeypatch: pytest.MonkeyPatch, sessions: bool) -> None:
@@ -924,28 +950,12 @@ def test_an_asyncio_stop_gives_back_the_runs_of_a_claim_in_flight(
     nothing else would free them before their ttl)."""
     limits = _slow_claims(monkeypatch, 0.3)
 
-    async def main() -> None:
-        store = backend.astore()
-        for i in range(4):
-            await store.insert(f"run-{i}", b"todo", Release())
-        handled: list[str] = []
-
-        async def handler(job: AsyncJob) -> bytes:
-            handled.append(job.run)
-            return b"done"
-
-        worker = AsyncWorker(store, "w", handler, ttl=30_000, concurrency=4, poll=100,
-                             sessions=sessions).start()
+    async def stopping(worker: AsyncWorker) -> None:
         await auntil(lambda: limits, "sent a claim")
         await worker.stop(timeout=0)
-        assert handled == []
-        assert limits[0] == 4  # the four loops' claims, one
-        for i in range(4):
-            current = await store.get(f"run-{i}")
-            assert (current.record, current.holder) == (b"todo", Free()), current
-        assert worker.stats["claimed"] == 0
 
-    backend.run(main)
+    _none_handled_each_freed(backend, 4, sessions, stopping)
+    assert limits[0] == 4  # the four loops' claims, one
 
 
 def test_an_asyncio_loop_cancelled_as_its_claimed_run_comes_gives_it_back(
@@ -964,26 +974,11 @@ def test_an_asyncio_loop_cancelled_as_its_claimed_run_comes_gives_it_back(
 
     monkeypatch.setattr(AsyncWorker, "_claim_many", then_cancelled)
 
-    async def main() -> None:
-        store = backend.astore()
-        for i in range(3):
-            await store.insert(f"run-{i}", b"todo", Release())
-        handled: list[str] = []
-
-        async def handler(job: AsyncJob) -> bytes:
-            handled.append(job.run)
-            return b"done"
-
-        worker = AsyncWorker(store, "w", handler, ttl=30_000, concurrency=3, poll=100,
-                             sessions=False).start()
+    async def stopping(worker: AsyncWorker) -> None:
         await asyncio.wait(worker._tasks, timeout=PATIENCE)
         await worker.stop()
-        assert handled == []
-        for i in range(3):
-            current = await store.get(f"run-{i}")
-            assert (current.record, current.holder) == (b"todo", Free()), current
 
-    backend.run(main)
+    _none_handled_each_freed(backend, 3, False, stopping)
 
 
 def test_a_failed_claim_fails_each_asyncio_loop_that_waited_for_it(
