@@ -151,6 +151,11 @@ def operations(store: RedisRunStore, session: Any) -> dict[str, Callable[[], Any
                 raise part.error
         return done, claimed
 
+    def finish_alone(run: str) -> Any:
+        """The finish of ``run`` sent alone, as an AsyncWorker's loops send theirs."""
+        got = store.get(run)
+        return store.finish(run, got.revision, Fenced("me", got.token or 1), record=b"done")
+
     return {
         "open_session": lambda: store.open_session("me", LONG),
         "keepalive": session.keepalive,
@@ -172,6 +177,7 @@ def operations(store: RedisRunStore, session: Any) -> dict[str, Callable[[], Any
         "delete of its run": lambda: store.delete("r1", current("r1"), Claim("me", LONG)),
         "finish of its run and session claim": lambda: finish_and_claim("r0"),
         "finish of a lease and session claim": lambda: finish_and_claim("r5"),
+        "finish of its run alone": lambda: finish_alone("r0"),
     }
 
 
@@ -180,7 +186,8 @@ OPERATIONS = ["open_session", "keepalive", "session claim", "session claim_ready
               "session claim_expired", "store claim", "store claim_expired", "close",
               "sessions", "get", "renew", "release", "insert InSession",
               "compare_and_set InSession", "compare_and_set of its run", "delete of its run",
-              "finish of its run and session claim", "finish of a lease and session claim"]
+              "finish of its run and session claim", "finish of a lease and session claim",
+              "finish of its run alone"]
 
 
 @pytest.mark.parametrize("damage", sorted(DAMAGES))
