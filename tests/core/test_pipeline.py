@@ -64,14 +64,18 @@ def loaded(client: Any) -> Any:
 
 @pytest.fixture
 def round_trips(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """The number of commands of each batch the sync shell sends (by its full path, or by
-    its lean one: a pipeline of one call, or of one fused pair, goes as the store's call)."""
+    """The number of commands of each batch the sync shell sends on the test's thread (by
+    its full path, or by its lean one: a pipeline of one call, or of one fused pair, goes
+    as the store's call). Another thread's sends are not the test's: a keeper or a waker
+    an earlier test of the process left running renewed once inside a count."""
     sent: list[int] = []
     send, lean = Transport._send, Transport._lean_send
     inside = threading.local()  # the full path sends by the lean one too: counted once
+    mine = threading.get_ident()
 
     def counting(self: Transport, batch: Any, deadline: float) -> Any:
-        sent.append(len(batch.commands))
+        if threading.get_ident() == mine:
+            sent.append(len(batch.commands))
         inside.send = True
         try:
             return send(self, batch, deadline)
@@ -80,7 +84,7 @@ def round_trips(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
     def lean_counting(self: Transport, pool: Any, conn: Any, data: bytes, count: int,
                       deadline: float) -> Any:
-        if not getattr(inside, "send", False):
+        if not getattr(inside, "send", False) and threading.get_ident() == mine:
             sent.append(count)
         return lean(self, pool, conn, data, count, deadline)
 
