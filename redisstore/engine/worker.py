@@ -6,12 +6,14 @@ own; ``AsyncWorker`` runs them as tasks, with an async handler. The loop itself 
 once, as a generator of the steps it takes (:meth:`_Core._loop`: a store call, a handler
 to run, a wait for work): the sync worker takes each step on its thread, the asyncio one
 awaits it. Each loop claims one run at a time with ``claim`` (ready runs and expired
-leases), has the worker's keeper hold its lease (the one ``ttl``, given once), and hands
-the handler a :class:`Job`. Every write of a job is fenced by its grant: the lease token
-its claim took (``Fenced``) and its revision, so a job whose run was claimed again (a
-worker paused past its TTL, a stop that gave up waiting) never lands anything. What the
-handler returns finishes the run in the script that claims the next (a store of one
-partition), and the finish is counted as the server answered it.
+leases; an asyncio worker's loops at concurrency, together: one claim for as many runs as
+loops wait, :class:`_Claims`), has the worker's keeper hold its lease (the one ``ttl``,
+given once), and hands the handler a :class:`Job`. Every write of a job is fenced by its
+grant: the lease token its claim took (``Fenced``) and its revision, so a job whose run was
+claimed again (a worker paused past its TTL, a stop that gave up waiting) never lands
+anything. What the handler returns finishes the run in the script that claims the next
+(a store of one partition; alone where the claims go together), and the finish is counted
+as the server answered it.
 """
 
 from __future__ import annotations

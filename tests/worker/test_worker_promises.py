@@ -981,6 +981,39 @@ def test_an_asyncio_loop_cancelled_as_its_claimed_run_comes_gives_it_back(
     _none_handled_each_freed(backend, 3, False, stopping)
 
 
+@pytest.mark.parametrize("partitions", [1, 3])
+def test_an_asyncio_workers_loops_claiming_together_finish_each_run_once(
+        backend: Backend, partitions: int) -> None:
+    """Loops that claim together, with handlers of uneven lengths (so the claims take
+    different numbers of runs), over one partition and three: each run handled and
+    finished once, nothing held afterwards."""
+
+    async def main() -> None:
+        store = backend.astore(partitions=partitions)
+        for i in range(60):
+            await store.insert(f"run-{i:02d}", b"todo", Release())
+        handled: list[str] = []
+
+        async def handler(job: AsyncJob) -> bytes:
+            handled.append(job.run)
+            await asyncio.sleep(0.002 * (int(job.run[-1]) % 4))
+            return b"done"
+
+        worker = AsyncWorker(store, "w", handler, ttl=30_000, concurrency=8,
+                             poll=100).start()
+        try:
+            await auntil(lambda: worker.stats["done"] == 60, "finished every run")
+        finally:
+            await worker.stop()
+        assert sorted(handled) == [f"run-{i:02d}" for i in range(60)]
+        assert worker.stats["claimed"] == 60 and worker.stats["done"] == 60
+        for i in range(60):
+            current = await store.get(f"run-{i:02d}")
+            assert (current.record, current.holder) == (b"done", Free()), current
+
+    backend.run(main)
+
+
 def test_a_failed_claim_fails_each_asyncio_loop_that_waited_for_it(
         backend: Backend, monkeypatch: pytest.MonkeyPatch) -> None:
     """A claim sent for several loops fails (the server away): each loop pauses and claims
