@@ -37,6 +37,7 @@ from ..core.driver import Settled, next_step
 from ..core.errors import Closed, Conflict, LeaseRefused, NotFound, SessionLapsed, StoreError
 from ..core.runops import fusable, fused
 from ..core.runs import (
+    MAX_CLAIM,
     MAX_ERROR,
     MAX_RECORD,
     Claimed,
@@ -204,7 +205,8 @@ class Job:
 class _Claims:
     """The claims of an :class:`AsyncWorker`'s loops, sent together: one in flight at a
     time; the loops that come meanwhile wait for the next, which takes as many runs as they
-    are (under the session of the first of them; a loop of another session waits one more).
+    are, up to a claim's limit (MAX_CLAIM), under the session of the first of them (a loop
+    of another session, or past the limit, waits one more).
     Each loop gets one run or none, with the claim's wait, or the claim's error. A run no
     loop is left to take (its loop cancelled while the claim was in flight) is given back
     at once, under its own grant."""
@@ -253,10 +255,12 @@ class _Claims:
         try:
             while self._waiting:
                 session = self._waiting[0][0]
+                # At most a claim's limit of them (a worker may run 1,000 loops).
                 batch = [future for sid, future in self._waiting
-                         if sid == session and not future.done()]
+                         if sid == session and not future.done()][:MAX_CLAIM]
+                taken = set(batch)
                 self._waiting = [(sid, future) for sid, future in self._waiting
-                                 if sid != session and not future.done()]
+                                 if future not in taken and not future.done()]
                 if batch:
                     await self._one(session, batch)
         except BaseException as error:

@@ -6,6 +6,7 @@ takeover latency with a blocked claim (TTL 500 ms: p99 under 700 ms on Redis 7).
 from __future__ import annotations
 
 import asyncio
+import logging
 import statistics
 import threading
 import time
@@ -120,6 +121,37 @@ def test_an_async_workers_loops_claim_together_and_finish_alone(
     assert sent.count(scripts.RUN_FINISH.sha) == 40
     assert sent.count(scripts.RUN_FINISH_CLAIM.sha) == 0
     assert claims <= 20, f"{claims} claims for 40 runs at concurrency 8"
+
+
+def test_an_async_worker_of_more_loops_than_a_claims_limit_claims_in_parts(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """At concurrency 150, more loops wait than one claim may take (MAX_CLAIM, 100): the
+    claim for them goes in parts (a claim of 150 is refused, and its loops pause), and
+    every run is done once."""
+
+    async def main() -> None:
+        store = AsyncRedisRunStore(fakeredis.FakeAsyncRedis(), namespace=unique_namespace(),
+                                   discover=ready)
+        for i in range(300):
+            await store.insert(f"run-{i:03d}", b"todo", Release())
+
+        async def handler(job: AsyncJob) -> bytes:
+            await asyncio.sleep(0.01)
+            return b"done"
+
+        worker = AsyncWorker(store, "w", handler, ttl=5_000, concurrency=150, poll=100)
+        worker.start()
+        try:
+            while worker.stats["done"] < 300 and worker.failure is None:
+                await asyncio.sleep(0.01)
+        finally:
+            await worker.stop()
+        assert worker.failure is None
+        assert (worker.stats["claimed"], worker.stats["done"]) == (300, 300)
+
+    with caplog.at_level(logging.WARNING, logger="redisstore.worker"):
+        asyncio.run(main())
+    assert [r.getMessage() for r in caplog.records if "claim failed" in r.getMessage()] == []
 
 
 def test_a_handler_answer_that_is_not_bytes_releases_the_run_as_a_failure() -> None:
