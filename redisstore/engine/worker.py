@@ -207,9 +207,10 @@ class _Claims:
     time; the loops that come meanwhile wait for the next, which takes as many runs as they
     are, up to a claim's limit (MAX_CLAIM), under the session of the first of them (a loop
     of another session, or past the limit, waits one more).
-    Each loop gets one run or none, with the claim's wait, or the claim's error. A run no
-    loop is left to take (its loop cancelled while the claim was in flight) is given back
-    at once, under its own grant."""
+    Each loop gets one run or none, with the claim's wait, or the claim's error. Once the
+    worker stops, no claim is sent: the loops waiting get none. A run no loop is left to
+    take (its loop cancelled while the claim was in flight) is given back at once, under
+    its own grant; after kill(), nothing is."""
 
     def __init__(self, worker: AsyncWorker) -> None:
         self._worker = worker
@@ -217,6 +218,7 @@ class _Claims:
         self._task: asyncio.Task[None] | None = None
         #: Runs being given back (their loops gone), for settle() to wait for.
         self._giving: set[asyncio.Task[None]] = set()
+        self._killed = False
 
     async def take(self, session: str | None) -> tuple[list[Claimed], int]:
         """One run (or none, and the wait), from the next claim."""
@@ -233,18 +235,29 @@ class _Claims:
                 self._give_back(future.result()[0])
             raise
 
-    async def settle(self) -> None:
+    async def settle(self, timeout: float | None) -> None:
         """Until the claim in flight was answered, its runs handed out, and every run no
-        loop took given back."""
+        loop took given back; or ``timeout`` s (None: no bound), after which they finish on
+        their own (stop returns by its timeout; a claim's reply may come later than that)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
         while self._task is not None or self._giving:
-            await asyncio.wait([t for t in (self._task, *self._giving) if t is not None])
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return
+            await asyncio.wait([t for t in (self._task, *self._giving) if t is not None],
+                               timeout=left)
 
     def cancel(self) -> None:
-        """Stop sending (the worker was killed): a claim in flight is abandoned."""
-        if self._task is not None:
-            self._task.cancel()
+        """Stop sending and giving back (the worker was killed): a claim in flight is
+        abandoned, its runs' leases run out."""
+        self._killed = True
+        for task in (self._task, *self._giving):
+            if task is not None:
+                task.cancel()
 
     def _give_back(self, runs: list[Claimed]) -> None:
+        if self._killed:
+            return
         for claimed in runs:
             task = asyncio.get_running_loop().create_task(
                 _acalls(self._worker._give_back(claimed)))
@@ -254,6 +267,13 @@ class _Claims:
     async def _send(self) -> None:
         try:
             while self._waiting:
+                if self._worker._stopping.is_set():
+                    # No claim once the worker stops: the loops waiting see it and end.
+                    for _, future in self._waiting:
+                        if not future.done():
+                            future.set_result(([], 0))
+                    self._waiting = []
+                    return
                 session = self._waiting[0][0]
                 # At most a claim's limit of them (a worker may run 1,000 loops).
                 batch = [future for sid, future in self._waiting
@@ -416,6 +436,8 @@ class _Core:
         #: ``quarantined``, ``lost``, ``unknown``), and ``claimed``.
         self.stats: collections.Counter[str] = collections.Counter()
         self._jobs: dict[int, Job] = {}
+        #: Jobs whose finish is out (see _finishing).
+        self._unfinished: dict[int, Job] = {}
         self._latest: dict[str, Job] = {}
         self._ids = itertools.count()
         self._lock = threading.Lock()
@@ -473,7 +495,7 @@ class _Core:
                         # record discover refuses): a failed try, finished as one.
                         finish = self._failed(finish.job, bad)
                         continue
-                    settled, got = yield _Call(claim)
+                    settled, got = yield from self._finishing(finish.job, claim)
                     self._settled(finish, settled)
                     finish = None
                     claimed, wait = got.unwrap()
@@ -573,6 +595,24 @@ class _Core:
         op = fused((first, call), (then, then_call))
         return lambda: self.store._write(op)
 
+    def _finishing(self, job: Job, call: Callable[[], Any]) -> Generator[_Call, Any, Any]:
+        """The call that finishes ``job``, with the job listed as finishing while it is out:
+        a loop cut off there (its task cancelled by stop's timeout, the finish perhaps never
+        sent) leaves it listed, and stop gives its run up as a running handler's."""
+        with self._lock:
+            self._unfinished[job._key] = job
+        try:
+            value = yield _Call(call)
+        except GeneratorExit:
+            raise  # the loop was cut off here: the job stays listed
+        except BaseException:
+            with self._lock:
+                self._unfinished.pop(job._key, None)
+            raise
+        with self._lock:
+            self._unfinished.pop(job._key, None)
+        return value
+
     def _finish_alone(self, finish: _Finish) -> _Loop:
         """Send the finish of ``finish.job`` by itself (no claim after it)."""
         job = finish.job
@@ -582,7 +622,7 @@ class _Core:
                                      record=finish.record, failure=finish.failure)
 
         try:
-            yield _Call(call)
+            yield from self._finishing(job, call)
         except StoreError as error:
             self._settled(finish, Settled(error=error))
         except Exception as bad:
@@ -602,8 +642,7 @@ class _Core:
         a lease another grant of the owner holds now (a process of the same node that took
         the run over) stays. A checkpoint that was in flight moved the revision: the finish
         goes again on the revision the refusal names, fenced all the same."""
-        with self._lock:
-            jobs = list(self._jobs.values())
+        jobs = self._given_up()
         for job in jobs:
             job._lost.set()
         for job in jobs:
@@ -618,6 +657,12 @@ class _Core:
                 except StoreError:
                     pass  # not this grant's any more, or unanswered: its lease runs out
                 break
+
+    def _given_up(self) -> list[Job]:
+        """The jobs stop's timeout gives up: those whose handlers still run. (A sync loop
+        in its finish goes on to its answer: it is not given up.)"""
+        with self._lock:
+            return list(self._jobs.values())
 
     # ------------------------------------------------------------------ bookkeeping
 
@@ -959,6 +1004,7 @@ class AsyncWorker(_Core):
         of that even if the handler ignores it; the run of each is given up under its own
         grant."""
         self._halt()
+        started = time.monotonic()
         if self._tasks:
             _, pending = await asyncio.wait(self._tasks, timeout=timeout)
             for task in pending:
@@ -968,7 +1014,9 @@ class AsyncWorker(_Core):
                 # released below, so nothing of it lands.
                 await asyncio.wait(pending, timeout=CANCELLED)
         if self._claims is not None:
-            await self._claims.settle()  # a claim in flight: its runs no loop took go back
+            # A claim in flight: the runs no loop took go back (within the timeout).
+            await self._claims.settle(None if timeout is None else
+                                      max(CANCELLED, timeout - (time.monotonic() - started)))
         if self._keeper is not None:
             await self._run(self._give_up(), 0)
             await self._keeper.aclose(release=self._keeper.session is not None)
@@ -997,6 +1045,12 @@ class AsyncWorker(_Core):
 
     def _job(self, claimed: Claimed, since: float) -> Job:
         return AsyncJob(claimed, self.owner, self.store, since)
+
+    def _given_up(self) -> list[Job]:
+        # And the jobs whose loops stop's timeout cut off in their finish (cancelled: the
+        # finish may never have been sent): fenced, a finish that did land refuses it.
+        with self._lock:
+            return [*self._jobs.values(), *self._unfinished.values()]
 
     def _claim(self, session: str | None, limit: int = 1) -> Any:
         if self._claims is None or limit != 1:

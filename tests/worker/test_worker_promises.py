@@ -1014,6 +1014,158 @@ def test_an_asyncio_workers_loops_claiming_together_finish_each_run_once(
     backend.run(main)
 
 
+@pytest.mark.parametrize("concurrency", [1, 4])
+def test_an_asyncio_stop_gives_up_the_runs_whose_finish_its_timeout_cut_off(
+        backend: Backend, concurrency: int) -> None:
+    """Each loop's finish waits its turn (a busy pipeline ahead of it) past stop's timeout,
+    which cancels the loops before their finishes were sent. With a lease per run, nothing
+    else would free the runs before their ttl: stop gives them up under their grants, as
+    it does a running handler's."""
+
+    async def main() -> None:
+        store = backend.astore()
+        for i in range(concurrency):
+            await store.insert(f"run-{i}", b"todo", Release())
+        handled: list[str] = []
+        finish, write = store.finish, store._write
+
+        async def late_finish(*args: Any, **kwargs: Any) -> Any:
+            await asyncio.sleep(0.3)
+            return await finish(*args, **kwargs)
+
+        async def late_write(op: Any) -> Any:  # the fused finish and claim (concurrency 1)
+            if len(handled) >= concurrency:
+                await asyncio.sleep(0.3)
+            return await write(op)
+
+        async def handler(job: AsyncJob) -> bytes:
+            handled.append(job.run)
+            return b"done"
+
+        worker = AsyncWorker(store, "w", handler, ttl=60_000, concurrency=concurrency,
+                             poll=50, sessions=False)
+        store.finish, store._write = late_finish, late_write  # type: ignore[method-assign]
+        worker.start()
+        await auntil(lambda: len(handled) == concurrency, "handled every run")
+        await asyncio.sleep(0.05)  # each loop in its finish
+        store.finish, store._write = finish, write  # type: ignore[method-assign]
+        await worker.stop(timeout=0.1)
+        for i in range(concurrency):
+            assert (await store.get(f"run-{i}")).holder == Free(), f"run-{i} still held"
+
+    backend.run(main)
+
+
+def test_an_asyncio_stop_returns_by_its_timeout_while_a_claim_is_slow(
+        backend: Backend, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Loops at concurrency waiting for a claim the server answers 3 s late: stop(timeout=
+    0.2) returns by its timeout (and a little), not when the claim comes back."""
+    limits = _slow_claims(monkeypatch, 3.0)
+
+    async def main() -> None:
+        store = backend.astore()
+        for i in range(4):
+            await store.insert(f"run-{i}", b"todo", Release())
+
+        async def handler(job: AsyncJob) -> bytes:
+            return b"done"
+
+        worker = AsyncWorker(store, "w", handler, ttl=30_000, concurrency=4,
+                             poll=100).start()
+        await auntil(lambda: limits, "sent a claim")
+        started = time.monotonic()
+        await worker.stop(timeout=0.2)
+        took = time.monotonic() - started
+        assert took < 0.2 + SLACK, f"stop(timeout=0.2) took {took:.2f} s"
+
+    backend.run(main)
+
+
+def test_no_claim_is_sent_once_an_asyncio_stop_was_called(
+        backend: Backend, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Loops at concurrency, one waiting behind the claim in flight as stop() is called:
+    no claim goes after it (the waiting loop gets none and ends)."""
+    limits = _slow_claims(monkeypatch, 0.3)
+    sent: list[float] = []
+    slow = AsyncWorker._claim_many
+
+    def timed(self: AsyncWorker, session: str | None, limit: int) -> Any:
+        sent.append(time.monotonic())
+        return slow(self, session, limit)
+
+    monkeypatch.setattr(AsyncWorker, "_claim_many", timed)
+
+    async def main() -> None:
+        store = backend.astore()
+        for i in range(4):
+            await store.insert(f"run-{i}", b"todo", Release())
+
+        async def handler(job: AsyncJob) -> bytes:
+            # Uneven: one loop's next claim goes out while the other's waits behind it.
+            await asyncio.sleep(0.01 if job.run == "run-0" else 0.1)
+            return b"done"
+
+        worker = AsyncWorker(store, "w", handler, ttl=30_000, concurrency=2,
+                             poll=100).start()
+        assert worker._claims is not None
+        claims = worker._claims
+        await auntil(lambda: len(limits) >= 2 and bool(claims._waiting),
+                     "a loop waiting behind a claim in flight")
+        stopped = time.monotonic()
+        await worker.stop()
+        assert [t for t in sent if t > stopped] == [], "a claim after stop"
+
+    backend.run(main)
+
+
+def test_an_asyncio_kill_gives_back_nothing_a_claim_took(backend: Backend) -> None:
+    """kill() as a claim's runs were set aside for the loops, before they ran again: as a
+    crash, nothing more is sent (no give-back): the runs stay held until their leases run
+    out."""
+
+    async def main() -> None:
+        store = backend.astore()
+        for i in range(3):
+            await store.insert(f"run-{i}", b"todo", Release())
+        sent: list[str] = []
+        finish = store.finish
+        killed: list[bool] = []
+
+        async def spying(*args: Any, **kwargs: Any) -> Any:
+            if killed:
+                sent.append(args[0])
+            return await finish(*args, **kwargs)
+
+        store.finish = spying  # type: ignore[method-assign]
+
+        async def handler(job: AsyncJob) -> bytes:
+            return b"done"
+
+        worker = AsyncWorker(store, "w", handler, ttl=30_000, concurrency=3, poll=100,
+                             sessions=False)
+        real = worker._claim_many
+
+        async def then_killed(session: str | None, limit: int) -> Any:
+            got = await real(session, limit)
+
+            def kill() -> None:
+                killed.append(True)
+                worker.kill()
+
+            asyncio.get_running_loop().call_soon(kill)  # before the loops wake
+            return got
+
+        worker._claim_many = then_killed  # type: ignore[method-assign]
+        worker.start()
+        await auntil(lambda: killed, "killed")
+        await asyncio.sleep(0.2)
+        assert sent == [], "sent after kill"
+        for i in range(3):
+            assert (await store.get(f"run-{i}")).holder == Held("w", True)
+
+    backend.run(main)
+
+
 def test_a_failed_claim_fails_each_asyncio_loop_that_waited_for_it(
         backend: Backend, monkeypatch: pytest.MonkeyPatch) -> None:
     """A claim sent for several loops fails (the server away): each loop pauses and claims
