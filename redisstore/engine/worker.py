@@ -205,8 +205,9 @@ class Job:
 class _Claims:
     """The claims of an :class:`AsyncWorker`'s loops, sent together: one in flight at a
     time; the loops that come meanwhile wait for the next, which takes as many runs as they
-    are, up to a claim's limit (MAX_CLAIM), under the session of the first of them (a loop
-    of another session, or past the limit, waits one more).
+    are, up to a claim's limit (MAX_CLAIM; a loop past it waits one more), under the
+    worker's session as it is when the claim goes (a loop that came under a session since
+    replaced claims under the new one: the keeper keeps the runs of that one).
     Each loop gets one run or none, with the claim's wait, or the claim's error. Once the
     worker stops, no claim is sent: the loops waiting get none. A run no loop is left to
     take (its loop cancelled while the claim was in flight) is given back at once, under
@@ -214,17 +215,17 @@ class _Claims:
 
     def __init__(self, worker: AsyncWorker) -> None:
         self._worker = worker
-        self._waiting: list[tuple[str | None, asyncio.Future[tuple[list[Claimed], int]]]] = []
+        self._waiting: list[asyncio.Future[tuple[list[Claimed], int]]] = []
         self._task: asyncio.Task[None] | None = None
         #: Runs being given back (their loops gone), for settle() to wait for.
         self._giving: set[asyncio.Task[None]] = set()
         self._killed = False
 
-    async def take(self, session: str | None) -> tuple[list[Claimed], int]:
+    async def take(self) -> tuple[list[Claimed], int]:
         """One run (or none, and the wait), from the next claim."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[tuple[list[Claimed], int]] = loop.create_future()
-        self._waiting.append((session, future))
+        self._waiting.append(future)
         if self._task is None:
             self._task = loop.create_task(self._send())
         try:
@@ -269,23 +270,20 @@ class _Claims:
             while self._waiting:
                 if self._worker._stopping.is_set():
                     # No claim once the worker stops: the loops waiting see it and end.
-                    for _, future in self._waiting:
+                    for future in self._waiting:
                         if not future.done():
                             future.set_result(([], 0))
                     self._waiting = []
                     return
-                session = self._waiting[0][0]
                 # At most a claim's limit of them (a worker may run 1,000 loops).
-                batch = [future for sid, future in self._waiting
-                         if sid == session and not future.done()][:MAX_CLAIM]
-                taken = set(batch)
-                self._waiting = [(sid, future) for sid, future in self._waiting
-                                 if future not in taken and not future.done()]
+                waiting = [future for future in self._waiting if not future.done()]
+                batch, self._waiting = waiting[:MAX_CLAIM], waiting[MAX_CLAIM:]
+                keeper = self._worker._keeper
                 if batch:
-                    await self._one(session, batch)
+                    await self._one(None if keeper is None else keeper.session, batch)
         except BaseException as error:
             # A bug here (or the worker killed): no loop waits for this claim forever.
-            for _, future in self._waiting:
+            for future in self._waiting:
                 if not future.done():
                     future.set_exception(error if isinstance(error, Exception)
                                          else RuntimeError("the worker's claims stopped"))
@@ -1055,7 +1053,7 @@ class AsyncWorker(_Core):
     def _claim(self, session: str | None, limit: int = 1) -> Any:
         if self._claims is None or limit != 1:
             return super()._claim(session, limit)
-        return self._claims.take(session)
+        return self._claims.take()
 
     def _lost(self, lost: Lost) -> None:
         super()._lost(lost)
