@@ -941,6 +941,20 @@ def _none_handled_each_freed(backend: Backend, runs: int, sessions: bool,
     backend.run(main)
 
 
+async def _working(backend: Backend, runs: int, **options: Any
+                   ) -> tuple[AsyncRedisRunStore, AsyncWorker]:
+    """``runs`` ready runs (run-0...), and an AsyncWorker started on them whose handler
+    finishes each at once."""
+    store = backend.astore()
+    for i in range(runs):
+        await store.insert(f"run-{i}", b"todo", Release())
+
+    async def handler(job: AsyncJob) -> bytes:
+        return b"done"
+
+    return store, AsyncWorker(store, "w", handler, ttl=30_000, poll=100, **options).start()
+
+
 @pytest.mark.parametrize("sessions", [True, False], ids=["session", "leases"])
 def test_an_asyncio_stop_gives_back_the_runs_of_a_claim_in_flight(
         backend: Backend, monkeypatch: pytest.MonkeyPatch, sessions: bool) -> None:
@@ -1063,15 +1077,7 @@ def test_an_asyncio_stop_returns_by_its_timeout_while_a_claim_is_slow(
     limits = _slow_claims(monkeypatch, 3.0)
 
     async def main() -> None:
-        store = backend.astore()
-        for i in range(4):
-            await store.insert(f"run-{i}", b"todo", Release())
-
-        async def handler(job: AsyncJob) -> bytes:
-            return b"done"
-
-        worker = AsyncWorker(store, "w", handler, ttl=30_000, concurrency=4,
-                             poll=100).start()
+        _, worker = await _working(backend, 4, concurrency=4)
         await auntil(lambda: limits, "sent a claim")
         started = time.monotonic()
         await worker.stop(timeout=0.2)
@@ -1173,15 +1179,7 @@ def test_a_failed_claim_fails_each_asyncio_loop_that_waited_for_it(
     _slow_claims(monkeypatch, 0.0, fail=[Unavailable("away", outcome="not_applied")])
 
     async def main() -> None:
-        store = backend.astore()
-        for i in range(12):
-            await store.insert(f"run-{i}", b"todo", Release())
-
-        async def handler(job: AsyncJob) -> bytes:
-            return b"done"
-
-        worker = AsyncWorker(store, "w", handler, ttl=30_000, concurrency=4,
-                             poll=100).start()
+        store, worker = await _working(backend, 12, concurrency=4)
         try:
             await auntil(lambda: worker.stats["done"] == 12, "finished every run")
         finally:
