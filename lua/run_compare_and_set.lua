@@ -25,8 +25,8 @@
 -- Fast path: a write under Release, Hold or Fenced as lean.lua's lean_write takes it (no
 -- dependency, no poll wait, nothing waiting on the run); any other case, before anything is
 -- written, takes the general code.
---- @include op_cas, cas_args, lean_cas
-local reply = lean_cas()
+--- @include op_cas, cas_args, lean_alone
+local reply = lean_alone(true)
 if reply then
   return reply
 end

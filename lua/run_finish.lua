@@ -23,8 +23,8 @@
 -- Fast path: a finish that writes a record and frees the run, as lean.lua's lean_write
 -- takes it (no dependency, no poll wait, nothing waiting on the run; a run of a session or
 -- of its own lease); any other case, before anything is written, takes the general code.
---- @include op_finish, finish_args, lean_finish
-local reply = lean_finish()
+--- @include op_finish, finish_args, lean_alone
+local reply = lean_alone(false)
 if reply then
   return reply
 end

@@ -116,28 +116,15 @@ local function lean_finished(f)
 end
 
 
--- compare_and_set's fast path (run_compare_and_set's ARGV, no watch of another partition's
--- dependency): the write as lean_write takes it, the index keys it writes of the types
--- their commands need, and its signal as place() sends it: its reply, or nil.
-local function lean_cas()
-  if ARGV[13] then return nil end
-  local f = lean_write(2, true, false)
-  if not f or (f.held and not lean_of(LEASES, 'zset'))
-      or ((f.ready_at or f.rx) and not lean_of(READY, 'zset')) then
-    return nil
-  end
-  lean_finished(f)
-  if f.now_due then add_tokens(WAKE_READY, {wake_token(f.run)}) end
-  return {OK, false, 0, -1}
-end
-
--- finish's fast path (run_finish's ARGV, a record written and the run freed, no watch of
--- another partition's dependency): the write as lean_write takes it, the keys it writes of
--- the types their commands need (a session's set too: its run leaves it), and its signal
--- as place() sends it: its reply, or nil.
-local function lean_finish()
-  if ARGV[17] then return nil end
-  local f = lean_write(2, false, false)
+-- The fast path of a write sent alone: compare_and_set's (cas: run_compare_and_set's ARGV,
+-- the optional watch of another partition's dependency at ARGV[13]) or finish's
+-- (run_finish's, the watch at ARGV[17]), with no such watch: the write as lean_write takes
+-- it, the keys it writes of the types their commands need (the leases index, or a
+-- session's set, which its run leaves: only a finish's run may be a session's), and its
+-- signal as place() sends it: its reply, or nil.
+local function lean_alone(cas)
+  if ARGV[cas and 13 or 17] then return nil end
+  local f = lean_write(2, cas, false)
   if not f or (f.held and f.sid == '' and not lean_of(LEASES, 'zset'))
       or (f.held and f.sid ~= '' and not lean_of(P .. SESSION_RUNS .. f.sid, 'set'))
       or ((f.ready_at or f.rx) and not lean_of(READY, 'zset')) then

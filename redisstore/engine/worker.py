@@ -1051,7 +1051,8 @@ class AsyncWorker(_Core):
             return [*self._jobs.values(), *self._unfinished.values()]
 
     def _claim(self, session: str | None, limit: int = 1) -> Any:
-        if self._claims is None or limit != 1:
+        # A loop's claim of one (the claims together take the session as they go).
+        if self._claims is None:
             return super()._claim(session, limit)
         return self._claims.take()
 
